@@ -1,0 +1,75 @@
+//! Compiles Outrider's own protos (ORCA and the echo service) with a vendored protoc, and
+//! copies the Envoy descriptor set shipped inside the `envoy-types` crate into OUT_DIR so
+//! the bootstrap loader and `/config_dump` can speak Envoy's protobuf JSON.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut prost_config = prost_build::Config::new();
+    prost_config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    let well_known = protoc_bin_vendored::include_path()?;
+
+    tonic_prost_build::configure()
+        .compile_well_known_types(true)
+        .extern_path(".google.protobuf", "::envoy_types::pb::google::protobuf")
+        .compile_with_config(
+            prost_config,
+            &[
+                PathBuf::from("proto/xds/data/orca/v3/orca_load_report.proto"),
+                PathBuf::from("proto/xds/service/orca/v3/orca.proto"),
+                PathBuf::from("proto/outrider/echo/v1/echo.proto"),
+            ],
+            &[PathBuf::from("proto"), well_known],
+        )?;
+    println!("cargo:rerun-if-changed=proto");
+
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    let descriptors = envoy_types_descriptors()?;
+    std::fs::copy(&descriptors, out.join("envoy_descriptors.bin"))?;
+    println!("cargo:rerun-if-changed={}", descriptors.display());
+    Ok(())
+}
+
+/// Finds `src/generated/types.bin` of the resolved `envoy-types` package through
+/// `cargo metadata`, which knows where every dependency's sources are (registry, vendor
+/// directory or git checkout).
+fn envoy_types_descriptors() -> Result<PathBuf, Box<dyn std::error::Error>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR")?;
+    let target = std::env::var("TARGET")?;
+    let metadata = |offline: bool| {
+        let mut command = Command::new(&cargo);
+        command
+            .args(["metadata", "--format-version", "1", "--filter-platform", &target])
+            .arg("--manifest-path")
+            .arg(Path::new(&manifest_dir).join("Cargo.toml"));
+        if offline {
+            command.arg("--offline");
+        }
+        command.output()
+    };
+    // Offline first; dev-dependencies may not be downloaded yet on a plain `cargo build`,
+    // and then cargo metadata needs the registry once.
+    let mut output = metadata(true)?;
+    if !output.status.success() {
+        output = metadata(false)?;
+    }
+    if !output.status.success() {
+        return Err(format!("cargo metadata failed: {}", String::from_utf8_lossy(&output.stderr)).into());
+    }
+    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    let packages = metadata["packages"].as_array().ok_or("cargo metadata: no packages")?;
+    for package in packages {
+        if package["name"] == "envoy-types" {
+            let manifest = package["manifest_path"].as_str().ok_or("envoy-types: no manifest_path")?;
+            let dir = Path::new(manifest).parent().ok_or("envoy-types: bad manifest_path")?;
+            let bin = dir.join("src/generated/types.bin");
+            if bin.exists() {
+                return Ok(bin);
+            }
+            return Err(format!("{} is missing", bin.display()).into());
+        }
+    }
+    Err("envoy-types not found in cargo metadata".into())
+}

@@ -1,0 +1,1 @@
+//! Envoy's bootstrap file. (Placeholder.)

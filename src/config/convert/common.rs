@@ -1,0 +1,119 @@
+//! Conversions shared by every resource: addresses, durations, typed configs.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use crate::config::address::Address;
+use crate::config::error::{ConfigError, Result};
+use crate::pb::envoy::config::core::v3 as core;
+use crate::pb::google::protobuf as gpb;
+
+/// `envoy.config.core.v3.Address` → [`Address`]. `resolve_dns` allows a host name in place
+/// of an IP (STRICT_DNS and LOGICAL_DNS clusters); everywhere else Envoy requires an IP.
+pub fn address(proto: &core::Address, resolve_dns: bool) -> Result<Address> {
+    use core::address::Address as A;
+    match &proto.address {
+        Some(A::SocketAddress(socket)) => socket_address(socket, resolve_dns).map_err(|e| e.at("socket_address")),
+        Some(A::Pipe(core::Pipe { path, mode: _ })) => {
+            if path.is_empty() {
+                return Err(ConfigError::new("pipe.path", "must not be empty"));
+            }
+            Ok(Address::Pipe(path.into()))
+        }
+        Some(A::EnvoyInternalAddress(_)) => {
+            Err(ConfigError::new("envoy_internal_address", "internal listeners are not supported"))
+        }
+        None => Err(ConfigError::new("", "address is required")),
+    }
+}
+
+/// `envoy.config.core.v3.SocketAddress` → [`Address`].
+pub fn socket_address(proto: &core::SocketAddress, resolve_dns: bool) -> Result<Address> {
+    use core::socket_address::{PortSpecifier, Protocol};
+    let core::SocketAddress {
+        protocol,
+        address,
+        resolver_name,
+        ipv4_compat: _,
+        network_namespace_filepath,
+        port_specifier,
+    } = proto;
+    if *protocol != Protocol::Tcp as i32 {
+        return Err(ConfigError::new("protocol", "only TCP is supported"));
+    }
+    if !resolver_name.is_empty() {
+        return Err(ConfigError::new("resolver_name", "custom resolvers are not supported"));
+    }
+    if !network_namespace_filepath.is_empty() {
+        return Err(ConfigError::new("network_namespace_filepath", "not supported"));
+    }
+    let port = match port_specifier {
+        Some(PortSpecifier::PortValue(port)) => {
+            u16::try_from(*port).map_err(|_| ConfigError::new("port_value", format!("{port} is not a port")))?
+        }
+        Some(PortSpecifier::NamedPort(_)) => {
+            return Err(ConfigError::new("named_port", "named ports are not supported"));
+        }
+        None => return Err(ConfigError::new("port_value", "a port is required")),
+    };
+    match address.parse::<IpAddr>() {
+        Ok(ip) => Ok(Address::Socket(SocketAddr::new(ip, port))),
+        Err(_) if resolve_dns && !address.is_empty() => Ok(Address::Dns { host: address.clone(), port }),
+        Err(_) => Err(ConfigError::new("address", format!("{address:?} is not an IP address"))),
+    }
+}
+
+/// `google.protobuf.Duration` → [`Duration`]; negative or out-of-range values are refused.
+pub fn duration(proto: &gpb::Duration) -> Result<Duration> {
+    let gpb::Duration { seconds, nanos } = *proto;
+    if seconds < 0 || !(0..1_000_000_000).contains(&nanos) {
+        return Err(ConfigError::new("", format!("{seconds}s {nanos}ns is not a valid non-negative duration")));
+    }
+    Ok(Duration::new(seconds as u64, nanos as u32))
+}
+
+/// An optional duration field, named `field` for errors.
+pub fn opt_duration(proto: &Option<gpb::Duration>, field: &str) -> Result<Option<Duration>> {
+    proto.as_ref().map(duration).transpose().map_err(|e| e.at(field))
+}
+
+/// Decodes a `typed_config` of the expected message type.
+pub fn unpack<M: prost::Message + prost::Name + Default>(any: &gpb::Any) -> Result<M> {
+    let expected = M::type_url();
+    if any.type_url != expected {
+        return Err(ConfigError::new(
+            "",
+            format!("expected {expected}, got {}", if any.type_url.is_empty() { "no type" } else { &any.type_url }),
+        ));
+    }
+    M::decode(any.value.as_slice()).map_err(|e| ConfigError::new("", format!("cannot decode {expected}: {e}")))
+}
+
+/// The message name of a type URL: `type.googleapis.com/envoy.a.B` → `envoy.a.B`.
+pub fn type_name(type_url: &str) -> &str {
+    type_url.rsplit('/').next().unwrap_or(type_url)
+}
+
+/// Reads a `google.protobuf.UInt32Value`, falling back to `default`.
+pub fn u32_or(value: &Option<gpb::UInt32Value>, default: u32) -> u32 {
+    value.as_ref().map_or(default, |v| v.value)
+}
+
+/// Reads a `google.protobuf.UInt64Value`, falling back to `default`.
+pub fn u64_or(value: &Option<gpb::UInt64Value>, default: u64) -> u64 {
+    value.as_ref().map_or(default, |v| v.value)
+}
+
+/// Reads a `google.protobuf.BoolValue`, falling back to `default`.
+pub fn bool_or(value: &Option<gpb::BoolValue>, default: bool) -> bool {
+    value.as_ref().map_or(default, |v| v.value)
+}
+
+/// Reads a `envoy.type.v3.Percent` (0–100), falling back to `default`.
+pub fn percent_or(value: &Option<crate::pb::envoy::r#type::v3::Percent>, default: f64, field: &str) -> Result<f64> {
+    match value {
+        None => Ok(default),
+        Some(p) if (0.0..=100.0).contains(&p.value) => Ok(p.value),
+        Some(p) => Err(ConfigError::new(field, format!("{} is not a percentage in [0, 100]", p.value))),
+    }
+}

@@ -1,0 +1,46 @@
+//! xDS protos → domain types. The only module that reads Envoy's protobuf messages.
+//!
+//! Every message is destructured so that a new upstream field cannot slip by unnoticed;
+//! each field is either converted, refused with its path (when ignoring it would change
+//! what Outrider does), or recorded in [`Warnings`] (when ignoring it is harmless).
+
+pub mod cluster;
+pub mod common;
+pub mod endpoint;
+pub mod listener;
+pub mod route;
+pub mod secret;
+pub mod tls;
+
+use prost::Message;
+
+use super::error::{ConfigError, Result, Warnings};
+use super::{Resource, ResourceType};
+use crate::pb::envoy;
+
+/// Decodes and converts one resource received as protobuf bytes of type `resource_type`.
+pub fn decode_resource(resource_type: ResourceType, bytes: &[u8], warnings: &mut Warnings) -> Result<Resource> {
+    fn decode<M: Message + Default>(bytes: &[u8]) -> Result<M> {
+        M::decode(bytes).map_err(|e| ConfigError::new("", format!("cannot decode: {e}")))
+    }
+    Ok(match resource_type {
+        ResourceType::Cluster => {
+            Resource::Cluster(cluster::cluster(decode::<envoy::config::cluster::v3::Cluster>(bytes)?, warnings)?)
+        }
+        ResourceType::ClusterLoadAssignment => Resource::ClusterLoadAssignment(endpoint::cluster_load_assignment(
+            decode::<envoy::config::endpoint::v3::ClusterLoadAssignment>(bytes)?,
+            warnings,
+        )?),
+        ResourceType::Listener => {
+            Resource::Listener(listener::listener(decode::<envoy::config::listener::v3::Listener>(bytes)?, warnings)?)
+        }
+        ResourceType::RouteConfiguration => Resource::RouteConfiguration(route::route_configuration(
+            decode::<envoy::config::route::v3::RouteConfiguration>(bytes)?,
+            warnings,
+        )?),
+        ResourceType::Secret => Resource::Secret(secret::secret(
+            decode::<envoy::extensions::transport_sockets::tls::v3::Secret>(bytes)?,
+            warnings,
+        )?),
+    })
+}

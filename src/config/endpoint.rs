@@ -1,0 +1,85 @@
+//! Endpoints: where a cluster's traffic goes, grouped by locality and priority.
+
+use std::sync::Arc;
+
+use super::address::Address;
+
+/// Envoy's default overprovisioning factor, in percent (1.4 × 100).
+pub const DEFAULT_OVERPROVISIONING_FACTOR: u32 = 140;
+
+/// The endpoints of one cluster (an EDS resource, or a cluster's inline `load_assignment`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterLoadAssignment {
+    pub cluster_name: String,
+    pub localities: Vec<LocalityLbEndpoints>,
+    /// In percent: 140 means a priority level is considered able to take 1.4× its share.
+    pub overprovisioning_factor: u32,
+    /// `policy.weighted_priority_health`: count degraded/healthy by weight, not by host.
+    pub weighted_priority_health: bool,
+}
+
+/// A group of endpoints in one locality at one priority.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalityLbEndpoints {
+    pub locality: Locality,
+    /// 0 is the highest priority.
+    pub priority: u32,
+    /// The locality's weight for locality-weighted balancing; `None` when not set.
+    pub load_balancing_weight: Option<u32>,
+    /// Shared so that an EDS update which leaves an endpoint unchanged keeps the same
+    /// allocation: per-endpoint state keyed on it survives (see `store::reconcile`).
+    pub endpoints: Vec<Arc<LbEndpoint>>,
+}
+
+/// Region / zone / sub-zone. Empty strings mean "not set", as in Envoy.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Locality {
+    pub region: String,
+    pub zone: String,
+    pub sub_zone: String,
+}
+
+/// One upstream host.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LbEndpoint {
+    pub address: Address,
+    /// `load_balancing_weight`, 1 when unset (Envoy's default); never 0.
+    pub weight: u32,
+    pub health: HealthStatus,
+    /// `metadata.filter_metadata["envoy.lb"].hash_key`: replaces the address as the
+    /// endpoint's key on a hash ring.
+    pub hash_key: Option<String>,
+    pub hostname: String,
+}
+
+/// EDS health status, as Envoy sorts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HealthStatus {
+    /// UNKNOWN or HEALTHY: takes traffic.
+    Healthy,
+    /// DEGRADED: takes traffic only when there are not enough healthy hosts.
+    Degraded,
+    /// UNHEALTHY, DRAINING or TIMEOUT: takes no traffic (unless the cluster is in panic).
+    Unhealthy,
+}
+
+impl ClusterLoadAssignment {
+    /// An assignment with no endpoints (a cluster whose endpoints have not arrived).
+    pub fn empty(cluster_name: impl Into<String>) -> Self {
+        Self {
+            cluster_name: cluster_name.into(),
+            localities: Vec::new(),
+            overprovisioning_factor: DEFAULT_OVERPROVISIONING_FACTOR,
+            weighted_priority_health: false,
+        }
+    }
+
+    /// Every endpoint, in order of locality then position.
+    pub fn endpoints(&self) -> impl Iterator<Item = &Arc<LbEndpoint>> {
+        self.localities.iter().flat_map(|l| l.endpoints.iter())
+    }
+
+    pub fn endpoint_count(&self) -> usize {
+        self.localities.iter().map(|l| l.endpoints.len()).sum()
+    }
+}

@@ -1,0 +1,3 @@
+//! Outrider: a service-mesh sidecar data plane. See DESIGN.md for the architecture.
+pub mod config;
+pub mod pb;
