@@ -1,3 +1,6 @@
 //! Outrider: a service-mesh sidecar data plane. See DESIGN.md for the architecture.
 pub mod config;
+pub mod core;
 pub mod pb;
+pub mod store;
+pub mod xds;

@@ -1,1 +1,122 @@
-//! Envoy's bootstrap file. (Placeholder.)
+//! Envoy's bootstrap file, read into Outrider's domain types.
+//!
+//! The file is Envoy's own format (YAML or JSON, protobuf JSON field names), so one file
+//! can start either Envoy or Outrider. Fields Outrider has no use for are ignored with one
+//! warning each; fields whose absence of support would change behaviour are refused with
+//! their path.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+use super::address::Address;
+use super::endpoint::Locality;
+use super::error::{ConfigError, Ignored, Warnings};
+use super::{Cluster, Listener, Secret};
+
+/// Envoy's default admin address is unset; Istio's sidecars use 127.0.0.1:15000, and so
+/// does Outrider when the bootstrap has no `admin` block.
+pub const DEFAULT_ADMIN_ADDRESS: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 15000);
+
+/// Envoy's default `initial_fetch_timeout`.
+pub const DEFAULT_INITIAL_FETCH_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A loaded, validated bootstrap.
+#[derive(Debug, Clone)]
+pub struct Bootstrap {
+    pub node: Node,
+    pub admin_address: Address,
+    pub ads: Option<AdsConfig>,
+    pub static_listeners: Vec<Listener>,
+    pub static_clusters: Vec<Cluster>,
+    pub static_secrets: Vec<Secret>,
+    /// Everything that was set but is ignored, with its path: shown by `outrider validate`
+    /// and logged once at start-up.
+    pub ignored: Vec<Ignored>,
+    /// The document as read (protobuf JSON), for `/config_dump`.
+    pub document: serde_json::Value,
+}
+
+/// This proxy's identity towards the control plane.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Node {
+    pub id: String,
+    pub cluster: String,
+    pub locality: Locality,
+    /// `node.metadata`, a protobuf Struct in its JSON form. Istio keys pod facts here.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+/// `dynamic_resources`: one ADS stream to a static cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdsConfig {
+    pub api_type: ApiType,
+    /// The static cluster the control plane is reached through.
+    pub cluster_name: String,
+    pub set_node_on_first_message_only: bool,
+    /// `lds_config` (over ADS), if listeners are dynamic.
+    pub lds: Option<SourceSettings>,
+    /// `cds_config` (over ADS), if clusters are dynamic.
+    pub cds: Option<SourceSettings>,
+}
+
+/// The ADS flavour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApiType {
+    /// State of the world (`GRPC`).
+    Sotw,
+    /// Incremental (`DELTA_GRPC`), istiod's default.
+    Delta,
+}
+
+/// Settings of one `ConfigSource` that points at ADS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceSettings {
+    /// How long start-up waits for the first response; `None` waits forever (`0s`).
+    pub initial_fetch_timeout: Option<Duration>,
+}
+
+/// Why a bootstrap could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path} is not valid YAML or JSON: {reason}")]
+    Syntax { path: String, reason: String },
+    #[error("{0}")]
+    Invalid(ConfigError),
+}
+
+impl Bootstrap {
+    /// Reads and validates the bootstrap file at `path` (YAML or JSON).
+    pub fn load(path: &Path) -> Result<Self, BootstrapError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| BootstrapError::Read { path: path.display().to_string(), source })?;
+        Self::parse(&text).map_err(|e| match e {
+            BootstrapError::Syntax { reason, .. } => {
+                BootstrapError::Syntax { path: path.display().to_string(), reason }
+            }
+            other => other,
+        })
+    }
+
+    /// Validates a bootstrap given as text (YAML, of which JSON is a subset).
+    pub fn parse(text: &str) -> Result<Self, BootstrapError> {
+        let document = parse_document(text).map_err(|reason| BootstrapError::Syntax { path: String::new(), reason })?;
+        let mut warnings = Warnings::new();
+        let mut bootstrap =
+            super::convert::bootstrap::bootstrap(document, &mut warnings).map_err(BootstrapError::Invalid)?;
+        bootstrap.ignored = warnings.into_items();
+        Ok(bootstrap)
+    }
+}
+
+/// YAML or JSON text → a JSON value. JSON goes through serde_json for exact numbers and
+/// clearer errors; everything else through the YAML parser.
+pub fn parse_document(text: &str) -> Result<serde_json::Value, String> {
+    if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    } else {
+        serde_saphyr::from_str(text).map_err(|e| e.to_string())
+    }
+}

@@ -49,7 +49,7 @@ impl fmt::Display for ConfigError {
 }
 
 /// A field that was set but has no effect in Outrider: harmless to ignore, reported once.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Ignored {
     pub path: String,
     pub what: String,

@@ -1,9 +1,11 @@
 //! xDS protos → domain types. The only module that reads Envoy's protobuf messages.
+#![allow(deprecated)] // every field is destructured, deprecated ones included
 //!
 //! Every message is destructured so that a new upstream field cannot slip by unnoticed;
 //! each field is either converted, refused with its path (when ignoring it would change
 //! what Outrider does), or recorded in [`Warnings`] (when ignoring it is harmless).
 
+pub mod bootstrap;
 pub mod cluster;
 pub mod common;
 pub mod endpoint;

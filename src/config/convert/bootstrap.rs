@@ -1,0 +1,313 @@
+//! `envoy.config.bootstrap.v3.Bootstrap` (from its JSON form) → [`Bootstrap`].
+
+use std::time::Duration;
+
+use super::common;
+use crate::config::address::Address;
+use crate::config::bootstrap::{
+    AdsConfig, ApiType, Bootstrap, DEFAULT_ADMIN_ADDRESS, DEFAULT_INITIAL_FETCH_TIMEOUT, Node, SourceSettings,
+};
+use crate::config::cluster::DiscoveryType;
+use crate::config::endpoint::Locality;
+use crate::config::error::{ConfigError, Result, Warnings};
+use crate::pb::envoy::config::bootstrap::v3 as proto;
+use crate::pb::envoy::config::core::v3 as core;
+use crate::pb::google::protobuf as gpb;
+
+/// A field that is set when it differs from its protobuf default.
+fn is_set<T: Default + PartialEq>(value: &T) -> bool {
+    *value != T::default()
+}
+
+/// Records each set field in `$field…` as ignored.
+macro_rules! ignore_set {
+    ($warnings:expr, $what:expr; $($field:ident),+ $(,)?) => {
+        $( if is_set(&$field) { $warnings.ignored(stringify!($field), $what); } )+
+    };
+}
+
+pub fn bootstrap(document: serde_json::Value, warnings: &mut Warnings) -> Result<Bootstrap> {
+    let (proto, dropped) =
+        crate::pb::json::from_value::<proto::Bootstrap>("envoy.config.bootstrap.v3.Bootstrap", document.clone())
+            .map_err(|e| ConfigError::new(e.path, e.reason))?;
+    for d in dropped {
+        warnings.ignored(d.path, d.what);
+    }
+    let proto::Bootstrap {
+        node,
+        node_context_params,
+        static_resources,
+        dynamic_resources,
+        cluster_manager,
+        hds_config,
+        flags_path,
+        stats_sinks,
+        deferred_stat_options,
+        stats_config,
+        stats_flush_interval,
+        watchdog,
+        watchdogs,
+        tracing,
+        layered_runtime: _, // runtime overrides have no meaning here: ignored silently
+        admin,
+        overload_manager,
+        enable_dispatcher_stats,
+        header_prefix,
+        stats_server_version_override,
+        use_tcp_for_dns_lookups,
+        dns_resolution_config,
+        typed_dns_resolver_config,
+        bootstrap_extensions,
+        fatal_actions,
+        config_sources,
+        default_config_source,
+        default_socket_interface,
+        certificate_provider_instances,
+        inline_headers,
+        perf_tracing_file_path,
+        default_regex_engine,
+        xds_delegate_extension,
+        xds_config_tracker_extension,
+        listener_manager,
+        application_log_config,
+        grpc_async_client_manager_config,
+        memory_allocator_manager,
+        enable_worker_cpu_affinity,
+        stats_flush,
+        stats_eviction,
+    } = proto;
+    ignore_set!(warnings, "statistics are Outrider's own";
+        stats_sinks, deferred_stat_options, stats_config, stats_flush_interval, enable_dispatcher_stats,
+        stats_server_version_override, stats_flush, stats_eviction);
+    ignore_set!(warnings, "not used by Outrider";
+        node_context_params, cluster_manager, flags_path, watchdog, watchdogs, tracing, overload_manager,
+        use_tcp_for_dns_lookups, dns_resolution_config, typed_dns_resolver_config, bootstrap_extensions,
+        fatal_actions, config_sources, default_config_source, default_socket_interface, inline_headers,
+        perf_tracing_file_path, default_regex_engine, xds_config_tracker_extension, application_log_config,
+        grpc_async_client_manager_config, memory_allocator_manager, enable_worker_cpu_affinity);
+    if hds_config.is_some() {
+        warnings.ignored("hds_config", "health discovery service is not supported; clusters' own health checks apply");
+    }
+    if !header_prefix.is_empty() {
+        return Err(ConfigError::new("header_prefix", "Outrider always uses the x-envoy- header prefix"));
+    }
+    if !certificate_provider_instances.is_empty() {
+        return Err(ConfigError::new("certificate_provider_instances", "certificate providers are not supported"));
+    }
+    if xds_delegate_extension.is_some() {
+        return Err(ConfigError::new("xds_delegate_extension", "not supported"));
+    }
+    if listener_manager.is_some() {
+        return Err(ConfigError::new("listener_manager", "only the default listener manager is supported"));
+    }
+
+    let node = node.map(|n| warnings.within("node", |w| convert_node(n, w))).transpose().map_err(|e| e.at("node"))?;
+    let admin_address = match admin {
+        None => Address::Socket(DEFAULT_ADMIN_ADDRESS),
+        Some(admin) => warnings.within("admin", |w| admin_address(admin, w)).map_err(|e| e.at("admin"))?,
+    };
+
+    let (static_listeners, static_clusters, static_secrets) = match static_resources {
+        None => Default::default(),
+        Some(proto::bootstrap::StaticResources { listeners, clusters, secrets }) => {
+            let listeners = listeners
+                .into_iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    let at = format!("static_resources.listeners[{i}]");
+                    warnings.within(&at, |w| super::listener::listener(l, w)).map_err(|e| e.at(&at))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let clusters = clusters
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let at = format!("static_resources.clusters[{i}]");
+                    warnings.within(&at, |w| super::cluster::cluster(c, w)).map_err(|e| e.at(&at))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let secrets = secrets
+                .into_iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    let at = format!("static_resources.secrets[{i}]");
+                    warnings.within(&at, |w| super::secret::secret(s, w)).map_err(|e| e.at(&at))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            (listeners, clusters, secrets)
+        }
+    };
+
+    let ads = dynamic_resources
+        .map(|d| warnings.within("dynamic_resources", |w| dynamic(d, w)))
+        .transpose()
+        .map_err(|e| e.at("dynamic_resources"))?
+        .flatten();
+    if let Some(ads) = &ads {
+        let cluster = static_clusters.iter().find(|c| c.name == ads.cluster_name).ok_or_else(|| {
+            ConfigError::new(
+                "dynamic_resources.ads_config.grpc_services[0].envoy_grpc.cluster_name",
+                format!("{:?} is not a static cluster", ads.cluster_name),
+            )
+        })?;
+        if matches!(cluster.discovery, DiscoveryType::Eds(_)) {
+            return Err(ConfigError::new(
+                "dynamic_resources.ads_config.grpc_services[0].envoy_grpc.cluster_name",
+                format!("{:?} must be a STATIC or STRICT_DNS cluster", ads.cluster_name),
+            ));
+        }
+    }
+
+    Ok(Bootstrap {
+        node: node.unwrap_or_default(),
+        admin_address,
+        ads,
+        static_listeners,
+        static_clusters,
+        static_secrets,
+        ignored: Vec::new(),
+        document,
+    })
+}
+
+fn convert_node(node: core::Node, warnings: &mut Warnings) -> Result<Node> {
+    let core::Node {
+        id,
+        cluster,
+        metadata,
+        dynamic_parameters,
+        locality,
+        user_agent_name,
+        extensions,
+        client_features,
+        listening_addresses,
+        user_agent_version_type,
+    } = node;
+    ignore_set!(warnings, "Outrider sends its own user agent and features";
+        user_agent_name, extensions, client_features, user_agent_version_type);
+    ignore_set!(warnings, "not used by Outrider"; dynamic_parameters, listening_addresses);
+    let locality = locality.map(|core::Locality { region, zone, sub_zone }| Locality { region, zone, sub_zone });
+    let metadata = match metadata {
+        None => serde_json::Map::new(),
+        Some(metadata) => match struct_to_json(&metadata) {
+            Ok(serde_json::Value::Object(map)) => map,
+            _ => return Err(ConfigError::new("metadata", "cannot be represented as JSON")),
+        },
+    };
+    Ok(Node { id, cluster, locality: locality.unwrap_or_default(), metadata })
+}
+
+/// A `google.protobuf.Struct` in its JSON form.
+pub fn struct_to_json(value: &gpb::Struct) -> std::result::Result<serde_json::Value, crate::pb::json::JsonError> {
+    crate::pb::json::to_value("google.protobuf.Struct", &prost::Message::encode_to_vec(value))
+}
+
+fn admin_address(admin: proto::Admin, warnings: &mut Warnings) -> Result<Address> {
+    let proto::Admin {
+        access_log,
+        access_log_path,
+        profile_path,
+        address,
+        socket_options,
+        ignore_global_conn_limit: _,
+        allow_paths,
+    } = admin;
+    ignore_set!(warnings, "admin access is logged by Outrider's own logger"; access_log, access_log_path, profile_path);
+    ignore_set!(warnings, "not used by Outrider"; socket_options, allow_paths);
+    match address {
+        None => Ok(Address::Socket(DEFAULT_ADMIN_ADDRESS)),
+        Some(address) => common::address(&address, false).map_err(|e| e.at("address")),
+    }
+}
+
+fn dynamic(dynamic: proto::bootstrap::DynamicResources, warnings: &mut Warnings) -> Result<Option<AdsConfig>> {
+    let proto::bootstrap::DynamicResources {
+        lds_config,
+        lds_resources_locator,
+        cds_config,
+        cds_resources_locator,
+        ads_config,
+    } = dynamic;
+    if !lds_resources_locator.is_empty() {
+        return Err(ConfigError::new("lds_resources_locator", "xdstp:// locators are not supported"));
+    }
+    if !cds_resources_locator.is_empty() {
+        return Err(ConfigError::new("cds_resources_locator", "xdstp:// locators are not supported"));
+    }
+    let lds = lds_config.map(|c| ads_source(c, warnings)).transpose().map_err(|e| e.at("lds_config"))?;
+    let cds = cds_config.map(|c| ads_source(c, warnings)).transpose().map_err(|e| e.at("cds_config"))?;
+    let Some(ads_config) = ads_config else {
+        if lds.is_some() || cds.is_some() {
+            return Err(ConfigError::new("ads_config", "lds_config and cds_config use ADS, so ads_config is required"));
+        }
+        return Ok(None);
+    };
+    let core::ApiConfigSource {
+        api_type,
+        transport_api_version: _,
+        cluster_names,
+        grpc_services,
+        refresh_delay: _,
+        request_timeout: _,
+        rate_limit_settings,
+        set_node_on_first_message_only,
+        config_validators,
+    } = ads_config;
+    let at = |field: &str| format!("ads_config.{field}");
+    let api_type = match core::api_config_source::ApiType::try_from(api_type) {
+        Ok(core::api_config_source::ApiType::Grpc) => ApiType::Sotw,
+        Ok(core::api_config_source::ApiType::DeltaGrpc) => ApiType::Delta,
+        _ => return Err(ConfigError::new(at("api_type"), "must be GRPC or DELTA_GRPC")),
+    };
+    if !cluster_names.is_empty() {
+        return Err(ConfigError::new(at("cluster_names"), "gRPC config sources name their cluster in grpc_services"));
+    }
+    if rate_limit_settings.is_some() {
+        warnings.ignored(at("rate_limit_settings"), "xDS requests are not rate limited");
+    }
+    if !config_validators.is_empty() {
+        return Err(ConfigError::new(at("config_validators"), "config validators are not supported"));
+    }
+    let cluster_name = match grpc_services.as_slice() {
+        [service] => grpc_cluster(service).map_err(|e| e.at(at("grpc_services[0]")))?,
+        [] => return Err(ConfigError::new(at("grpc_services"), "exactly one gRPC service is required")),
+        _ => return Err(ConfigError::new(at("grpc_services"), "only one gRPC service is supported")),
+    };
+    Ok(Some(AdsConfig { api_type, cluster_name, set_node_on_first_message_only, lds, cds }))
+}
+
+fn grpc_cluster(service: &core::GrpcService) -> Result<String> {
+    match &service.target_specifier {
+        Some(core::grpc_service::TargetSpecifier::EnvoyGrpc(envoy)) if !envoy.cluster_name.is_empty() => {
+            Ok(envoy.cluster_name.clone())
+        }
+        Some(core::grpc_service::TargetSpecifier::EnvoyGrpc(_)) => {
+            Err(ConfigError::new("envoy_grpc.cluster_name", "must not be empty"))
+        }
+        Some(core::grpc_service::TargetSpecifier::GoogleGrpc(_)) => {
+            Err(ConfigError::new("google_grpc", "use envoy_grpc with a static cluster"))
+        }
+        None => Err(ConfigError::new("envoy_grpc", "is required")),
+    }
+}
+
+/// A `ConfigSource` that must say `ads: {}`.
+pub fn ads_source(source: core::ConfigSource, warnings: &mut Warnings) -> Result<SourceSettings> {
+    let core::ConfigSource { authorities, initial_fetch_timeout, resource_api_version: _, config_source_specifier } =
+        source;
+    if !authorities.is_empty() {
+        warnings.ignored("authorities", "xdstp authorities are not used");
+    }
+    match config_source_specifier {
+        Some(core::config_source::ConfigSourceSpecifier::Ads(_)) => {}
+        Some(core::config_source::ConfigSourceSpecifier::Self_(_)) => {}
+        _ => return Err(ConfigError::new("ads", "only ADS config sources are supported")),
+    }
+    let timeout = match initial_fetch_timeout {
+        None => Some(DEFAULT_INITIAL_FETCH_TIMEOUT),
+        Some(t) => {
+            Some(common::duration(&t).map_err(|e| e.at("initial_fetch_timeout"))?).filter(|t| *t != Duration::ZERO)
+        }
+    };
+    Ok(SourceSettings { initial_fetch_timeout: timeout })
+}

@@ -1,0 +1,4 @@
+//! Small primitives shared by every module: backoff, shutdown signals.
+
+pub mod backoff;
+pub mod shutdown;

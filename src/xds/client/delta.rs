@@ -1,0 +1,164 @@
+//! Incremental ADS (`DeltaAggregatedResources`), istiod's default.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::Channel;
+
+use super::AdsClientConfig;
+use super::session::Session;
+use super::sotw::MAX_MESSAGE_SIZE;
+use super::validate::{Incoming, validate};
+use crate::config::ResourceType;
+use crate::core::backoff::Backoff;
+use crate::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
+use crate::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
+use crate::pb::google::rpc::Status;
+
+/// Runs one stream until it ends.
+pub async fn run(
+    session: &mut Session,
+    config: &AdsClientConfig,
+    channel: Channel,
+    backoff: &mut Backoff,
+) -> Result<(), tonic::Status> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let mut stream = Stream { tx, config, node_sent: false, subscribed: BTreeMap::new() };
+    for resource_type in ResourceType::ALL {
+        // Resume: tell the server which versions are held, so it sends only what changed.
+        let held = session.state.resource_versions(resource_type);
+        if resource_type.is_wildcard() {
+            if session.is_wildcard_subscribed(resource_type) {
+                stream.subscribed.insert(resource_type, BTreeSet::new());
+                stream.send(
+                    resource_type,
+                    DeltaDiscoveryRequest {
+                        initial_resource_versions: held.into_iter().collect(),
+                        ..Default::default()
+                    },
+                );
+            }
+        } else {
+            let wanted = session.wanted(resource_type);
+            if !wanted.is_empty() {
+                let initial = held.into_iter().filter(|(name, _)| wanted.contains(name)).collect();
+                stream.send(
+                    resource_type,
+                    DeltaDiscoveryRequest {
+                        resource_names_subscribe: wanted.iter().cloned().collect(),
+                        initial_resource_versions: initial,
+                        ..Default::default()
+                    },
+                );
+                stream.subscribed.insert(resource_type, wanted);
+            }
+        }
+    }
+    let mut client = AggregatedDiscoveryServiceClient::new(channel).max_decoding_message_size(MAX_MESSAGE_SIZE);
+    let mut responses = client.delta_aggregated_resources(UnboundedReceiverStream::new(rx)).await?.into_inner();
+    loop {
+        tokio::select! {
+            response = responses.message() => match response? {
+                None => return Ok(()),
+                Some(response) => {
+                    if stream.handle(session, response) {
+                        backoff.reset();
+                    }
+                }
+            },
+            due = session.timers.fired() => session.expire(due),
+        }
+    }
+}
+
+struct Stream<'a> {
+    tx: mpsc::UnboundedSender<DeltaDiscoveryRequest>,
+    config: &'a AdsClientConfig,
+    node_sent: bool,
+    /// Explicitly subscribed names per type (empty for wildcard types).
+    subscribed: BTreeMap<ResourceType, BTreeSet<String>>,
+}
+
+impl Stream<'_> {
+    fn handle(&mut self, session: &mut Session, response: DeltaDiscoveryResponse) -> bool {
+        let DeltaDiscoveryResponse { system_version_info, resources, type_url, removed_resources, nonce, .. } =
+            response;
+        let Some(resource_type) = ResourceType::from_type_url(&type_url) else {
+            tracing::warn!(%type_url, "ignoring a response of an unknown type");
+            return false;
+        };
+        let mut problems = Vec::new();
+        let mut incoming = Vec::with_capacity(resources.len());
+        for resource in resources {
+            match resource.resource {
+                Some(any) if any.type_url == type_url => incoming.push(Incoming {
+                    name: Some(resource.name),
+                    version: resource.version,
+                    bytes: any.value.into(),
+                }),
+                Some(any) => {
+                    problems.push(format!("{}: type {} in a {type_url} response", resource.name, any.type_url))
+                }
+                // A name without a body: the server has nothing for it (yet).
+                None => {}
+            }
+        }
+        let result = if problems.is_empty() {
+            validate(&session.state, resource_type, incoming, &mut session.warned)
+        } else {
+            Err(problems.join("; "))
+        };
+        match result {
+            Ok(accepted) => {
+                session.accept(resource_type, &system_version_info, accepted, &removed_resources, false);
+                self.send(resource_type, DeltaDiscoveryRequest { response_nonce: nonce, ..Default::default() });
+                self.update_subscriptions(session);
+                true
+            }
+            Err(detail) => {
+                tracing::warn!(resource = resource_type.short_name(), version = %system_version_info, %detail, "rejected (NACK)");
+                let error = Status { code: tonic::Code::InvalidArgument as i32, message: detail, details: Vec::new() };
+                self.send(
+                    resource_type,
+                    DeltaDiscoveryRequest { response_nonce: nonce, error_detail: Some(error), ..Default::default() },
+                );
+                false
+            }
+        }
+    }
+
+    /// Subscribes to newly referenced RDS, EDS and SDS names and unsubscribes from the rest.
+    fn update_subscriptions(&mut self, session: &mut Session) {
+        for resource_type in ResourceType::ALL.into_iter().filter(|t| !t.is_wildcard()) {
+            let wanted = session.wanted(resource_type);
+            let current = self.subscribed.get(&resource_type).cloned().unwrap_or_default();
+            if wanted == current {
+                continue;
+            }
+            let subscribe: Vec<String> = wanted.difference(&current).cloned().collect();
+            let unsubscribe: Vec<String> = current.difference(&wanted).cloned().collect();
+            self.send(
+                resource_type,
+                DeltaDiscoveryRequest {
+                    resource_names_subscribe: subscribe,
+                    resource_names_unsubscribe: unsubscribe.clone(),
+                    ..Default::default()
+                },
+            );
+            self.subscribed.insert(resource_type, wanted);
+            session.forget(resource_type, &unsubscribe);
+        }
+    }
+
+    /// Sends `request` for `resource_type`, with the node when it is due.
+    fn send(&mut self, resource_type: ResourceType, mut request: DeltaDiscoveryRequest) {
+        if !self.node_sent || !self.config.set_node_on_first_message_only {
+            request.node = Some(self.config.node.clone());
+        }
+        self.node_sent = true;
+        request.type_url = resource_type.type_url().to_owned();
+        // A closed channel means the stream ended; the receive side reports why.
+        let _ = self.tx.send(request);
+    }
+}

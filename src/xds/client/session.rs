@@ -1,0 +1,105 @@
+//! What both stream flavours share: the accepted state, publication, initial-fetch timers
+//! and the names each type should be subscribed to.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+
+use super::AdsClientConfig;
+use super::timers::Timers;
+use crate::config::{Ignored, Resource, ResourceType};
+use crate::store::{ConfigState, Store, Versioned};
+
+pub struct Session {
+    pub state: ConfigState,
+    store: Arc<Store>,
+    pub timers: Timers,
+    /// Ignored fields already logged.
+    pub warned: HashSet<Ignored>,
+    /// LDS and CDS, when the bootstrap makes them dynamic.
+    wildcard_types: Vec<ResourceType>,
+}
+
+impl Session {
+    pub fn new(state: ConfigState, store: Arc<Store>, config: &AdsClientConfig) -> Self {
+        let mut timers = Timers::default();
+        let mut wildcard_types = Vec::new();
+        for (resource_type, source) in [(ResourceType::Cluster, config.cds), (ResourceType::Listener, config.lds)] {
+            if let Some(source) = source {
+                wildcard_types.push(resource_type);
+                if let Some(timeout) = source.initial_fetch_timeout {
+                    timers.arm(resource_type, "", timeout);
+                }
+            }
+        }
+        let mut session = Self { state, store, timers, warned: HashSet::new(), wildcard_types };
+        session.arm_dependants();
+        session
+    }
+
+    /// Whether this client subscribes to `resource_type` by wildcard.
+    pub fn is_wildcard_subscribed(&self, resource_type: ResourceType) -> bool {
+        self.wildcard_types.contains(&resource_type)
+    }
+
+    /// The names `resource_type` should be subscribed to now (empty for wildcard types).
+    pub fn wanted(&self, resource_type: ResourceType) -> BTreeSet<String> {
+        self.state.wanted(resource_type)
+    }
+
+    /// Applies an accepted response and publishes the resulting snapshot.
+    pub fn accept(
+        &mut self,
+        resource_type: ResourceType,
+        version_info: &str,
+        accepted: Vec<Versioned<Resource>>,
+        removed: &[String],
+        full_state: bool,
+    ) {
+        let count = accepted.len();
+        self.state.apply(resource_type, version_info, accepted, removed, full_state);
+        tracing::info!(
+            resource = resource_type.short_name(),
+            version = version_info,
+            updated = count,
+            removed = removed.len(),
+            "accepted"
+        );
+        self.arm_dependants();
+        self.publish();
+    }
+
+    /// Drops held resources nobody refers to any more (after an unsubscription).
+    pub fn forget(&mut self, resource_type: ResourceType, names: &[String]) {
+        if names.is_empty() {
+            return;
+        }
+        let version = self.state.version_info(resource_type).to_owned();
+        self.state.apply(resource_type, &version, Vec::new(), names, false);
+        self.publish();
+    }
+
+    /// Initial fetches that timed out: serve what waited for them.
+    pub fn expire(&mut self, due: Vec<(ResourceType, String)>) {
+        for (resource_type, name) in due {
+            tracing::warn!(resource = resource_type.short_name(), %name, "initial fetch timed out; serving without it");
+            self.state.expire(resource_type, &name);
+        }
+        self.publish();
+    }
+
+    pub fn publish(&mut self) {
+        self.store.publish(self.state.snapshot());
+    }
+
+    /// Arms initial-fetch timers for newly referenced EDS and RDS names.
+    fn arm_dependants(&mut self) {
+        for (name, timeout) in self.state.warming_eds_timeouts() {
+            self.timers.arm(ResourceType::ClusterLoadAssignment, &name, timeout);
+        }
+        if let Some(timeout) = self.state.timeouts().rds {
+            for name in self.state.wanted(ResourceType::RouteConfiguration) {
+                self.timers.arm(ResourceType::RouteConfiguration, &name, timeout);
+            }
+        }
+    }
+}

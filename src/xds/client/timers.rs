@@ -1,0 +1,45 @@
+//! Initial-fetch timers: how long start-up waits for a resource before serving without it.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::ResourceType;
+
+/// Pending deadlines, ordered by time. One per awaited (type, name).
+#[derive(Debug, Default)]
+pub struct Timers {
+    pending: BTreeSet<(Instant, ResourceType, String)>,
+    armed: BTreeSet<(ResourceType, String)>,
+}
+
+impl Timers {
+    /// Arms a timer for `name` unless one was armed before (a timer fires at most once:
+    /// the initial fetch happens once).
+    pub fn arm(&mut self, resource_type: ResourceType, name: &str, after: Duration) {
+        if self.armed.insert((resource_type, name.to_owned())) {
+            self.pending.insert((Instant::now() + after, resource_type, name.to_owned()));
+        }
+    }
+
+    /// Waits for the next deadline and returns every timer due by then. Pending forever
+    /// when no timer is armed.
+    pub async fn fired(&mut self) -> Vec<(ResourceType, String)> {
+        let Some((deadline, _, _)) = self.pending.first().cloned() else {
+            return std::future::pending().await;
+        };
+        tokio::time::sleep_until(deadline).await;
+        let now = Instant::now();
+        let mut due = Vec::new();
+        while let Some(first) = self.pending.first() {
+            if first.0 > now {
+                break;
+            }
+            if let Some((_, resource_type, name)) = self.pending.pop_first() {
+                due.push((resource_type, name));
+            }
+        }
+        due
+    }
+}
