@@ -1,4 +1,6 @@
 //! Outrider: a service-mesh sidecar data plane. See DESIGN.md for the architecture.
+pub mod admin;
+pub mod app;
 pub mod config;
 pub mod core;
 pub mod pb;

@@ -1,1 +1,75 @@
-fn main() {}
+//! The `outrider` command: parses the command line and hands over to `app`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use outrider::app::{self, RunOptions};
+use outrider::config::bootstrap::Bootstrap;
+
+#[derive(Parser)]
+#[command(name = "outrider", version, about = "A service-mesh sidecar data plane configured by xDS")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the sidecar with an Envoy-format bootstrap file.
+    Run {
+        /// Bootstrap file (YAML or JSON, Envoy's format).
+        #[arg(long, short = 'c')]
+        config: PathBuf,
+        /// Worker threads (default: the CPUs available to this process).
+        #[arg(long)]
+        concurrency: Option<usize>,
+    },
+    /// Check a bootstrap file and list what Outrider would ignore in it.
+    Validate {
+        #[arg(long, short = 'c')]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Run { config, concurrency } => match app::run(RunOptions { config, concurrency }) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("outrider: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Validate { config } => validate(&config),
+    }
+}
+
+fn validate(path: &std::path::Path) -> ExitCode {
+    match Bootstrap::load(path) {
+        Ok(bootstrap) => {
+            for ignored in &bootstrap.ignored {
+                println!("ignored: {}: {}", ignored.path, ignored.what);
+            }
+            println!(
+                "{}: valid ({} static listeners, {} static clusters, {} ignored fields)",
+                path.display(),
+                bootstrap.static_listeners.len(),
+                bootstrap.static_clusters.len(),
+                bootstrap.ignored.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{}: invalid: {e}", path.display());
+            ExitCode::FAILURE
+        }
+    }
+}
