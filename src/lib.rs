@@ -1,4 +1,5 @@
 //! Outrider: a service-mesh sidecar data plane. See DESIGN.md for the architecture.
+#![forbid(unsafe_code)]
 pub mod admin;
 pub mod app;
 pub mod config;

@@ -1,4 +1,5 @@
 //! The `outrider` command: parses the command line and hands over to `app`.
+#![forbid(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
