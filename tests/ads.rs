@@ -243,7 +243,8 @@ async fn control_plane_restart_reconnects_and_keeps_serving_delta() {
 async fn a_cluster_warms_until_its_endpoints_arrive() {
     let control_plane = ControlPlane::start().await;
     control_plane.set(ResourceType::Cluster, &[CLUSTER]);
-    control_plane.set(ResourceType::Listener, &[]);
+    control_plane.set(ResourceType::Listener, &[LISTENER]);
+    control_plane.set(ResourceType::RouteConfiguration, &[ROUTE]);
     let outrider = start_outrider(&control_plane, DELTA).await;
     control_plane.wait_acked(ResourceType::Cluster).await;
     control_plane
