@@ -43,3 +43,24 @@ impl Timers {
         due
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn fires_in_deadline_order_and_only_once_per_name() {
+        let mut timers = Timers::default();
+        timers.arm(ResourceType::ClusterLoadAssignment, "b", Duration::from_secs(15));
+        timers.arm(ResourceType::ClusterLoadAssignment, "a", Duration::from_secs(5));
+        timers.arm(ResourceType::ClusterLoadAssignment, "a", Duration::from_secs(1)); // already armed
+        let start = Instant::now();
+        assert_eq!(timers.fired().await, vec![(ResourceType::ClusterLoadAssignment, "a".to_owned())]);
+        assert_eq!(start.elapsed(), Duration::from_secs(5));
+        assert_eq!(timers.fired().await, vec![(ResourceType::ClusterLoadAssignment, "b".to_owned())]);
+        assert_eq!(start.elapsed(), Duration::from_secs(15));
+        timers.arm(ResourceType::ClusterLoadAssignment, "a", Duration::from_secs(1));
+        let nothing = tokio::time::timeout(Duration::from_secs(3600), timers.fired()).await;
+        assert!(nothing.is_err(), "a name's initial fetch times out once");
+    }
+}
