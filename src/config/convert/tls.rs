@@ -36,6 +36,14 @@ pub fn upstream_tls_context(proto: proto::UpstreamTlsContext, warnings: &mut War
         warnings.ignored("enforce_rsa_key_usage", "key usage is always enforced");
     }
     let common = common_of(common_tls_context, TlsParams::CLIENT_DEFAULT, warnings)?;
+    let field = match &common.certificates {
+        Certificates::Inline(c) if c.len() > 1 => "tls_certificates",
+        Certificates::Sds(c) if c.len() > 1 => "tls_certificate_sds_secret_configs",
+        _ => "",
+    };
+    if !field.is_empty() {
+        return Err(ConfigError::new(field, "a client presents at most one certificate").at("common_tls_context"));
+    }
     Ok(UpstreamTlsContext { common, sni })
 }
 
@@ -118,6 +126,9 @@ fn common_tls_context(
     ];
     if let Some((_, field)) = unsupported.into_iter().find(|(set, _)| *set) {
         return Err(ConfigError::new(field, "not supported"));
+    }
+    if let Some(i) = alpn_protocols.iter().position(|p| p.is_empty() || p.len() > 255) {
+        return Err(ConfigError::new(format!("alpn_protocols[{i}]"), "must be 1 to 255 bytes"));
     }
     if key_log.is_some() {
         warnings.ignored("key_log", "TLS keys are never logged");

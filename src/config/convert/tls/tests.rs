@@ -143,21 +143,21 @@ fn istio_outbound_context_converts() {
 
 #[test]
 fn envoy_defaults_apply() {
-    let ctx = upstream(json!({ "common_tls_context": { "tls_certificate_sds_secret_configs": [
-        { "name": "a", "sds_config": { "ads": {} } }, { "name": "b" }
-    ] } }))
-    .0
-    .unwrap();
+    let sds = json!({ "tls_certificate_sds_secret_configs": [{ "name": "a", "sds_config": { "ads": {} } }] });
+    let ctx = upstream(json!({ "common_tls_context": sds })).0.unwrap();
     assert_eq!(ctx.common.tls_params, TlsParams::CLIENT_DEFAULT);
+    assert_eq!(UpstreamTlsContext::default().common.tls_params, TlsParams::CLIENT_DEFAULT);
     let Certificates::Sds(sds) = &ctx.common.certificates else { panic!() };
     assert_eq!(sds[0].source, SdsSource::Ads);
     assert_eq!(sds[0].initial_fetch_timeout, Some(Duration::from_secs(15)));
-    assert_eq!(sds[1].source, SdsSource::Bootstrap);
-    assert_eq!(UpstreamTlsContext::default().common.tls_params, TlsParams::CLIENT_DEFAULT);
-    let d = downstream(json!({ "common_tls_context": { "tls_certificate_sds_secret_configs": [{ "name": "a" }] } }));
-    let d = d.0.unwrap();
+
+    let two = json!({ "tls_certificate_sds_secret_configs": [{ "name": "rsa" }, { "name": "ecdsa" }] });
+    let d = downstream(json!({ "common_tls_context": two })).0.unwrap();
     assert_eq!(d.common.tls_params, TlsParams::SERVER_DEFAULT);
     assert!(!d.require_client_certificate && !d.require_sni);
+    let Certificates::Sds(sds) = &d.common.certificates else { panic!() };
+    assert_eq!(sds[1].source, SdsSource::Bootstrap, "no sds_config: a bootstrap static secret");
+    assert_eq!(d.common.secret_names(), ["rsa", "ecdsa"]);
 }
 
 #[test]
@@ -173,6 +173,11 @@ fn unsupported_values_are_rejected_with_their_path() {
     let cases = [
         (json!({ "allow_renegotiation": true }), "allow_renegotiation"),
         (json!({ "auto_host_sni": true }), "auto_host_sni"),
+        (json!({ "common_tls_context": { "alpn_protocols": ["h2", ""] } }), "common_tls_context.alpn_protocols[1]"),
+        (
+            json!({ "common_tls_context": { "tls_certificate_sds_secret_configs": [{ "name": "a" }, { "name": "b" }] } }),
+            "common_tls_context.tls_certificate_sds_secret_configs",
+        ),
         (
             json!({ "common_tls_context": { "tls_params": { "tls_maximum_protocol_version": "TLSv1_1" } } }),
             "common_tls_context.tls_params.tls_maximum_protocol_version",
