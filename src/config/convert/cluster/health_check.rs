@@ -141,7 +141,7 @@ fn http_check(proto: hc::HttpHealthCheck, warnings: &mut Warnings) -> Result<Htt
         _ => return Err(ConfigError::new("method", "CONNECT and unknown methods cannot health check")),
     };
     let expected_statuses = match status_ranges(expected_statuses).at_field("expected_statuses")? {
-        ranges if ranges.is_empty() => vec![200..201],
+        ranges if ranges.is_empty() => std::iter::once(200..201).collect(),
         ranges => ranges,
     };
     Ok(HttpHealthCheck {
@@ -190,7 +190,7 @@ fn payload(proto: hc::Payload) -> Result<Vec<u8>> {
 }
 
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if hex.is_empty() || hex.len() % 2 != 0 {
+    if hex.is_empty() || !hex.len().is_multiple_of(2) {
         return None;
     }
     (0..hex.len()).step_by(2).map(|i| hex.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect()

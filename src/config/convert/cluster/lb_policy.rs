@@ -253,7 +253,7 @@ pub(super) fn maglev_table_size(size: Option<u64>) -> Result<u64> {
 }
 
 fn is_prime(n: u64) -> bool {
-    n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0)
+    n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| !n.is_multiple_of(d))
 }
 
 /// `choice_count`: 2 by default, at least 2.

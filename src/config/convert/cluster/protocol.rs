@@ -194,12 +194,12 @@ fn legacy_options(legacy: Legacy, warnings: &mut Warnings) -> Result<UpstreamHtt
             "HTTP/1.1 and HTTP/2 options together need protocol_selection USE_DOWNSTREAM_PROTOCOL",
         ));
     }
-    let mut options = UpstreamHttpOptions::default();
-    options.protocol = match (use_downstream, http2.is_some()) {
+    let protocol = match (use_downstream, http2.is_some()) {
         (true, _) => UpstreamProtocol::UseDownstream,
         (false, true) => UpstreamProtocol::Http2,
         (false, false) => UpstreamProtocol::Http1,
     };
+    let mut options = UpstreamHttpOptions { protocol, ..Default::default() };
     if let Some(h1) = http1 {
         warnings.within("http_protocol_options", |w| http1_options(h1, w)).at_field("http_protocol_options")?;
     }

@@ -112,6 +112,8 @@ mod tests {
     use crate::pb::json;
     use serde_json::json;
 
+    const SOCKETS: &str = "type.googleapis.com/envoy.extensions.transport_sockets";
+
     fn convert(value: serde_json::Value) -> (Result<UpstreamTransport>, Warnings) {
         let (proto, dropped) = json::from_value("envoy.config.core.v3.TransportSocket", value).unwrap();
         assert!(dropped.is_empty(), "{dropped:?}");
@@ -129,7 +131,7 @@ mod tests {
         let (transport, _) = convert(json!({"name": "envoy.transport_sockets.raw_buffer"}));
         assert_eq!(transport.unwrap(), UpstreamTransport::Plain);
         let internal = json!({"name": "internal_upstream", "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.internal_upstream.v3.InternalUpstreamTransport",
+            "@type": format!("{SOCKETS}.internal_upstream.v3.InternalUpstreamTransport"),
             "passthrough_metadata": [{"kind": {"host": {}}, "name": "envoy.filters.listener.original_dst"}],
             "transport_socket": {"name": "raw_buffer"}}});
         let (transport, warnings) = convert(internal);
