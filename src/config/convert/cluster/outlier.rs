@@ -56,7 +56,11 @@ pub(super) fn outlier_detection(proto: proto::OutlierDetection) -> Result<Outlie
     };
     Ok(OutlierDetection {
         consecutive_5xx: count(&consecutive_5xx, d.consecutive_5xx),
-        enforcing_consecutive_5xx: percent(&enforcing_consecutive_5xx, "enforcing_consecutive_5xx", 100)?,
+        enforcing_consecutive_5xx: percent(
+            &enforcing_consecutive_5xx,
+            "enforcing_consecutive_5xx",
+            d.enforcing_consecutive_5xx,
+        )?,
         consecutive_gateway_failure: count(&consecutive_gateway_failure, d.consecutive_gateway_failure),
         enforcing_consecutive_gateway_failure: percent(
             &enforcing_consecutive_gateway_failure,
