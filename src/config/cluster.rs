@@ -1,25 +1,82 @@
-//! Clusters: a named group of upstream endpoints and how to reach and balance them.
-//! (Placeholder: the full model arrives with the cluster converter.)
+//! Clusters: a named group of upstream endpoints, how they are found, balanced, checked and
+//! reached.
+//!
+//! One [`Cluster`] is one validated `envoy.config.cluster.v3.Cluster`. Every default Envoy
+//! documents has already been applied, so consumers never re-derive them.
 
+pub mod circuit_breakers;
+pub mod health_check;
+pub mod lb_policy;
+pub mod outlier;
+pub mod upstream;
+
+use std::net::SocketAddr;
 use std::time::Duration;
 
+pub use circuit_breakers::{CircuitBreakers, RetryBudget, Thresholds};
+pub use health_check::{GrpcHealthCheck, HealthCheck, HealthChecker, HttpHealthCheck, TcpHealthCheck};
+pub use lb_policy::{
+    CswrrConfig, HashKeySource, LbPolicy, LeastRequestConfig, LoadBalancing, MaglevConfig, OobReportingConfig,
+    RingHashConfig, RoundRobinConfig, SlowStartConfig,
+};
+pub use outlier::OutlierDetection;
+pub use upstream::{
+    Http2Keepalive, Http2Settings, TransportSocketMatch, UpstreamHttpOptions, UpstreamProtocol, UpstreamTransport,
+};
+
 use super::endpoint::ClusterLoadAssignment;
+
+/// Envoy's `connect_timeout` when the cluster does not set one.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Envoy's `initial_fetch_timeout` of a config source when it is not set.
+pub const DEFAULT_INITIAL_FETCH_TIMEOUT: Duration = Duration::from_secs(15);
+/// Envoy's `dns_refresh_rate` when a DNS cluster does not set one.
+pub const DEFAULT_DNS_REFRESH_RATE: Duration = Duration::from_secs(5);
+/// The header an ORIGINAL_DST cluster reads when `use_http_header` is set and no name is given.
+pub const DEFAULT_ORIGINAL_DST_HEADER: &str = "x-envoy-original-dst-host";
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cluster {
     pub name: String,
     pub discovery: DiscoveryType,
-    /// Endpoints given inline (STATIC, STRICT_DNS); EDS clusters get theirs from EDS.
+    /// Endpoints given inline (STATIC, STRICT_DNS, LOGICAL_DNS); EDS clusters get theirs
+    /// from EDS and ORIGINAL_DST clusters have none.
     pub load_assignment: Option<ClusterLoadAssignment>,
+    pub connect_timeout: Duration,
+    /// How an endpoint is picked. `None` only for ORIGINAL_DST clusters, where the
+    /// connection's own destination is the endpoint (Envoy's `CLUSTER_PROVIDED`).
+    pub load_balancing: Option<LoadBalancing>,
+    /// Set only on STRICT_DNS and LOGICAL_DNS clusters.
+    pub dns: Option<DnsSettings>,
+    /// Set only on ORIGINAL_DST clusters.
+    pub original_dst: Option<OriginalDstConfig>,
+    pub outlier_detection: Option<OutlierDetection>,
+    pub health_checks: Vec<HealthCheck>,
+    pub circuit_breakers: CircuitBreakers,
+    /// The transport of endpoints that no [`TransportSocketMatch`] selects.
+    pub transport_socket: UpstreamTransport,
+    /// Per-endpoint transports chosen by endpoint metadata (Istio's `tlsMode`), first match
+    /// wins; empty when the cluster has one transport for all endpoints.
+    pub transport_socket_matches: Vec<TransportSocketMatch>,
+    pub http: UpstreamHttpOptions,
+    /// `upstream_bind_config.source_address`: the local address upstream connections are
+    /// made from. Istio binds inbound clusters to 127.0.0.6 so that its iptables rules can
+    /// tell the proxy's own traffic to the application apart.
+    pub upstream_bind: Option<SocketAddr>,
 }
 
 /// How a cluster learns its endpoints.
 #[derive(Debug, Clone, PartialEq)]
 pub enum DiscoveryType {
     Static,
+    /// Every address each host name resolves to is an endpoint.
     StrictDns,
     Eds(EdsConfig),
+    /// The endpoint is the original destination of the downstream connection (or a header).
     OriginalDst,
+    /// One address at a time: the first address of the first host name; connections keep
+    /// their address across re-resolution.
+    LogicalDns,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -32,6 +89,41 @@ pub struct EdsConfig {
     pub initial_fetch_timeout: Option<Duration>,
 }
 
+/// Name resolution of STRICT_DNS and LOGICAL_DNS clusters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DnsSettings {
+    /// `dns_refresh_rate`, 5 s by default.
+    pub refresh_rate: Duration,
+    /// `respect_dns_ttl`: refresh when the record's TTL expires instead of at `refresh_rate`.
+    pub respect_dns_ttl: bool,
+    pub lookup_family: DnsLookupFamily,
+}
+
+/// Which address families a DNS cluster resolves, as Envoy's `dns_lookup_family`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DnsLookupFamily {
+    /// IPv6 if there is any, else IPv4.
+    Auto,
+    V4Only,
+    V6Only,
+    /// IPv4 if there is any, else IPv6.
+    V4Preferred,
+    /// Both families.
+    All,
+}
+
+/// `original_dst_lb_config` of an ORIGINAL_DST cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OriginalDstConfig {
+    /// Take the destination from an HTTP header instead of the connection.
+    pub use_http_header: bool,
+    /// The header read when `use_http_header` is set; [`DEFAULT_ORIGINAL_DST_HEADER`] unless
+    /// the cluster names another.
+    pub http_header_name: String,
+    /// Replaces the port of the original destination.
+    pub upstream_port_override: Option<u16>,
+}
+
 impl Cluster {
     /// The EDS resource this cluster needs, if it is an EDS cluster.
     pub fn eds_service_name(&self) -> Option<&str> {
@@ -41,8 +133,21 @@ impl Cluster {
         }
     }
 
-    /// The SDS secrets this cluster's upstream TLS refers to.
+    /// The SDS secrets this cluster's upstream TLS refers to, over its default transport and
+    /// every transport socket match, without duplicates.
     pub fn secret_names(&self) -> Vec<&str> {
-        Vec::new()
+        let mut names: Vec<&str> = Vec::new();
+        let transports =
+            std::iter::once(&self.transport_socket).chain(self.transport_socket_matches.iter().map(|m| &m.transport));
+        for transport in transports {
+            if let UpstreamTransport::Tls(tls) = transport {
+                for name in tls.common.secret_names() {
+                    if !names.contains(&name) {
+                        names.push(name);
+                    }
+                }
+            }
+        }
+        names
     }
 }

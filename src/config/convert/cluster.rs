@@ -1,34 +1,263 @@
-//! `envoy.config.cluster.v3.Cluster` → [`Cluster`]. (Placeholder.)
+//! `envoy.config.cluster.v3.Cluster` → [`Cluster`].
+//!
+//! This file owns the cluster's shape (discovery, DNS, EDS source, original destination,
+//! binding, the fields that are refused or ignored); balancing, outlier detection, health
+//! checks, circuit breakers, transport and HTTP protocol each have their own file.
 
-use crate::config::cluster::{Cluster, DiscoveryType, EdsConfig};
-use crate::config::error::{ConfigError, Result, Warnings};
+// Exhaustive destructuring names deprecated fields too; several are what Istio still sends.
+#![allow(deprecated)]
+
+mod circuit_breakers;
+mod discovery;
+mod health_check;
+mod http_codec;
+mod lb_policy;
+mod lb_typed;
+mod outlier;
+mod protocol;
+mod transport;
+
+#[cfg(test)]
+mod tests;
+
+use discovery::{DnsFields, check_load_assignment, discovery_kind, dns_settings, eds_config, original_dst_config};
+
+use crate::config::cluster::{CircuitBreakers, Cluster, DEFAULT_CONNECT_TIMEOUT, DiscoveryType, UpstreamTransport};
+use crate::config::convert::common;
+use crate::config::error::{AtField, ConfigError, Result, Warnings};
 use crate::pb::envoy::config::cluster::v3 as proto;
 
+use proto::cluster::{DiscoveryType as D, LbConfig};
+
+/// Cluster filters Istio adds for telemetry only (peer metadata exchange).
+const TELEMETRY_FILTERS: [&str; 2] = ["istio.metadata_exchange", "envoy.filters.network.upstream.metadata_exchange"];
+
 pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster> {
-    use proto::cluster::{ClusterDiscoveryType, DiscoveryType as D};
-    if proto.name.is_empty() {
+    let proto::Cluster {
+        transport_socket_matches,
+        transport_socket_matcher,
+        name,
+        alt_stat_name,
+        stats_matcher,
+        eds_cluster_config,
+        connect_timeout,
+        per_connection_buffer_limit_bytes,
+        per_connection_buffer_high_watermark_timeout,
+        lb_policy,
+        load_assignment,
+        health_checks,
+        max_requests_per_connection,
+        circuit_breakers,
+        upstream_http_protocol_options,
+        common_http_protocol_options,
+        http_protocol_options,
+        http2_protocol_options,
+        typed_extension_protocol_options,
+        dns_refresh_rate,
+        dns_jitter,
+        dns_failure_refresh_rate,
+        respect_dns_ttl,
+        dns_lookup_family,
+        dns_resolvers,
+        use_tcp_for_dns_lookups,
+        dns_resolution_config,
+        typed_dns_resolver_config,
+        wait_for_warm_on_init,
+        outlier_detection,
+        cleanup_interval,
+        upstream_bind_config,
+        lb_subset_config,
+        common_lb_config,
+        transport_socket,
+        metadata,
+        protocol_selection,
+        upstream_connection_options,
+        close_connections_on_host_health_failure,
+        ignore_health_on_host_removal,
+        filters,
+        load_balancing_policy,
+        lrs_server,
+        lrs_report_endpoint_metrics,
+        track_timeout_budgets,
+        upstream_config,
+        track_cluster_stats,
+        preconnect_policy,
+        connection_pool_per_downstream_connection,
+        queuing_policies,
+        cluster_discovery_type,
+        lb_config,
+    } = proto;
+    if name.is_empty() {
         return Err(ConfigError::new("name", "must not be empty"));
     }
-    let discovery = match proto.cluster_discovery_type {
-        Some(ClusterDiscoveryType::Type(t)) if t == D::Static as i32 => DiscoveryType::Static,
-        Some(ClusterDiscoveryType::Type(t)) if t == D::StrictDns as i32 => DiscoveryType::StrictDns,
-        Some(ClusterDiscoveryType::Type(t)) if t == D::OriginalDst as i32 => DiscoveryType::OriginalDst,
-        Some(ClusterDiscoveryType::Type(t)) if t == D::Eds as i32 => {
-            let service_name = proto
-                .eds_cluster_config
-                .as_ref()
-                .map(|e| e.service_name.clone())
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| proto.name.clone());
-            DiscoveryType::Eds(EdsConfig { service_name, initial_fetch_timeout: None })
+    let refused = [
+        ("transport_socket_matcher", transport_socket_matcher.is_some()),
+        ("upstream_config", upstream_config.is_some()),
+        ("close_connections_on_host_health_failure", close_connections_on_host_health_failure),
+        ("ignore_health_on_host_removal", ignore_health_on_host_removal),
+        ("connection_pool_per_downstream_connection", connection_pool_per_downstream_connection),
+        ("queuing_policies", queuing_policies.is_some()),
+    ];
+    if let Some((field, _)) = refused.iter().find(|(_, set)| *set) {
+        return Err(ConfigError::new(*field, "not supported"));
+    }
+    for (i, filter) in filters.iter().enumerate() {
+        if !TELEMETRY_FILTERS.contains(&filter.name.as_str()) {
+            return Err(ConfigError::new(
+                format!("filters[{i}]"),
+                format!("upstream filter {:?} is not supported", filter.name),
+            ));
         }
-        None => DiscoveryType::Static,
-        _ => return Err(ConfigError::new("type", "unsupported discovery type")),
+        warnings.ignored(format!("filters[{i}]"), "peer metadata exchange only feeds Istio telemetry");
+    }
+    let ignored = [
+        ("alt_stat_name", !alt_stat_name.is_empty(), "stats use the cluster name"),
+        ("stats_matcher", stats_matcher.is_some(), "all cluster stats are kept"),
+        ("per_connection_buffer_limit_bytes", per_connection_buffer_limit_bytes.is_some(), BUFFERS),
+        (
+            "per_connection_buffer_high_watermark_timeout",
+            per_connection_buffer_high_watermark_timeout.is_some(),
+            BUFFERS,
+        ),
+        ("wait_for_warm_on_init", wait_for_warm_on_init.is_some(), "clusters are always used once converted"),
+        ("cleanup_interval", cleanup_interval.is_some(), "original destination hosts are not cached"),
+        ("metadata", metadata.is_some(), "cluster metadata is not read"),
+        (
+            "upstream_connection_options",
+            upstream_connection_options.is_some(),
+            "TCP keepalive and happy eyeballs use system defaults",
+        ),
+        ("lrs_server", lrs_server.is_some(), "load reports are not sent to the control plane"),
+        ("lrs_report_endpoint_metrics", !lrs_report_endpoint_metrics.is_empty(), "load reports are not sent"),
+        ("track_timeout_budgets", track_timeout_budgets, "stats only"),
+        ("track_cluster_stats", track_cluster_stats.is_some(), "stats only"),
+        ("preconnect_policy", preconnect_policy.is_some(), "connections are made on demand"),
+    ];
+    for (field, set, why) in ignored {
+        if set {
+            warnings.ignored(field, why);
+        }
+    }
+
+    let kind = discovery_kind(cluster_discovery_type)?;
+    if kind != D::Eds && eds_cluster_config.is_some() {
+        warnings.ignored("eds_cluster_config", "only EDS clusters read it");
+    }
+    let discovery = match kind {
+        D::Static => DiscoveryType::Static,
+        D::StrictDns => DiscoveryType::StrictDns,
+        D::LogicalDns => DiscoveryType::LogicalDns,
+        D::OriginalDst => DiscoveryType::OriginalDst,
+        D::Eds => DiscoveryType::Eds(eds_config(eds_cluster_config, &name).at_field("eds_cluster_config")?),
     };
-    let load_assignment = proto
-        .load_assignment
-        .map(|cla| super::endpoint::cluster_load_assignment(cla, warnings))
+    let dns_fields = DnsFields {
+        dns_refresh_rate,
+        dns_jitter,
+        dns_failure_refresh_rate,
+        respect_dns_ttl,
+        dns_lookup_family,
+        dns_resolvers,
+        use_tcp_for_dns_lookups,
+        dns_resolution_config,
+        typed_dns_resolver_config,
+    };
+    let dns = dns_settings(kind, dns_fields, warnings)?;
+
+    let (original_dst_lb_config, lb_config) = match lb_config {
+        Some(LbConfig::OriginalDstLbConfig(config)) => (Some(config), None),
+        other => (None, other),
+    };
+    let original_dst = match (kind, original_dst_lb_config) {
+        (D::OriginalDst, config) => Some(original_dst_config(config).at_field("original_dst_lb_config")?),
+        (_, Some(_)) => {
+            warnings.ignored("original_dst_lb_config", "only ORIGINAL_DST clusters read it");
+            None
+        }
+        (_, None) => None,
+    };
+
+    let load_assignment = load_assignment
+        .map(|cla| warnings.within("load_assignment", |w| super::endpoint::cluster_load_assignment(cla, w)))
         .transpose()
-        .map_err(|e| e.at("load_assignment"))?;
-    Ok(Cluster { name: proto.name, discovery, load_assignment })
+        .at_field("load_assignment")?;
+    let load_assignment = check_load_assignment(kind, load_assignment, warnings).at_field("load_assignment")?;
+
+    let lb_field = if load_balancing_policy.is_some() { "load_balancing_policy" } else { "lb_policy" };
+    let lb_fields =
+        lb_policy::LbFields { lb_policy, lb_config, load_balancing_policy, common_lb_config, lb_subset_config };
+    let load_balancing = lb_policy::load_balancing(lb_fields, warnings)?;
+    match (kind, &load_balancing) {
+        (D::OriginalDst, Some(_)) => {
+            return Err(ConfigError::new(lb_field, "ORIGINAL_DST clusters need the CLUSTER_PROVIDED policy"));
+        }
+        (D::OriginalDst, None) | (_, Some(_)) => {}
+        (_, None) => {
+            return Err(ConfigError::new(lb_field, "CLUSTER_PROVIDED is only valid for ORIGINAL_DST clusters"));
+        }
+    }
+
+    let connect_timeout = match common::opt_duration(&connect_timeout, "connect_timeout")? {
+        None => DEFAULT_CONNECT_TIMEOUT,
+        Some(d) if d.is_zero() => return Err(ConfigError::new("connect_timeout", "must be greater than 0")),
+        Some(d) => d,
+    };
+    let outlier_detection =
+        outlier_detection.map(outlier::outlier_detection).transpose().at_field("outlier_detection")?;
+    let health_checks = health_checks
+        .into_iter()
+        .enumerate()
+        .map(|(i, check)| {
+            let at = format!("health_checks[{i}]");
+            warnings.within(&at, |w| health_check::health_check(check, w)).at_field(&at)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let circuit_breakers = match circuit_breakers {
+        None => CircuitBreakers::default(),
+        Some(cb) => warnings
+            .within("circuit_breakers", |w| circuit_breakers::circuit_breakers(cb, w))
+            .at_field("circuit_breakers")?,
+    };
+    let transport_socket = match transport_socket {
+        None => UpstreamTransport::Plain,
+        Some(socket) => warnings
+            .within("transport_socket", |w| transport::transport_socket(socket, w))
+            .at_field("transport_socket")?,
+    };
+    let transport_socket_matches = warnings
+        .within("transport_socket_matches", |w| transport::transport_socket_matches(transport_socket_matches, w))
+        .at_field("transport_socket_matches")?;
+    let protocol_fields = protocol::ProtocolFields {
+        typed_extension_protocol_options,
+        http_protocol_options,
+        http2_protocol_options,
+        common_http_protocol_options,
+        upstream_http_protocol_options,
+        protocol_selection,
+        max_requests_per_connection,
+    };
+    let http = protocol::http_options(protocol_fields, warnings)?;
+    let upstream_bind = match upstream_bind_config {
+        None => None,
+        Some(bind) => warnings
+            .within("upstream_bind_config", |w| discovery::upstream_bind(bind, w))
+            .at_field("upstream_bind_config")?,
+    };
+    Ok(Cluster {
+        name,
+        discovery,
+        load_assignment,
+        connect_timeout,
+        load_balancing,
+        dns,
+        original_dst,
+        outlier_detection,
+        health_checks,
+        circuit_breakers,
+        transport_socket,
+        transport_socket_matches,
+        http,
+        upstream_bind,
+    })
 }
+
+const BUFFERS: &str = "flow control uses the HTTP stack's own windows";

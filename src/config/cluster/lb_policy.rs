@@ -1,0 +1,167 @@
+//! How a cluster picks an endpoint: the policy, its settings, and the layers around it
+//! (locality weighting, panic threshold). Defaults are Envoy's (see `LB-FACTS.md`).
+
+use std::time::Duration;
+
+/// Envoy's `common_lb_config.healthy_panic_threshold`, in percent.
+pub const DEFAULT_HEALTHY_PANIC_THRESHOLD: f64 = 50.0;
+/// Ring hash bounds: Envoy's defaults and its hard upper limit for both.
+pub const DEFAULT_MINIMUM_RING_SIZE: u64 = 1024;
+pub const DEFAULT_MAXIMUM_RING_SIZE: u64 = 8_388_608;
+pub const MAX_RING_SIZE: u64 = 8_388_608;
+/// Maglev's default table size (a prime) and Envoy's upper limit.
+pub const DEFAULT_MAGLEV_TABLE_SIZE: u64 = 65537;
+pub const MAX_MAGLEV_TABLE_SIZE: u64 = 5_000_011;
+/// The shortest CSWRR weight update period; shorter configured values are raised to it, as
+/// gRPC does, so that a typo cannot make the weights task spin.
+pub const MIN_WEIGHT_UPDATE_PERIOD: Duration = Duration::from_millis(100);
+
+/// The balancing of one cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadBalancing {
+    pub policy: LbPolicy,
+    /// Pick a locality first, by its EDS `load_balancing_weight` scaled by its health, then
+    /// an endpoint in it (`wrr_locality` or `locality_weighted_lb_config`). Ring hash and
+    /// maglev fold the locality weight into the endpoint weights instead.
+    pub locality_weighted: bool,
+    /// In percent: below this share of healthy endpoints a priority is in panic and all of
+    /// its endpoints are used. 0 disables panic.
+    pub healthy_panic_threshold: f64,
+}
+
+/// The endpoint-picking policy.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LbPolicy {
+    RoundRobin(RoundRobinConfig),
+    LeastRequest(LeastRequestConfig),
+    /// Uniform over the endpoints; ignores weights, as Envoy does.
+    Random,
+    RingHash(RingHashConfig),
+    Maglev(MaglevConfig),
+    /// ORCA-fed weighted round robin.
+    ClientSideWeightedRoundRobin(CswrrConfig),
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RoundRobinConfig {
+    pub slow_start: Option<SlowStartConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeastRequestConfig {
+    /// Endpoints sampled per pick (N_CHOICES), at least 2.
+    pub choice_count: u32,
+    /// With unequal weights, `weight / (active + 1)^bias`; 0 is plain weighted RR.
+    pub active_request_bias: f64,
+    pub slow_start: Option<SlowStartConfig>,
+    /// `selection_method: FULL_SCAN` (or the older `enable_full_scan`): look at every
+    /// endpoint instead of sampling `choice_count`.
+    pub full_scan: bool,
+}
+
+impl Default for LeastRequestConfig {
+    fn default() -> Self {
+        Self { choice_count: 2, active_request_bias: 1.0, slow_start: None, full_scan: false }
+    }
+}
+
+/// What identifies an endpoint on a hash ring or maglev table when its EDS metadata has
+/// no `envoy.lb` `hash_key`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HashKeySource {
+    /// `10.0.0.1:8080`, as Envoy formats it.
+    #[default]
+    Address,
+    /// The endpoint's hostname (`use_hostname_for_hashing`).
+    Hostname,
+}
+
+/// Ketama ring of xxHash64 (seed 0) entries. MURMUR_HASH_2 is refused at conversion.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RingHashConfig {
+    pub minimum_ring_size: u64,
+    pub maximum_ring_size: u64,
+    pub hash_key: HashKeySource,
+}
+
+impl Default for RingHashConfig {
+    fn default() -> Self {
+        Self {
+            minimum_ring_size: DEFAULT_MINIMUM_RING_SIZE,
+            maximum_ring_size: DEFAULT_MAXIMUM_RING_SIZE,
+            hash_key: HashKeySource::Address,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MaglevConfig {
+    /// A prime, at most [`MAX_MAGLEV_TABLE_SIZE`].
+    pub table_size: u64,
+    pub hash_key: HashKeySource,
+}
+
+impl Default for MaglevConfig {
+    fn default() -> Self {
+        Self { table_size: DEFAULT_MAGLEV_TABLE_SIZE, hash_key: HashKeySource::Address }
+    }
+}
+
+/// `client_side_weighted_round_robin`: weights from the endpoints' ORCA reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CswrrConfig {
+    /// Ask endpoints for out-of-band reports instead of reading them from responses.
+    pub enable_oob_load_report: bool,
+    pub oob_reporting_period: Duration,
+    /// Where the out-of-band stream goes, when not to the endpoint's own address.
+    pub oob_reporting: OobReportingConfig,
+    /// An endpoint's weight is used only after it has reported for this long.
+    pub blackout_period: Duration,
+    /// A weight not refreshed for this long is dropped.
+    pub weight_expiration_period: Duration,
+    /// How often weights are recomputed; never below [`MIN_WEIGHT_UPDATE_PERIOD`].
+    pub weight_update_period: Duration,
+    /// Multiplier of `eps/qps` added to utilization; ≥ 0.
+    pub error_utilization_penalty: f64,
+    /// ORCA metrics whose maximum is the utilization (`named_metrics.<k>`,
+    /// `utilization.<k>`, `cpu_utilization`, `mem_utilization`, `application_utilization`);
+    /// empty means application utilization, else CPU utilization.
+    pub metric_names_for_computing_utilization: Vec<String>,
+    pub slow_start: Option<SlowStartConfig>,
+}
+
+impl Default for CswrrConfig {
+    fn default() -> Self {
+        Self {
+            enable_oob_load_report: false,
+            oob_reporting_period: Duration::from_secs(10),
+            oob_reporting: OobReportingConfig::default(),
+            blackout_period: Duration::from_secs(10),
+            weight_expiration_period: Duration::from_secs(180),
+            weight_update_period: Duration::from_secs(1),
+            error_utilization_penalty: 1.0,
+            metric_names_for_computing_utilization: Vec::new(),
+            slow_start: None,
+        }
+    }
+}
+
+/// `oob_reporting_config`: the out-of-band ORCA stream's destination.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OobReportingConfig {
+    /// Replaces the endpoint's port.
+    pub port: Option<u16>,
+    /// `:authority` of the stream; empty means the endpoint's address.
+    pub authority: String,
+}
+
+/// Ramp-up of new endpoints: `weight × max(min_weight_percent, t^(1/aggression))` over
+/// `window`. Present only when the window is non-zero.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlowStartConfig {
+    pub window: Duration,
+    /// > 0; 1.0 is linear.
+    pub aggression: f64,
+    /// In percent, the floor of the effective weight.
+    pub min_weight_percent: f64,
+}

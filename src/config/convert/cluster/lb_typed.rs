@@ -1,0 +1,286 @@
+//! `load_balancing_policy`: the typed policy list. As in Envoy, the first policy Outrider
+//! knows is used and the ones before it are skipped; a known policy with a bad setting is
+//! an error, not a reason to skip.
+
+// Exhaustive destructuring names deprecated fields too; several are what Istio still sends.
+#![allow(deprecated)]
+
+use prost::Name;
+
+use super::lb_policy::{self as shared, Choice, CommonLb};
+use crate::config::cluster::lb_policy::MIN_WEIGHT_UPDATE_PERIOD;
+use crate::config::cluster::{
+    CswrrConfig, HashKeySource, LbPolicy, LeastRequestConfig, MaglevConfig, OobReportingConfig, RingHashConfig,
+    RoundRobinConfig,
+};
+use crate::config::convert::common;
+use crate::config::error::{AtField, ConfigError, Result, Warnings};
+use crate::pb::envoy::config::cluster::v3 as cluster;
+use crate::pb::envoy::extensions::load_balancing_policies as lbp;
+use crate::pb::google::protobuf as gpb;
+
+use lbp::common::v3 as lb_common;
+
+const CLUSTER_PROVIDED: &str = "envoy.extensions.load_balancing_policies.cluster_provided.v3.ClusterProvided";
+
+/// The first supported policy of the list. `nested` is set inside `wrr_locality`, where a
+/// second locality layer or `CLUSTER_PROVIDED` make no sense.
+pub(super) fn policy_list(
+    proto: cluster::LoadBalancingPolicy,
+    common: &CommonLb,
+    nested: bool,
+    warnings: &mut Warnings,
+) -> Result<Choice> {
+    let cluster::LoadBalancingPolicy { policies } = proto;
+    for (i, entry) in policies.into_iter().enumerate() {
+        let at = format!("policies[{i}].typed_extension_config");
+        let cluster::load_balancing_policy::Policy { typed_extension_config } = entry;
+        let Some(config) = typed_extension_config else {
+            return Err(ConfigError::new(at, "is required"));
+        };
+        let Some(any) = config.typed_config else {
+            warnings.ignored(at, format!("policy {:?} has no config Outrider knows; trying the next", config.name));
+            continue;
+        };
+        let at = format!("{at}.typed_config");
+        let choice = warnings.within(&at, |w| policy(&any, common, nested, w)).at_field(&at)?;
+        match choice {
+            Some(choice) => return Ok(choice),
+            None => {
+                warnings.ignored(at, format!("{} is not supported; trying the next", common::type_name(&any.type_url)))
+            }
+        }
+    }
+    Err(ConfigError::new("policies", "none of the policies is supported"))
+}
+
+/// One typed policy; `None` when Outrider does not know its type.
+fn policy(any: &gpb::Any, common: &CommonLb, nested: bool, warnings: &mut Warnings) -> Result<Option<Choice>> {
+    let name = common::type_name(&any.type_url);
+    let choice = if name == lbp::round_robin::v3::RoundRobin::full_name() {
+        round_robin(common::unpack(any)?, warnings)?
+    } else if name == lbp::least_request::v3::LeastRequest::full_name() {
+        least_request(common::unpack(any)?, warnings)?
+    } else if name == lbp::random::v3::Random::full_name() {
+        let lbp::random::v3::Random { locality_lb_config } = common::unpack(any)?;
+        Choice::Policy(LbPolicy::Random, locality(locality_lb_config, warnings))
+    } else if name == lbp::ring_hash::v3::RingHash::full_name() {
+        ring_hash(common::unpack(any)?, common)?
+    } else if name == lbp::maglev::v3::Maglev::full_name() {
+        maglev(common::unpack(any)?, common)?
+    } else if name == lbp::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin::full_name() {
+        Choice::Policy(LbPolicy::ClientSideWeightedRoundRobin(cswrr(common::unpack(any)?, warnings)?), None)
+    } else if name == lbp::wrr_locality::v3::WrrLocality::full_name() {
+        if nested {
+            return Err(ConfigError::new("", "wrr_locality cannot be nested in wrr_locality"));
+        }
+        let lbp::wrr_locality::v3::WrrLocality { endpoint_picking_policy } = common::unpack(any)?;
+        let inner =
+            endpoint_picking_policy.ok_or_else(|| ConfigError::new("endpoint_picking_policy", "is required"))?;
+        let inner = warnings
+            .within("endpoint_picking_policy", |w| policy_list(inner, common, true, w))
+            .at_field("endpoint_picking_policy")?;
+        match inner {
+            Choice::Policy(policy, _) => Choice::Policy(policy, Some(true)),
+            Choice::ClusterProvided => {
+                return Err(ConfigError::new("endpoint_picking_policy", "cluster_provided cannot pick endpoints"));
+            }
+        }
+    } else if name == CLUSTER_PROVIDED && !nested {
+        Choice::ClusterProvided
+    } else {
+        return Ok(None);
+    };
+    Ok(Some(choice))
+}
+
+fn round_robin(proto: lbp::round_robin::v3::RoundRobin, warnings: &mut Warnings) -> Result<Choice> {
+    let lbp::round_robin::v3::RoundRobin { slow_start_config, locality_lb_config } = proto;
+    let slow_start = typed_slow_start(slow_start_config, warnings)?;
+    Ok(Choice::Policy(LbPolicy::RoundRobin(RoundRobinConfig { slow_start }), locality(locality_lb_config, warnings)))
+}
+
+fn least_request(proto: lbp::least_request::v3::LeastRequest, warnings: &mut Warnings) -> Result<Choice> {
+    use lbp::least_request::v3::least_request::SelectionMethod;
+    let lbp::least_request::v3::LeastRequest {
+        choice_count,
+        active_request_bias,
+        slow_start_config,
+        locality_lb_config,
+        enable_full_scan,
+        selection_method,
+    } = proto;
+    let full_scan = match SelectionMethod::try_from(selection_method) {
+        Ok(SelectionMethod::NChoices) => common::bool_or(&enable_full_scan, false),
+        Ok(SelectionMethod::FullScan) => true,
+        Err(_) => return Err(ConfigError::new("selection_method", format!("unknown method {selection_method}"))),
+    };
+    let config = LeastRequestConfig {
+        choice_count: shared::choice_count_of(choice_count)?,
+        active_request_bias: shared::active_request_bias_of(active_request_bias, warnings)?,
+        slow_start: typed_slow_start(slow_start_config, warnings)?,
+        full_scan,
+    };
+    Ok(Choice::Policy(LbPolicy::LeastRequest(config), locality(locality_lb_config, warnings)))
+}
+
+fn ring_hash(proto: lbp::ring_hash::v3::RingHash, common: &CommonLb) -> Result<Choice> {
+    use lbp::ring_hash::v3::ring_hash::HashFunction as H;
+    let lbp::ring_hash::v3::RingHash {
+        hash_function,
+        minimum_ring_size,
+        maximum_ring_size,
+        use_hostname_for_hashing,
+        hash_balance_factor,
+        consistent_hashing_lb_config,
+        locality_weighted_lb_config,
+    } = proto;
+    match H::try_from(hash_function) {
+        Ok(H::DefaultHash | H::XxHash) => {}
+        _ => {
+            return Err(ConfigError::new(
+                "hash_function",
+                "only XX_HASH is supported (MURMUR_HASH_2 would place keys differently)",
+            ));
+        }
+    }
+    let (minimum_ring_size, maximum_ring_size) =
+        shared::ring_sizes(minimum_ring_size.map(|v| v.value), maximum_ring_size.map(|v| v.value))?;
+    // The deprecated top-level fields count only without `consistent_hashing_lb_config`.
+    let hash_key = match consistent_hashing_lb_config {
+        Some(config) => consistent_hashing(config)?,
+        None if use_hostname_for_hashing || hash_balance_factor.is_some() => {
+            shared::hash_key_of(use_hostname_for_hashing, hash_balance_factor)?
+        }
+        None => common.hash_key,
+    };
+    let config = RingHashConfig { minimum_ring_size, maximum_ring_size, hash_key };
+    Ok(Choice::Policy(LbPolicy::RingHash(config), locality_weighted_lb_config.map(|_| true)))
+}
+
+fn maglev(proto: lbp::maglev::v3::Maglev, common: &CommonLb) -> Result<Choice> {
+    let lbp::maglev::v3::Maglev { table_size, consistent_hashing_lb_config, locality_weighted_lb_config } = proto;
+    let table_size = shared::maglev_table_size(table_size.map(|v| v.value))?;
+    let hash_key = match consistent_hashing_lb_config {
+        Some(config) => consistent_hashing(config)?,
+        None => common.hash_key,
+    };
+    let config = MaglevConfig { table_size, hash_key };
+    Ok(Choice::Policy(LbPolicy::Maglev(config), locality_weighted_lb_config.map(|_| true)))
+}
+
+fn consistent_hashing(proto: lb_common::ConsistentHashingLbConfig) -> Result<HashKeySource> {
+    let lb_common::ConsistentHashingLbConfig { use_hostname_for_hashing, hash_balance_factor, hash_policy } = proto;
+    if !hash_policy.is_empty() {
+        return Err(ConfigError::new(
+            "consistent_hashing_lb_config.hash_policy",
+            "cluster-level hash policies are not supported; set them on the route",
+        ));
+    }
+    shared::hash_key_of(use_hostname_for_hashing, hash_balance_factor).at_field("consistent_hashing_lb_config")
+}
+
+fn cswrr(
+    proto: lbp::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin,
+    warnings: &mut Warnings,
+) -> Result<CswrrConfig> {
+    let lbp::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin {
+        enable_oob_load_report,
+        oob_reporting_period,
+        blackout_period,
+        weight_expiration_period,
+        weight_update_period,
+        error_utilization_penalty,
+        metric_names_for_computing_utilization,
+        slow_start_config,
+        oob_reporting_config,
+    } = proto;
+    let defaults = CswrrConfig::default();
+    let duration_or = |value: &Option<gpb::Duration>, field: &str, default| {
+        common::opt_duration(value, field).map(|d| d.unwrap_or(default))
+    };
+    let penalty = error_utilization_penalty.map_or(defaults.error_utilization_penalty, |v| f64::from(v.value));
+    if !penalty.is_finite() || penalty < 0.0 {
+        return Err(ConfigError::new("error_utilization_penalty", format!("{penalty} is not a number ≥ 0")));
+    }
+    for (i, name) in metric_names_for_computing_utilization.iter().enumerate() {
+        if !is_orca_metric_name(name) {
+            return Err(ConfigError::new(
+                format!("metric_names_for_computing_utilization[{i}]"),
+                format!("{name:?} is not an ORCA utilization metric (named_metrics.<k>, utilization.<k>, ...)"),
+            ));
+        }
+    }
+    Ok(CswrrConfig {
+        enable_oob_load_report: common::bool_or(&enable_oob_load_report, defaults.enable_oob_load_report),
+        oob_reporting_period: duration_or(
+            &oob_reporting_period,
+            "oob_reporting_period",
+            defaults.oob_reporting_period,
+        )?,
+        oob_reporting: oob_reporting(oob_reporting_config).at_field("oob_reporting_config")?,
+        blackout_period: duration_or(&blackout_period, "blackout_period", defaults.blackout_period)?,
+        weight_expiration_period: duration_or(
+            &weight_expiration_period,
+            "weight_expiration_period",
+            defaults.weight_expiration_period,
+        )?,
+        weight_update_period: duration_or(
+            &weight_update_period,
+            "weight_update_period",
+            defaults.weight_update_period,
+        )?
+        .max(MIN_WEIGHT_UPDATE_PERIOD),
+        error_utilization_penalty: penalty,
+        metric_names_for_computing_utilization,
+        slow_start: typed_slow_start(slow_start_config, warnings)?,
+    })
+}
+
+fn oob_reporting(proto: Option<lb_common::OrcaOobReportingConfig>) -> Result<OobReportingConfig> {
+    let Some(lb_common::OrcaOobReportingConfig { port_value, authority, transport_socket_match_criteria }) = proto
+    else {
+        return Ok(OobReportingConfig::default());
+    };
+    if transport_socket_match_criteria.is_some() {
+        return Err(ConfigError::new("transport_socket_match_criteria", "not supported"));
+    }
+    let port = match port_value {
+        0 => None,
+        p => Some(u16::try_from(p).map_err(|_| ConfigError::new("port_value", format!("{p} is not a port")))?),
+    };
+    Ok(OobReportingConfig { port, authority })
+}
+
+/// The ORCA metric names Envoy's weight manager understands.
+fn is_orca_metric_name(name: &str) -> bool {
+    matches!(name, "cpu_utilization" | "mem_utilization" | "application_utilization")
+        || ["named_metrics.", "utilization."]
+            .iter()
+            .any(|prefix| name.strip_prefix(prefix).is_some_and(|key| !key.is_empty()))
+}
+
+fn typed_slow_start(
+    proto: Option<lb_common::SlowStartConfig>,
+    warnings: &mut Warnings,
+) -> Result<Option<crate::config::cluster::SlowStartConfig>> {
+    let Some(lb_common::SlowStartConfig { slow_start_window, aggression, min_weight_percent }) = proto else {
+        return Ok(None);
+    };
+    shared::slow_start(slow_start_window, aggression, min_weight_percent, warnings)
+}
+
+/// A typed policy's own `locality_lb_config`: `Some(true)` for locality weighting,
+/// `Some(false)` when set to anything else, `None` when absent.
+fn locality(proto: Option<lb_common::LocalityLbConfig>, warnings: &mut Warnings) -> Option<bool> {
+    use lb_common::locality_lb_config::LocalityConfigSpecifier as L;
+    let lb_common::LocalityLbConfig { locality_config_specifier } = proto?;
+    Some(match locality_config_specifier {
+        Some(L::LocalityWeightedLbConfig(_)) => true,
+        Some(L::ZoneAwareLbConfig(_)) => {
+            warnings.ignored("locality_lb_config.zone_aware_lb_config", shared::zone_aware_why());
+            false
+        }
+        None => false,
+    })
+}
