@@ -41,7 +41,8 @@ async fn config_dump_and_clusters_show_what_was_received() {
     assert_eq!(status, 200);
     let dump: serde_json::Value = serde_json::from_str(&body).unwrap();
     let configs = dump["configs"].as_array().unwrap();
-    let section = |suffix: &str| configs.iter().find(|c| c["@type"].as_str().unwrap().ends_with(suffix)).unwrap().clone();
+    let section =
+        |suffix: &str| configs.iter().find(|c| c["@type"].as_str().unwrap().ends_with(suffix)).unwrap().clone();
 
     assert_eq!(section("BootstrapConfigDump")["bootstrap"]["node"]["cluster"], "test");
     let clusters = section("ClustersConfigDump");
@@ -53,7 +54,10 @@ async fn config_dump_and_clusters_show_what_was_received() {
     assert!(active["last_updated"].as_str().unwrap().ends_with('Z'));
     let listeners = section("ListenersConfigDump");
     assert_eq!(listeners["dynamic_listeners"][0]["name"], "http");
-    assert_eq!(listeners["dynamic_listeners"][0]["active_state"]["listener"]["address"]["socket_address"]["port_value"], 10000);
+    assert_eq!(
+        listeners["dynamic_listeners"][0]["active_state"]["listener"]["address"]["socket_address"]["port_value"],
+        10000
+    );
     assert_eq!(section("RoutesConfigDump")["dynamic_route_configs"][0]["route_config"]["name"], "local_route");
     let endpoints = section("EndpointsConfigDump")["dynamic_endpoint_configs"][0].clone();
     assert_eq!(endpoints["endpoint_config"]["cluster_name"], "backend");

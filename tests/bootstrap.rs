@@ -46,7 +46,9 @@ fn invalid(yaml: &str) -> String {
 
 #[test]
 fn problems_are_reported_with_their_field_path() {
-    let rest = invalid("dynamic_resources: { ads_config: { api_type: REST, grpc_services: [{ envoy_grpc: { cluster_name: x } }] } }");
+    let rest = invalid(
+        "dynamic_resources: { ads_config: { api_type: REST, grpc_services: [{ envoy_grpc: { cluster_name: x } }] } }",
+    );
     assert!(rest.starts_with("dynamic_resources.ads_config.api_type:"), "{rest}");
 
     let missing = invalid(

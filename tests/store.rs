@@ -27,7 +27,8 @@ fn assignment(ports: impl Iterator<Item = u32>) -> Versioned<Resource> {
 
 /// A state with one EDS cluster, `big`, whose endpoints the tests push.
 fn state() -> ConfigState {
-    let value = serde_json::json!({ "name": "big", "type": "EDS", "eds_cluster_config": { "eds_config": { "ads": {} } } });
+    let value =
+        serde_json::json!({ "name": "big", "type": "EDS", "eds_cluster_config": { "eds_config": { "ads": {} } } });
     let (proto, _): (outrider::pb::envoy::config::cluster::v3::Cluster, _) =
         outrider::pb::json::from_value("envoy.config.cluster.v3.Cluster", value).unwrap();
     let Resource::Cluster(cluster) =

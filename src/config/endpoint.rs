@@ -1,5 +1,6 @@
 //! Endpoints: where a cluster's traffic goes, grouped by locality and priority.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::address::Address;
@@ -49,6 +50,10 @@ pub struct LbEndpoint {
     /// `metadata.filter_metadata["envoy.lb"].hash_key`: replaces the address as the
     /// endpoint's key on a hash ring.
     pub hash_key: Option<String>,
+    /// `metadata.filter_metadata["envoy.transport_socket_match"]` (string values): which of
+    /// the cluster's `transport_socket_matches` applies. Istio marks mTLS-capable
+    /// endpoints with `tlsMode: istio`.
+    pub transport_socket_match: BTreeMap<String, String>,
     pub hostname: String,
 }
 

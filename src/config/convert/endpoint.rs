@@ -1,5 +1,6 @@
 //! `envoy.config.endpoint.v3.ClusterLoadAssignment` → [`ClusterLoadAssignment`].
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::common;
@@ -113,7 +114,14 @@ fn lb_endpoint(proto: proto::LbEndpoint) -> Result<LbEndpoint> {
         Some(w) => w.value,
     };
     let health = health_status_of(health_status).map_err(|e| e.at("health_status"))?;
-    Ok(LbEndpoint { address, weight, health, hash_key: hash_key(metadata.as_ref()), hostname })
+    Ok(LbEndpoint {
+        address,
+        weight,
+        health,
+        hash_key: hash_key(metadata.as_ref()),
+        transport_socket_match: transport_socket_match(metadata.as_ref()),
+        hostname,
+    })
 }
 
 fn health_status_of(value: i32) -> Result<HealthStatus> {
@@ -135,4 +143,20 @@ fn hash_key(metadata: Option<&core::Metadata>) -> Option<String> {
         Kind::StringValue(key) => Some(key.clone()),
         _ => None,
     }
+}
+
+/// The string fields of `metadata.filter_metadata["envoy.transport_socket_match"]`.
+fn transport_socket_match(metadata: Option<&core::Metadata>) -> BTreeMap<String, String> {
+    use gpb::value::Kind;
+    let Some(fields) = metadata.and_then(|m| m.filter_metadata.get("envoy.transport_socket_match")) else {
+        return BTreeMap::new();
+    };
+    fields
+        .fields
+        .iter()
+        .filter_map(|(key, value)| match value.kind.as_ref()? {
+            Kind::StringValue(s) => Some((key.clone(), s.clone())),
+            _ => None,
+        })
+        .collect()
 }
