@@ -191,3 +191,7 @@ fn pack<M: prost::Message + Default>(
     }
     Ok((name, message.encode_to_vec()))
 }
+
+#[cfg(test)]
+#[path = "files_tests.rs"]
+mod tests;

@@ -152,7 +152,8 @@ impl XdsServer {
         found.ok_or(WaitTimeout(timeout))
     }
 
-    /// Serves ADS on `listener` until the returned handle is shut down or dropped.
+    /// Serves ADS on `listener` until the returned handle is shut down or dropped. Must be
+    /// called within a tokio runtime: the server runs as a task of it.
     pub fn serve(&self, listener: TcpListener) -> Serving {
         self.spawn(TcpListenerStream::new(listener))
     }

@@ -260,3 +260,24 @@ async fn wait_until_times_out() {
     let waited = server.wait_until(Duration::from_millis(10), |j| !j.requests.is_empty()).await;
     assert_eq!(waited, Err(WaitTimeout(Duration::from_millis(10))));
 }
+
+#[tokio::test]
+async fn serves_on_a_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("xds.sock");
+    let server = XdsServer::new();
+    server.upsert(CDS, "a", cluster("a", 1));
+    let _serving = server.serve_unix(tokio::net::UnixListener::bind(&path).unwrap());
+    let connector = tower::service_fn(move |_: http::Uri| {
+        let path = path.clone();
+        async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+    });
+    let channel =
+        tonic::transport::Endpoint::from_static("http://xds").connect_with_connector(connector).await.unwrap();
+    let (tx, rx) = mpsc::channel(8);
+    tx.send(sotw(CDS, &[], "", "")).await.unwrap();
+    let mut client = AggregatedDiscoveryServiceClient::new(channel);
+    let rx = client.stream_aggregated_resources(ReceiverStream::new(rx)).await.unwrap().into_inner();
+    let mut client = Client { tx, rx };
+    assert_eq!(names(&client.recv().await), ["a"]);
+}
