@@ -2,3 +2,4 @@
 //! for `outrider demo` and tests.
 
 pub mod client;
+pub mod server;
