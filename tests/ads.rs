@@ -273,7 +273,7 @@ async fn ten_thousand_endpoints_in_one_eds_push() {
     let outrider = start_outrider(&control_plane, DELTA).await;
     wait_snapshot(&outrider.store, complete).await;
 
-    let ports: Vec<u16> = (0..10_000).map(|i| 20_000 + i as u16).collect();
+    let ports: Vec<u32> = (0..10_000).map(|i| 20_000 + i).collect();
     control_plane.set(ResourceType::ClusterLoadAssignment, &[&endpoints("backend", &ports)]);
     let snapshot = wait_snapshot(&outrider.store, |s| s.endpoints["backend"].resource.endpoint_count() == 10_000).await;
     assert!(snapshot.ready);

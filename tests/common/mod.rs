@@ -151,7 +151,7 @@ connect_timeout: 1s
 eds_cluster_config: { eds_config: { ads: {}, initial_fetch_timeout: 0s, resource_api_version: V3 } }
 "#;
 
-pub fn endpoints(name: &str, ports: &[u16]) -> String {
+pub fn endpoints(name: &str, ports: &[u32]) -> String {
     let lb: Vec<String> = ports
         .iter()
         .map(|p| {

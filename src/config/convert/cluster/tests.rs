@@ -12,7 +12,6 @@ use crate::config::cluster::{
     CircuitBreakers, Cluster, DiscoveryType, DnsLookupFamily, EdsConfig, UpstreamProtocol, UpstreamTransport,
 };
 use crate::config::error::{ConfigError, Warnings};
-use crate::config::tls::{CommonTlsContext, UpstreamTlsContext};
 use crate::pb::json;
 
 fn convert(mut value: Value) -> Result<(Cluster, Warnings), ConfigError> {
@@ -160,12 +159,19 @@ fn istio_outbound_cluster_with_tls_mode_matches() {
 fn secret_names_cover_every_transport_without_duplicates() {
     let (mut c, _) = convert(eds(json!({}))).unwrap();
     let tls = |cert: &str| {
-        let common = CommonTlsContext {
-            certificate_sds_names: vec![cert.into()],
-            validation_sds_name: Some("ROOTCA".into()),
-            alpn_protocols: Vec::new(),
-        };
-        UpstreamTransport::Tls(Box::new(UpstreamTlsContext { common, sni: String::new() }))
+        let value = json!({
+            "common_tls_context": {
+                "tls_certificate_sds_secret_configs": [{"name": cert, "sds_config": {"ads": {}}}],
+                "validation_context_sds_secret_config": {"name": "ROOTCA", "sds_config": {"ads": {}}},
+            },
+        });
+        let (proto, _) = crate::pb::json::from_value(
+            "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+            value,
+        )
+        .unwrap();
+        let context = crate::config::convert::tls::upstream_tls_context(proto, &mut Warnings::new()).unwrap();
+        UpstreamTransport::Tls(Box::new(context))
     };
     c.transport_socket = tls("default");
     c.transport_socket_matches = vec![crate::config::cluster::TransportSocketMatch {
