@@ -149,7 +149,7 @@ pub fn listener(proto: proto::Listener, warnings: &mut Warnings) -> Result<Liste
     let mut filters = Vec::new();
     for (i, filter) in listener_filters.into_iter().enumerate() {
         let at = format!("listener_filters[{i}]");
-        if let Some(f) = warnings.within(&at, |w| listener_filter(filter, w)).map_err(|e| e.at(&at))? {
+        if let Some(f) = listener_filter(filter, &at, warnings).map_err(|e| e.at(&at))? {
             original_dst_filter |= f.kind == ListenerFilterKind::OriginalDst;
             filters.push(f);
         }
@@ -195,8 +195,8 @@ pub fn listener(proto: proto::Listener, warnings: &mut Warnings) -> Result<Liste
     })
 }
 
-/// A listener filter Outrider implements, `None` for one it skips (with a warning).
-fn listener_filter(proto: proto::ListenerFilter, warnings: &mut Warnings) -> Result<Option<ListenerFilter>> {
+/// A listener filter Outrider implements, `None` for one it skips (with a warning at `at`).
+fn listener_filter(proto: proto::ListenerFilter, at: &str, warnings: &mut Warnings) -> Result<Option<ListenerFilter>> {
     use proto::listener_filter::ConfigType;
     let proto::ListenerFilter { name, filter_disabled, config_type } = proto;
     let any = match &config_type {
@@ -210,7 +210,8 @@ fn listener_filter(proto: proto::ListenerFilter, warnings: &mut Warnings) -> Res
     let is = |type_url: &str, filter_name: &str| type_name == type_url || (any.is_none() && name == filter_name);
     let kind = if is(TLS_INSPECTOR, "envoy.filters.listener.tls_inspector") {
         if let Some(any) = any {
-            tls_inspector(any, warnings).map_err(|e| e.at("typed_config"))?;
+            let at = format!("{at}.typed_config");
+            warnings.within(&at, |w| tls_inspector(any, w)).map_err(|e| e.at("typed_config"))?;
         }
         ListenerFilterKind::TlsInspector
     } else if is(HTTP_INSPECTOR, "envoy.filters.listener.http_inspector") {
@@ -221,7 +222,7 @@ fn listener_filter(proto: proto::ListenerFilter, warnings: &mut Warnings) -> Res
         return Err(ConfigError::new("", "the PROXY protocol listener filter is not supported"));
     } else {
         let shown = if type_name.is_empty() { "no known config".to_owned() } else { type_name };
-        warnings.ignored("", format!("listener filter {name:?} ({shown}) is not run"));
+        warnings.ignored(at, format!("listener filter {name:?} ({shown}) is not run"));
         return Ok(None);
     };
     let disabled_when = filter_disabled.map(|p| predicate(p).map_err(|e| e.at("filter_disabled"))).transpose()?;

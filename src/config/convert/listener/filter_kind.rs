@@ -97,3 +97,22 @@ pub fn skip(name: &str, config: Option<&Any>, path: &str, warnings: &mut Warning
     warnings.ignored(path, what);
     SkippedFilter { name: name.to_owned(), kind }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn typed_struct_is_looked_through() {
+        let inner = TypedStruct { type_url: "type.googleapis.com/stats.PluginConfig".into() };
+        let any = Any {
+            type_url: "type.googleapis.com/udpa.type.v1.TypedStruct".into(),
+            value: prost::Message::encode_to_vec(&inner),
+        };
+        assert_eq!(config_type(&any), "stats.PluginConfig");
+        let mut warnings = Warnings::new();
+        let skipped = skip("whatever", Some(&any), "filters[0]", &mut warnings);
+        assert_eq!(skipped.kind, SkippedKind::Harmless);
+        assert_eq!(warnings.items()[0].path, "filters[0]");
+    }
+}
