@@ -44,7 +44,7 @@ pub struct Listener {
     pub continue_on_listener_filters_timeout: bool,
     pub filter_chains: Vec<FilterChain>,
     /// Chosen when no chain's match fits (or the matcher selects none).
-    pub default_filter_chain: Option<FilterChain>,
+    pub default_filter_chain: Option<Box<FilterChain>>,
     /// `filter_chain_matcher`: when set, it alone selects the chain by name, and the
     /// chains' `filter_chain_match` are ignored (as in Envoy).
     pub filter_chain_matcher: Option<FilterChainMatcher>,
@@ -219,7 +219,7 @@ impl CidrRange {
 impl Listener {
     /// Every filter chain, the default one included.
     pub fn all_filter_chains(&self) -> impl Iterator<Item = &FilterChain> {
-        self.filter_chains.iter().chain(self.default_filter_chain.as_ref())
+        self.filter_chains.iter().chain(self.default_filter_chain.as_deref())
     }
 
     /// The RDS route configurations this listener's HTTP connection managers refer to,

@@ -41,6 +41,10 @@ pub struct IpRangeMatcherProto {
 impl prost::Name for IpMatcher {
     const NAME: &'static str = "IPMatcher";
     const PACKAGE: &'static str = "xds.type.matcher.v3";
+
+    fn type_url() -> String {
+        "type.googleapis.com/xds.type.matcher.v3.IPMatcher".into()
+    }
 }
 
 pub fn filter_chain_matcher(proto: proto::Matcher) -> Result<FilterChainMatcher> {

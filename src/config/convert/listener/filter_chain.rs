@@ -19,7 +19,7 @@ use crate::pb::envoy::extensions::transport_sockets::tls::v3::DownstreamTlsConte
 const DOWNSTREAM_TLS: &str = "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext";
 const RAW_BUFFER: &str = "envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer";
 
-type Chains = (Vec<FilterChain>, Option<FilterChain>, Option<FilterChainMatcher>);
+type Chains = (Vec<FilterChain>, Option<Box<FilterChain>>, Option<FilterChainMatcher>);
 
 pub fn filter_chains(
     chains: Vec<proto::FilterChain>,
@@ -37,7 +37,10 @@ pub fn filter_chains(
         .collect::<Result<Vec<_>>>()?;
     let default = default
         .map(|c| {
-            warnings.within("default_filter_chain", |w| filter_chain(c, w)).map_err(|e| e.at("default_filter_chain"))
+            warnings
+                .within("default_filter_chain", |w| filter_chain(c, w))
+                .map(Box::new)
+                .map_err(|e| e.at("default_filter_chain"))
         })
         .transpose()?;
     if chains.is_empty() && default.is_none() {

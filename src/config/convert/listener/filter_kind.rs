@@ -49,6 +49,8 @@ const HARMLESS: &[&str] = &[
     "istio.metadata_exchange",
     "istio.alpn",
     "istio_authn",
+    "connect_authority",
+    "connect_baggage",
     "envoy.extensions.filters.network.set_filter_state.v3.Config",
     "envoy.extensions.filters.http.set_filter_state.v3.Config",
     // Envoy filters that only add statistics or need per-route configuration to act.

@@ -13,7 +13,8 @@ use crate::config::listener::{
 };
 use crate::pb::envoy::config::listener::v3 as proto;
 
-const HCM: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+const HCM: &str =
+    "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
 const TCP_PROXY: &str = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";
 
@@ -106,15 +107,21 @@ fn router_must_be_last() {
     let rbac = json!({"name": "envoy.filters.http.rbac",
         "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC"}});
     let mut warnings = Warnings::new();
-    let l = convert_with(hcm(json!({"route_config": inline_routes(), "http_filters": [cors, rbac, router()]})), &mut warnings)
-        .unwrap();
+    let l = convert_with(
+        hcm(json!({"route_config": inline_routes(), "http_filters": [cors, rbac, router()]})),
+        &mut warnings,
+    )
+    .unwrap();
     let kinds: Vec<_> = hcm_of(&l).skipped_http_filters.iter().map(|f| f.kind).collect();
     assert_eq!(kinds, [SkippedKind::Harmless, SkippedKind::Policy]);
     let paths: Vec<_> = warnings.items().iter().map(|w| w.path.as_str()).collect();
-    assert_eq!(paths, [
-        "filter_chains[0].filters[0].typed_config.http_filters[0]",
-        "filter_chains[0].filters[0].typed_config.http_filters[1]"
-    ]);
+    assert_eq!(
+        paths,
+        [
+            "filter_chains[0].filters[0].typed_config.http_filters[0]",
+            "filter_chains[0].filters[0].typed_config.http_filters[1]"
+        ]
+    );
     assert!(warnings.items()[1].what.contains("NOT ENFORCED"));
 }
 
@@ -135,7 +142,10 @@ fn filter_chain_match_fields() {
     assert!(range.contains("10.1.200.1".parse().unwrap()) && !range.contains("10.2.0.1".parse().unwrap()));
     assert!(range.contains("::ffff:10.1.0.9".parse::<IpAddr>().unwrap()));
     assert!(m.source_prefix_ranges[0].contains("2001:db8:0:1::5".parse().unwrap()));
-    assert_eq!((m.server_names.as_slice(), m.transport_protocol.as_deref()), (&["*.example.com".to_owned()][..], Some("tls")));
+    assert_eq!(
+        (m.server_names.as_slice(), m.transport_protocol.as_deref()),
+        (&["*.example.com".to_owned()][..], Some("tls"))
+    );
     assert_eq!(m.application_protocols, ["h2", "http/1.1"]);
     assert_eq!(m.source_ports, [1234]);
     assert!(l.default_filter_chain.is_some());
@@ -145,9 +155,12 @@ fn filter_chain_match_fields() {
 
     let chain = |m: Value| json!({"filters": tcp, "filter_chain_match": m});
     let base = |chains: Value| json!({"name": "l", "address": {"socket_address": {"address": "0.0.0.0", "port_value": 1}}, "filter_chains": chains});
-    let err = error(convert(base(json!([chain(json!({"prefix_ranges": [{"address_prefix": "10.0.0.0", "prefix_len": 33}]}))]))));
+    let err = error(convert(base(json!([chain(
+        json!({"prefix_ranges": [{"address_prefix": "10.0.0.0", "prefix_len": 33}]})
+    )]))));
     assert_eq!(err.path(), "filter_chains[0].filter_chain_match.prefix_ranges[0].prefix_len");
-    let err = error(convert(base(json!([chain(json!({"destination_port": 80})), chain(json!({"destination_port": 80}))]))));
+    let err =
+        error(convert(base(json!([chain(json!({"destination_port": 80})), chain(json!({"destination_port": 80}))]))));
     assert_eq!(err.path(), "filter_chains[1].filter_chain_match");
 }
 
@@ -224,7 +237,8 @@ fn terminal_filter_rules_and_internal_listeners() {
     let err = error(convert(with_filters(json!([tcp, tcp]))));
     assert_eq!(err.path(), "filter_chains[0].filters[0]");
 
-    let l = convert(json!({"name": "internal", "internal_listener": {}, "filter_chains": [{"filters": [tcp]}]})).unwrap();
+    let l =
+        convert(json!({"name": "internal", "internal_listener": {}, "filter_chains": [{"filters": [tcp]}]})).unwrap();
     assert!(l.internal && !l.bind_to_port);
     let err = error(convert(json!({"name": "x", "filter_chains": [{"filters": [tcp]}]})));
     assert_eq!(err.path(), "address");

@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::panic)]
 
 use std::time::Duration;
 
@@ -140,7 +140,9 @@ fn header_and_query_matchers() {
     assert!(h[3].matches(Some("amidb")));
     assert!(h[4].matches(Some("123")) && !h[4].matches(Some("12a")));
     assert!(h[5].matches(Some("")) && !h[5].matches(None));
-    assert!(h[6].matches(Some("10")) && h[6].matches(Some("19")) && !h[6].matches(Some("20")) && !h[6].matches(Some("x")));
+    assert!(
+        h[6].matches(Some("10")) && h[6].matches(Some("19")) && !h[6].matches(Some("20")) && !h[6].matches(Some("x"))
+    );
     assert!(h[7].matches(Some("good")) && !h[7].matches(Some("bad")) && h[7].matches(None));
     let q = &m.query_parameters;
     assert!(q[0].matches(Some("1")) && !q[0].matches(Some("2")) && !q[0].matches(None));
@@ -218,13 +220,16 @@ fn retry_defaults_and_istio_policy() {
     assert!(vhost.include_request_attempt_count);
     let retry = vhost.retry_policy.clone().unwrap();
     let on: Vec<_> = retry.retry_on.iter().collect();
-    assert_eq!(on, [
-        RetryOn::ConnectFailure,
-        RetryOn::RefusedStream,
-        RetryOn::RetriableStatusCodes,
-        RetryOn::Cancelled,
-        RetryOn::Unavailable
-    ]);
+    assert_eq!(
+        on,
+        [
+            RetryOn::ConnectFailure,
+            RetryOn::RefusedStream,
+            RetryOn::RetriableStatusCodes,
+            RetryOn::Cancelled,
+            RetryOn::Unavailable
+        ]
+    );
     assert_eq!((retry.num_retries, retry.host_selection_retry_max_attempts), (2, 5));
     assert!(retry.avoid_previous_hosts);
     assert_eq!(retry.retriable_status_codes, [503]);
@@ -252,18 +257,21 @@ fn hash_policies() {
     .unwrap();
     let policies = &action_of(&config).hash_policy;
     let sources: Vec<_> = policies.iter().map(|p| p.source.clone()).collect();
-    assert_eq!(sources, [
-        HashSource::Header { name: "x-user".into() },
-        HashSource::Cookie {
-            name: "sticky".into(),
-            ttl: Some(Duration::from_secs(60)),
-            path: "/".into(),
-            attributes: vec![]
-        },
-        HashSource::SourceIp,
-        HashSource::QueryParameter { name: "u".into() },
-        HashSource::FilterState { key: "k".into() },
-    ]);
+    assert_eq!(
+        sources,
+        [
+            HashSource::Header { name: "x-user".into() },
+            HashSource::Cookie {
+                name: "sticky".into(),
+                ttl: Some(Duration::from_secs(60)),
+                path: "/".into(),
+                attributes: vec![]
+            },
+            HashSource::SourceIp,
+            HashSource::QueryParameter { name: "u".into() },
+            HashSource::FilterState { key: "k".into() },
+        ]
+    );
     let terminal: Vec<_> = policies.iter().map(|p| p.terminal).collect();
     assert_eq!(terminal, [false, true, false, false, false]);
 }
@@ -287,7 +295,8 @@ fn redirect_and_direct_response() {
 
 #[test]
 fn header_mutations_at_every_level() {
-    let add = |name: &str| json!([{"header": {"key": name, "value": "v"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]);
+    let add =
+        |name: &str| json!([{"header": {"key": name, "value": "v"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]);
     let config = convert(json!({"name": "r",
         "request_headers_to_add": add("x-config"), "response_headers_to_remove": ["server"],
         "virtual_hosts": [{"name": "vh", "domains": ["*"], "request_headers_to_remove": ["x-drop"],
@@ -302,10 +311,10 @@ fn header_mutations_at_every_level() {
     assert_eq!(vhost.headers.request_headers_to_remove[0], "x-drop");
     assert_eq!(vhost.headers.response_headers_to_add[0].name, "x-vhost");
     let route_header = &vhost.routes[0].headers.request_headers_to_add[0];
-    assert_eq!((route_header.value.as_str(), route_header.append_action), (
-        "%DOWNSTREAM_REMOTE_ADDRESS%",
-        HeaderAppendAction::OverwriteIfExistsOrAdd
-    ));
+    assert_eq!(
+        (route_header.value.as_str(), route_header.append_action),
+        ("%DOWNSTREAM_REMOTE_ADDRESS%", HeaderAppendAction::OverwriteIfExistsOrAdd)
+    );
 
     let err = error(convert(json!({"name": "r", "request_headers_to_add": add("host"), "virtual_hosts": []})));
     assert_eq!(err.path(), "request_headers_to_add[0].header.key");
