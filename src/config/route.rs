@@ -1,7 +1,201 @@
-//! Route configurations: virtual hosts, routes and what each route does.
-//! (Placeholder: the full model arrives with the route converter.)
+//! Route configurations: virtual hosts chosen by the request's host, routes chosen by
+//! path and headers, and what each route does (forward, redirect, answer directly).
 
+pub mod action;
+pub mod hash_policy;
+pub mod matcher;
+pub mod retry;
+
+use std::sync::Arc;
+
+pub use action::{
+    ClusterNotFoundResponseCode, ClusterSpecifier, DirectResponse, HostRewrite, MaxStreamDuration, Redirect,
+    RedirectPathRewrite, RouteAction, WeightedCluster, WeightedClusters, WeightedTarget,
+};
+pub use hash_policy::{HashPolicy, HashSource};
+pub use matcher::{HeaderMatch, HeaderMatcher, PathMatch, Pattern, QueryParameterMatcher, RouteMatch, StringMatcher};
+pub use retry::{RetryBackOff, RetryOn, RetryOnSet, RetryPolicy};
+
+/// Envoy's default limit on a direct response body (`max_direct_response_body_size_bytes`).
+pub const DEFAULT_MAX_DIRECT_RESPONSE_BODY_BYTES: u32 = 4096;
+
+/// An RDS resource, or an HTTP connection manager's inline `route_config`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RouteConfiguration {
     pub name: String,
+    pub virtual_hosts: Vec<Arc<VirtualHost>>,
+    /// Headers removed from requests that do not come from an internal address.
+    pub internal_only_headers: Vec<http::HeaderName>,
+    pub headers: HeaderMutations,
+    /// With it, the most specific level (route, then virtual host, then configuration)
+    /// wins when the same header is added at several levels; without it, the least.
+    pub most_specific_header_mutations_wins: bool,
+    /// Match the host without its `:port`.
+    pub ignore_port_in_host_matching: bool,
+    /// Match paths without `;parameters`.
+    pub ignore_path_parameters_in_path_matching: bool,
+    /// Select the virtual host by this header instead of `:authority`.
+    pub vhost_header: Option<String>,
+}
+
+/// Header additions and removals at one level (configuration, virtual host, route, or
+/// weighted cluster). Values may contain Envoy's `%COMMAND%` substitutions, kept verbatim.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HeaderMutations {
+    pub request_headers_to_add: Vec<HeaderValueOption>,
+    pub request_headers_to_remove: Vec<http::HeaderName>,
+    pub response_headers_to_add: Vec<HeaderValueOption>,
+    pub response_headers_to_remove: Vec<http::HeaderName>,
+}
+
+/// `envoy.config.core.v3.HeaderValueOption`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeaderValueOption {
+    pub name: http::HeaderName,
+    pub value: String,
+    pub append_action: HeaderAppendAction,
+    /// Add the header even when the (substituted) value is empty.
+    pub keep_empty_value: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderAppendAction {
+    /// The default: add another value (or the header).
+    AppendIfExistsOrAdd,
+    AddIfAbsent,
+    OverwriteIfExistsOrAdd,
+    OverwriteIfExists,
+}
+
+/// `envoy.config.route.v3.VirtualHost`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VirtualHost {
+    pub name: String,
+    pub domains: Vec<DomainMatcher>,
+    pub routes: Vec<Route>,
+    pub require_tls: TlsRequirement,
+    pub headers: HeaderMutations,
+    /// Used by routes that have no retry policy of their own.
+    pub retry_policy: Option<RetryPolicy>,
+    /// Send `x-envoy-attempt-count` upstream.
+    pub include_request_attempt_count: bool,
+    /// Send `x-envoy-attempt-count` downstream.
+    pub include_attempt_count_in_response: bool,
+    /// Send `x-envoy-is-timeout-retry` upstream.
+    pub include_is_timeout_retry_header: bool,
+}
+
+/// `VirtualHost.require_tls`: requests that do not meet it get a 301 to https.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsRequirement {
+    #[default]
+    None,
+    ExternalOnly,
+    All,
+}
+
+/// One entry of `VirtualHost.domains`, in Envoy's forms. Stored lower-cased; hosts are
+/// compared case-insensitively.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DomainMatcher {
+    /// `example.com` (may include a port: `example.com:8080`).
+    Exact(String),
+    /// `*.example.com` or `*-bar.example.com`: stores the part after `*`; the host must
+    /// be longer than it (the wildcard matches at least one character).
+    Suffix(String),
+    /// `example.*`: stores the part before `*`.
+    Prefix(String),
+    /// `*`: the default virtual host.
+    Any,
+}
+
+impl DomainMatcher {
+    /// Parses a `domains` entry; `*` only has meaning as the first or last character.
+    pub fn parse(domain: &str) -> Self {
+        let domain = domain.to_ascii_lowercase();
+        if domain == "*" {
+            DomainMatcher::Any
+        } else if let Some(suffix) = domain.strip_prefix('*') {
+            DomainMatcher::Suffix(suffix.to_owned())
+        } else if let Some(prefix) = domain.strip_suffix('*') {
+            DomainMatcher::Prefix(prefix.to_owned())
+        } else {
+            DomainMatcher::Exact(domain)
+        }
+    }
+
+    /// Whether the lower-cased `host` matches.
+    pub fn matches(&self, host: &str) -> bool {
+        match self {
+            DomainMatcher::Exact(d) => host == d,
+            DomainMatcher::Suffix(s) => host.len() > s.len() && host.ends_with(s.as_str()),
+            DomainMatcher::Prefix(p) => host.len() > p.len() && host.starts_with(p.as_str()),
+            DomainMatcher::Any => true,
+        }
+    }
+}
+
+impl std::fmt::Display for DomainMatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DomainMatcher::Exact(d) => f.write_str(d),
+            DomainMatcher::Suffix(s) => write!(f, "*{s}"),
+            DomainMatcher::Prefix(p) => write!(f, "{p}*"),
+            DomainMatcher::Any => f.write_str("*"),
+        }
+    }
+}
+
+impl RouteConfiguration {
+    /// The virtual host for `host`, by Envoy's precedence: an exact domain, then the
+    /// longest suffix wildcard, then the longest prefix wildcard, then `*`.
+    pub fn find_virtual_host(&self, host: &str) -> Option<&Arc<VirtualHost>> {
+        let mut host = host.to_ascii_lowercase();
+        if self.ignore_port_in_host_matching {
+            strip_port(&mut host);
+        }
+        // (rank, length): exact beats suffix beats prefix beats any; longer beats shorter.
+        let mut best: Option<((u8, usize), &Arc<VirtualHost>)> = None;
+        for vhost in &self.virtual_hosts {
+            for domain in vhost.domains.iter().filter(|d| d.matches(&host)) {
+                let score = match domain {
+                    DomainMatcher::Exact(_) => (3, usize::MAX),
+                    DomainMatcher::Suffix(s) => (2, s.len()),
+                    DomainMatcher::Prefix(p) => (1, p.len()),
+                    DomainMatcher::Any => (0, 0),
+                };
+                if best.is_none_or(|(b, _)| score > b) {
+                    best = Some((score, vhost));
+                }
+            }
+        }
+        best.map(|(_, vhost)| vhost)
+    }
+}
+
+/// Removes a `:port` suffix from a host (leaving IPv6 literals without a port alone).
+fn strip_port(host: &mut String) {
+    if let Some(colon) = host.rfind(':')
+        && host[colon + 1..].bytes().all(|b| b.is_ascii_digit())
+        && (!host.contains('[') || host[..colon].ends_with(']'))
+    {
+        host.truncate(colon);
+    }
+}
+
+/// `envoy.config.route.v3.Route`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    pub name: String,
+    pub route_match: RouteMatch,
+    pub action: Action,
+    pub headers: HeaderMutations,
+}
+
+/// What a matched route does.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Route(Box<RouteAction>),
+    Redirect(Redirect),
+    DirectResponse(DirectResponse),
 }

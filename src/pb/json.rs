@@ -117,9 +117,15 @@ fn prune(value: &mut Value, desc: &MessageDescriptor, path: &str, dropped: &mut 
         if field.is_map() {
             let value_desc = child.map_entry_value_field();
             if let (Kind::Message(value_msg), Value::Object(entries)) = (value_desc.kind(), child_value) {
-                for (k, v) in entries.iter_mut() {
-                    prune(v, &value_msg, &format!("{child_path}[{k}]"), dropped);
-                }
+                entries.retain(|k, v| {
+                    let entry_path = format!("{child_path}[{k}]");
+                    if value_msg.full_name() == "google.protobuf.Any" && !any_type_known(v) {
+                        dropped.push(Dropped { path: entry_path, what: unknown_any_what(v) });
+                        return false;
+                    }
+                    prune(v, &value_msg, &entry_path, dropped);
+                    true
+                });
             }
         } else if field.is_list() {
             if let Value::Array(items) = child_value {

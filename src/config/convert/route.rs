@@ -1,9 +1,339 @@
-//! `envoy.config.route.v3.RouteConfiguration` → [`RouteConfiguration`]. (Placeholder.)
+//! `envoy.config.route.v3.RouteConfiguration` → [`RouteConfiguration`]: virtual hosts,
+//! routes, and header mutations at every level.
 
-use crate::config::error::{Result, Warnings};
-use crate::config::route::RouteConfiguration;
+mod action;
+mod hash_policy;
+mod matchers;
+mod retry;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub use matchers::{header_matcher, string_matcher};
+pub use retry::parse_retry_on;
+
+use super::common;
+use crate::config::error::{ConfigError, Result, Warnings};
+use crate::config::route::{
+    Action, DEFAULT_MAX_DIRECT_RESPONSE_BODY_BYTES, DomainMatcher, HeaderAppendAction, HeaderMutations,
+    HeaderValueOption, Route, RouteConfiguration, TlsRequirement, VirtualHost,
+};
+use crate::pb::envoy::config::core::v3 as core;
 use crate::pb::envoy::config::route::v3 as proto;
 
-pub fn route_configuration(proto: proto::RouteConfiguration, _warnings: &mut Warnings) -> Result<RouteConfiguration> {
-    Ok(RouteConfiguration { name: proto.name })
+pub fn route_configuration(proto: proto::RouteConfiguration, warnings: &mut Warnings) -> Result<RouteConfiguration> {
+    let proto::RouteConfiguration {
+        name,
+        virtual_hosts,
+        vhds,
+        internal_only_headers,
+        response_headers_to_add,
+        response_headers_to_remove,
+        request_headers_to_add,
+        request_headers_to_remove,
+        most_specific_header_mutations_wins,
+        validate_clusters: _, // Envoy's own cross-check against CDS; clusters resolve at request time
+        max_direct_response_body_size_bytes,
+        cluster_specifier_plugins,
+        request_mirror_policies,
+        ignore_port_in_host_matching,
+        vhost_header,
+        ignore_path_parameters_in_path_matching,
+        typed_per_filter_config,
+        metadata,
+        route_specifiers,
+    } = proto;
+    if vhds.is_some() {
+        return Err(ConfigError::new("vhds", "on-demand virtual hosts (VHDS) are not supported"));
+    }
+    if !cluster_specifier_plugins.is_empty() {
+        return Err(ConfigError::new("cluster_specifier_plugins", "cluster specifier plugins are not supported"));
+    }
+    if !route_specifiers.is_empty() {
+        return Err(ConfigError::new("route_specifiers", "route specifier extensions are not supported"));
+    }
+    if !request_mirror_policies.is_empty() {
+        warnings.ignored("request_mirror_policies", "requests are not mirrored (mirrors never affect the response)");
+    }
+    if !typed_per_filter_config.is_empty() {
+        warnings.ignored("typed_per_filter_config", "per-filter overrides of filters Outrider does not run");
+    }
+    if metadata.is_some() {
+        warnings.ignored("metadata", "route configuration metadata is not used");
+    }
+    let max_body = common::u32_or(&max_direct_response_body_size_bytes, DEFAULT_MAX_DIRECT_RESPONSE_BODY_BYTES);
+    let internal_only_headers = internal_only_headers
+        .iter()
+        .enumerate()
+        .map(|(i, h)| header_name(h, false).map_err(|e| e.at(format_args!("internal_only_headers[{i}]"))))
+        .collect::<Result<Vec<_>>>()?;
+    let headers = header_mutations(
+        request_headers_to_add,
+        request_headers_to_remove,
+        response_headers_to_add,
+        response_headers_to_remove,
+    )?;
+    // Envoy refuses a domain that appears twice anywhere in the configuration.
+    let mut seen: HashMap<DomainMatcher, usize> = HashMap::new();
+    let mut vhosts = Vec::with_capacity(virtual_hosts.len());
+    for (i, vhost) in virtual_hosts.into_iter().enumerate() {
+        let at = format!("virtual_hosts[{i}]");
+        let vhost = warnings.within(&at, |w| virtual_host(vhost, max_body, w)).map_err(|e| e.at(&at))?;
+        for (j, domain) in vhost.domains.iter().enumerate() {
+            if let Some(first) = seen.insert(domain.clone(), i) {
+                return Err(ConfigError::new(
+                    format!("{at}.domains[{j}]"),
+                    format!("duplicate domain {domain:?} (already in virtual_hosts[{first}])"),
+                ));
+            }
+        }
+        vhosts.push(Arc::new(vhost));
+    }
+    Ok(RouteConfiguration {
+        name,
+        virtual_hosts: vhosts,
+        internal_only_headers,
+        headers,
+        most_specific_header_mutations_wins,
+        ignore_port_in_host_matching,
+        ignore_path_parameters_in_path_matching,
+        vhost_header: (!vhost_header.is_empty()).then(|| vhost_header.to_ascii_lowercase()),
+    })
+}
+
+#[allow(deprecated)]
+fn virtual_host(proto: proto::VirtualHost, max_body: u32, warnings: &mut Warnings) -> Result<VirtualHost> {
+    let proto::VirtualHost {
+        name,
+        domains,
+        routes,
+        matcher,
+        require_tls,
+        virtual_clusters,
+        rate_limits,
+        request_headers_to_add,
+        request_headers_to_remove,
+        response_headers_to_add,
+        response_headers_to_remove,
+        cors,
+        typed_per_filter_config,
+        include_request_attempt_count,
+        include_attempt_count_in_response,
+        retry_policy,
+        retry_policy_typed_config,
+        hedge_policy,
+        include_is_timeout_retry_header,
+        per_request_buffer_limit_bytes,
+        request_body_buffer_limit,
+        request_mirror_policies,
+        metadata,
+        route_specifiers,
+    } = proto;
+    if domains.is_empty() {
+        return Err(ConfigError::new("domains", "at least one domain is required"));
+    }
+    if matcher.is_some() {
+        return Err(ConfigError::new("matcher", "the matcher API for routes is not supported"));
+    }
+    if retry_policy_typed_config.is_some() {
+        return Err(ConfigError::new("retry_policy_typed_config", "retry policy extensions are not supported"));
+    }
+    if hedge_policy.is_some() {
+        return Err(ConfigError::new("hedge_policy", "request hedging is not supported"));
+    }
+    if !route_specifiers.is_empty() {
+        return Err(ConfigError::new("route_specifiers", "route specifier extensions are not supported"));
+    }
+    for (present, field, what) in [
+        (!virtual_clusters.is_empty(), "virtual_clusters", "virtual clusters only add statistics"),
+        (!rate_limits.is_empty(), "rate_limits", "global rate limiting is not supported"),
+        (cors.is_some(), "cors", "the CORS filter is not run"),
+        (!typed_per_filter_config.is_empty(), "typed_per_filter_config", "overrides of filters Outrider does not run"),
+        (per_request_buffer_limit_bytes.is_some(), "per_request_buffer_limit_bytes", "bodies are streamed"),
+        (request_body_buffer_limit.is_some(), "request_body_buffer_limit", "bodies are streamed"),
+        (!request_mirror_policies.is_empty(), "request_mirror_policies", "requests are not mirrored"),
+        (metadata.is_some(), "metadata", "virtual host metadata is not used"),
+    ] {
+        if present {
+            warnings.ignored(field, what);
+        }
+    }
+    let require_tls = {
+        use proto::virtual_host::TlsRequirementType as T;
+        match T::try_from(require_tls) {
+            Ok(T::None) => TlsRequirement::None,
+            Ok(T::ExternalOnly) => TlsRequirement::ExternalOnly,
+            Ok(T::All) => TlsRequirement::All,
+            Err(_) => return Err(ConfigError::new("require_tls", format!("unknown value {require_tls}"))),
+        }
+    };
+    let domains = domains
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            if d.is_empty() {
+                return Err(ConfigError::new(format!("domains[{i}]"), "must not be empty"));
+            }
+            Ok(DomainMatcher::parse(d))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let routes = routes
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let at = format!("routes[{i}]");
+            warnings.within(&at, |w| route(r, max_body, w)).map_err(|e| e.at(&at))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let retry_policy = retry_policy
+        .map(|r| warnings.within("retry_policy", |w| retry::retry_policy(r, w)).map_err(|e| e.at("retry_policy")))
+        .transpose()?;
+    Ok(VirtualHost {
+        name,
+        domains,
+        routes,
+        require_tls,
+        headers: header_mutations(
+            request_headers_to_add,
+            request_headers_to_remove,
+            response_headers_to_add,
+            response_headers_to_remove,
+        )?,
+        retry_policy,
+        include_request_attempt_count,
+        include_attempt_count_in_response,
+        include_is_timeout_retry_header,
+    })
+}
+
+#[allow(deprecated)]
+fn route(proto: proto::Route, max_body: u32, warnings: &mut Warnings) -> Result<Route> {
+    use proto::route::Action as A;
+    let proto::Route {
+        name,
+        r#match,
+        metadata,
+        decorator,
+        typed_per_filter_config,
+        request_headers_to_add,
+        request_headers_to_remove,
+        response_headers_to_add,
+        response_headers_to_remove,
+        tracing,
+        per_request_buffer_limit_bytes,
+        stat_prefix,
+        request_body_buffer_limit,
+        route_specifiers,
+        action,
+    } = proto;
+    if !route_specifiers.is_empty() {
+        return Err(ConfigError::new("route_specifiers", "route specifier extensions are not supported"));
+    }
+    for (present, field, what) in [
+        (metadata.is_some(), "metadata", "route metadata is not used"),
+        (decorator.is_some(), "decorator", "tracing span names are not set"),
+        (!typed_per_filter_config.is_empty(), "typed_per_filter_config", "overrides of filters Outrider does not run"),
+        (tracing.is_some(), "tracing", "tracing sampling is not applied"),
+        (per_request_buffer_limit_bytes.is_some(), "per_request_buffer_limit_bytes", "bodies are streamed"),
+        (!stat_prefix.is_empty(), "stat_prefix", "per-route statistics are not kept"),
+        (request_body_buffer_limit.is_some(), "request_body_buffer_limit", "bodies are streamed"),
+    ] {
+        if present {
+            warnings.ignored(field, what);
+        }
+    }
+    let route_match = r#match.ok_or_else(|| ConfigError::new("match", "is required"))?;
+    let route_match = warnings.within("match", |w| matchers::route_match(route_match, w)).map_err(|e| e.at("match"))?;
+    let action = match action {
+        Some(A::Route(r)) => Action::Route(Box::new(
+            warnings.within("route", |w| action::route_action(r, w)).map_err(|e| e.at("route"))?,
+        )),
+        Some(A::Redirect(r)) => Action::Redirect(action::redirect(r).map_err(|e| e.at("redirect"))?),
+        Some(A::DirectResponse(d)) => {
+            Action::DirectResponse(action::direct_response(d, max_body).map_err(|e| e.at("direct_response"))?)
+        }
+        Some(A::FilterAction(_)) => return Err(ConfigError::new("filter_action", "filter actions are not supported")),
+        Some(A::NonForwardingAction(_)) => {
+            return Err(ConfigError::new("non_forwarding_action", "non-forwarding actions are not supported"));
+        }
+        None => return Err(ConfigError::new("action", "one of route, redirect, direct_response is required")),
+    };
+    let headers = header_mutations(
+        request_headers_to_add,
+        request_headers_to_remove,
+        response_headers_to_add,
+        response_headers_to_remove,
+    )?;
+    Ok(Route { name, route_match, action, headers })
+}
+
+/// The four header-mutation fields that route configurations, virtual hosts, routes and
+/// weighted clusters share.
+pub(crate) fn header_mutations(
+    request_headers_to_add: Vec<core::HeaderValueOption>,
+    request_headers_to_remove: Vec<String>,
+    response_headers_to_add: Vec<core::HeaderValueOption>,
+    response_headers_to_remove: Vec<String>,
+) -> Result<HeaderMutations> {
+    let add = |list: Vec<core::HeaderValueOption>, field: &str, request: bool| {
+        list.into_iter()
+            .enumerate()
+            .map(|(i, h)| header_value_option(h, request).map_err(|e| e.at(format!("{field}[{i}]"))))
+            .collect::<Result<Vec<_>>>()
+    };
+    let remove = |list: Vec<String>, field: &str, request: bool| {
+        list.iter()
+            .enumerate()
+            .map(|(i, h)| header_name(h, request).map_err(|e| e.at(format!("{field}[{i}]"))))
+            .collect::<Result<Vec<_>>>()
+    };
+    Ok(HeaderMutations {
+        request_headers_to_add: add(request_headers_to_add, "request_headers_to_add", true)?,
+        request_headers_to_remove: remove(request_headers_to_remove, "request_headers_to_remove", true)?,
+        response_headers_to_add: add(response_headers_to_add, "response_headers_to_add", false)?,
+        response_headers_to_remove: remove(response_headers_to_remove, "response_headers_to_remove", false)?,
+    })
+}
+
+/// `envoy.config.core.v3.HeaderValueOption`; `request` applies Envoy's rule that the
+/// `host` header may not be modified this way.
+#[allow(deprecated)]
+pub(crate) fn header_value_option(proto: core::HeaderValueOption, request: bool) -> Result<HeaderValueOption> {
+    use core::header_value_option::HeaderAppendAction as A;
+    let core::HeaderValueOption { header, append, append_action, keep_empty_value } = proto;
+    let core::HeaderValue { key, value, raw_value } =
+        header.ok_or_else(|| ConfigError::new("header", "is required"))?;
+    let name = header_name(&key, request).map_err(|e| e.at("header.key"))?;
+    let value = match (value.is_empty(), raw_value.is_empty()) {
+        (_, true) => value,
+        (true, false) => String::from_utf8(raw_value)
+            .map_err(|_| ConfigError::new("header.raw_value", "only UTF-8 header values are supported"))?,
+        (false, false) => {
+            return Err(ConfigError::new("header.raw_value", "only one of value and raw_value may be set"));
+        }
+    };
+    let append_action = match (append, A::try_from(append_action)) {
+        (Some(_), Ok(a)) if a != A::AppendIfExistsOrAdd => {
+            return Err(ConfigError::new("append", "append and append_action may not both be set"));
+        }
+        (Some(append), _) if !append.value => HeaderAppendAction::OverwriteIfExistsOrAdd,
+        (_, Ok(A::AppendIfExistsOrAdd)) => HeaderAppendAction::AppendIfExistsOrAdd,
+        (_, Ok(A::AddIfAbsent)) => HeaderAppendAction::AddIfAbsent,
+        (_, Ok(A::OverwriteIfExistsOrAdd)) => HeaderAppendAction::OverwriteIfExistsOrAdd,
+        (_, Ok(A::OverwriteIfExists)) => HeaderAppendAction::OverwriteIfExists,
+        (_, Err(_)) => return Err(ConfigError::new("append_action", format!("unknown value {append_action}"))),
+    };
+    Ok(HeaderValueOption { name, value, append_action, keep_empty_value })
+}
+
+/// A header name that may be added or removed: not a pseudo-header, and (for requests)
+/// not `host`, which Envoy reserves to `host_rewrite`.
+fn header_name(name: &str, request: bool) -> Result<http::HeaderName> {
+    if name.starts_with(':') || (request && name.eq_ignore_ascii_case("host")) {
+        return Err(ConfigError::new("", format!("{name:?} may not be modified")));
+    }
+    http::HeaderName::from_bytes(name.as_bytes())
+        .map_err(|_| ConfigError::new("", format!("{name:?} is not a valid header name")))
 }

@@ -1,0 +1,378 @@
+//! `envoy.filters.network.http_connection_manager` → [`HttpConnectionManager`].
+
+use std::sync::Arc;
+
+use super::super::{common, route};
+use super::filter_kind::{self, ROUTER};
+use super::protocol_options::{common_options, http1_options, http2_options, ignore_all};
+use crate::config::error::{ConfigError, Result, Warnings};
+use crate::config::listener::SkippedFilter;
+use crate::config::listener::http_connection_manager::{
+    ClientCertDetails, CodecType, DEFAULT_DELAYED_CLOSE_TIMEOUT, DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_REQUEST_HEADERS_KB,
+    DEFAULT_STREAM_IDLE_TIMEOUT, EscapedSlashesAction, ForwardClientCertDetails, HttpConnectionManager, RouteSource,
+    ServerHeaderTransformation, StripPort,
+};
+use crate::pb::envoy::config::core::v3 as core;
+use crate::pb::envoy::extensions::filters::http::router::v3::Router;
+use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3 as proto;
+
+const UUID_REQUEST_ID: &str = "envoy.extensions.request_id.uuid.v3.UuidRequestIdConfig";
+
+#[allow(deprecated)]
+pub fn http_connection_manager(
+    proto: proto::HttpConnectionManager,
+    warnings: &mut Warnings,
+) -> Result<HttpConnectionManager> {
+    use proto::http_connection_manager as hcm;
+    let proto::HttpConnectionManager {
+        codec_type,
+        stat_prefix,
+        http_filters,
+        add_user_agent,
+        tracing,
+        common_http_protocol_options,
+        http1_safe_max_connection_duration,
+        http_protocol_options,
+        http2_protocol_options,
+        http3_protocol_options,
+        server_name,
+        server_header_transformation,
+        scheme_header_transformation,
+        max_request_headers_kb,
+        stream_idle_timeout,
+        stream_flush_timeout,
+        request_timeout,
+        request_headers_timeout,
+        drain_timeout,
+        drain_timeout_jitter,
+        delayed_close_timeout,
+        access_log,
+        access_log_flush_interval,
+        flush_access_log_on_new_request,
+        access_log_options,
+        use_remote_address,
+        xff_num_trusted_hops,
+        original_ip_detection_extensions,
+        early_header_mutation_extensions,
+        internal_address_config,
+        skip_xff_append,
+        via,
+        generate_request_id,
+        preserve_external_request_id,
+        always_set_request_id_in_response,
+        forward_client_cert_details,
+        set_current_client_cert_details,
+        forward_client_cert_matcher,
+        proxy_100_continue,
+        represent_ipv4_remote_address_as_ipv4_mapped_ipv6,
+        upgrade_configs,
+        normalize_path,
+        merge_slashes,
+        path_with_escaped_slashes_action,
+        request_id_extension,
+        local_reply_config,
+        strip_matching_host_port,
+        stream_error_on_invalid_http_message,
+        path_normalization_options,
+        strip_trailing_host_dot,
+        proxy_status_config,
+        typed_header_validation_config,
+        append_x_forwarded_port,
+        append_local_overload,
+        add_proxy_protocol_connection_state,
+        forward_proto_config,
+        route_specifier,
+        strip_port_mode,
+    } = proto;
+    let refuse = |field: &str, what: &str| Err(ConfigError::new(field, format!("{what} is not supported")));
+    if !original_ip_detection_extensions.is_empty() {
+        return refuse("original_ip_detection_extensions", "client IP detection extensions");
+    }
+    if !early_header_mutation_extensions.is_empty() {
+        return refuse("early_header_mutation_extensions", "early header mutation");
+    }
+    if forward_client_cert_matcher.is_some() {
+        return refuse("forward_client_cert_matcher", "matching the XFCC configuration");
+    }
+    if path_normalization_options.is_some() {
+        return refuse("path_normalization_options", "custom path normalization");
+    }
+    if local_reply_config.as_ref().is_some_and(|c| !c.mappers.is_empty() || c.body_format.is_some()) {
+        return refuse("local_reply_config", "rewriting local replies");
+    }
+    let request_id_custom = request_id_extension
+        .as_ref()
+        .and_then(|r| r.typed_config.as_ref())
+        .is_some_and(|any| common::type_name(&any.type_url) != UUID_REQUEST_ID);
+    ignore_all(
+        warnings,
+        &[
+            (add_user_agent.is_some(), "add_user_agent", "user agent headers are not added"),
+            (tracing.is_some(), "tracing", "tracing is not configured from listeners"),
+            (
+                http1_safe_max_connection_duration,
+                "http1_safe_max_connection_duration",
+                "HTTP/1 connections are closed at max_connection_duration",
+            ),
+            (http3_protocol_options.is_some(), "http3_protocol_options", "HTTP/3 is not served"),
+            (scheme_header_transformation.is_some(), "scheme_header_transformation", ":scheme is passed through"),
+            (stream_flush_timeout.is_some(), "stream_flush_timeout", "stream_idle_timeout bounds flushing"),
+            (drain_timeout_jitter.is_some(), "drain_timeout_jitter", "no jitter is applied"),
+            (
+                !access_log.is_empty()
+                    || access_log_flush_interval.is_some()
+                    || flush_access_log_on_new_request
+                    || access_log_options.is_some(),
+                "access_log",
+                "access logs are written by Outrider's own telemetry",
+            ),
+            (
+                internal_address_config.is_some(),
+                "internal_address_config",
+                "only loopback and private addresses are internal",
+            ),
+            (
+                represent_ipv4_remote_address_as_ipv4_mapped_ipv6,
+                "represent_ipv4_remote_address_as_ipv4_mapped_ipv6",
+                "IPv4 clients are shown as IPv4",
+            ),
+            (
+                !upgrade_configs.is_empty(),
+                "upgrade_configs",
+                "protocol upgrades (WebSocket, CONNECT) are not proxied yet",
+            ),
+            (request_id_custom, "request_id_extension", "request IDs are UUIDs"),
+            (local_reply_config.is_some(), "local_reply_config", "empty local reply configuration"),
+            (
+                stream_error_on_invalid_http_message.is_some(),
+                "stream_error_on_invalid_http_message",
+                "invalid messages close the connection",
+            ),
+            (proxy_status_config.is_some(), "proxy_status_config", "no proxy-status header is added"),
+            (
+                typed_header_validation_config.is_some(),
+                "typed_header_validation_config",
+                "the codec's header validation applies",
+            ),
+            (append_local_overload, "append_local_overload", "there is no overload manager"),
+            (
+                add_proxy_protocol_connection_state.is_some(),
+                "add_proxy_protocol_connection_state",
+                "PROXY protocol is not supported",
+            ),
+            (forward_proto_config.is_some(), "forward_proto_config", "x-forwarded-proto is taken from the connection"),
+        ],
+    );
+    let route_source = match route_specifier {
+        Some(hcm::RouteSpecifier::Rds(rds)) => RouteSource::Rds(rds_name(rds).map_err(|e| e.at("rds"))?),
+        Some(hcm::RouteSpecifier::RouteConfig(config)) => RouteSource::Inline(Arc::new(
+            warnings
+                .within("route_config", |w| route::route_configuration(config, w))
+                .map_err(|e| e.at("route_config"))?,
+        )),
+        Some(hcm::RouteSpecifier::ScopedRoutes(_)) => return refuse("scoped_routes", "scoped routes"),
+        None => return Err(ConfigError::new("route_specifier", "one of rds and route_config is required")),
+    };
+    let (skipped_http_filters, suppress_envoy_headers) =
+        warnings.within("http_filters", |w| check_http_filters(http_filters, w)).map_err(|e| e.at("http_filters"))?;
+    let codec_type = match hcm::CodecType::try_from(codec_type) {
+        Ok(hcm::CodecType::Auto) => CodecType::Auto,
+        Ok(hcm::CodecType::Http1) => CodecType::Http1,
+        Ok(hcm::CodecType::Http2) => CodecType::Http2,
+        Ok(hcm::CodecType::Http3) => return refuse("codec_type", "HTTP/3"),
+        Err(_) => return Err(ConfigError::new("codec_type", format!("unknown value {codec_type}"))),
+    };
+    let max_request_headers_kb = common::u32_or(&max_request_headers_kb, DEFAULT_MAX_REQUEST_HEADERS_KB);
+    if !(1..=8192).contains(&max_request_headers_kb) {
+        return Err(ConfigError::new(
+            "max_request_headers_kb",
+            format!("{max_request_headers_kb} is outside [1, 8192]"),
+        ));
+    }
+    let timeout = |value, field: &str, default| -> Result<_> {
+        Ok(common::opt_duration(value, field)?.or(default).filter(|d| !d.is_zero()))
+    };
+    let strip_port = match (strip_matching_host_port, strip_port_mode) {
+        (true, Some(_)) => {
+            return Err(ConfigError::new("strip_any_host_port", "conflicts with strip_matching_host_port"));
+        }
+        (true, None) => StripPort::Matching,
+        (false, Some(hcm::StripPortMode::StripAnyHostPort(true))) => StripPort::Any,
+        (false, _) => StripPort::None,
+    };
+    Ok(HttpConnectionManager {
+        stat_prefix,
+        codec_type,
+        route_source,
+        skipped_http_filters,
+        suppress_envoy_headers,
+        use_remote_address: common::bool_or(&use_remote_address, false),
+        xff_num_trusted_hops,
+        skip_xff_append,
+        via,
+        generate_request_id: common::bool_or(&generate_request_id, true),
+        preserve_external_request_id,
+        always_set_request_id_in_response,
+        stream_idle_timeout: timeout(&stream_idle_timeout, "stream_idle_timeout", Some(DEFAULT_STREAM_IDLE_TIMEOUT))?,
+        request_timeout: timeout(&request_timeout, "request_timeout", None)?,
+        request_headers_timeout: timeout(&request_headers_timeout, "request_headers_timeout", None)?,
+        drain_timeout: common::opt_duration(&drain_timeout, "drain_timeout")?.unwrap_or(DEFAULT_DRAIN_TIMEOUT),
+        delayed_close_timeout: timeout(
+            &delayed_close_timeout,
+            "delayed_close_timeout",
+            Some(DEFAULT_DELAYED_CLOSE_TIMEOUT),
+        )?,
+        common: warnings
+            .within("common_http_protocol_options", |w| {
+                common_options(common_http_protocol_options.unwrap_or_default(), w)
+            })
+            .map_err(|e| e.at("common_http_protocol_options"))?,
+        http1: warnings
+            .within("http_protocol_options", |w| http1_options(http_protocol_options.unwrap_or_default(), w))
+            .map_err(|e| e.at("http_protocol_options"))?,
+        http2: warnings
+            .within("http2_protocol_options", |w| http2_options(http2_protocol_options.unwrap_or_default(), w))
+            .map_err(|e| e.at("http2_protocol_options"))?,
+        max_request_headers_kb,
+        server_name: if server_name.is_empty() { "envoy".to_owned() } else { server_name },
+        server_header_transformation: match hcm::ServerHeaderTransformation::try_from(server_header_transformation) {
+            Ok(hcm::ServerHeaderTransformation::Overwrite) => ServerHeaderTransformation::Overwrite,
+            Ok(hcm::ServerHeaderTransformation::AppendIfAbsent) => ServerHeaderTransformation::AppendIfAbsent,
+            Ok(hcm::ServerHeaderTransformation::PassThrough) => ServerHeaderTransformation::PassThrough,
+            Err(_) => return Err(ConfigError::new("server_header_transformation", "unknown value")),
+        },
+        normalize_path: common::bool_or(&normalize_path, false),
+        merge_slashes,
+        path_with_escaped_slashes_action: {
+            use hcm::PathWithEscapedSlashesAction as A;
+            match A::try_from(path_with_escaped_slashes_action) {
+                Ok(A::ImplementationSpecificDefault | A::KeepUnchanged) => EscapedSlashesAction::KeepUnchanged,
+                Ok(A::RejectRequest) => EscapedSlashesAction::RejectRequest,
+                Ok(A::UnescapeAndRedirect) => EscapedSlashesAction::UnescapeAndRedirect,
+                Ok(A::UnescapeAndForward) => EscapedSlashesAction::UnescapeAndForward,
+                Err(_) => return Err(ConfigError::new("path_with_escaped_slashes_action", "unknown value")),
+            }
+        },
+        strip_port,
+        strip_trailing_host_dot,
+        forward_client_cert_details: {
+            use hcm::ForwardClientCertDetails as F;
+            match F::try_from(forward_client_cert_details) {
+                Ok(F::Sanitize) => ForwardClientCertDetails::Sanitize,
+                Ok(F::ForwardOnly) => ForwardClientCertDetails::ForwardOnly,
+                Ok(F::AppendForward) => ForwardClientCertDetails::AppendForward,
+                Ok(F::SanitizeSet) => ForwardClientCertDetails::SanitizeSet,
+                Ok(F::AlwaysForwardOnly) => ForwardClientCertDetails::AlwaysForwardOnly,
+                Err(_) => return Err(ConfigError::new("forward_client_cert_details", "unknown value")),
+            }
+        },
+        set_current_client_cert_details: match set_current_client_cert_details {
+            None => ClientCertDetails::default(),
+            Some(hcm::SetCurrentClientCertDetails { subject, cert, chain, dns, uri, issuer, format }) => {
+                ignore_all(
+                    warnings,
+                    &[
+                        (issuer, "set_current_client_cert_details.issuer", "the issuer is not added to XFCC"),
+                        (
+                            format != 0,
+                            "set_current_client_cert_details.format",
+                            "XFCC is written in Envoy's text format",
+                        ),
+                    ],
+                );
+                ClientCertDetails { subject: common::bool_or(&subject, false), cert, chain, dns, uri }
+            }
+        },
+        proxy_100_continue,
+        append_x_forwarded_port,
+    })
+}
+
+/// `rds`: the route configuration name, which must come over the ADS stream.
+fn rds_name(proto: proto::Rds) -> Result<String> {
+    use core::config_source::ConfigSourceSpecifier as S;
+    let proto::Rds { config_source, route_config_name } = proto;
+    if route_config_name.is_empty() {
+        return Err(ConfigError::new("route_config_name", "must not be empty"));
+    }
+    match config_source.and_then(|c| c.config_source_specifier) {
+        // `self` means "the server this listener came from", which is the ADS stream.
+        Some(S::Ads(_) | S::Self_(_)) => Ok(route_config_name),
+        Some(_) => Err(ConfigError::new("config_source", "only ads is supported")),
+        None => Err(ConfigError::new("config_source", "is required")),
+    }
+}
+
+/// Checks the filter list: the router must be present and last, and is the only HTTP
+/// filter Outrider runs; every other filter is skipped and recorded.
+fn check_http_filters(filters: Vec<proto::HttpFilter>, warnings: &mut Warnings) -> Result<(Vec<SkippedFilter>, bool)> {
+    use proto::http_filter::ConfigType;
+    let last = filters.len().checked_sub(1);
+    let mut skipped = Vec::new();
+    let mut suppress_envoy_headers = false;
+    for (i, filter) in filters.into_iter().enumerate() {
+        let proto::HttpFilter { name, is_optional: _, disabled, config_type } = filter;
+        let any = match &config_type {
+            Some(ConfigType::TypedConfig(any)) => Some(any),
+            _ => None,
+        };
+        let is_router = match any {
+            Some(any) => filter_kind::config_type(any) == ROUTER,
+            None => name == "envoy.filters.http.router",
+        };
+        let at = format!("[{i}]");
+        if is_router {
+            if Some(i) != last {
+                return Err(ConfigError::new(at, "the router must be the last HTTP filter"));
+            }
+            if disabled {
+                return Err(ConfigError::new(format!("{at}.disabled"), "the router may not be disabled"));
+            }
+            if let Some(any) = any {
+                suppress_envoy_headers = router(any, warnings).map_err(|e| e.at(format!("{at}.typed_config")))?;
+            }
+            return Ok((skipped, suppress_envoy_headers));
+        }
+        if matches!(config_type, Some(ConfigType::ConfigDiscovery(_))) {
+            warnings.ignored(at.clone(), format!("filter {name:?} from extension config discovery is not run"));
+            skipped.push(SkippedFilter { name, kind: crate::config::listener::SkippedKind::Unknown });
+            continue;
+        }
+        skipped.push(filter_kind::skip(&name, any, &at, warnings));
+    }
+    Err(ConfigError::new("", "the last HTTP filter must be envoy.filters.http.router"))
+}
+
+/// The router's own settings; returns `suppress_envoy_headers`.
+#[allow(deprecated)]
+fn router(any: &crate::pb::google::protobuf::Any, warnings: &mut Warnings) -> Result<bool> {
+    let Router {
+        dynamic_stats: _,
+        start_child_span,
+        upstream_log,
+        upstream_log_options,
+        suppress_envoy_headers,
+        strict_check_headers,
+        respect_expected_rq_timeout,
+        suppress_grpc_request_failure_code_stats: _,
+        upstream_http_filters,
+        reject_connect_request_early_data: _,
+    } = common::unpack::<Router>(any)?;
+    if !upstream_http_filters.is_empty() {
+        return Err(ConfigError::new("upstream_http_filters", "upstream HTTP filters are not supported"));
+    }
+    ignore_all(
+        warnings,
+        &[
+            (start_child_span, "start_child_span", "no tracing spans are started"),
+            (
+                !upstream_log.is_empty() || upstream_log_options.is_some(),
+                "upstream_log",
+                "upstream access logs are not written",
+            ),
+            (!strict_check_headers.is_empty(), "strict_check_headers", "x-envoy-* request headers are not read"),
+            (respect_expected_rq_timeout, "respect_expected_rq_timeout", "x-envoy-expected-rq-timeout-ms is not read"),
+        ],
+    );
+    Ok(suppress_envoy_headers)
+}

@@ -1,0 +1,179 @@
+//! `envoy.filters.network.tcp_proxy` → [`TcpProxy`].
+
+use super::super::{common, route};
+use super::protocol_options::ignore_all;
+use crate::config::error::{ConfigError, Result, Warnings};
+use crate::config::listener::tcp_proxy::{DEFAULT_TCP_IDLE_TIMEOUT, TcpCluster, TcpProxy, Tunneling};
+use crate::pb::envoy::extensions::filters::network::tcp_proxy::v3 as proto;
+use crate::pb::envoy::r#type::v3 as types;
+
+#[allow(deprecated)]
+pub fn tcp_proxy(proto: proto::TcpProxy, warnings: &mut Warnings) -> Result<TcpProxy> {
+    use proto::tcp_proxy::ClusterSpecifier as C;
+    let proto::TcpProxy {
+        stat_prefix,
+        on_demand,
+        metadata_match,
+        idle_timeout,
+        downstream_idle_timeout,
+        upstream_idle_timeout,
+        access_log,
+        max_connect_attempts,
+        backoff_options,
+        hash_policy,
+        tunneling_config,
+        max_downstream_connection_duration,
+        max_downstream_connection_duration_jitter_percentage,
+        access_log_flush_interval,
+        flush_access_log_on_connected,
+        access_log_options,
+        proxy_protocol_tlvs,
+        proxy_protocol_tlv_merge_policy: _,
+        upstream_connect_mode,
+        max_early_data_bytes,
+        check_drain_close,
+        cluster_specifier,
+    } = proto;
+    let refuse = |field: &str, what: &str| Err(ConfigError::new(field, format!("{what} is not supported")));
+    if on_demand.is_some() {
+        return refuse("on_demand", "on-demand cluster discovery");
+    }
+    if metadata_match.is_some() {
+        return refuse("metadata_match", "subset load balancing");
+    }
+    if !proxy_protocol_tlvs.is_empty() {
+        return refuse("proxy_protocol_tlvs", "PROXY protocol");
+    }
+    if upstream_connect_mode != proto::UpstreamConnectMode::Immediate as i32 {
+        return refuse("upstream_connect_mode", "delaying the upstream connection");
+    }
+    ignore_all(
+        warnings,
+        &[
+            (
+                !access_log.is_empty()
+                    || access_log_flush_interval.is_some()
+                    || flush_access_log_on_connected
+                    || access_log_options.is_some(),
+                "access_log",
+                "access logs are written by Outrider's own telemetry",
+            ),
+            (backoff_options.is_some(), "backoff_options", "connect attempts are retried without back-off"),
+            (
+                max_downstream_connection_duration_jitter_percentage.is_some(),
+                "max_downstream_connection_duration_jitter_percentage",
+                "no jitter is applied",
+            ),
+            (max_early_data_bytes.is_some(), "max_early_data_bytes", "no early data is read before connecting"),
+            (check_drain_close.is_some(), "check_drain_close", "connections are closed when the listener drains"),
+        ],
+    );
+    let cluster = match cluster_specifier {
+        Some(C::Cluster(name)) if !name.is_empty() => TcpCluster::Cluster(name),
+        Some(C::Cluster(_)) => return Err(ConfigError::new("cluster", "must not be empty")),
+        Some(C::WeightedClusters(proto::tcp_proxy::WeightedCluster { clusters })) => {
+            if clusters.is_empty() {
+                return Err(ConfigError::new("weighted_clusters.clusters", "at least one cluster is required"));
+            }
+            let weighted = clusters
+                .into_iter()
+                .enumerate()
+                .map(|(i, c)| {
+                    let proto::tcp_proxy::weighted_cluster::ClusterWeight { name, weight, metadata_match } = c;
+                    let at = format!("weighted_clusters.clusters[{i}]");
+                    if name.is_empty() {
+                        return Err(ConfigError::new(format!("{at}.name"), "must not be empty"));
+                    }
+                    if weight == 0 {
+                        return Err(ConfigError::new(format!("{at}.weight"), "must be at least 1"));
+                    }
+                    if metadata_match.is_some() {
+                        return Err(ConfigError::new(
+                            format!("{at}.metadata_match"),
+                            "subset load balancing is not supported",
+                        ));
+                    }
+                    Ok((name, weight))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            TcpCluster::Weighted(weighted)
+        }
+        None => return Err(ConfigError::new("cluster", "one of cluster and weighted_clusters is required")),
+    };
+    let mut hash_source_ip = false;
+    for (i, policy) in hash_policy.into_iter().enumerate() {
+        match policy.policy_specifier {
+            Some(types::hash_policy::PolicySpecifier::SourceIp(_)) => hash_source_ip = true,
+            _ => return Err(ConfigError::new(format!("hash_policy[{i}]"), "only source_ip hashing is supported")),
+        }
+    }
+    let tunneling =
+        tunneling_config.map(|t| tunneling(t, warnings).map_err(|e| e.at("tunneling_config"))).transpose()?;
+    let opt = |value, field: &str| -> Result<_> { Ok(common::opt_duration(value, field)?.filter(|d| !d.is_zero())) };
+    let max_connect_attempts = common::u32_or(&max_connect_attempts, 1);
+    if max_connect_attempts == 0 {
+        return Err(ConfigError::new("max_connect_attempts", "must be at least 1"));
+    }
+    Ok(TcpProxy {
+        stat_prefix,
+        cluster,
+        idle_timeout: match common::opt_duration(&idle_timeout, "idle_timeout")? {
+            None => Some(DEFAULT_TCP_IDLE_TIMEOUT),
+            Some(d) => Some(d).filter(|d| !d.is_zero()),
+        },
+        downstream_idle_timeout: opt(&downstream_idle_timeout, "downstream_idle_timeout")?,
+        upstream_idle_timeout: opt(&upstream_idle_timeout, "upstream_idle_timeout")?,
+        max_connect_attempts,
+        max_downstream_connection_duration: opt(
+            &max_downstream_connection_duration,
+            "max_downstream_connection_duration",
+        )?,
+        hash_source_ip,
+        tunneling,
+    })
+}
+
+fn tunneling(proto: proto::tcp_proxy::TunnelingConfig, warnings: &mut Warnings) -> Result<Tunneling> {
+    let proto::tcp_proxy::TunnelingConfig {
+        hostname,
+        use_post,
+        headers_to_add,
+        propagate_response_headers,
+        post_path,
+        propagate_response_trailers,
+        request_id_extension,
+        request_id_header,
+        request_id_metadata_key,
+        formatters,
+    } = proto;
+    if hostname.is_empty() {
+        return Err(ConfigError::new("hostname", "must not be empty"));
+    }
+    if !use_post && !post_path.is_empty() {
+        return Err(ConfigError::new("post_path", "requires use_post"));
+    }
+    if !formatters.is_empty() {
+        return Err(ConfigError::new("formatters", "custom formatters are not supported"));
+    }
+    ignore_all(
+        warnings,
+        &[(
+            request_id_extension.is_some() || !request_id_header.is_empty() || !request_id_metadata_key.is_empty(),
+            "request_id_extension",
+            "tunnel requests carry no request ID",
+        )],
+    );
+    let headers_to_add = headers_to_add
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| route::header_value_option(h, true).map_err(|e| e.at(format!("headers_to_add[{i}]"))))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Tunneling {
+        hostname,
+        use_post,
+        post_path: if use_post && post_path.is_empty() { "/".to_owned() } else { post_path },
+        headers_to_add,
+        propagate_response_headers,
+        propagate_response_trailers,
+    })
+}

@@ -1,0 +1,210 @@
+//! The HTTP connection manager (`envoy.filters.network.http_connection_manager`): HTTP
+//! codec settings, timeouts, forwarding headers, and where the routes come from.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::SkippedFilter;
+use crate::config::route::RouteConfiguration;
+
+/// Envoy's default `stream_idle_timeout`.
+pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Envoy's default connection `idle_timeout` (`common_http_protocol_options`).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Envoy's default `drain_timeout`.
+pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Envoy's default `delayed_close_timeout`.
+pub const DEFAULT_DELAYED_CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Envoy's default `max_request_headers_kb`.
+pub const DEFAULT_MAX_REQUEST_HEADERS_KB: u32 = 60;
+/// Envoy's default `max_headers_count`.
+pub const DEFAULT_MAX_HEADERS_COUNT: u32 = 100;
+
+/// `envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpConnectionManager {
+    pub stat_prefix: String,
+    pub codec_type: CodecType,
+    pub route_source: RouteSource,
+    /// HTTP filters before the router that Outrider does not run.
+    pub skipped_http_filters: Vec<SkippedFilter>,
+    /// The router's `suppress_envoy_headers`: no `x-envoy-*` headers are added.
+    pub suppress_envoy_headers: bool,
+    /// Trust the connection's peer address as the client (edge); otherwise take it from
+    /// `x-forwarded-for`, `xff_num_trusted_hops` from the right.
+    pub use_remote_address: bool,
+    pub xff_num_trusted_hops: u32,
+    pub skip_xff_append: bool,
+    /// Value appended to `via`; empty: none.
+    pub via: String,
+    /// Default true: set `x-request-id` when missing (or when not trusted).
+    pub generate_request_id: bool,
+    pub preserve_external_request_id: bool,
+    pub always_set_request_id_in_response: bool,
+    /// `None`: disabled (configured 0). Default 5 min.
+    pub stream_idle_timeout: Option<Duration>,
+    /// Whole-request receive timeout; `None` (default) disabled.
+    pub request_timeout: Option<Duration>,
+    pub request_headers_timeout: Option<Duration>,
+    pub drain_timeout: Duration,
+    /// `None`: disabled.
+    pub delayed_close_timeout: Option<Duration>,
+    pub common: CommonHttpOptions,
+    pub http1: Http1Options,
+    pub http2: Http2Options,
+    pub max_request_headers_kb: u32,
+    /// `server` response header value (default `envoy`).
+    pub server_name: String,
+    pub server_header_transformation: ServerHeaderTransformation,
+    /// RFC 3986 path normalization before routing.
+    pub normalize_path: bool,
+    pub merge_slashes: bool,
+    pub path_with_escaped_slashes_action: EscapedSlashesAction,
+    pub strip_port: StripPort,
+    pub strip_trailing_host_dot: bool,
+    pub forward_client_cert_details: ForwardClientCertDetails,
+    /// Fields added to `x-forwarded-client-cert` with `SANITIZE_SET` / `APPEND_FORWARD`.
+    pub set_current_client_cert_details: ClientCertDetails,
+    pub proxy_100_continue: bool,
+    pub append_x_forwarded_port: bool,
+}
+
+/// Where an HTTP connection manager gets its routes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RouteSource {
+    /// `rds.route_config_name`, subscribed over the ADS stream.
+    Rds(String),
+    /// `route_config`.
+    Inline(Arc<RouteConfiguration>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CodecType {
+    /// HTTP/1.1 or HTTP/2 by ALPN, else by the h2 preface.
+    #[default]
+    Auto,
+    Http1,
+    Http2,
+}
+
+/// `common_http_protocol_options` (downstream).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommonHttpOptions {
+    /// Connection idle timeout: default 1 h; `None` disabled (configured 0).
+    pub idle_timeout: Option<Duration>,
+    pub max_connection_duration: Option<Duration>,
+    pub max_headers_count: u32,
+    pub max_stream_duration: Option<Duration>,
+    pub max_requests_per_connection: Option<u32>,
+    pub headers_with_underscores_action: HeadersWithUnderscoresAction,
+}
+
+impl Default for CommonHttpOptions {
+    fn default() -> Self {
+        Self {
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            max_connection_duration: None,
+            max_headers_count: DEFAULT_MAX_HEADERS_COUNT,
+            max_stream_duration: None,
+            max_requests_per_connection: None,
+            headers_with_underscores_action: HeadersWithUnderscoresAction::Allow,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HeadersWithUnderscoresAction {
+    #[default]
+    Allow,
+    RejectRequest,
+    DropHeader,
+}
+
+/// `http_protocol_options` (HTTP/1.1 downstream).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Http1Options {
+    pub accept_http_10: bool,
+    pub default_host_for_http_10: String,
+    pub enable_trailers: bool,
+    pub allow_chunked_length: bool,
+}
+
+/// `http2_protocol_options` with Envoy's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http2Options {
+    pub hpack_table_size: u32,
+    pub max_concurrent_streams: u32,
+    pub initial_stream_window_size: u32,
+    pub initial_connection_window_size: u32,
+    /// Accept extended CONNECT (RFC 8441) and CONNECT over HTTP/2.
+    pub allow_connect: bool,
+    /// `connection_keepalive`: PING interval and timeout.
+    pub keepalive: Option<Http2Keepalive>,
+}
+
+impl Default for Http2Options {
+    fn default() -> Self {
+        Self {
+            hpack_table_size: 4096,
+            max_concurrent_streams: 2_147_483_647,
+            initial_stream_window_size: 268_435_456,
+            initial_connection_window_size: 268_435_456,
+            allow_connect: false,
+            keepalive: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Http2Keepalive {
+    pub interval: Option<Duration>,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ServerHeaderTransformation {
+    #[default]
+    Overwrite,
+    AppendIfAbsent,
+    PassThrough,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EscapedSlashesAction {
+    /// Envoy's default is `KEEP_UNCHANGED`.
+    #[default]
+    KeepUnchanged,
+    RejectRequest,
+    UnescapeAndRedirect,
+    UnescapeAndForward,
+}
+
+/// `strip_matching_host_port` / `strip_any_host_port`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StripPort {
+    #[default]
+    None,
+    /// Remove the port from `:authority` when it equals the listener's port.
+    Matching,
+    Any,
+}
+
+/// `forward_client_cert_details`: what to do with `x-forwarded-client-cert`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ForwardClientCertDetails {
+    #[default]
+    Sanitize,
+    ForwardOnly,
+    AppendForward,
+    SanitizeSet,
+    AlwaysForwardOnly,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClientCertDetails {
+    pub subject: bool,
+    pub cert: bool,
+    pub chain: bool,
+    pub dns: bool,
+    pub uri: bool,
+}
