@@ -9,7 +9,7 @@ use outrider::config::bootstrap::{ApiType, Bootstrap, BootstrapError};
 
 /// Istio's generated sidecar bootstrap (istio/istio `pkg/bootstrap/testdata/default_golden.json`).
 fn istio_path() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/istio-sidecar-bootstrap.json")
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/istio/sidecar-bootstrap.default_golden.json")
 }
 
 #[test]

@@ -15,6 +15,9 @@ pub mod route;
 pub mod secret;
 pub mod tls;
 
+#[cfg(test)]
+pub(crate) mod testdata;
+
 pub use address::Address;
 pub use cluster::Cluster;
 pub use endpoint::ClusterLoadAssignment;

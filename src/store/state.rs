@@ -233,11 +233,11 @@ impl ConfigState {
                 }
                 None => {
                     snapshot.warming_clusters.insert(name.clone(), cluster.clone());
-                    if let Some(previous) = self.served_clusters.get(name) {
-                        if let Some(endpoints) = self.cluster_endpoints(&previous.resource) {
-                            snapshot.clusters.insert(name.clone(), previous.clone());
-                            snapshot.endpoints.insert(name.clone(), endpoints);
-                        }
+                    if let Some(previous) = self.served_clusters.get(name)
+                        && let Some(endpoints) = self.cluster_endpoints(&previous.resource)
+                    {
+                        snapshot.clusters.insert(name.clone(), previous.clone());
+                        snapshot.endpoints.insert(name.clone(), endpoints);
                     }
                 }
             }

@@ -46,3 +46,20 @@ pub fn decode_resource(resource_type: ResourceType, bytes: &[u8], warnings: &mut
         )?),
     })
 }
+
+/// The name of a resource that failed to convert, for the NACK (SotW carries no names
+/// beside the resources). `None` when the bytes do not even decode.
+pub fn resource_name(resource_type: ResourceType, bytes: &[u8]) -> Option<String> {
+    fn name<M: Message + Default>(bytes: &[u8], get: impl FnOnce(M) -> String) -> Option<String> {
+        M::decode(bytes).ok().map(get).filter(|n| !n.is_empty())
+    }
+    match resource_type {
+        ResourceType::Cluster => name(bytes, |c: envoy::config::cluster::v3::Cluster| c.name),
+        ResourceType::ClusterLoadAssignment => {
+            name(bytes, |c: envoy::config::endpoint::v3::ClusterLoadAssignment| c.cluster_name)
+        }
+        ResourceType::Listener => name(bytes, |l: envoy::config::listener::v3::Listener| l.name),
+        ResourceType::RouteConfiguration => name(bytes, |r: envoy::config::route::v3::RouteConfiguration| r.name),
+        ResourceType::Secret => name(bytes, |s: envoy::extensions::transport_sockets::tls::v3::Secret| s.name),
+    }
+}

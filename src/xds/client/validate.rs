@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 
-use crate::config::convert::decode_resource;
+use crate::config::convert::{decode_resource, resource_name};
 use crate::config::{Ignored, Resource, ResourceType, Warnings};
 use crate::store::{ConfigState, Versioned};
 
@@ -31,17 +31,24 @@ pub fn validate(
     let mut errors = Vec::new();
     for (index, Incoming { name, version, bytes }) in incoming.into_iter().enumerate() {
         let mut warnings = Warnings::new();
-        let label = name.clone().unwrap_or_else(|| format!("#{index}"));
+        let label = name
+            .clone()
+            .or_else(|| resource_name(resource_type, &bytes))
+            .unwrap_or_else(|| format!("resources[{index}]"));
         match decode_resource(resource_type, &bytes, &mut warnings) {
             Ok(resource) => {
-                if let Some(name) = &name {
-                    if name != resource.name() {
-                        errors.push(format!("{label}: name: resource is named {:?}", resource.name()));
-                        continue;
-                    }
+                if let Some(name) = &name
+                    && name != resource.name()
+                {
+                    errors.push(format!(
+                        "{} {label}: name: resource is named {:?}",
+                        resource_type.short_name(),
+                        resource.name()
+                    ));
+                    continue;
                 }
                 if let Err(e) = state.check(&resource) {
-                    errors.push(format!("{label}: {e}"));
+                    errors.push(format!("{} {label}: {e}", resource_type.short_name()));
                     continue;
                 }
                 log_warnings(resource_type, resource.name(), warnings, warned);

@@ -165,11 +165,8 @@ fn secret_names_cover_every_transport_without_duplicates() {
                 "validation_context_sds_secret_config": {"name": "ROOTCA", "sds_config": {"ads": {}}},
             },
         });
-        let (proto, _) = crate::pb::json::from_value(
-            "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
-            value,
-        )
-        .unwrap();
+        let (proto, _) =
+            crate::pb::json::from_value("envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext", value).unwrap();
         let context = crate::config::convert::tls::upstream_tls_context(proto, &mut Warnings::new()).unwrap();
         UpstreamTransport::Tls(Box::new(context))
     };
@@ -210,11 +207,7 @@ fn http_protocol_sources() {
 /// bootstrap or istiod's clusters is useless.
 #[test]
 fn istio_testdata_clusters_convert() {
-    // The shared captures sit beside the worktrees, outside the crate.
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/testdata/istio");
-    let read = |file: &str| -> Value {
-        serde_json::from_str(&std::fs::read_to_string(format!("{dir}/{file}")).unwrap()).unwrap()
-    };
+    let read = crate::config::testdata::istio_dump;
     let mut clusters: Vec<Value> = Vec::new();
     let bootstrap = read("sidecar-bootstrap.default_golden.json");
     clusters.extend(bootstrap["static_resources"]["clusters"].as_array().unwrap().iter().cloned());

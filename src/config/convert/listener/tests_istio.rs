@@ -21,11 +21,8 @@ use crate::pb::google::protobuf as gpb;
 use crate::pb::json::{Dropped, from_value};
 use envoy_types::pb::xds;
 
-const TESTDATA: &str = "/work/shared/testdata/istio";
-
 fn dump(file: &str) -> Value {
-    let text = std::fs::read_to_string(format!("{TESTDATA}/{file}")).unwrap();
-    serde_json::from_str(&text).unwrap()
+    crate::config::testdata::istio_dump(file)
 }
 
 /// The configs of one `@type` in a `/config_dump`.

@@ -76,13 +76,8 @@ pub(crate) fn typed_objects(value: &Value, suffix: &str, found: &mut Vec<Value>)
     }
 }
 
-/// Istio's captured config dumps: in the repository's `testdata/istio` when present,
-/// else the shared copy on the development machine.
 pub(crate) fn istio_dump(file: &str) -> Value {
-    let local = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/istio").join(file);
-    let path = if local.exists() { local } else { std::path::Path::new("/work/shared/testdata/istio").join(file) };
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap()
+    crate::config::testdata::istio_dump(file)
 }
 
 #[test]
