@@ -26,6 +26,18 @@ enum Command {
         #[arg(long)]
         concurrency: Option<usize>,
     },
+    /// Run an embedded control plane serving deploy/demo/resources.yaml, and Outrider against it.
+    Demo {
+        /// Where the embedded control plane listens.
+        #[arg(long, default_value = "127.0.0.1:18000")]
+        xds_address: std::net::SocketAddr,
+        /// Where Outrider's admin server listens.
+        #[arg(long, default_value = "127.0.0.1:15000")]
+        admin_address: std::net::SocketAddr,
+        /// Resources file to serve (Envoy's file-based xDS format).
+        #[arg(long)]
+        resources: Option<PathBuf>,
+    },
     /// Check a bootstrap file and list what Outrider would ignore in it.
     Validate {
         #[arg(long, short = 'c')]
@@ -39,6 +51,7 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
@@ -49,6 +62,15 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Demo { xds_address, admin_address, resources } => {
+            match app::demo::run(app::demo::DemoOptions { xds_address, admin_address, resources }) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("outrider: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Validate { config } => validate(&config),
     }
 }

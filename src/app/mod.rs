@@ -1,6 +1,8 @@
 //! The composition root: reads the bootstrap, wires the store, the ADS client and the admin
 //! server onto the control runtime, and owns start-up and shutdown.
 
+pub mod demo;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -30,6 +32,8 @@ pub enum AppError {
     Admin(String, std::io::Error),
     #[error("cannot start the control runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("demo: {0}")]
+    Demo(String),
 }
 
 /// A started Outrider: what tests and the demo need to reach it.
@@ -121,7 +125,7 @@ pub fn default_concurrency() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
 
-async fn terminate() {
+pub(crate) async fn terminate() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
