@@ -92,7 +92,7 @@ pub async fn start(bootstrap: Bootstrap) -> Result<Running, AppError> {
 
     match ads {
         Some(config) => {
-            tokio::spawn(AdsClient::new(config, state, store.clone()).run(signal));
+            tokio::spawn(AdsClient::new(config, state, store.clone(), signal.clone()).run(signal));
         }
         None => store.publish(state.snapshot()),
     }

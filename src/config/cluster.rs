@@ -25,6 +25,7 @@ pub use upstream::{
 };
 
 use super::endpoint::ClusterLoadAssignment;
+use super::tls::SdsSecretConfig;
 
 /// Envoy's `connect_timeout` when the cluster does not set one.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -136,18 +137,24 @@ impl Cluster {
     /// The SDS secrets this cluster's upstream TLS refers to, over its default transport and
     /// every transport socket match, without duplicates.
     pub fn secret_names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = Vec::new();
+        self.sds_secret_configs().into_iter().map(|c| c.name.as_str()).collect()
+    }
+
+    /// The SDS references behind [`secret_names`](Self::secret_names), with where each is
+    /// fetched from and how long the cluster waits for it.
+    pub fn sds_secret_configs(&self) -> Vec<&SdsSecretConfig> {
+        let mut configs: Vec<&SdsSecretConfig> = Vec::new();
         let transports =
             std::iter::once(&self.transport_socket).chain(self.transport_socket_matches.iter().map(|m| &m.transport));
         for transport in transports {
             if let UpstreamTransport::Tls(tls) = transport {
-                for name in tls.common.secret_names() {
-                    if !names.contains(&name) {
-                        names.push(name);
+                for config in tls.common.sds_secret_configs() {
+                    if !configs.iter().any(|c| c.name == config.name) {
+                        configs.push(config);
                     }
                 }
             }
         }
-        names
+        configs
     }
 }

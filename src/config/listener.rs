@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use super::address::Address;
-use super::tls::DownstreamTlsContext;
+use super::tls::{DownstreamTlsContext, SdsSecretConfig};
 pub use chain_matcher::FilterChainMatcher;
 pub use http_connection_manager::{HttpConnectionManager, RouteSource};
 pub use tcp_proxy::TcpProxy;
@@ -239,15 +239,21 @@ impl Listener {
 
     /// The SDS secrets this listener's downstream TLS refers to, without duplicates.
     pub fn secret_names(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = Vec::new();
+        self.sds_secret_configs().into_iter().map(|c| c.name.as_str()).collect()
+    }
+
+    /// The SDS references behind [`secret_names`](Self::secret_names), with where each is
+    /// fetched from and how long the listener waits for it.
+    pub fn sds_secret_configs(&self) -> Vec<&SdsSecretConfig> {
+        let mut configs: Vec<&SdsSecretConfig> = Vec::new();
         for tls in self.all_filter_chains().filter_map(|c| c.tls.as_ref()) {
-            for name in tls.common.secret_names() {
-                if !names.contains(&name) {
-                    names.push(name);
+            for config in tls.common.sds_secret_configs() {
+                if !configs.iter().any(|c| c.name == config.name) {
+                    configs.push(config);
                 }
             }
         }
-        names
+        configs
     }
 
     pub fn has_listener_filter(&self, kind: ListenerFilterKind) -> bool {

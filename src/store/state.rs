@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use super::reconcile::reconcile_endpoints;
 use super::snapshot::{Snapshot, TypeVersion, Versioned};
 use crate::config::cluster::DiscoveryType;
+use crate::config::tls::{SdsSecretConfig, SdsSource};
 use crate::config::{Cluster, ClusterLoadAssignment, Listener, Resource, ResourceType, RouteConfiguration, Secret};
 
 type Map<T> = BTreeMap<String, Arc<Versioned<T>>>;
@@ -163,14 +164,55 @@ impl ConfigState {
             ResourceType::ClusterLoadAssignment => {
                 clusters.filter_map(|c| c.eds_service_name()).map(str::to_owned).collect()
             }
-            ResourceType::Secret => listeners
-                .flat_map(|l| l.secret_names())
-                .chain(clusters.flat_map(|c| c.secret_names()))
-                .filter(|name| !self.static_secrets.contains_key(*name))
-                .map(str::to_owned)
-                .collect(),
+            ResourceType::Secret => {
+                self.sds_references().filter(|c| c.source == SdsSource::Ads).map(|c| c.name.clone()).collect()
+            }
             ResourceType::Listener | ResourceType::Cluster => BTreeSet::new(),
         }
+    }
+
+    /// Secrets fetched over separate SDS streams, by the cluster that serves them (Istio:
+    /// its agent's `sds-grpc` Unix socket).
+    pub fn wanted_sds(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let mut wanted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for config in self.sds_references() {
+            if let SdsSource::Grpc { cluster_name, .. } = &config.source {
+                wanted.entry(cluster_name.clone()).or_default().insert(config.name.clone());
+            }
+        }
+        wanted
+    }
+
+    /// Where a bootstrap cluster's first endpoint is: how an SDS stream reaches its server.
+    pub fn static_cluster_address(&self, name: &str) -> Option<crate::config::Address> {
+        let cluster = &self.static_clusters.get(name)?.resource;
+        cluster.load_assignment.as_ref()?.endpoints().next().map(|e| e.address.clone())
+    }
+
+    /// Initial-fetch timeouts of the secrets now missing: (name, timeout).
+    pub fn warming_secret_timeouts(&self) -> Vec<(String, Duration)> {
+        self.sds_references()
+            .filter(|c| !self.secret_present(&c.name))
+            .filter_map(|c| c.initial_fetch_timeout.map(|t| (c.name.clone(), t)))
+            .collect()
+    }
+
+    /// Every SDS reference of every listener and cluster.
+    fn sds_references(&self) -> impl Iterator<Item = &SdsSecretConfig> {
+        let listeners = self.static_listeners.values().chain(self.listeners.values());
+        let clusters = self.static_clusters.values().chain(self.clusters.values());
+        listeners
+            .flat_map(|l| l.resource.sds_secret_configs())
+            .chain(clusters.flat_map(|c| c.resource.sds_secret_configs()))
+    }
+
+    fn secret_present(&self, name: &str) -> bool {
+        self.static_secrets.contains_key(name) || self.secrets.contains_key(name)
+    }
+
+    /// Whether every secret in `configs` arrived (or stopped being waited for).
+    fn secrets_ready<'a>(&self, mut configs: impl Iterator<Item = &'a SdsSecretConfig>) -> bool {
+        configs.all(|c| self.secret_present(&c.name) || self.expired.contains(&(ResourceType::Secret, c.name.clone())))
     }
 
     /// How long a newly wanted RDS name may stay missing before its listener is served.
@@ -263,8 +305,12 @@ impl ConfigState {
         snapshot
     }
 
-    /// The endpoints a cluster is served with, or `None` while it is warming.
+    /// The endpoints a cluster is served with, or `None` while it is warming (waiting for
+    /// its endpoints or its secrets).
     fn cluster_endpoints(&self, cluster: &Cluster) -> Option<Arc<Versioned<ClusterLoadAssignment>>> {
+        if !self.secrets_ready(cluster.sds_secret_configs().into_iter()) {
+            return None;
+        }
         match &cluster.discovery {
             DiscoveryType::Eds(eds) => self.endpoints.get(&eds.service_name).cloned().or_else(|| {
                 let expired = self.expired.contains(&(ResourceType::ClusterLoadAssignment, eds.service_name.clone()));
@@ -283,10 +329,11 @@ impl ConfigState {
     }
 
     fn listener_warm(&self, listener: &Listener) -> bool {
-        listener.route_config_names().into_iter().all(|name| {
-            self.routes.contains_key(name)
-                || self.expired.contains(&(ResourceType::RouteConfiguration, name.to_owned()))
-        })
+        self.secrets_ready(listener.sds_secret_configs().into_iter())
+            && listener.route_config_names().into_iter().all(|name| {
+                self.routes.contains_key(name)
+                    || self.expired.contains(&(ResourceType::RouteConfiguration, name.to_owned()))
+            })
     }
 
     fn names(&self, resource_type: ResourceType) -> Box<dyn Iterator<Item = String> + '_> {

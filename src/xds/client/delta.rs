@@ -67,7 +67,7 @@ pub async fn run(
                     }
                 }
             },
-            due = session.timers.fired() => session.expire(due),
+            () = session.background() => {}
         }
     }
 }
@@ -105,7 +105,7 @@ impl Stream<'_> {
             }
         }
         let result = if problems.is_empty() {
-            validate(&session.state, resource_type, incoming, &mut session.warned)
+            validate(Some(&session.state), resource_type, incoming, &mut session.warned)
         } else {
             Err(problems.join("; "))
         };

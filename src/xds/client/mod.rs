@@ -8,6 +8,7 @@
 
 mod delta;
 mod node;
+mod sds;
 mod session;
 mod sotw;
 pub mod status;
@@ -104,8 +105,9 @@ pub struct AdsClient {
 }
 
 impl AdsClient {
-    pub fn new(config: AdsClientConfig, state: ConfigState, store: Arc<Store>) -> Self {
-        let session = Session::new(state, store, &config);
+    /// A client that will publish into `store`; its SDS streams end with `shutdown`.
+    pub fn new(config: AdsClientConfig, state: ConfigState, store: Arc<Store>, shutdown: Signal) -> Self {
+        let session = Session::new(state, store, &config, shutdown);
         Self { config, session }
     }
 
@@ -136,7 +138,7 @@ impl AdsClient {
                 tokio::select! {
                     _ = tokio::time::sleep_until(wake) => break,
                     _ = shutdown.clone().triggered() => return,
-                    due = self.session.timers.fired() => self.session.expire(due),
+                    () = self.session.background() => {}
                 }
             }
         }

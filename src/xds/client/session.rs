@@ -5,8 +5,10 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use super::AdsClientConfig;
+use super::sds::{SdsStreams, SdsUpdate};
 use super::timers::Timers;
 use crate::config::{Ignored, Resource, ResourceType};
+use crate::core::shutdown::Signal;
 use crate::store::{ConfigState, Store, Versioned};
 
 pub struct Session {
@@ -17,10 +19,12 @@ pub struct Session {
     pub warned: HashSet<Ignored>,
     /// LDS and CDS, when the bootstrap makes them dynamic.
     wildcard_types: Vec<ResourceType>,
+    /// Streams for secrets served by other clusters than the ADS server.
+    sds: SdsStreams,
 }
 
 impl Session {
-    pub fn new(state: ConfigState, store: Arc<Store>, config: &AdsClientConfig) -> Self {
+    pub fn new(state: ConfigState, store: Arc<Store>, config: &AdsClientConfig, shutdown: Signal) -> Self {
         let mut timers = Timers::default();
         let mut wildcard_types = Vec::new();
         for (resource_type, source) in [(ResourceType::Cluster, config.cds), (ResourceType::Listener, config.lds)] {
@@ -31,7 +35,8 @@ impl Session {
                 }
             }
         }
-        let mut session = Self { state, store, timers, warned: HashSet::new(), wildcard_types };
+        let sds = SdsStreams::new(config.node.clone(), shutdown, config.seed);
+        let mut session = Self { state, store, timers, warned: HashSet::new(), wildcard_types, sds };
         session.arm_dependants();
         session
     }
@@ -78,6 +83,19 @@ impl Session {
         self.publish();
     }
 
+    /// Waits for one event besides the ADS stream (an initial fetch timing out, secrets
+    /// arriving on an SDS stream) and handles it. Cancel-safe: used in `select!` loops.
+    pub async fn background(&mut self) {
+        tokio::select! {
+            due = self.timers.fired() => self.expire(due),
+            Some(update) = self.sds.updates.recv() => self.accept_secrets(update),
+        }
+    }
+
+    fn accept_secrets(&mut self, SdsUpdate { version, secrets }: SdsUpdate) {
+        self.accept(ResourceType::Secret, &version, secrets, &[], false);
+    }
+
     /// Initial fetches that timed out: serve what waited for them.
     pub fn expire(&mut self, due: Vec<(ResourceType, String)>) {
         for (resource_type, name) in due {
@@ -91,8 +109,14 @@ impl Session {
         self.store.publish(self.state.snapshot());
     }
 
-    /// Arms initial-fetch timers for newly referenced EDS and RDS names.
+    /// Arms initial-fetch timers for newly referenced EDS, RDS and SDS names, and points
+    /// the SDS streams at the secrets now referenced.
     fn arm_dependants(&mut self) {
+        for (name, timeout) in self.state.warming_secret_timeouts() {
+            self.timers.arm(ResourceType::Secret, &name, timeout);
+        }
+        let state = &self.state;
+        self.sds.sync(state.wanted_sds(), |cluster| state.static_cluster_address(cluster));
         for (name, timeout) in self.state.warming_eds_timeouts() {
             self.timers.arm(ResourceType::ClusterLoadAssignment, &name, timeout);
         }

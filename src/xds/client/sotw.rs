@@ -53,7 +53,7 @@ pub async fn run(
                     }
                 }
             },
-            due = session.timers.fired() => session.expire(due),
+            () = session.background() => {}
         }
     }
 }
@@ -91,7 +91,7 @@ impl Stream<'_> {
             .collect();
         let names = self.subscribed.get(&resource_type).cloned().unwrap_or_default();
         let result = if mismatched.is_empty() {
-            validate(&session.state, resource_type, incoming, &mut session.warned)
+            validate(Some(&session.state), resource_type, incoming, &mut session.warned)
         } else {
             Err(mismatched.join("; "))
         };

@@ -1,4 +1,5 @@
-//! A small xDS control plane: an ADS server (SotW and Delta) over the resources it is given,
+//! A small xDS control plane: an ADS server (SotW and Delta), and SDS on its own service as
+//! Istio's agent serves it, over the resources it is given,
 //! used by Outrider's tests and by `outrider demo`.
 //!
 //! It follows Envoy's xDS protocol as go-control-plane does, so that Envoy itself and
@@ -29,6 +30,7 @@ use tokio::task::JoinHandle;
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 
 use crate::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer;
+use crate::pb::envoy::service::secret::v3::secret_discovery_service_server::SecretDiscoveryServiceServer;
 use crate::pb::google::protobuf::Any;
 
 pub use requests::{ErrorDetail, Journal, Protocol, ReceivedRequest, SentResponse};
@@ -175,7 +177,8 @@ impl XdsServer {
         let mut signal = stopped;
         let task = tokio::spawn(async move {
             tonic::transport::Server::builder()
-                .add_service(AggregatedDiscoveryServiceServer::new(service))
+                .add_service(AggregatedDiscoveryServiceServer::new(service.clone()))
+                .add_service(SecretDiscoveryServiceServer::new(service))
                 .serve_with_incoming_shutdown(incoming, async move {
                     let _ = signal.wait_for(|stop| *stop).await;
                 })

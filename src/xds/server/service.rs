@@ -13,6 +13,7 @@ use crate::pb::envoy::service::discovery::v3::aggregated_discovery_service_serve
 use crate::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
+use crate::pb::envoy::service::secret::v3::secret_discovery_service_server::SecretDiscoveryService;
 
 /// Responses waiting for a slow client; beyond this the stream task waits for it.
 const RESPONSE_BUFFER: usize = 16;
@@ -27,6 +28,7 @@ pub(super) trait StreamHandler: Send + 'static {
     fn on_change(&mut self) -> Vec<Self::Response>;
 }
 
+#[derive(Clone)]
 pub(super) struct AdsService {
     server: XdsServer,
     stopped: watch::Receiver<bool>,
@@ -67,6 +69,33 @@ impl AggregatedDiscoveryService for AdsService {
     ) -> Result<Response<Self::DeltaAggregatedResourcesStream>, Status> {
         let handler = DeltaStream::new(self.server.clone());
         Ok(Response::new(self.start(handler, request.into_inner())))
+    }
+}
+
+/// SDS on its own service, as Istio's agent serves it: the same streams, secrets only.
+#[tonic::async_trait]
+impl SecretDiscoveryService for AdsService {
+    type StreamSecretsStream = ReceiverStream<Result<DiscoveryResponse, Status>>;
+    type DeltaSecretsStream = ReceiverStream<Result<DeltaDiscoveryResponse, Status>>;
+
+    async fn stream_secrets(
+        &self,
+        request: Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<Response<Self::StreamSecretsStream>, Status> {
+        let handler = SotwStream::new(self.server.clone());
+        Ok(Response::new(self.start(handler, request.into_inner())))
+    }
+
+    async fn delta_secrets(
+        &self,
+        request: Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<Response<Self::DeltaSecretsStream>, Status> {
+        let handler = DeltaStream::new(self.server.clone());
+        Ok(Response::new(self.start(handler, request.into_inner())))
+    }
+
+    async fn fetch_secrets(&self, _request: Request<DiscoveryRequest>) -> Result<Response<DiscoveryResponse>, Status> {
+        Err(Status::unimplemented("REST-style FetchSecrets is not served; use StreamSecrets"))
     }
 }
 
