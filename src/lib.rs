@@ -7,3 +7,4 @@ pub mod core;
 pub mod pb;
 pub mod store;
 pub mod xds;
+pub mod lb;
