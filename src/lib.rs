@@ -4,7 +4,7 @@ pub mod admin;
 pub mod app;
 pub mod config;
 pub mod core;
+pub mod lb;
 pub mod pb;
 pub mod store;
 pub mod xds;
-pub mod lb;

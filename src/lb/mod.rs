@@ -1,4 +1,27 @@
 //! Load balancing: the `Pick` interface the proxy calls, every policy, and the shared
 //! per-endpoint stats the policies read.
+//!
+//! Per cluster, a [`ClusterLb`] is built off the hot path (on the control runtime) and
+//! shared by `Arc`; each worker keeps a [`Picker`] with its own cursors and RNG, and notices
+//! a rebuilt balancer by a pointer comparison. Picking never locks.
 
+pub mod balancer;
+pub mod cswrr;
+pub mod edf;
+pub mod host;
+pub mod least_request;
 pub mod load;
+pub mod maglev;
+pub mod peak_ewma;
+pub mod policy;
+pub mod priority;
+pub mod random;
+pub mod ring_hash;
+pub mod round_robin;
+pub mod slow_start;
+pub mod stats;
+
+pub use balancer::{ClusterLb, Picker};
+pub use host::{Host, StatsRegistry};
+pub use policy::PickContext;
+pub use stats::{EndpointStats, InFlight};

@@ -1,0 +1,336 @@
+//! One cluster's balancer: the shared immutable part ([`ClusterLb`], built off the hot
+//! path on every membership, health or ejection change) and the per-worker [`Picker`].
+//!
+//! A pick follows Envoy's `LoadBalancerBase::hostSourceToUse`: choose a priority level by
+//! the per-level load (by the request hash for ring hash and maglev, so a key sticks to its
+//! level); use all of the level's hosts if it is in panic; else, with locality weighting,
+//! choose a locality; then let the policy choose within that host set.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::host::{Host, StatsRegistry};
+use super::policy::{Cursor, PickContext, SharedPolicy};
+use super::priority::{Availability, LevelCounts, PriorityLoad};
+use crate::config::cluster::lb_policy::DEFAULT_HEALTHY_PANIC_THRESHOLD;
+use crate::config::cluster::{LbPolicy, RoundRobinConfig};
+use crate::config::endpoint::HealthStatus;
+use crate::config::{Cluster, ClusterLoadAssignment};
+
+/// How many times a pick is redrawn to avoid hosts this request already tried (Envoy's
+/// `host_selection_retry_max_attempts` default is 1; Outrider redraws a few times more,
+/// since a redraw costs nanoseconds and a retry on the same failing host costs a request).
+pub const PREVIOUS_HOST_REDRAWS: u32 = 3;
+
+/// Hosts and the policy's shared part over them.
+#[derive(Debug)]
+pub struct HostSet {
+    pub hosts: Vec<Arc<Host>>,
+    pub policy: SharedPolicy,
+}
+
+#[derive(Debug)]
+struct Level {
+    all: usize,
+    healthy: usize,
+    degraded: usize,
+    /// With locality weighting: (locality weight × availability, healthy set, degraded set).
+    localities: Vec<LocalitySets>,
+}
+
+#[derive(Debug)]
+struct LocalitySets {
+    healthy_weight: f64,
+    degraded_weight: f64,
+    healthy: usize,
+    degraded: usize,
+}
+
+/// The shared, immutable balancer of one cluster.
+#[derive(Debug)]
+pub struct ClusterLb {
+    pub cluster: String,
+    sets: Vec<HostSet>,
+    levels: Vec<Level>,
+    load: PriorityLoad,
+    hash_based: bool,
+    hosts: Vec<Arc<Host>>,
+}
+
+impl ClusterLb {
+    /// Builds the balancer of `cluster` over `assignment`, reusing per-endpoint stats from
+    /// `registry`. Ejected hosts (outlier detection) count as unhealthy at `now`.
+    pub fn build(
+        cluster: &Cluster,
+        assignment: &ClusterLoadAssignment,
+        registry: &mut StatsRegistry,
+        now: Instant,
+    ) -> Self {
+        let default_policy = LbPolicy::RoundRobin(RoundRobinConfig::default());
+        let (policy, locality_weighted, panic_threshold) = match &cluster.load_balancing {
+            Some(lb) => (&lb.policy, lb.locality_weighted, lb.healthy_panic_threshold),
+            None => (&default_policy, false, DEFAULT_HEALTHY_PANIC_THRESHOLD),
+        };
+        let hash_based = SharedPolicy::is_hash_based(policy);
+        let hosts: Vec<Arc<Host>> = registry.hosts(assignment, now).into_iter().map(Arc::new).collect();
+        let locality_weights = locality_weights(assignment);
+
+        let mut by_level: BTreeMap<u32, Vec<Arc<Host>>> = BTreeMap::new();
+        for host in &hosts {
+            by_level.entry(host.priority).or_default().push(host.clone());
+        }
+        let top = by_level.keys().next_back().copied().unwrap_or(0);
+        let mut sets = Vec::new();
+        let mut levels = Vec::new();
+        let mut counts = Vec::new();
+        for priority in 0..=top {
+            let all = by_level.remove(&priority).unwrap_or_default();
+            let usable = |h: &&Arc<Host>, status: HealthStatus| h.health() == status && !h.stats.is_ejected(now);
+            let healthy: Vec<_> = all.iter().filter(|h| usable(h, HealthStatus::Healthy)).cloned().collect();
+            let degraded: Vec<_> = all.iter().filter(|h| usable(h, HealthStatus::Degraded)).cloned().collect();
+            counts.push(if assignment.weighted_priority_health {
+                let weight = |hosts: &[Arc<Host>]| hosts.iter().map(|h| u64::from(h.weight())).sum();
+                LevelCounts { healthy: weight(&healthy), degraded: weight(&degraded), total: weight(&all) }
+            } else {
+                LevelCounts { healthy: healthy.len() as u64, degraded: degraded.len() as u64, total: all.len() as u64 }
+            });
+            let localities = if locality_weighted && !hash_based {
+                locality_sets(
+                    &all,
+                    &healthy,
+                    &degraded,
+                    priority,
+                    &locality_weights,
+                    assignment.overprovisioning_factor,
+                )
+                .into_iter()
+                .map(|(hw, dw, h, d)| LocalitySets {
+                    healthy_weight: hw,
+                    degraded_weight: dw,
+                    healthy: push_set(&mut sets, policy, h, locality_weighted, &locality_weights, now),
+                    degraded: push_set(&mut sets, policy, d, locality_weighted, &locality_weights, now),
+                })
+                .collect()
+            } else {
+                Vec::new()
+            };
+            levels.push(Level {
+                all: push_set(&mut sets, policy, all, locality_weighted, &locality_weights, now),
+                healthy: push_set(&mut sets, policy, healthy, locality_weighted, &locality_weights, now),
+                degraded: push_set(&mut sets, policy, degraded, locality_weighted, &locality_weights, now),
+                localities,
+            });
+        }
+        let load = PriorityLoad::compute(&counts, assignment.overprovisioning_factor, panic_threshold);
+        Self { cluster: cluster.name.clone(), sets, levels, load, hash_based, hosts }
+    }
+
+    /// Every host of the cluster, in assignment order.
+    pub fn hosts(&self) -> &[Arc<Host>] {
+        &self.hosts
+    }
+
+    pub fn priority_load(&self) -> &PriorityLoad {
+        &self.load
+    }
+}
+
+/// Locality weights by (priority, locality index), as EDS gave them (1 when unset).
+fn locality_weights(assignment: &ClusterLoadAssignment) -> BTreeMap<(u32, usize), f64> {
+    let mut weights = BTreeMap::new();
+    let mut next: BTreeMap<u32, Vec<&crate::config::endpoint::Locality>> = BTreeMap::new();
+    for group in &assignment.localities {
+        let seen = next.entry(group.priority).or_default();
+        let index = seen.iter().position(|l| **l == group.locality).unwrap_or_else(|| {
+            seen.push(&group.locality);
+            seen.len() - 1
+        });
+        weights.insert((group.priority, index), f64::from(group.load_balancing_weight.unwrap_or(1)));
+    }
+    weights
+}
+
+/// One locality's (healthy weight, degraded weight, healthy hosts, degraded hosts).
+type LocalityHosts = (f64, f64, Vec<Arc<Host>>, Vec<Arc<Host>>);
+
+/// Per locality of a level: effective weights (Envoy: `locality weight × min(1, overprov ×
+/// healthy / total)`) and its healthy and degraded hosts. Localities without a weight take
+/// no locality-weighted traffic, as in Envoy.
+fn locality_sets(
+    all: &[Arc<Host>],
+    healthy: &[Arc<Host>],
+    degraded: &[Arc<Host>],
+    priority: u32,
+    weights: &BTreeMap<(u32, usize), f64>,
+    overprovisioning: u32,
+) -> Vec<LocalityHosts> {
+    let count = all.iter().map(|h| h.locality + 1).max().unwrap_or(0);
+    (0..count)
+        .map(|locality| {
+            let of = |hosts: &[Arc<Host>]| -> Vec<Arc<Host>> {
+                hosts.iter().filter(|h| h.locality == locality).cloned().collect()
+            };
+            let total = all.iter().filter(|h| h.locality == locality).count() as f64;
+            let (h, d) = (of(healthy), of(degraded));
+            let weight = weights.get(&(priority, locality)).copied().unwrap_or(0.0);
+            let availability = |n: usize| {
+                if total == 0.0 { 0.0 } else { (f64::from(overprovisioning) / 100.0 * n as f64 / total).min(1.0) }
+            };
+            (weight * availability(h.len()), weight * availability(d.len()), h, d)
+        })
+        .collect()
+}
+
+fn push_set(
+    sets: &mut Vec<HostSet>,
+    policy: &LbPolicy,
+    hosts: Vec<Arc<Host>>,
+    locality_weighted: bool,
+    locality_weights: &BTreeMap<(u32, usize), f64>,
+    now: Instant,
+) -> usize {
+    let weights = effective_weights(&hosts, locality_weighted, locality_weights);
+    let policy = SharedPolicy::build(policy, &hosts, &weights, now);
+    sets.push(HostSet { hosts, policy });
+    sets.len() - 1
+}
+
+/// Host weights as ring hash and maglev use them: with locality weighting,
+/// `host_w × (locality_w / Σ locality_w) / Σ host_w in its locality` (Envoy's
+/// normalisation); otherwise the host weights.
+fn effective_weights(
+    hosts: &[Arc<Host>],
+    locality_weighted: bool,
+    locality_weights: &BTreeMap<(u32, usize), f64>,
+) -> Vec<f64> {
+    if !locality_weighted {
+        return hosts.iter().map(|h| f64::from(h.weight())).collect();
+    }
+    let mut per_locality: BTreeMap<(u32, usize), f64> = BTreeMap::new();
+    for host in hosts {
+        *per_locality.entry((host.priority, host.locality)).or_default() += f64::from(host.weight());
+    }
+    let locality_total: f64 = per_locality.keys().map(|k| locality_weights.get(k).copied().unwrap_or(0.0)).sum();
+    hosts
+        .iter()
+        .map(|h| {
+            let key = (h.priority, h.locality);
+            let locality = locality_weights.get(&key).copied().unwrap_or(0.0);
+            let in_locality = per_locality.get(&key).copied().unwrap_or(1.0);
+            if locality_total == 0.0 || in_locality == 0.0 {
+                0.0
+            } else {
+                f64::from(h.weight()) * (locality / locality_total) / in_locality
+            }
+        })
+        .collect()
+}
+
+/// A worker's picker for one cluster: cursors per host set and the worker's own RNG.
+#[derive(Debug)]
+pub struct Picker {
+    lb: Arc<ClusterLb>,
+    rng: SmallRng,
+    cursors: Vec<Option<Cursor>>,
+    /// Smooth weighted round robin state over localities, per level.
+    locality_current: Vec<Vec<f64>>,
+}
+
+impl Picker {
+    pub fn new(lb: Arc<ClusterLb>, seed: u64) -> Self {
+        let mut picker =
+            Self { lb, rng: SmallRng::seed_from_u64(seed), cursors: Vec::new(), locality_current: Vec::new() };
+        picker.reset();
+        picker
+    }
+
+    /// Switches to a rebuilt balancer if `lb` is not the one in use (a pointer comparison).
+    pub fn refresh(&mut self, lb: &Arc<ClusterLb>) {
+        if !Arc::ptr_eq(&self.lb, lb) {
+            self.lb = lb.clone();
+            self.reset();
+        }
+    }
+
+    fn reset(&mut self) {
+        self.cursors = (0..self.lb.sets.len()).map(|_| None).collect();
+        self.locality_current = self.lb.levels.iter().map(|l| vec![0.0; l.localities.len()]).collect();
+    }
+
+    /// Picks a host, avoiding `ctx.previous` when another usable host exists.
+    pub fn pick(&mut self, ctx: &PickContext<'_>) -> Option<Arc<Host>> {
+        let mut picked = self.pick_once(ctx)?;
+        for _ in 0..PREVIOUS_HOST_REDRAWS {
+            if !ctx.previous.iter().any(|p| Arc::ptr_eq(&p.stats, &picked.stats)) {
+                break;
+            }
+            let redraw = PickContext { hash: ctx.hash.map(|h| h.wrapping_add(1)), ..*ctx };
+            picked = self.pick_once(&redraw)?;
+        }
+        Some(picked)
+    }
+
+    fn pick_once(&mut self, ctx: &PickContext<'_>) -> Option<Arc<Host>> {
+        let lb = self.lb.clone();
+        let level_hash = match (lb.hash_based, ctx.hash) {
+            (true, Some(hash)) => hash,
+            _ => self.rng.random(),
+        };
+        let (priority, availability) = lb.load.choose(level_hash);
+        let level = lb.levels.get(priority)?;
+        let set = if lb.load.panic.get(priority).copied().unwrap_or(false) {
+            level.all
+        } else if !level.localities.is_empty() {
+            self.choose_locality(priority, availability).unwrap_or(match availability {
+                Availability::Healthy => level.healthy,
+                Availability::Degraded => level.degraded,
+            })
+        } else {
+            match availability {
+                Availability::Healthy => level.healthy,
+                Availability::Degraded => level.degraded,
+            }
+        };
+        let host_set = lb.sets.get(set)?;
+        let cursor = match self.cursors.get_mut(set) {
+            Some(Some(cursor)) => cursor,
+            Some(slot) => slot.insert(host_set.policy.cursor(&mut self.rng)),
+            None => return None,
+        };
+        let index = host_set.policy.pick(&host_set.hosts, cursor, &mut self.rng, ctx)?;
+        host_set.hosts.get(index).cloned()
+    }
+
+    /// Smooth weighted round robin over the level's localities (nginx's algorithm: the
+    /// same long-run shares as Envoy's EDF, interleaved evenly).
+    fn choose_locality(&mut self, priority: usize, availability: Availability) -> Option<usize> {
+        let level = self.lb.levels.get(priority)?;
+        let current = self.locality_current.get_mut(priority)?;
+        let weight = |l: &LocalitySets| match availability {
+            Availability::Healthy => l.healthy_weight,
+            Availability::Degraded => l.degraded_weight,
+        };
+        let total: f64 = level.localities.iter().map(weight).sum();
+        if total <= 0.0 {
+            return None;
+        }
+        let mut best = None;
+        for (i, locality) in level.localities.iter().enumerate() {
+            current[i] += weight(locality);
+            if weight(locality) > 0.0 && best.is_none_or(|b: usize| current[i] > current[b]) {
+                best = Some(i);
+            }
+        }
+        let best = best?;
+        current[best] -= total;
+        let locality = &level.localities[best];
+        Some(match availability {
+            Availability::Healthy => locality.healthy,
+            Availability::Degraded => locality.degraded,
+        })
+    }
+}

@@ -1,0 +1,83 @@
+//! A host: an endpoint as the balancers see it, with its shared stats.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::stats::EndpointStats;
+use crate::config::Address;
+use crate::config::endpoint::{ClusterLoadAssignment, HealthStatus, LbEndpoint};
+
+/// One upstream endpoint of a cluster.
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub endpoint: Arc<LbEndpoint>,
+    pub stats: Arc<EndpointStats>,
+    pub priority: u32,
+    /// Index of its locality within its priority level.
+    pub locality: usize,
+}
+
+impl Host {
+    pub fn address(&self) -> &Address {
+        &self.endpoint.address
+    }
+
+    pub fn weight(&self) -> u32 {
+        self.endpoint.weight
+    }
+
+    pub fn health(&self) -> HealthStatus {
+        self.endpoint.health
+    }
+
+    /// The key ring hash and maglev place the host by: `envoy.lb` `hash_key` metadata if
+    /// set, else the address as Envoy prints it (`10.0.0.1:80`, `[::1]:80`).
+    pub fn hash_key(&self) -> String {
+        match &self.endpoint.hash_key {
+            Some(key) if !key.is_empty() => key.clone(),
+            _ => self.endpoint.address.to_string(),
+        }
+    }
+}
+
+/// Stats per endpoint address of one cluster, kept across EDS pushes: an endpoint that
+/// stays keeps its in-flight count, latency estimate, load report and outlier state.
+#[derive(Debug, Default)]
+pub struct StatsRegistry {
+    by_address: HashMap<Address, Arc<EndpointStats>>,
+}
+
+impl StatsRegistry {
+    /// The hosts of `assignment`, reusing the stats of addresses already known and
+    /// forgetting addresses that left. Linear in the number of endpoints.
+    pub fn hosts(&mut self, assignment: &ClusterLoadAssignment, now: Instant) -> Vec<Host> {
+        let mut next = HashMap::with_capacity(assignment.endpoint_count());
+        let mut hosts = Vec::with_capacity(assignment.endpoint_count());
+        let mut locality_index: HashMap<(u32, &crate::config::endpoint::Locality), usize> = HashMap::new();
+        for group in &assignment.localities {
+            let per_priority = locality_index.iter().filter(|((p, _), _)| *p == group.priority).count();
+            let locality = *locality_index.entry((group.priority, &group.locality)).or_insert(per_priority);
+            for endpoint in &group.endpoints {
+                let stats = self
+                    .by_address
+                    .get(&endpoint.address)
+                    .or_else(|| next.get(&endpoint.address))
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(EndpointStats::new(now)));
+                next.insert(endpoint.address.clone(), stats.clone());
+                hosts.push(Host { endpoint: endpoint.clone(), stats, priority: group.priority, locality });
+            }
+        }
+        self.by_address = next;
+        hosts
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_address.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_address.is_empty()
+    }
+}

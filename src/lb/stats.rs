@@ -1,0 +1,248 @@
+//! Per-endpoint statistics shared by every worker: in-flight requests, latency, outcomes,
+//! the latest load report, outlier state.
+//!
+//! All fields are atomics (or an `ArcSwap` for the load report): workers update them on
+//! the request path without locks, and the control runtime reads them to compute weights.
+//! They live as long as the endpoint is in its cluster, across EDS pushes, because the
+//! registry hands out the same `Arc` for the same address.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
+
+use super::load::{LoadReport, LoadSink};
+
+/// Linkerd's default decay for the peak-EWMA latency estimate.
+pub const RTT_DECAY: Duration = Duration::from_secs(10);
+
+/// A load report and when it arrived.
+#[derive(Debug, Clone)]
+pub struct TimedReport {
+    pub report: LoadReport,
+    pub received: Instant,
+}
+
+/// The shared statistics of one endpoint.
+#[derive(Debug)]
+pub struct EndpointStats {
+    /// Origin of the nanosecond timestamps stored below.
+    epoch: Instant,
+    in_flight: AtomicU32,
+    successes: AtomicU64,
+    errors: AtomicU64,
+    /// Peak-EWMA round-trip estimate, f64 nanoseconds as bits; 0 = no sample yet.
+    rtt_estimate: AtomicU64,
+    /// When `rtt_estimate` was last updated, nanoseconds since `epoch`.
+    rtt_updated: AtomicU64,
+    /// Decaying error penalty (f64 bits): +1 per error, halving every `RTT_DECAY`.
+    error_penalty: AtomicU64,
+    error_updated: AtomicU64,
+    /// Outlier detection: ejected until this many nanoseconds after `epoch`; 0 = not ejected.
+    ejected_until: AtomicU64,
+    load: ArcSwapOption<TimedReport>,
+}
+
+/// Counts one request as in flight until dropped, whatever path the request takes.
+#[derive(Debug)]
+pub struct InFlight {
+    stats: Arc<EndpointStats>,
+}
+
+impl EndpointStats {
+    pub fn new(now: Instant) -> Self {
+        Self {
+            epoch: now,
+            in_flight: AtomicU32::new(0),
+            successes: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            rtt_estimate: AtomicU64::new(0),
+            rtt_updated: AtomicU64::new(0),
+            error_penalty: AtomicU64::new(0),
+            error_updated: AtomicU64::new(0),
+            ejected_until: AtomicU64::new(0),
+            load: ArcSwapOption::empty(),
+        }
+    }
+
+    /// When the endpoint was first seen (slow start counts from here).
+    pub fn first_seen(&self) -> Instant {
+        self.epoch
+    }
+
+    /// Starts a request: in flight until the returned guard drops.
+    pub fn start(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight { stats: Arc::clone(self) }
+    }
+
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    pub fn successes(&self) -> u64 {
+        self.successes.load(Ordering::Relaxed)
+    }
+
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Relaxed)
+    }
+
+    /// Records a finished request: its latency (to the first response byte) and outcome.
+    pub fn record(&self, now: Instant, latency: Duration, success: bool) {
+        if success {
+            self.successes.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+            let penalty = self.error_penalty_at(now) + 1.0;
+            self.error_penalty.store(penalty.to_bits(), Ordering::Relaxed);
+            self.error_updated.store(self.nanos(now), Ordering::Relaxed);
+        }
+        self.observe_rtt(now, latency);
+    }
+
+    /// Peak-EWMA: a slower sample replaces the estimate at once; faster samples pull it
+    /// down with weight `1 − e^(−elapsed/decay)`. Concurrent updates from two workers may
+    /// lose one sample; the estimate stays a valid estimate, which is all P2C needs.
+    fn observe_rtt(&self, now: Instant, sample: Duration) {
+        let sample = sample.as_nanos() as f64;
+        let estimate = f64::from_bits(self.rtt_estimate.load(Ordering::Relaxed));
+        let next = if estimate == 0.0 || sample > estimate {
+            sample
+        } else {
+            let elapsed = self.nanos(now).saturating_sub(self.rtt_updated.load(Ordering::Relaxed)) as f64;
+            let decay = (-elapsed / RTT_DECAY.as_nanos() as f64).exp();
+            estimate * decay + sample * (1.0 - decay)
+        };
+        self.rtt_estimate.store(next.to_bits(), Ordering::Relaxed);
+        self.rtt_updated.store(self.nanos(now), Ordering::Relaxed);
+    }
+
+    /// The RTT estimate at `now`, decayed towards zero since the last sample (an idle
+    /// endpoint becomes attractive again); `None` before the first sample.
+    pub fn rtt_estimate(&self, now: Instant) -> Option<Duration> {
+        let estimate = f64::from_bits(self.rtt_estimate.load(Ordering::Relaxed));
+        if estimate == 0.0 {
+            return None;
+        }
+        let elapsed = self.nanos(now).saturating_sub(self.rtt_updated.load(Ordering::Relaxed)) as f64;
+        let decayed = estimate * (-elapsed / RTT_DECAY.as_nanos() as f64).exp();
+        Some(Duration::from_nanos(decayed as u64))
+    }
+
+    /// Recent errors, each counting 1 and decaying with `RTT_DECAY`.
+    pub fn error_penalty_at(&self, now: Instant) -> f64 {
+        let penalty = f64::from_bits(self.error_penalty.load(Ordering::Relaxed));
+        if penalty == 0.0 {
+            return 0.0;
+        }
+        let elapsed = self.nanos(now).saturating_sub(self.error_updated.load(Ordering::Relaxed)) as f64;
+        penalty * (-elapsed / RTT_DECAY.as_nanos() as f64).exp()
+    }
+
+    /// The latest load report, if any.
+    pub fn load_report(&self) -> Option<Arc<TimedReport>> {
+        self.load.load_full()
+    }
+
+    /// Stores a load report received at `now`.
+    pub fn record_load(&self, report: LoadReport, now: Instant) {
+        self.load.store(Some(Arc::new(TimedReport { report, received: now })));
+    }
+
+    /// Ejects the endpoint until `until` (outlier detection).
+    pub fn eject_until(&self, until: Instant) {
+        self.ejected_until.store(self.nanos(until).max(1), Ordering::Relaxed);
+    }
+
+    pub fn uneject(&self) {
+        self.ejected_until.store(0, Ordering::Relaxed);
+    }
+
+    /// Whether outlier detection keeps the endpoint out of rotation at `now`.
+    pub fn is_ejected(&self, now: Instant) -> bool {
+        let until = self.ejected_until.load(Ordering::Relaxed);
+        until != 0 && self.nanos(now) < until
+    }
+
+    fn nanos(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+}
+
+impl LoadSink for EndpointStats {
+    fn report_load(&self, report: LoadReport) {
+        self.record_load(report, Instant::now());
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl InFlight {
+    pub fn stats(&self) -> &Arc<EndpointStats> {
+        &self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_flight_is_released_on_every_path() {
+        let stats = Arc::new(EndpointStats::new(Instant::now()));
+        let a = stats.start();
+        let b = stats.start();
+        assert_eq!(stats.in_flight(), 2);
+        drop(a);
+        fn fails(stats: &Arc<EndpointStats>) -> Result<(), ()> {
+            let _in_flight = stats.start();
+            Err(())
+        }
+        assert!(fails(&stats).is_err());
+        assert_eq!(stats.in_flight(), 1);
+        drop(b);
+        assert_eq!(stats.in_flight(), 0);
+    }
+
+    #[test]
+    fn peak_ewma_jumps_up_and_decays_down() {
+        let t0 = Instant::now();
+        let stats = EndpointStats::new(t0);
+        assert_eq!(stats.rtt_estimate(t0), None);
+        stats.record(t0, Duration::from_millis(10), true);
+        stats.record(t0, Duration::from_millis(50), true);
+        assert_eq!(stats.rtt_estimate(t0), Some(Duration::from_millis(50)), "peaks are taken at once");
+        let later = t0 + RTT_DECAY;
+        stats.record(later, Duration::from_millis(10), true);
+        let estimate = stats.rtt_estimate(later).unwrap_or_default();
+        assert!(estimate > Duration::from_millis(10) && estimate < Duration::from_millis(50), "{estimate:?}");
+        let idle = stats.rtt_estimate(later + RTT_DECAY * 10).unwrap_or_default();
+        assert!(idle < Duration::from_millis(1), "idle endpoints decay: {idle:?}");
+    }
+
+    #[test]
+    fn errors_leave_a_decaying_penalty() {
+        let t0 = Instant::now();
+        let stats = EndpointStats::new(t0);
+        stats.record(t0, Duration::from_millis(1), false);
+        stats.record(t0, Duration::from_millis(1), false);
+        assert!((stats.error_penalty_at(t0) - 2.0).abs() < 1e-9);
+        assert!(stats.error_penalty_at(t0 + RTT_DECAY) < 1.0);
+        assert_eq!(stats.errors(), 2);
+    }
+
+    #[test]
+    fn ejection_expires() {
+        let t0 = Instant::now();
+        let stats = EndpointStats::new(t0);
+        stats.eject_until(t0 + Duration::from_secs(30));
+        assert!(stats.is_ejected(t0 + Duration::from_secs(29)));
+        assert!(!stats.is_ejected(t0 + Duration::from_secs(30)));
+    }
+}
