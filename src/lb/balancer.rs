@@ -261,20 +261,29 @@ impl Picker {
         self.locality_current = self.lb.levels.iter().map(|l| vec![0.0; l.localities.len()]).collect();
     }
 
-    /// Picks a host, avoiding `ctx.previous` when another usable host exists.
+    /// Picks a host, avoiding `ctx.previous` when another usable host exists: the policy
+    /// redraws a few times, then the host set is scanned from a random point.
     pub fn pick(&mut self, ctx: &PickContext<'_>) -> Option<Arc<Host>> {
-        let mut picked = self.pick_once(ctx)?;
-        for _ in 0..PREVIOUS_HOST_REDRAWS {
-            if !ctx.previous.iter().any(|p| Arc::ptr_eq(&p.stats, &picked.stats)) {
-                break;
-            }
-            let redraw = PickContext { hash: ctx.hash.map(|h| h.wrapping_add(1)), ..*ctx };
-            picked = self.pick_once(&redraw)?;
+        let tried = |host: &Arc<Host>| ctx.previous.iter().any(|p| Arc::ptr_eq(&p.stats, &host.stats));
+        let (mut set, mut picked) = self.pick_once(ctx)?;
+        if ctx.previous.is_empty() || !tried(&picked) {
+            return Some(picked);
         }
-        Some(picked)
+        for redraw in 1..=PREVIOUS_HOST_REDRAWS {
+            let ctx = PickContext { hash: ctx.hash.map(|h| h.wrapping_add(u64::from(redraw))), ..*ctx };
+            (set, picked) = self.pick_once(&ctx)?;
+            if !tried(&picked) {
+                return Some(picked);
+            }
+        }
+        let hosts = &self.lb.sets.get(set)?.hosts;
+        let start = self.rng.random_range(0..hosts.len().max(1));
+        let untried = (0..hosts.len()).map(|i| &hosts[(start + i) % hosts.len()]).find(|h| !tried(h));
+        Some(untried.cloned().unwrap_or(picked))
     }
 
-    fn pick_once(&mut self, ctx: &PickContext<'_>) -> Option<Arc<Host>> {
+    /// One draw: the host set it came from and the host.
+    fn pick_once(&mut self, ctx: &PickContext<'_>) -> Option<(usize, Arc<Host>)> {
         let lb = self.lb.clone();
         let level_hash = match (lb.hash_based, ctx.hash) {
             (true, Some(hash)) => hash,
@@ -302,7 +311,7 @@ impl Picker {
             None => return None,
         };
         let index = host_set.policy.pick(&host_set.hosts, cursor, &mut self.rng, ctx)?;
-        host_set.hosts.get(index).cloned()
+        host_set.hosts.get(index).cloned().map(|host| (set, host))
     }
 
     /// Smooth weighted round robin over the level's localities (nginx's algorithm: the
