@@ -1,0 +1,131 @@
+//! Every cluster's balancer, as workers read them, and the control-side builder that keeps
+//! them in step with the configuration.
+//!
+//! The builder runs on the control runtime: for each published configuration it rebuilds
+//! the balancers whose cluster or endpoints changed (reusing per-endpoint stats) and
+//! publishes the whole map with one `ArcSwap::store`. Workers load the map once per
+//! request and keep their own [`Picker`]s, refreshed by pointer comparison.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arc_swap::ArcSwap;
+
+use super::balancer::{ClusterLb, Picker};
+use super::host::{Host, StatsRegistry};
+use super::policy::PickContext;
+use crate::config::{Cluster, ClusterLoadAssignment};
+
+/// The published balancers, by cluster name.
+#[derive(Debug, Default)]
+pub struct Balancers {
+    current: ArcSwap<HashMap<String, Arc<ClusterLb>>>,
+}
+
+impl Balancers {
+    pub fn get(&self, cluster: &str) -> Option<Arc<ClusterLb>> {
+        self.current.load().get(cluster).cloned()
+    }
+
+    /// Every published balancer (for the admin server and weight updates).
+    pub fn all(&self) -> Arc<HashMap<String, Arc<ClusterLb>>> {
+        self.current.load_full()
+    }
+
+    fn publish(&self, map: HashMap<String, Arc<ClusterLb>>) {
+        self.current.store(Arc::new(map));
+    }
+}
+
+/// What a balancer was built from, to tell whether it must be rebuilt.
+#[derive(Debug)]
+struct Built {
+    cluster: Cluster,
+    assignment: ClusterLoadAssignment,
+    lb: Arc<ClusterLb>,
+}
+
+/// Builds balancers on the control runtime. Owns the per-cluster stats registries.
+#[derive(Debug, Default)]
+pub struct BalancerBuilder {
+    registries: HashMap<String, StatsRegistry>,
+    built: HashMap<String, Built>,
+    rebuilds: usize,
+}
+
+impl BalancerBuilder {
+    /// Brings `balancers` in step with `clusters` (every served cluster with its endpoints).
+    /// Unchanged clusters keep their balancer; the comparison of endpoint lists is mostly
+    /// pointer comparisons, since unchanged endpoints share their allocation.
+    pub fn update<'a>(
+        &mut self,
+        clusters: impl IntoIterator<Item = (&'a Cluster, &'a ClusterLoadAssignment)>,
+        balancers: &Balancers,
+        now: Instant,
+    ) {
+        let mut next = HashMap::new();
+        let mut built = HashMap::new();
+        for (cluster, assignment) in clusters {
+            let entry = match self.built.remove(&cluster.name) {
+                Some(previous) if previous.cluster == *cluster && previous.assignment == *assignment => previous,
+                _ => {
+                    self.rebuilds += 1;
+                    let registry = self.registries.entry(cluster.name.clone()).or_default();
+                    let lb = Arc::new(ClusterLb::build(cluster, assignment, registry, now));
+                    Built { cluster: cluster.clone(), assignment: assignment.clone(), lb }
+                }
+            };
+            next.insert(cluster.name.clone(), entry.lb.clone());
+            built.insert(cluster.name.clone(), entry);
+        }
+        self.registries.retain(|name, _| built.contains_key(name));
+        self.built = built;
+        balancers.publish(next);
+    }
+
+    /// Rebuilds every balancer from what it was built from (health or ejection changed).
+    pub fn refresh(&mut self, balancers: &Balancers, now: Instant) {
+        let mut next = HashMap::new();
+        for (name, entry) in &mut self.built {
+            let registry = self.registries.entry(name.clone()).or_default();
+            entry.lb = Arc::new(ClusterLb::build(&entry.cluster, &entry.assignment, registry, now));
+            next.insert(name.clone(), entry.lb.clone());
+        }
+        self.rebuilds += self.built.len();
+        balancers.publish(next);
+    }
+
+    /// Balancers built so far (tests pin that unchanged clusters are not rebuilt).
+    pub fn rebuilds(&self) -> usize {
+        self.rebuilds
+    }
+}
+
+/// A worker's pickers, one per cluster it has sent traffic to.
+#[derive(Debug)]
+pub struct WorkerPickers {
+    pickers: HashMap<String, Picker>,
+    seed: u64,
+}
+
+impl WorkerPickers {
+    /// `seed` differs per worker so workers do not move in lockstep.
+    pub fn new(seed: u64) -> Self {
+        Self { pickers: HashMap::new(), seed }
+    }
+
+    /// Picks a host of `cluster`; `None` when the cluster is unknown or has no usable host.
+    pub fn pick(&mut self, balancers: &Balancers, cluster: &str, ctx: &PickContext<'_>) -> Option<Arc<Host>> {
+        let lb = balancers.get(cluster)?;
+        if let Some(picker) = self.pickers.get_mut(cluster) {
+            picker.refresh(&lb);
+            return picker.pick(ctx);
+        }
+        self.seed = self.seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut picker = Picker::new(lb, self.seed);
+        let host = picker.pick(ctx);
+        self.pickers.insert(cluster.to_owned(), picker);
+        host
+    }
+}
