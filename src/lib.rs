@@ -5,6 +5,7 @@ pub mod app;
 pub mod config;
 pub mod core;
 pub mod lb;
+pub mod orca;
 pub mod pb;
 pub mod store;
 pub mod xds;
