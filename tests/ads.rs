@@ -58,6 +58,15 @@ async fn initial_sync(api_type: &str, protocol: Protocol) {
     };
     assert!(subscribed(ResourceType::RouteConfiguration.type_url()).contains(&"local_route".to_owned()));
     assert!(subscribed(ResourceType::ClusterLoadAssignment.type_url()).contains(&"backend".to_owned()));
+
+    // The balancers follow: the cluster's balancer has both endpoints.
+    let mut published = outrider.balancers.subscribe();
+    let balanced = async {
+        while outrider.balancers.get("backend").is_none_or(|lb| lb.hosts().len() != 2) {
+            published.changed().await.unwrap();
+        }
+    };
+    tokio::time::timeout(WAIT, balanced).await.unwrap();
     outrider.stop();
 }
 

@@ -1,6 +1,7 @@
 //! The composition root: reads the bootstrap, wires the store, the ADS client and the admin
 //! server onto the control runtime, and owns start-up and shutdown.
 
+pub mod balancing;
 pub mod demo;
 
 use std::net::SocketAddr;
@@ -40,6 +41,8 @@ pub enum AppError {
 #[derive(Debug)]
 pub struct Running {
     pub store: Arc<Store>,
+    /// Every cluster's balancer, kept current with the store.
+    pub balancers: Arc<crate::lb::Balancers>,
     pub admin_address: SocketAddr,
     /// Notified by `POST /quitquitquit`.
     pub quit: Arc<tokio::sync::Notify>,
@@ -90,13 +93,16 @@ pub async fn start(bootstrap: Bootstrap) -> Result<Running, AppError> {
     tokio::spawn(admin::serve(admin_listener, admin_state, signal.clone()));
     tracing::info!(%admin_address, "admin server listening");
 
+    let balancers = Arc::new(crate::lb::Balancers::default());
+    tokio::spawn(balancing::keep_balancers(store.clone(), balancers.clone(), signal.clone()));
+
     match ads {
         Some(config) => {
             tokio::spawn(AdsClient::new(config, state, store.clone(), signal.clone()).run(signal));
         }
         None => store.publish(state.snapshot()),
     }
-    Ok(Running { store, admin_address, quit, shutdown: trigger })
+    Ok(Running { store, balancers, admin_address, quit, shutdown: trigger })
 }
 
 /// `outrider run`: blocks until SIGINT, SIGTERM or `POST /quitquitquit`.

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
+use tokio::sync::watch;
 
 use super::balancer::{ClusterLb, Picker};
 use super::host::{Host, StatsRegistry};
@@ -18,12 +19,24 @@ use super::policy::PickContext;
 use crate::config::{Cluster, ClusterLoadAssignment};
 
 /// The published balancers, by cluster name.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Balancers {
     current: ArcSwap<HashMap<String, Arc<ClusterLb>>>,
+    published: watch::Sender<u64>,
+}
+
+impl Default for Balancers {
+    fn default() -> Self {
+        Self { current: ArcSwap::default(), published: watch::Sender::new(0) }
+    }
 }
 
 impl Balancers {
+    /// A receiver woken on every publication.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.published.subscribe()
+    }
+
     pub fn get(&self, cluster: &str) -> Option<Arc<ClusterLb>> {
         self.current.load().get(cluster).cloned()
     }
@@ -35,6 +48,7 @@ impl Balancers {
 
     fn publish(&self, map: HashMap<String, Arc<ClusterLb>>) {
         self.current.store(Arc::new(map));
+        self.published.send_modify(|n| *n += 1);
     }
 }
 
