@@ -9,3 +9,4 @@ pub mod orca;
 pub mod pb;
 pub mod store;
 pub mod xds;
+pub mod proxy;
