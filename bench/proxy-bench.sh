@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Overhead of the proxy itself, side by side with Envoy 1.40 in one run: the same bootstrap
+# (bench/proxy-bootstrap.yaml), the same nginx backend, one worker each, the proxies run
+# alternately. Measures maximum throughput (HTTP/1.1 keep-alive with wrk, HTTP/2 with
+# h2load), p50/p99 latency at half of Envoy's maximum (h2load at a fixed rate), and idle
+# and loaded RSS. Prints a markdown table with Outrider/Envoy ratios.
+#
+#   bench/proxy-bench.sh [seconds-per-run]
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(dirname "$here")"
+secs="${1:-10}"
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need wrk || ! need h2load || ! need nginx; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light wrk nghttp2-client >/dev/null
+fi
+bash "$here/install-envoy.sh" >/dev/null
+envoy="$here/.envoy/bin/envoy"
+(cd "$root" && cargo build --release --quiet)
+outrider="$root/target/release/outrider"
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+nginx -c "$here/nginx.conf" -p /tmp & pids+=($!)
+
+wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+wait_port 18080
+
+start() {
+    case "$1" in
+        envoy) "$envoy" -c "$here/proxy-bootstrap.yaml" --concurrency 1 --log-level error --disable-hot-restart --use-dynamic-base-id >/dev/null 2>&1 & ;;
+        outrider) RUST_LOG=error "$outrider" run --config "$here/proxy-bootstrap.yaml" --concurrency 1 >/dev/null 2>&1 & ;;
+    esac
+    proxy=$!
+    wait_port 19000
+    sleep 1
+}
+stop() { kill "$proxy"; wait "$proxy" 2>/dev/null || true; sleep 1; }
+rss() { awk '/VmRSS/ {print $2}' "/proc/$proxy/status"; }
+
+url=http://127.0.0.1:19000/
+declare -A r
+for p in envoy outrider; do
+    start "$p"
+    r[$p.rss_idle]=$(rss)
+    wrk -t1 -c50 -d"${secs}s" "$url" >/dev/null  # warm-up
+    r[$p.h1_rps]=$(wrk -t1 -c50 -d"${secs}s" "$url" | awk '/Requests\/sec/ {print $2}')
+    r[$p.rss_loaded]=$(rss)
+    r[$p.h2_rps]=$(h2load -c50 -m10 -D"$secs" "$url" 2>/dev/null | awk '/finished in/ {print $4}')
+    stop
+done
+# Latency at half of Envoy's maximum, same fixed rate for both.
+rate=$(awk -v x="${r[envoy.h1_rps]}" 'BEGIN { printf "%d", x / 2 / 50 }')
+for p in envoy outrider; do
+    start "$p"
+    out=$(h2load --h1 -c50 --rps="$rate" -D"$secs" "$url" 2>/dev/null)
+    r[$p.h1_p50]=$(echo "$out" | awk '/time for request:/ {print $6}')
+    r[$p.h1_p99]=$(echo "$out" | awk '/time for request:/ {print $4}')
+    stop
+done
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b+0 == 0) print "n/a"; else printf "%.2f", a / b }'; }
+echo "| measure | Envoy 1.40 | Outrider | Outrider/Envoy |"
+echo "| --- | --- | --- | --- |"
+for m in h1_rps h2_rps rss_idle rss_loaded; do
+    echo "| $m | ${r[envoy.$m]} | ${r[outrider.$m]} | $(ratio "${r[outrider.$m]}" "${r[envoy.$m]}") |"
+done
+echo "| h1 latency at ${rate}×50 rps: mean / max (h2load) | ${r[envoy.h1_p50]} / ${r[envoy.h1_p99]} | ${r[outrider.h1_p50]} / ${r[outrider.h1_p99]} | |"

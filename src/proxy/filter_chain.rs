@@ -1,0 +1,125 @@
+//! Choosing a listener's filter chain for a connection, in Envoy's order of criteria:
+//! destination port, destination IP (longest prefix), server name, transport protocol,
+//! application protocols, source type, source IP (longest prefix), source port. At each
+//! step the chains that match most specifically survive; a chain that does not constrain a
+//! criterion matches any value but loses to one that names it.
+
+use std::net::SocketAddr;
+
+use crate::config::listener::chain_matcher::NetworkInput;
+use crate::config::listener::{CidrRange, ConnectionSourceType, FilterChain, FilterChainMatch, Listener};
+
+/// What is known about a connection when its chain is chosen.
+#[derive(Debug, Clone)]
+pub struct ConnectionInfo {
+    pub local: SocketAddr,
+    pub peer: SocketAddr,
+    /// SNI, when a TLS inspector saw a ClientHello.
+    pub server_name: Option<String>,
+    /// `tls` or `raw_buffer` when inspected.
+    pub transport_protocol: Option<String>,
+    pub application_protocols: Vec<String>,
+}
+
+/// The chain for `connection`, or `None` when nothing matches (Envoy closes the connection).
+pub fn select<'a>(listener: &'a Listener, connection: &ConnectionInfo) -> Option<&'a FilterChain> {
+    if let Some(matcher) = &listener.filter_chain_matcher {
+        let name = matcher.select(&|input| network_input(input, connection));
+        return name
+            .and_then(|name| listener.filter_chains.iter().find(|c| c.name == name))
+            .or(listener.default_filter_chain.as_deref());
+    }
+    let mut candidates: Vec<&FilterChain> = listener.filter_chains.iter().collect();
+    let port = connection.local.port();
+    narrow(&mut candidates, |m| match m.destination_port {
+        None => Some(0),
+        Some(p) if p == port => Some(1),
+        Some(_) => None,
+    });
+    narrow(&mut candidates, |m| prefix_score(&m.prefix_ranges, connection.local));
+    narrow(&mut candidates, |m| server_name_score(&m.server_names, connection.server_name.as_deref()));
+    narrow(&mut candidates, |m| match (&m.transport_protocol, &connection.transport_protocol) {
+        (None, _) => Some(0),
+        (Some(want), Some(have)) if want == have => Some(1),
+        (Some(want), None) if want == "raw_buffer" => Some(1),
+        _ => None,
+    });
+    narrow(&mut candidates, |m| {
+        if m.application_protocols.is_empty() {
+            Some(0)
+        } else if m.application_protocols.iter().any(|p| connection.application_protocols.contains(p)) {
+            Some(1)
+        } else {
+            None
+        }
+    });
+    narrow(&mut candidates, |m| {
+        let local = connection.peer.ip().is_loopback() || connection.peer.ip() == connection.local.ip();
+        match m.source_type {
+            ConnectionSourceType::Any => Some(0),
+            ConnectionSourceType::SameIpOrLoopback if local => Some(1),
+            ConnectionSourceType::External if !local => Some(1),
+            _ => None,
+        }
+    });
+    narrow(&mut candidates, |m| prefix_score(&m.source_prefix_ranges, connection.peer));
+    narrow(&mut candidates, |m| match m.source_ports.as_slice() {
+        [] => Some(0),
+        ports if ports.contains(&connection.peer.port()) => Some(1),
+        _ => None,
+    });
+    candidates.first().copied().or(listener.default_filter_chain.as_deref())
+}
+
+/// Keeps the candidates with the best score; `None` means the chain does not match.
+fn narrow(candidates: &mut Vec<&FilterChain>, score: impl Fn(&FilterChainMatch) -> Option<u32>) {
+    let best = candidates.iter().filter_map(|c| score(&c.filter_chain_match)).max();
+    match best {
+        Some(best) => candidates.retain(|c| score(&c.filter_chain_match) == Some(best)),
+        None => candidates.clear(),
+    }
+}
+
+/// 0 for no ranges (matches anything), 1 + prefix length for the longest matching range.
+fn prefix_score(ranges: &[CidrRange], address: SocketAddr) -> Option<u32> {
+    if ranges.is_empty() {
+        return Some(0);
+    }
+    ranges.iter().filter(|r| r.contains(address.ip())).map(|r| 1 + u32::from(r.prefix_len)).max()
+}
+
+/// Exact names beat wildcards (`*.example.com`), longer wildcards beat shorter ones.
+fn server_name_score(names: &[String], sni: Option<&str>) -> Option<u32> {
+    if names.is_empty() {
+        return Some(0);
+    }
+    let sni = sni?;
+    names
+        .iter()
+        .filter_map(|name| match name.strip_prefix('*') {
+            None if name.eq_ignore_ascii_case(sni) => Some(u32::MAX),
+            Some(suffix) if sni.len() > suffix.len() && sni.to_ascii_lowercase().ends_with(&suffix.to_ascii_lowercase()) => {
+                Some(suffix.len() as u32)
+            }
+            _ => None,
+        })
+        .max()
+}
+
+fn network_input(input: NetworkInput, connection: &ConnectionInfo) -> Option<String> {
+    match input {
+        NetworkInput::DestinationIp => Some(connection.local.ip().to_string()),
+        NetworkInput::DestinationPort => Some(connection.local.port().to_string()),
+        NetworkInput::SourceIp | NetworkInput::DirectSourceIp => Some(connection.peer.ip().to_string()),
+        NetworkInput::SourcePort => Some(connection.peer.port().to_string()),
+        NetworkInput::SourceType => {
+            let local = connection.peer.ip().is_loopback() || connection.peer.ip() == connection.local.ip();
+            local.then(|| "local".to_owned())
+        }
+        NetworkInput::ServerName => connection.server_name.clone(),
+        NetworkInput::TransportProtocol => connection.transport_protocol.clone(),
+        NetworkInput::ApplicationProtocol => Some(
+            connection.application_protocols.iter().map(|p| format!("'{p}'")).collect::<Vec<_>>().join(","),
+        ),
+    }
+}

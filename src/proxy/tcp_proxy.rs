@@ -1,0 +1,68 @@
+//! The TCP proxy filter: pick a host of the cluster, connect, copy bytes both ways.
+
+use std::rc::Rc;
+use std::time::Instant;
+
+use rand::Rng;
+use tokio::net::TcpStream;
+
+use super::filter_chain::ConnectionInfo;
+use super::worker::WorkerContext;
+use crate::config::Address;
+use crate::config::listener::TcpProxy;
+use crate::config::listener::tcp_proxy::TcpCluster;
+use crate::lb::PickContext;
+
+pub async fn serve(mut downstream: TcpStream, info: ConnectionInfo, proxy: &TcpProxy, context: &Rc<WorkerContext>) {
+    let cluster_name = match &proxy.cluster {
+        TcpCluster::Cluster(name) => name.clone(),
+        TcpCluster::Weighted(clusters) => {
+            let total: u64 = clusters.iter().map(|(_, w)| u64::from(*w)).sum();
+            let mut point = context.rng.borrow_mut().random_range(0..total.max(1));
+            clusters
+                .iter()
+                .find(|(_, w)| {
+                    let hit = point < u64::from(*w);
+                    point = point.saturating_sub(u64::from(*w));
+                    hit
+                })
+                .map(|(name, _)| name.clone())
+                .unwrap_or_default()
+        }
+    };
+    let snapshot = context.store.load();
+    let Some(cluster) = snapshot.clusters.get(&cluster_name) else {
+        tracing::debug!(cluster = %cluster_name, "tcp proxy: unknown cluster; closing");
+        return;
+    };
+    let hash = proxy.hash_source_ip.then(|| xxhash_source(&info));
+    for _attempt in 0..proxy.max_connect_attempts.max(1) {
+        let now = Instant::now();
+        let ctx = PickContext { hash, attempt: 0, previous: &[], now };
+        let host = context.pickers.borrow_mut().pick(&context.balancers, &cluster_name, &ctx);
+        let Some(host) = host else {
+            tracing::debug!(cluster = %cluster_name, "tcp proxy: no healthy upstream; closing");
+            return;
+        };
+        let Address::Socket(address) = host.address() else { return };
+        let _in_flight = host.stats.start();
+        let connect = tokio::time::timeout(cluster.resource.connect_timeout, TcpStream::connect(address)).await;
+        match connect {
+            Ok(Ok(mut upstream)) => {
+                let _ = upstream.set_nodelay(true);
+                host.stats.record(Instant::now(), now.elapsed(), true);
+                let _ = tokio::io::copy_bidirectional(&mut downstream, &mut upstream).await;
+                return;
+            }
+            _ => host.stats.record(Instant::now(), now.elapsed(), false),
+        }
+    }
+}
+
+/// Envoy hashes the source IP as a string with xxHash64.
+fn xxhash_source(info: &ConnectionInfo) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    info.peer.ip().to_string().hash(&mut hasher);
+    hasher.finish()
+}

@@ -1,0 +1,88 @@
+//! Workers: `--concurrency` threads, each a current-thread tokio runtime with its own
+//! listener sockets (SO_REUSEPORT: the kernel spreads connections over workers), its own
+//! upstream pools and its own balancer cursors. Nothing here is shared between workers
+//! except the published snapshot, the published balancers and per-endpoint stats.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+
+use super::listener::ListenerManager;
+use super::upstream::Upstreams;
+use crate::core::shutdown::Signal;
+use crate::lb::{Balancers, WorkerPickers};
+use crate::store::Store;
+
+/// What every task of one worker shares. Not `Send`: it never leaves its thread.
+pub struct WorkerContext {
+    pub id: usize,
+    pub store: Arc<Store>,
+    pub balancers: Arc<Balancers>,
+    pub pickers: RefCell<WorkerPickers>,
+    pub upstreams: Upstreams,
+    pub rng: RefCell<SmallRng>,
+}
+
+/// The running workers.
+#[derive(Debug)]
+pub struct Workers {
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Workers {
+    /// Starts `count` workers serving the store's listeners until `shutdown`.
+    pub fn start(count: usize, store: Arc<Store>, balancers: Arc<Balancers>, shutdown: Signal) -> std::io::Result<Self> {
+        let mut threads = Vec::with_capacity(count);
+        for id in 0..count.max(1) {
+            let (store, balancers, shutdown) = (store.clone(), balancers.clone(), shutdown.clone());
+            let thread = std::thread::Builder::new().name(format!("outrider-worker-{id}")).spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        tracing::error!(worker = id, error = %e, "cannot start worker runtime");
+                        return;
+                    }
+                };
+                let local = tokio::task::LocalSet::new();
+                local.block_on(&runtime, run(id, store, balancers, shutdown));
+            })?;
+            threads.push(thread);
+        }
+        Ok(Self { threads })
+    }
+
+    /// Waits for every worker to stop (after shutdown was triggered).
+    pub fn join(self) {
+        for thread in self.threads {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// One worker: follows the store's listeners until shutdown.
+async fn run(id: usize, store: Arc<Store>, balancers: Arc<Balancers>, shutdown: Signal) {
+    let seed = 0x5eed_0000_u64 + id as u64;
+    let context = Rc::new(WorkerContext {
+        id,
+        store: store.clone(),
+        balancers,
+        pickers: RefCell::new(WorkerPickers::new(seed)),
+        upstreams: Upstreams::default(),
+        rng: RefCell::new(SmallRng::seed_from_u64(seed ^ 0xa5a5)),
+    });
+    let mut listeners = ListenerManager::default();
+    let mut changes = store.subscribe();
+    loop {
+        listeners.sync(&store.load(), &context);
+        tokio::select! {
+            changed = changes.changed() => if changed.is_err() { break },
+            _ = shutdown.clone().triggered() => break,
+        }
+    }
+    listeners.stop_all();
+    tracing::debug!(worker = id, "worker stopped");
+}
