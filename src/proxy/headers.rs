@@ -1,1 +1,273 @@
-//! (Placeholder.)
+//! The HTTP connection manager's own header handling, as Envoy's
+//! `ConnectionManagerUtility`: hop-by-hop headers, `x-forwarded-for` / `-proto`, whether
+//! the request is internal, sanitizing `x-envoy-*` headers from external clients,
+//! `x-request-id`; and on responses `server`, `x-request-id`, `via`,
+//! `x-envoy-upstream-service-time`. Local replies are in [`local_reply`].
+
+pub mod local_reply;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use http::header::{CONNECTION, SERVER, TE, UPGRADE, VIA};
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::config::listener::http_connection_manager::{HttpConnectionManager, ServerHeaderTransformation};
+
+pub use local_reply::{LocalReply, ResetReason, grpc_local_reply, local_reply};
+
+const X_FORWARDED_FOR: &str = "x-forwarded-for";
+const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
+const X_FORWARDED_PORT: &str = "x-forwarded-port";
+const X_REQUEST_ID: &str = "x-request-id";
+const X_ENVOY_INTERNAL: &str = "x-envoy-internal";
+const X_ENVOY_EXTERNAL_ADDRESS: &str = "x-envoy-external-address";
+const X_ENVOY_FORCE_TRACE: &str = "x-envoy-force-trace";
+const X_ENVOY_UPSTREAM_SERVICE_TIME: &str = "x-envoy-upstream-service-time";
+
+/// Hop-by-hop headers never forwarded (besides `connection`, `upgrade` and `te`, which
+/// have their own rules).
+const HOP_BY_HOP: [&str; 3] = ["keep-alive", "proxy-connection", "transfer-encoding"];
+
+/// `x-envoy-*` headers that steer Envoy, removed from every external request so clients
+/// cannot set them (Envoy's `cleanInternalHeaders`).
+const EXTERNAL_STRIPPED: [&str; 14] = [
+    "x-envoy-retriable-status-codes",
+    "x-envoy-retriable-header-names",
+    "x-envoy-retry-on",
+    "x-envoy-retry-grpc-on",
+    "x-envoy-max-retries",
+    "x-envoy-upstream-alt-stat-name",
+    "x-envoy-upstream-rq-timeout-ms",
+    "x-envoy-upstream-rq-per-try-timeout-ms",
+    "x-envoy-upstream-rq-timeout-alt-response",
+    "x-envoy-expected-rq-timeout-ms",
+    X_ENVOY_FORCE_TRACE,
+    "x-envoy-ip-tags",
+    "x-envoy-original-url",
+    "x-envoy-hedge-on-per-try-timeout",
+];
+
+/// Removed from edge requests only (the first hop into the mesh).
+const EDGE_STRIPPED: [&str; 3] =
+    ["x-envoy-decorator-operation", "x-envoy-downstream-service-cluster", "x-envoy-downstream-service-node"];
+
+/// The downstream connection a request came on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Downstream {
+    pub peer: SocketAddr,
+    /// The listener address the connection was accepted on.
+    pub local: SocketAddr,
+    pub tls: bool,
+}
+
+/// What the request handling decided, for routing, access logs and the response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestClassification {
+    /// The client's address: the peer, or taken from `x-forwarded-for`.
+    pub client: IpAddr,
+    /// From an internal address through at most trusted hops: `x-envoy-*` headers kept.
+    pub internal: bool,
+    /// External and `use_remote_address`: this proxy is the first hop.
+    pub edge: bool,
+}
+
+/// Applies the connection manager's request header rules before routing.
+/// `internal_only_headers` is the route configuration's; `is_internal_address` is
+/// `internal_address_config` (newer Envoys treat no address as internal unless it is
+/// configured; [`private_address`] is the older default).
+pub fn mutate_request_headers(
+    hcm: &HttpConnectionManager,
+    internal_only_headers: &[HeaderName],
+    downstream: &Downstream,
+    is_internal_address: impl Fn(IpAddr) -> bool,
+    headers: &mut HeaderMap,
+) -> RequestClassification {
+    strip_hop_by_hop(headers);
+    headers.remove(X_ENVOY_INTERNAL);
+    let proto = if downstream.tls { "https" } else { "http" };
+
+    let (client, trusted_checks) = if hcm.use_remote_address {
+        // Checks on a trusted address only when the client sent no XFF.
+        let trusted_checks = !headers.contains_key(X_FORWARDED_FOR);
+        let from_xff = match hcm.xff_num_trusted_hops {
+            0 => None,
+            hops => last_xff_address(headers, hops - 1).map(|(ip, _)| ip),
+        };
+        if !hcm.skip_xff_append {
+            let appended =
+                if downstream.peer.ip().is_loopback() { downstream.local.ip() } else { downstream.peer.ip() };
+            append_xff(headers, appended);
+        }
+        if hcm.xff_num_trusted_hops == 0 || !headers.contains_key(X_FORWARDED_PROTO) {
+            headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+        }
+        (from_xff.unwrap_or(downstream.peer.ip()), trusted_checks)
+    } else {
+        match last_xff_address(headers, hcm.xff_num_trusted_hops) {
+            Some((ip, single)) => (ip, single),
+            None => (downstream.peer.ip(), false),
+        }
+    };
+    if !headers.contains_key(X_FORWARDED_PROTO) {
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    }
+    if hcm.append_x_forwarded_port && (!headers.contains_key(X_FORWARDED_PORT) || hcm.xff_num_trusted_hops == 0) {
+        headers.insert(X_FORWARDED_PORT, HeaderValue::from(downstream.local.port()));
+    }
+
+    let internal = trusted_checks && is_internal_address(client);
+    let edge = !internal && hcm.use_remote_address;
+    if internal {
+        headers.insert(X_ENVOY_INTERNAL, HeaderValue::from_static("true"));
+    } else {
+        if edge {
+            EDGE_STRIPPED.iter().for_each(|h| drop(headers.remove(*h)));
+        }
+        EXTERNAL_STRIPPED.iter().for_each(|h| drop(headers.remove(*h)));
+        internal_only_headers.iter().for_each(|h| drop(headers.remove(h)));
+    }
+    if edge && let Ok(value) = HeaderValue::from_str(&client.to_string()) {
+        headers.insert(X_ENVOY_EXTERNAL_ADDRESS, value);
+    }
+
+    // An edge request gets a fresh id unless external ids are preserved; any request
+    // without one gets one.
+    if hcm.generate_request_id && (!headers.contains_key(X_REQUEST_ID) || (edge && !hcm.preserve_external_request_id)) {
+        headers.insert(X_REQUEST_ID, new_request_id());
+    }
+    append_via(headers, &hcm.via);
+    RequestClassification { client, internal, edge }
+}
+
+/// A random (version 4) UUID, as Envoy's default request id extension makes.
+pub fn new_request_id() -> HeaderValue {
+    let mut buffer = uuid::Uuid::encode_buffer();
+    HeaderValue::from_str(uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer))
+        .unwrap_or(HeaderValue::from_static("00000000-0000-4000-8000-000000000000"))
+}
+
+/// Envoy's old default `internal_address_config`: RFC 1918, loopback and unique-local
+/// IPv6 addresses count as internal.
+pub fn private_address(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_private() || v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback()
+                || (v6.segments()[0] & 0xfe00) == 0xfc00
+                || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_private() || v4.is_loopback())
+        }
+    }
+}
+
+/// Removes the hop-by-hop headers of a request or response. `connection` and `upgrade`
+/// stay on an upgrade (WebSocket) exchange, which forwards them verbatim; `te` keeps only
+/// `trailers`, the one value meaningful end to end (gRPC needs it).
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    HOP_BY_HOP.iter().for_each(|h| drop(headers.remove(*h)));
+    if !is_upgrade(headers) {
+        headers.remove(CONNECTION);
+        headers.remove(UPGRADE);
+    }
+    let keeps_trailers = headers
+        .get_all(TE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.split(';').next().is_some_and(|t| t.trim().eq_ignore_ascii_case("trailers")));
+    headers.remove(TE);
+    if keeps_trailers {
+        headers.insert(TE, HeaderValue::from_static("trailers"));
+    }
+}
+
+/// An upgrade request or response: `upgrade` present and `connection` lists `upgrade`.
+pub fn is_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(UPGRADE)
+        && headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+}
+
+/// The address `skip` entries from the right of `x-forwarded-for`, and whether the header
+/// held a single address. `None` when there are not enough entries or it is not an IP.
+fn last_xff_address(headers: &HeaderMap, skip: u32) -> Option<(IpAddr, bool)> {
+    let values: Vec<&str> = headers
+        .get_all(X_FORWARDED_FOR)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect();
+    let index = values.len().checked_sub(1)?.checked_sub(usize::try_from(skip).ok()?)?;
+    let ip = values[index].parse().ok()?;
+    Some((ip, values.len() == 1))
+}
+
+fn append_xff(headers: &mut HeaderMap, ip: IpAddr) {
+    append_list(headers, HeaderName::from_static(X_FORWARDED_FOR), &ip.to_string());
+}
+
+fn append_via(headers: &mut HeaderMap, via: &str) {
+    if !via.is_empty() {
+        append_list(headers, VIA, via);
+    }
+}
+
+/// Appends `value` to a comma-separated header (joining repeated headers into one).
+fn append_list(headers: &mut HeaderMap, name: HeaderName, value: &str) {
+    let existing: Vec<&str> = headers.get_all(&name).iter().filter_map(|v| v.to_str().ok()).collect();
+    let joined = if existing.is_empty() { value.to_owned() } else { format!("{}, {value}", existing.join(", ")) };
+    if let Ok(joined) = HeaderValue::from_str(&joined) {
+        headers.insert(name, joined);
+    }
+}
+
+/// Applies the connection manager's response header rules: hop-by-hop headers removed
+/// (upgrade responses to upgrade requests keep `connection`/`upgrade`), `x-request-id`
+/// echoed when `always_set_request_id_in_response` (or the request forced a trace), `via`
+/// appended when configured, and `server` per `server_header_transformation`.
+pub fn mutate_response_headers(hcm: &HttpConnectionManager, request: Option<&HeaderMap>, response: &mut HeaderMap) {
+    let upgrade = request.is_some_and(is_upgrade) && is_upgrade(response);
+    HOP_BY_HOP.iter().for_each(|h| drop(response.remove(*h)));
+    if !upgrade {
+        response.remove(CONNECTION);
+        response.remove(UPGRADE);
+    }
+    if let Some(request) = request
+        && (hcm.always_set_request_id_in_response || request.contains_key(X_ENVOY_FORCE_TRACE))
+        && let Some(id) = request.get(X_REQUEST_ID)
+    {
+        response.insert(X_REQUEST_ID, id.clone());
+    }
+    append_via(response, &hcm.via);
+    set_server(hcm, response);
+}
+
+/// `server`: overwritten with `server_name` (Envoy's default transformation), set only when
+/// absent, or passed through.
+pub fn set_server(hcm: &HttpConnectionManager, response: &mut HeaderMap) {
+    let set = match hcm.server_header_transformation {
+        ServerHeaderTransformation::Overwrite => true,
+        ServerHeaderTransformation::AppendIfAbsent => !response.contains_key(SERVER),
+        ServerHeaderTransformation::PassThrough => false,
+    };
+    if set && let Ok(value) = HeaderValue::from_str(&hcm.server_name) {
+        response.insert(SERVER, value);
+    }
+}
+
+/// `x-envoy-upstream-service-time`: milliseconds from the end of the downstream request
+/// to the upstream response headers, unless the router suppresses Envoy headers.
+pub fn set_upstream_service_time(response: &mut HeaderMap, elapsed: Duration, suppress_envoy_headers: bool) {
+    if !suppress_envoy_headers {
+        let ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+        response.insert(X_ENVOY_UPSTREAM_SERVICE_TIME, HeaderValue::from(ms));
+    }
+}
+
+#[cfg(test)]
+mod tests;
