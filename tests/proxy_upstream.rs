@@ -277,10 +277,8 @@ fn grpc_response(status: &'static str) -> Response<ServerBody> {
     let mut trailers = HeaderMap::new();
     trailers.insert("grpc-status", status.parse().unwrap());
     trailers.insert("endpoint-load-metrics-bin", encoded.parse().unwrap());
-    let frames = vec![
-        Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"\0\0\0\0\0"))),
-        Ok(Frame::trailers(trailers)),
-    ];
+    let frames =
+        vec![Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"\0\0\0\0\0"))), Ok(Frame::trailers(trailers))];
     let mut response = Response::new(StreamBody::new(futures::stream::iter(frames)).boxed());
     response.headers_mut().insert(http::header::CONTENT_TYPE, "application/grpc".parse().unwrap());
     response

@@ -105,11 +105,8 @@ async fn grpc_load_reports_ride_in_the_trailers() {
 
 #[tokio::test]
 async fn errors_are_spread_evenly_and_reported() {
-    let behaviour = BackendBehaviour {
-        error_rate: 0.5,
-        orca: Some(OrcaMode::TextHeader),
-        ..BackendBehaviour::new("flaky")
-    };
+    let behaviour =
+        BackendBehaviour { error_rate: 0.5, orca: Some(OrcaMode::TextHeader), ..BackendBehaviour::new("flaky") };
     let (address, _trigger, _serving) = start(behaviour).await;
     let mut statuses = Vec::new();
     let mut last = LoadReport::default();

@@ -130,10 +130,9 @@ impl Dial {
         match tokio::time::timeout(self.connect_timeout, connect).await {
             Ok(Ok(socket)) => Ok(socket),
             Ok(Err(error)) => Err(self.failure(error)),
-            Err(_) => Err(UpstreamError::ConnectTimeout {
-                address: self.address.to_string(),
-                timeout: self.connect_timeout,
-            }),
+            Err(_) => {
+                Err(UpstreamError::ConnectTimeout { address: self.address.to_string(), timeout: self.connect_timeout })
+            }
         }
     }
 

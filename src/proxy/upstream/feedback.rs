@@ -97,8 +97,8 @@ pub struct ObservedBody<B> {
 }
 
 impl<B> ObservedBody<B> {
-    /// Records the outcome (`grpc_status`: the trailer's value, `None` when there was none)
-    /// and releases the in-flight count.
+    /// Releases the in-flight count and records the outcome `success` decides from the
+    /// pending rule (`None`: nothing to record).
     fn finish(&mut self, success: impl FnOnce(Outcome) -> Option<bool>) {
         let Some(in_flight) = self.in_flight.take() else { return };
         let outcome = std::mem::replace(&mut self.outcome, Outcome::Recorded);
