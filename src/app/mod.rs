@@ -1,6 +1,7 @@
 //! The composition root: reads the bootstrap, wires the store, the ADS client and the admin
 //! server onto the control runtime, and owns start-up and shutdown.
 
+pub mod backends;
 pub mod balancing;
 pub mod demo;
 

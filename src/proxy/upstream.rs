@@ -1,1 +1,169 @@
-//! (Placeholder.)
+//! Upstream connections of one worker: pools per cluster and endpoint, HTTP/1.1 keep-alive
+//! and multiplexed HTTP/2, the cluster's connect and idle timeouts and request limits, and
+//! the feedback each response gives the balancers (latency, outcome, ORCA load reports).
+//!
+//! Built on hyper's connection-level client (`client::conn::{http1, http2}`) rather than
+//! hyper-util's pooled `Client`: that one keys its pool by URI authority (an endpoint is an
+//! address chosen by the balancer, and a pool belongs to a cluster), hides when a
+//! connection is handed back, and has no per-connection request limit. Owning the pool is
+//! a few hundred lines and keeps every decision visible here.
+
+mod activity;
+mod body;
+mod connect;
+mod error;
+mod feedback;
+mod pool;
+mod request;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::combinators::BoxBody;
+
+pub use body::UpstreamBody;
+pub use error::UpstreamError;
+pub use feedback::{Feedback, ObservedBody};
+
+use connect::Dial;
+use pool::{Http1Conn, Pools};
+
+use crate::config::cluster::{Cluster, UpstreamProtocol};
+use crate::lb::Host;
+
+/// The error type of request bodies sent upstream.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The body of a request sent upstream: the downstream body, or a buffered copy of it for
+/// retries, boxed so that one pool serves both.
+pub type RequestBody = BoxBody<Bytes, BoxError>;
+/// The body of a response handed downstream.
+pub type ResponseBody = ObservedBody<UpstreamBody>;
+
+/// The HTTP version spoken to an endpoint for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    Http1,
+    Http2,
+}
+
+impl Protocol {
+    /// The cluster's protocol; `UseDownstream` follows the downstream request.
+    pub fn for_request(cluster: &Cluster, downstream_is_h2: bool) -> Self {
+        match cluster.http.protocol {
+            UpstreamProtocol::Http1 => Self::Http1,
+            UpstreamProtocol::Http2 => Self::Http2,
+            UpstreamProtocol::UseDownstream if downstream_is_h2 => Self::Http2,
+            UpstreamProtocol::UseDownstream => Self::Http1,
+        }
+    }
+}
+
+/// The upstream connections of one worker. Clones share the pools.
+#[derive(Debug, Clone, Default)]
+pub struct Upstreams {
+    pools: Arc<Pools>,
+}
+
+impl Upstreams {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sends `request` to `host` and feeds the outcome back into the host's stats: the
+    /// request counts as in flight until the returned body ends or is dropped.
+    pub async fn forward(
+        &self,
+        host: &Host,
+        cluster: &Cluster,
+        downstream_is_h2: bool,
+        request: Request<RequestBody>,
+    ) -> Result<Response<ResponseBody>, UpstreamError> {
+        let feedback = Feedback::start(host, Instant::now());
+        let result = self.send(host, cluster, downstream_is_h2, request).await;
+        feedback.observe(result, Instant::now())
+    }
+
+    /// Sends `request` to `host` on a pooled or new connection, without touching the
+    /// host's stats (see [`forward`](Self::forward) and [`Feedback`]). The request URI may
+    /// be origin-form; the authority comes from it, the `Host` header or the address.
+    pub async fn send(
+        &self,
+        host: &Host,
+        cluster: &Cluster,
+        downstream_is_h2: bool,
+        request: Request<RequestBody>,
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        let dial = Dial::new(host.address(), cluster);
+        let max_requests = cluster.http.max_requests_per_connection;
+        match Protocol::for_request(cluster, downstream_is_h2) {
+            Protocol::Http1 => {
+                let request = request::http1(request, host.address())?;
+                self.send_http1(&cluster.name, &dial, max_requests, request).await
+            }
+            Protocol::Http2 => {
+                let request = request::http2(request, host.address())?;
+                let mut conn = self.pools.http2(&cluster.name, &dial, max_requests).await?;
+                let lease = conn.activity.lease();
+                let response = conn.sender.send_request(request).await.map_err(|e| UpstreamError::from_hyper(&e))?;
+                Ok(response.map(|body| UpstreamBody::new(body, lease, None)))
+            }
+        }
+    }
+
+    /// Idle HTTP/1.1 connections and open HTTP/2 connections in the pools.
+    pub fn pooled(&self) -> (usize, usize) {
+        self.pools.counts()
+    }
+
+    /// Forgets closed connections and endpoints left without connections; call it now and
+    /// then (e.g. when the configuration changes).
+    pub fn prune(&self) {
+        self.pools.prune();
+    }
+
+    async fn send_http1(
+        &self,
+        cluster: &str,
+        dial: &Dial,
+        max_requests: Option<u32>,
+        mut request: Request<RequestBody>,
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        // A pooled connection may have been closed by the upstream just now. When that
+        // happens before the request was written, hyper hands the request back and it goes
+        // out on a fresh connection: nothing reached the upstream, so this is not a retry.
+        loop {
+            let (mut conn, reused) = match self.idle_http1(cluster, dial).await {
+                Some(conn) => (conn, true),
+                None => {
+                    let (sender, activity) = dial.http1().await?;
+                    (Http1Conn { sender, activity, requests: 0 }, false)
+                }
+            };
+            conn.requests += 1;
+            let lease = conn.activity.lease();
+            match conn.sender.try_send_request(request).await {
+                Ok(response) => {
+                    let reusable = max_requests.is_none_or(|max| conn.requests < max);
+                    let checkin = reusable.then(|| self.pools.checkin(cluster, &dial.address, conn));
+                    return Ok(response.map(|body| UpstreamBody::new(body, lease, checkin)));
+                }
+                Err(mut error) => match error.take_message() {
+                    Some(unsent) if reused => request = unsent,
+                    _ => return Err(UpstreamError::from_hyper(error.error())),
+                },
+            }
+        }
+    }
+
+    /// An idle connection ready for a request, if the pool has one.
+    async fn idle_http1(&self, cluster: &str, dial: &Dial) -> Option<Http1Conn> {
+        while let Some(mut conn) = self.pools.take_http1(cluster, &dial.address, dial) {
+            if conn.sender.ready().await.is_ok() {
+                return Some(conn);
+            }
+        }
+        None
+    }
+}

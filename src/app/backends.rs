@@ -1,0 +1,341 @@
+//! Lab backends for the demo, tests and benches: one port serving HTTP/1.1, HTTP/2 and the
+//! gRPC echo service (`outrider.echo.v1.Echo/Echo`), with a configured latency, error
+//! rate and capacity, and ORCA load reports computed from what the backend really does.
+//!
+//! Load model: up to `capacity` requests are served at once, each taking `latency`; more
+//! wait for a free slot, so an overloaded backend gets slower, as real ones do. The load
+//! report says `application_utilization` = requests inside the backend (served or
+//! waiting) / capacity, and `rps_fractional` / `eps` = requests / errors completed in the
+//! last second. Errors are spread evenly (every `1/error_rate`-th request fails), so runs
+//! are repeatable.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame, Incoming};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tower::ServiceExt;
+
+use crate::core::shutdown::Signal;
+use crate::orca::{ENDPOINT_LOAD_METRICS, ENDPOINT_LOAD_METRICS_BIN};
+use crate::pb::echo::echo_server::{Echo, EchoServer};
+use crate::pb::echo::{EchoRequest, EchoResponse};
+use crate::pb::orca::OrcaLoadReport;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type ResponseBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// How a lab backend behaves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendBehaviour {
+    /// Named in every answer, so a client sees which backend served it.
+    pub name: String,
+    /// Time each request takes once it has a slot.
+    pub latency: Duration,
+    /// Fraction of requests that fail, 0 to 1, spread evenly.
+    pub error_rate: f64,
+    /// The HTTP status of a failed plain request (gRPC requests fail with UNAVAILABLE).
+    pub error_status: StatusCode,
+    /// Requests served at once; more wait. At least 1.
+    pub capacity: u32,
+    /// Whether and how load reports are attached to responses.
+    pub orca: Option<OrcaMode>,
+}
+
+/// Where a backend puts its ORCA load report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrcaMode {
+    /// `endpoint-load-metrics: TEXT ...` in the response headers.
+    TextHeader,
+    /// `endpoint-load-metrics-bin: <base64 proto>` in the response headers.
+    BinHeader,
+    /// `endpoint-load-metrics-bin` in the trailers, as gRPC servers send it.
+    Trailer,
+}
+
+impl BackendBehaviour {
+    /// A fast, healthy backend without load reports.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            latency: Duration::ZERO,
+            error_rate: 0.0,
+            error_status: StatusCode::SERVICE_UNAVAILABLE,
+            capacity: 100,
+            orca: None,
+        }
+    }
+}
+
+/// Serves `listener` until `shutdown`, then lets open connections finish gracefully.
+pub async fn serve_backend(listener: TcpListener, behaviour: BackendBehaviour, shutdown: Signal) {
+    let backend = Arc::new(Backend::new(behaviour));
+    let graceful = GracefulShutdown::new();
+    let stop = shutdown.triggered();
+    tokio::pin!(stop);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    tracing::debug!(%error, "backend accept failed");
+                    continue;
+                }
+            },
+            () = &mut stop => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let backend = backend.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let backend = backend.clone();
+                async move { Ok::<_, Infallible>(backend.handle(request).await) }
+            });
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            if let Err(error) = watcher.watch(connection).await {
+                tracing::debug!(%error, "backend connection ended");
+            }
+        });
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), graceful.shutdown()).await;
+}
+
+// === impl Backend ===
+
+/// A backend's state, shared by its connections.
+struct Backend {
+    behaviour: BackendBehaviour,
+    slots: Semaphore,
+    /// Requests inside the backend, served or waiting.
+    inside: AtomicU32,
+    recent: Mutex<Recent>,
+    grpc: tonic::service::Routes,
+}
+
+/// Completions of the last second, and the even spreading of injected errors.
+#[derive(Default)]
+struct Recent {
+    completions: VecDeque<(Instant, bool)>,
+    error_credit: f64,
+}
+
+/// Counts a request as inside the backend until dropped.
+struct Inside<'a>(&'a AtomicU32);
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl Backend {
+    fn new(behaviour: BackendBehaviour) -> Self {
+        let capacity = behaviour.capacity.max(1);
+        let echo = EchoService { name: behaviour.name.clone() };
+        Self {
+            slots: Semaphore::new(capacity as usize),
+            inside: AtomicU32::new(0),
+            recent: Mutex::default(),
+            grpc: tonic::service::Routes::new(EchoServer::new(echo)),
+            behaviour: BackendBehaviour { capacity, ..behaviour },
+        }
+    }
+
+    async fn handle(&self, request: Request<Incoming>) -> Response<ResponseBody> {
+        self.inside.fetch_add(1, Ordering::Relaxed);
+        let _inside = Inside(&self.inside);
+        let _slot = self.slots.acquire().await;
+        if !self.behaviour.latency.is_zero() {
+            tokio::time::sleep(self.behaviour.latency).await;
+        }
+        let grpc = is_grpc(request.headers());
+        let mut response = match (self.injects_error(), grpc) {
+            (true, true) => grpc_unavailable(),
+            (true, false) => self.text(self.behaviour.error_status, "injected failure"),
+            (false, true) => self.grpc(request).await,
+            (false, false) => self.text(StatusCode::OK, "ok"),
+        };
+        let failed = response.status().is_server_error()
+            || response.headers().get("grpc-status").is_some_and(|status| status != "0");
+        let report = self.completed(failed);
+        match self.behaviour.orca {
+            None => {}
+            Some(OrcaMode::TextHeader) => {
+                if let Ok(value) = HeaderValue::from_str(&text_report(&report)) {
+                    response.headers_mut().insert(ENDPOINT_LOAD_METRICS, value);
+                }
+            }
+            Some(OrcaMode::BinHeader) => {
+                response.headers_mut().insert(ENDPOINT_LOAD_METRICS_BIN, binary_report(&report));
+            }
+            Some(OrcaMode::Trailer) => {
+                response = response.map(|body| WithTrailer::new(body, binary_report(&report)).boxed_unsync());
+            }
+        }
+        response
+    }
+
+    fn text(&self, status: StatusCode, what: &str) -> Response<ResponseBody> {
+        let body = format!("{}: {what}\n", self.behaviour.name);
+        let mut response = Response::new(Full::new(Bytes::from(body)).map_err(|e| match e {}).boxed_unsync());
+        *response.status_mut() = status;
+        response.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        response
+    }
+
+    async fn grpc(&self, request: Request<Incoming>) -> Response<ResponseBody> {
+        match self.grpc.clone().oneshot(request).await {
+            Ok(response) => response.map(|body| body.map_err(BoxError::from).boxed_unsync()),
+            Err(never) => match never {},
+        }
+    }
+
+    /// Whether this request fails: error credit accrues by `error_rate` per request and
+    /// each whole unit is one failure.
+    fn injects_error(&self) -> bool {
+        let rate = self.behaviour.error_rate.clamp(0.0, 1.0);
+        if rate == 0.0 {
+            return false;
+        }
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        recent.error_credit += rate;
+        if recent.error_credit >= 1.0 - 1e-9 {
+            recent.error_credit -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Records a completion and returns the load report as of now.
+    fn completed(&self, failed: bool) -> OrcaLoadReport {
+        let now = Instant::now();
+        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
+        recent.completions.push_back((now, failed));
+        while recent.completions.front().is_some_and(|(at, _)| now.duration_since(*at) > Duration::from_secs(1)) {
+            recent.completions.pop_front();
+        }
+        let requests = recent.completions.len() as f64;
+        let errors = recent.completions.iter().filter(|(_, failed)| *failed).count() as f64;
+        let inside = f64::from(self.inside.load(Ordering::Relaxed));
+        OrcaLoadReport {
+            application_utilization: inside / f64::from(self.behaviour.capacity),
+            rps_fractional: requests,
+            eps: errors,
+            ..Default::default()
+        }
+    }
+}
+
+fn is_grpc(headers: &HeaderMap) -> bool {
+    headers.get(http::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// A trailers-only gRPC response with status UNAVAILABLE.
+fn grpc_unavailable() -> Response<ResponseBody> {
+    let (parts, ()) = tonic::Status::unavailable("injected failure").into_http::<()>().into_parts();
+    Response::from_parts(parts, http_body_util::Empty::new().map_err(|e| match e {}).boxed_unsync())
+}
+
+fn text_report(report: &OrcaLoadReport) -> String {
+    format!(
+        "TEXT application_utilization={}, rps_fractional={}, eps={}",
+        report.application_utilization, report.rps_fractional, report.eps
+    )
+}
+
+fn binary_report(report: &OrcaLoadReport) -> HeaderValue {
+    let encoded = base64::engine::general_purpose::STANDARD.encode(prost::Message::encode_to_vec(report));
+    HeaderValue::from_str(&encoded).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+// === impl WithTrailer ===
+
+/// A body with one more trailer: added to the body's own trailers, or sent as trailers
+/// when the body has none.
+struct WithTrailer {
+    inner: ResponseBody,
+    trailer: Option<HeaderValue>,
+}
+
+impl WithTrailer {
+    fn new(inner: ResponseBody, trailer: HeaderValue) -> Self {
+        Self { inner, trailer: Some(trailer) }
+    }
+}
+
+impl Body for WithTrailer {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        use std::task::Poll;
+        let frame = std::task::ready!(std::pin::Pin::new(&mut self.inner).poll_frame(cx));
+        match frame {
+            Some(Ok(frame)) => match frame.into_trailers() {
+                Ok(mut trailers) => {
+                    if let Some(value) = self.trailer.take() {
+                        trailers.insert(ENDPOINT_LOAD_METRICS_BIN, value);
+                    }
+                    Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+                }
+                Err(frame) => Poll::Ready(Some(Ok(frame))),
+            },
+            None => match self.trailer.take() {
+                Some(value) => {
+                    let mut trailers = HeaderMap::new();
+                    trailers.insert(ENDPOINT_LOAD_METRICS_BIN, value);
+                    Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+                }
+                None => Poll::Ready(None),
+            },
+            Some(Err(error)) => Poll::Ready(Some(Err(error))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.trailer.is_none() && self.inner.is_end_stream()
+    }
+}
+
+// === impl EchoService ===
+
+/// `outrider.echo.v1.Echo`: answers with the payload and the backend's name, after the
+/// requested delay, or with the requested status.
+struct EchoService {
+    name: String,
+}
+
+#[tonic::async_trait]
+impl Echo for EchoService {
+    async fn echo(&self, request: tonic::Request<EchoRequest>) -> Result<tonic::Response<EchoResponse>, tonic::Status> {
+        let EchoRequest { payload, delay_ms, fail_with_code } = request.into_inner();
+        if delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(u64::from(delay_ms))).await;
+        }
+        if fail_with_code != 0 {
+            return Err(tonic::Status::new(tonic::Code::from(fail_with_code), "requested failure"));
+        }
+        Ok(tonic::Response::new(EchoResponse { payload, backend: self.name.clone() }))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,156 @@
+//! Opening one upstream connection: the socket (TCP with `TCP_NODELAY`, optionally bound
+//! to the cluster's source address; a Unix socket for `pipe` endpoints), the cluster's
+//! connect timeout, the HTTP/1.1 or HTTP/2 handshake, and the task that drives the
+//! connection until it fails, is dropped by the pool, or stays idle too long.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpSocket, TcpStream, UnixStream};
+
+use super::RequestBody;
+use super::activity::Activity;
+use super::error::UpstreamError;
+use crate::config::Address;
+use crate::config::cluster::{Cluster, Http2Settings};
+
+/// What a connection needs from its cluster, copied so that a connect in progress owns it.
+#[derive(Debug, Clone)]
+pub(crate) struct Dial {
+    pub address: Address,
+    pub connect_timeout: Duration,
+    pub idle_timeout: Option<Duration>,
+    pub bind: Option<SocketAddr>,
+    pub http2: Http2Settings,
+}
+
+impl Dial {
+    pub(crate) fn new(address: &Address, cluster: &Cluster) -> Self {
+        Self {
+            address: address.clone(),
+            connect_timeout: cluster.connect_timeout,
+            idle_timeout: cluster.http.idle_timeout,
+            bind: cluster.upstream_bind,
+            http2: cluster.http.http2.clone(),
+        }
+    }
+
+    pub(crate) async fn http1(&self) -> Result<(http1::SendRequest<RequestBody>, Arc<Activity>), UpstreamError> {
+        match self.socket().await? {
+            Socket::Tcp(stream) => self.handshake1(stream).await,
+            Socket::Unix(stream) => self.handshake1(stream).await,
+        }
+    }
+
+    pub(crate) async fn http2(&self) -> Result<(http2::SendRequest<RequestBody>, Arc<Activity>), UpstreamError> {
+        match self.socket().await? {
+            Socket::Tcp(stream) => self.handshake2(stream).await,
+            Socket::Unix(stream) => self.handshake2(stream).await,
+        }
+    }
+
+    async fn handshake1<T>(&self, io: T) -> Result<(http1::SendRequest<RequestBody>, Arc<Activity>), UpstreamError>
+    where
+        T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let (sender, connection) =
+            http1::Builder::new().handshake(TokioIo::new(io)).await.map_err(|e| self.failure(e))?;
+        let activity = Activity::new();
+        self.drive(connection, activity.clone());
+        Ok((sender, activity))
+    }
+
+    async fn handshake2<T>(&self, io: T) -> Result<(http2::SendRequest<RequestBody>, Arc<Activity>), UpstreamError>
+    where
+        T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let settings = &self.http2;
+        let mut builder = http2::Builder::new(TokioExecutor::new());
+        builder
+            .timer(TokioTimer::new())
+            .initial_stream_window_size(settings.initial_stream_window_size)
+            .initial_connection_window_size(settings.initial_connection_window_size)
+            .header_table_size(settings.hpack_table_size);
+        if let Some(keepalive) = &settings.keepalive {
+            builder
+                .keep_alive_interval(keepalive.interval.or(keepalive.connection_idle_interval))
+                .keep_alive_timeout(keepalive.timeout)
+                .keep_alive_while_idle(keepalive.interval.is_some());
+        }
+        let (sender, connection) = builder.handshake(TokioIo::new(io)).await.map_err(|e| self.failure(e))?;
+        let activity = Activity::new();
+        self.drive(connection, activity.clone());
+        Ok((sender, activity))
+    }
+
+    /// Runs the connection on the current runtime (the worker's) until it ends or has been
+    /// idle for the idle timeout; dropping it closes the socket, and the pool sees the
+    /// sender closed.
+    fn drive<C>(&self, connection: C, activity: Arc<Activity>)
+    where
+        C: Future<Output = hyper::Result<()>> + Send + 'static,
+    {
+        let idle_timeout = self.idle_timeout;
+        let address = self.address.clone();
+        tokio::spawn(async move {
+            let idle = async move {
+                match idle_timeout {
+                    Some(timeout) => activity.idle_timeout(timeout).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                result = connection => {
+                    if let Err(error) = result {
+                        tracing::debug!(%address, %error, "upstream connection ended");
+                    }
+                }
+                () = idle => tracing::debug!(%address, "upstream connection idle; closing"),
+            }
+        });
+    }
+
+    async fn socket(&self) -> Result<Socket, UpstreamError> {
+        let connect = async {
+            match &self.address {
+                Address::Socket(addr) => tcp(*addr, self.bind).await.map(Socket::Tcp),
+                Address::Dns { host, port } => {
+                    let addr = tokio::net::lookup_host((host.as_str(), *port)).await?.next().ok_or_else(|| {
+                        std::io::Error::new(std::io::ErrorKind::NotFound, "the name resolved to no address")
+                    })?;
+                    tcp(addr, self.bind).await.map(Socket::Tcp)
+                }
+                Address::Pipe(path) => UnixStream::connect(path).await.map(Socket::Unix),
+            }
+        };
+        match tokio::time::timeout(self.connect_timeout, connect).await {
+            Ok(Ok(socket)) => Ok(socket),
+            Ok(Err(error)) => Err(self.failure(error)),
+            Err(_) => {
+                Err(UpstreamError::ConnectTimeout { address: self.address.to_string(), timeout: self.connect_timeout })
+            }
+        }
+    }
+
+    fn failure(&self, error: impl std::fmt::Display) -> UpstreamError {
+        UpstreamError::ConnectFailure { address: self.address.to_string(), reason: error.to_string() }
+    }
+}
+
+enum Socket {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+async fn tcp(addr: SocketAddr, bind: Option<SocketAddr>) -> std::io::Result<TcpStream> {
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    socket.set_nodelay(true)?;
+    if let Some(source) = bind {
+        socket.bind(source)?;
+    }
+    socket.connect(addr).await
+}

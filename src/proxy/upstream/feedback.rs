@@ -1,0 +1,222 @@
+//! What an upstream response tells the balancers: latency to the response headers, the
+//! outcome, and the backend's own load report (ORCA) from the headers or the trailers.
+//!
+//! The ORCA headers are the proxy's business, not the client's: they are removed from the
+//! headers and trailers passed downstream, as Envoy does. The endpoint's in-flight count
+//! holds until the response body has ended (or been dropped), so a streaming response
+//! counts as load for as long as it streams.
+//!
+//! Outcome: an HTTP 5xx is an error, anything else a success unless the body fails. For
+//! gRPC the `grpc-status` decides (in the headers of a trailers-only response, else in the
+//! trailers; missing means Unknown). gRPC codes count as errors when Envoy maps them to a
+//! 5xx (`Grpc::Utility::grpcToHttpStatus`): Unknown, DeadlineExceeded, Unimplemented,
+//! Internal, Unavailable, DataLoss. Client-side codes (NotFound, InvalidArgument, …) say
+//! nothing about the endpoint's health.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
+
+use http::{HeaderMap, Response};
+use hyper::body::{Body, Frame, SizeHint};
+
+use super::error::UpstreamError;
+use crate::lb::Host;
+use crate::lb::stats::{EndpointStats, InFlight};
+use crate::orca;
+
+/// One request to one endpoint, from before its connection is chosen to its response.
+#[derive(Debug)]
+pub struct Feedback {
+    in_flight: InFlight,
+    started: Instant,
+}
+
+impl Feedback {
+    /// Counts the request as in flight on `host` from `now`.
+    pub fn start(host: &Host, now: Instant) -> Self {
+        Self { in_flight: host.stats.start(), started: now }
+    }
+
+    /// Records what the upstream answered (`now` is when the headers or the error came) and
+    /// wraps the body so that trailers are observed and the in-flight count is held until
+    /// the body ends. The ORCA headers are removed from the response.
+    pub fn observe<B>(
+        self,
+        result: Result<Response<B>, UpstreamError>,
+        now: Instant,
+    ) -> Result<Response<ObservedBody<B>>, UpstreamError> {
+        let latency = now.saturating_duration_since(self.started);
+        let stats = self.in_flight.stats().clone();
+        let response = match result {
+            Ok(response) => response,
+            Err(error) => {
+                stats.record(now, latency, false);
+                return Err(error);
+            }
+        };
+        let (mut parts, body) = response.into_parts();
+        take_load_report(&mut parts.headers, &stats, now);
+        let outcome = if parts.status.is_server_error() {
+            stats.record(now, latency, false);
+            Outcome::Recorded
+        } else if is_grpc(&parts.headers) {
+            match parts.headers.get("grpc-status") {
+                Some(status) => {
+                    stats.record(now, latency, grpc_success(Some(status.as_bytes())));
+                    Outcome::Recorded
+                }
+                None => Outcome::Grpc(latency),
+            }
+        } else {
+            Outcome::Http(latency)
+        };
+        let body = ObservedBody { inner: body, in_flight: Some(self.in_flight), outcome };
+        Ok(Response::from_parts(parts, body))
+    }
+}
+
+/// Whether the outcome of the request is still to be recorded, and by which rule.
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    Recorded,
+    /// Success unless the body fails; the latency to the headers.
+    Http(Duration),
+    /// Decided by `grpc-status` in the trailers.
+    Grpc(Duration),
+}
+
+/// A response body whose trailers are observed (and stripped of ORCA headers) and which
+/// holds the endpoint's in-flight count until it ends or is dropped.
+#[derive(Debug)]
+pub struct ObservedBody<B> {
+    inner: B,
+    in_flight: Option<InFlight>,
+    outcome: Outcome,
+}
+
+impl<B> ObservedBody<B> {
+    /// Releases the in-flight count and records the outcome `success` decides from the
+    /// pending rule (`None`: nothing to record).
+    fn finish(&mut self, success: impl FnOnce(Outcome) -> Option<bool>) {
+        let Some(in_flight) = self.in_flight.take() else { return };
+        let outcome = std::mem::replace(&mut self.outcome, Outcome::Recorded);
+        if let Outcome::Http(latency) | Outcome::Grpc(latency) = outcome
+            && let Some(success) = success(outcome)
+        {
+            in_flight.stats().record(Instant::now(), latency, success);
+        }
+    }
+
+    fn on_trailers(&mut self, trailers: &mut HeaderMap) {
+        if let Some(in_flight) = &self.in_flight {
+            take_load_report(trailers, in_flight.stats(), Instant::now());
+        }
+        let status = trailers.get("grpc-status").map(|v| v.as_bytes().to_vec());
+        self.finish(|outcome| match outcome {
+            Outcome::Grpc(_) => Some(grpc_success(status.as_deref())),
+            _ => Some(true),
+        });
+    }
+
+    /// The body ended without trailers.
+    fn on_end(&mut self) {
+        self.finish(|outcome| Some(!matches!(outcome, Outcome::Grpc(_))));
+    }
+}
+
+impl<B> Body for ObservedBody<B>
+where
+    B: Body + Unpin,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        let this = self.get_mut();
+        match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            Some(Ok(frame)) => match frame.into_trailers() {
+                Ok(mut trailers) => {
+                    this.on_trailers(&mut trailers);
+                    if trailers.is_empty() {
+                        // Nothing left for the client but the end of the stream.
+                        return Poll::Ready(None);
+                    }
+                    Poll::Ready(Some(Ok(Frame::trailers(trailers))))
+                }
+                Err(frame) => {
+                    if this.inner.is_end_stream() {
+                        this.on_end();
+                    }
+                    Poll::Ready(Some(Ok(frame)))
+                }
+            },
+            Some(Err(error)) => {
+                this.finish(|_| Some(false));
+                Poll::Ready(Some(Err(error)))
+            }
+            None => {
+                this.on_end();
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B> Drop for ObservedBody<B> {
+    /// Dropped before the end: the client went away, which says nothing about the
+    /// endpoint. An HTTP response had good headers and counts as a success; a gRPC
+    /// outcome is unknown and is not recorded.
+    fn drop(&mut self) {
+        self.finish(|outcome| match outcome {
+            Outcome::Http(_) => Some(true),
+            _ => None,
+        });
+    }
+}
+
+/// Feeds the ORCA report in `headers` (if any) to the endpoint and removes the ORCA
+/// headers, valid or not.
+fn take_load_report(headers: &mut HeaderMap, stats: &Arc<EndpointStats>, now: Instant) {
+    match orca::from_headers(headers) {
+        None => return,
+        Some(Ok(report)) => stats.record_load(report, now),
+        Some(Err(error)) => tracing::debug!(%error, "upstream load report refused"),
+    }
+    headers.remove(orca::ENDPOINT_LOAD_METRICS);
+    headers.remove(orca::ENDPOINT_LOAD_METRICS_BIN);
+}
+
+fn is_grpc(headers: &HeaderMap) -> bool {
+    headers.get(http::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
+/// Whether a `grpc-status` value says the endpoint did its job (see the module docs).
+fn grpc_success(status: Option<&[u8]>) -> bool {
+    let code = status.and_then(|s| std::str::from_utf8(s).ok()).and_then(|s| s.trim().parse::<u32>().ok());
+    !matches!(code, None | Some(2 | 4 | 12 | 13 | 14 | 15))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_codes_that_blame_the_endpoint() {
+        assert!(grpc_success(Some(b"0")));
+        assert!(grpc_success(Some(b"5")), "NotFound is the client's problem");
+        assert!(!grpc_success(Some(b"14")));
+        assert!(!grpc_success(Some(b"13")));
+        assert!(!grpc_success(None), "missing status is Unknown");
+        assert!(!grpc_success(Some(b"x")));
+    }
+}

@@ -1,0 +1,213 @@
+//! The connection pools of one worker, per cluster and endpoint address:
+//!
+//! - HTTP/1.1: a stack of idle keep-alive connections. A connection leaves the stack for
+//!   one request and comes back when its response body has ended (see `UpstreamBody`);
+//!   the most recently used is taken first, so surplus connections age out.
+//! - HTTP/2: one multiplexed connection per endpoint. Concurrent first requests share one
+//!   connect (a shared future) instead of racing to open several.
+//!
+//! The pools sit behind a `Mutex` only so that `Upstreams` is `Send` and the worker can
+//! spawn request futures with plain `tokio::spawn`: each worker owns its own pools and one
+//! thread uses them, so the lock is never contended and never held across an `.await`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use futures::future::{BoxFuture, FutureExt, Shared};
+use hyper::client::conn::{http1, http2};
+
+use super::RequestBody;
+use super::activity::Activity;
+use super::connect::Dial;
+use super::error::UpstreamError;
+use crate::config::Address;
+
+/// The pools of one worker.
+#[derive(Debug, Default)]
+pub(crate) struct Pools {
+    clusters: Mutex<HashMap<Arc<str>, ClusterPools>>,
+}
+
+#[derive(Debug, Default)]
+struct ClusterPools {
+    http1: HashMap<Address, Vec<Http1Conn>>,
+    http2: HashMap<Address, Http2Entry>,
+}
+
+/// An HTTP/1.1 connection and how many requests it has carried.
+#[derive(Debug)]
+pub(crate) struct Http1Conn {
+    pub sender: http1::SendRequest<RequestBody>,
+    pub activity: Arc<Activity>,
+    pub requests: u32,
+}
+
+/// An HTTP/2 connection; clones share it.
+#[derive(Debug, Clone)]
+pub(crate) struct Http2Conn {
+    pub sender: http2::SendRequest<RequestBody>,
+    pub activity: Arc<Activity>,
+}
+
+type Connecting = Shared<BoxFuture<'static, Result<Http2Conn, UpstreamError>>>;
+
+enum Http2Entry {
+    Connecting(Connecting),
+    Ready { conn: Http2Conn, requests: u32 },
+}
+
+impl std::fmt::Debug for Http2Entry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Connecting(_) => f.write_str("Connecting"),
+            Self::Ready { requests, .. } => f.debug_struct("Ready").field("requests", requests).finish(),
+        }
+    }
+}
+
+/// Where an HTTP/1.1 connection goes back to once its response has ended.
+#[derive(Debug)]
+pub(crate) struct Checkin {
+    pools: Weak<Pools>,
+    cluster: Arc<str>,
+    address: Address,
+    conn: Http1Conn,
+}
+
+impl Checkin {
+    pub(crate) fn put(self) {
+        if let Some(pools) = self.pools.upgrade() {
+            let mut clusters = pools.lock();
+            let idle = clusters.entry(self.cluster).or_default().http1.entry(self.address).or_default();
+            idle.push(self.conn);
+        }
+    }
+}
+
+impl Pools {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, ClusterPools>> {
+        self.clusters.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An idle HTTP/1.1 connection that is still open and not past `idle_timeout`; the
+    /// ones found closed or stale on the way are dropped.
+    pub(crate) fn take_http1(&self, cluster: &str, address: &Address, dial: &Dial) -> Option<Http1Conn> {
+        let mut clusters = self.lock();
+        let idle = clusters.get_mut(cluster)?.http1.get_mut(address)?;
+        let now = tokio::time::Instant::now();
+        while let Some(conn) = idle.pop() {
+            let stale = dial.idle_timeout.is_some_and(|timeout| conn.activity.idle_for(timeout, now));
+            if !conn.sender.is_closed() && !stale {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    /// The cluster's key as stored, so a check-in needs no allocation.
+    pub(crate) fn checkin(self: &Arc<Self>, cluster: &str, address: &Address, conn: Http1Conn) -> Checkin {
+        let key = {
+            let mut clusters = self.lock();
+            match clusters.get_key_value(cluster) {
+                Some((key, _)) => key.clone(),
+                None => {
+                    let key: Arc<str> = Arc::from(cluster);
+                    clusters.insert(key.clone(), ClusterPools::default());
+                    key
+                }
+            }
+        };
+        Checkin { pools: Arc::downgrade(self), cluster: key, address: address.clone(), conn }
+    }
+
+    /// The endpoint's HTTP/2 connection, connecting (once, shared) when there is none or it
+    /// closed. `max_requests` retires a connection from the pool after that many requests;
+    /// its open streams finish on it.
+    pub(crate) async fn http2(
+        &self,
+        cluster: &str,
+        dial: &Dial,
+        max_requests: Option<u32>,
+    ) -> Result<Http2Conn, UpstreamError> {
+        let connecting = {
+            let mut clusters = self.lock();
+            let pools = match clusters.get_mut(cluster) {
+                Some(pools) => pools,
+                None => clusters.entry(Arc::from(cluster)).or_default(),
+            };
+            match pools.http2.get_mut(&dial.address) {
+                Some(Http2Entry::Ready { conn, requests }) if !conn.sender.is_closed() => {
+                    *requests += 1;
+                    let conn = conn.clone();
+                    if max_requests.is_some_and(|max| *requests >= max) {
+                        pools.http2.remove(&dial.address);
+                    }
+                    return Ok(conn);
+                }
+                Some(Http2Entry::Connecting(connecting)) => connecting.clone(),
+                _ => {
+                    let owned = dial.clone();
+                    let connecting = async move {
+                        let (sender, activity) = owned.http2().await?;
+                        Ok(Http2Conn { sender, activity })
+                    }
+                    .boxed()
+                    .shared();
+                    pools.http2.insert(dial.address.clone(), Http2Entry::Connecting(connecting.clone()));
+                    connecting
+                }
+            }
+        };
+        let result = connecting.await;
+        let mut clusters = self.lock();
+        let pools = clusters.get_mut(cluster);
+        let entry = pools.as_ref().and_then(|p| p.http2.get(&dial.address));
+        let still_connecting = matches!(entry, Some(Http2Entry::Connecting(_)));
+        match (&result, pools) {
+            (Ok(conn), Some(pools)) => match pools.http2.get_mut(&dial.address) {
+                Some(Http2Entry::Ready { conn: ready, requests }) if ready.activity_is(conn) => *requests += 1,
+                _ if still_connecting => {
+                    pools.http2.insert(dial.address.clone(), Http2Entry::Ready { conn: conn.clone(), requests: 1 });
+                }
+                _ => {}
+            },
+            (Err(_), Some(pools)) if still_connecting => {
+                pools.http2.remove(&dial.address);
+            }
+            _ => {}
+        }
+        result
+    }
+
+    /// Forgets connections found closed and endpoints left without any. Connections close
+    /// themselves when idle; this only bounds the bookkeeping of endpoints that went away.
+    pub(crate) fn prune(&self) {
+        let mut clusters = self.lock();
+        for pools in clusters.values_mut() {
+            pools.http1.retain(|_, idle| {
+                idle.retain(|conn| !conn.sender.is_closed());
+                !idle.is_empty()
+            });
+            pools.http2.retain(|_, entry| match entry {
+                Http2Entry::Ready { conn, .. } => !conn.sender.is_closed(),
+                Http2Entry::Connecting(_) => true,
+            });
+        }
+        clusters.retain(|_, pools| !pools.http1.is_empty() || !pools.http2.is_empty());
+    }
+
+    /// Idle HTTP/1.1 connections and HTTP/2 connections held, for tests and stats.
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        let clusters = self.lock();
+        let http1 = clusters.values().flat_map(|p| p.http1.values()).map(Vec::len).sum();
+        let http2 =
+            clusters.values().flat_map(|p| p.http2.values()).filter(|e| matches!(e, Http2Entry::Ready { .. })).count();
+        (http1, http2)
+    }
+}
+
+impl Http2Conn {
+    fn activity_is(&self, other: &Http2Conn) -> bool {
+        Arc::ptr_eq(&self.activity, &other.activity)
+    }
+}
