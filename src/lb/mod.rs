@@ -8,6 +8,8 @@
 pub mod balancer;
 pub mod cswrr;
 pub mod edf;
+pub mod hash_policy;
+pub mod hashing;
 pub mod host;
 pub mod least_request;
 pub mod load;
