@@ -270,7 +270,9 @@ impl Picker {
             return Some(picked);
         }
         for redraw in 1..=PREVIOUS_HOST_REDRAWS {
-            let ctx = PickContext { hash: ctx.hash.map(|h| h.wrapping_add(u64::from(redraw))), ..*ctx };
+            // Envoy's host-selection retry: the same hash with the next attempt number
+            // (ring hash walks on, maglev perturbs the hash); other policies just redraw.
+            let ctx = PickContext { attempt: ctx.attempt + redraw, ..*ctx };
             (set, picked) = self.pick_once(&ctx)?;
             if !tried(&picked) {
                 return Some(picked);

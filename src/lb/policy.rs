@@ -20,7 +20,8 @@ pub struct PickContext<'a> {
     /// The request hash from the route's hash policies (ring hash, maglev); `None` picks
     /// at random, as Envoy does.
     pub hash: Option<u64>,
-    /// 0 for the first try, k for the k-th retry.
+    /// Envoy's host-selection attempt: 0, then 1, 2, … when a picked host is rejected by
+    /// the retry host predicate. A plain router retry picks with 0 again.
     pub attempt: u32,
     /// Hosts already tried by this request (the `previous_hosts` retry predicate): avoided
     /// when another usable host exists.
