@@ -13,6 +13,7 @@ use std::time::Instant;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use super::cswrr::Cswrr;
 use super::host::{Host, StatsRegistry};
 use super::policy::{Cursor, PickContext, SharedPolicy};
 use super::priority::{Availability, LevelCounts, PriorityLoad};
@@ -136,6 +137,23 @@ impl ClusterLb {
 
     pub fn priority_load(&self) -> &PriorityLoad {
         &self.load
+    }
+
+    /// The CSWRR host sets whose weights the control runtime must recompute every
+    /// `weight_update_period` (empty for other policies).
+    pub fn weight_updaters(&self) -> Vec<&Cswrr> {
+        self.sets
+            .iter()
+            .filter_map(|set| match &set.policy {
+                SharedPolicy::Cswrr(cswrr) => Some(cswrr),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Recomputes every CSWRR weight of the cluster at `now` (see [`Cswrr::update_weights`]).
+    pub fn update_weights(&self, now: Instant) {
+        self.weight_updaters().iter().for_each(|cswrr| cswrr.update_weights(now));
     }
 }
 
