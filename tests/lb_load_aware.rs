@@ -14,8 +14,7 @@ use outrider::lb::{ClusterLb, Host, InFlight, PickContext, Picker, StatsRegistry
 use prost::Message;
 use serde_json::{Value, json};
 
-const CSWRR: &str =
-    "type.googleapis.com/envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3.ClientSideWeightedRoundRobin";
+const CSWRR: &str = "type.googleapis.com/envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3.ClientSideWeightedRoundRobin";
 const SECOND: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
 
@@ -104,7 +103,12 @@ fn shares(counts: &[usize]) -> Vec<f64> {
 /// (`served / capacity`) and `errors[i]` × served as `eps`.
 fn report(served: usize, capacity: f64, error_ratio: f64) -> LoadReport {
     let rps = served as f64;
-    LoadReport { rps_fractional: rps, application_utilization: rps / capacity, eps: rps * error_ratio, ..Default::default() }
+    LoadReport {
+        rps_fractional: rps,
+        application_utilization: rps / capacity,
+        eps: rps * error_ratio,
+        ..Default::default()
+    }
 }
 
 /// Runs `rounds` simulated seconds of `per_second` picks each, feeding each host its

@@ -20,7 +20,12 @@ fn hosts(n: usize, now: Instant) -> Vec<Arc<Host>> {
                 transport_socket_match: BTreeMap::new(),
                 hostname: String::new(),
             };
-            Arc::new(Host { endpoint: Arc::new(endpoint), stats: Arc::new(EndpointStats::new(now)), priority: 0, locality: 0 })
+            Arc::new(Host {
+                endpoint: Arc::new(endpoint),
+                stats: Arc::new(EndpointStats::new(now)),
+                priority: 0,
+                locality: 0,
+            })
         })
         .collect()
 }
@@ -97,7 +102,11 @@ fn fewer_than_two_known_weights_or_equal_weights_are_round_robin() {
     assert_eq!(schedule(&[0.0, 0.0, 0.0], |_, w| w), Weights::RoundRobin);
     assert_eq!(schedule(&[5.0, 0.0, 0.0], |_, w| w), Weights::RoundRobin, "grpc-java#11407");
     assert_eq!(schedule(&[5.0, 5.0, 0.0], |_, w| w), Weights::RoundRobin, "unknown gets the mean: all equal");
-    assert_eq!(schedule(&[2.0, 4.0, 0.0], |_, w| w), Weights::Stride(Box::new([32768, 65535, 49151])), "unknown gets the mean, 3");
+    assert_eq!(
+        schedule(&[2.0, 4.0, 0.0], |_, w| w),
+        Weights::Stride(Box::new([32768, 65535, 49151])),
+        "unknown gets the mean, 3"
+    );
     let now = Instant::now();
     let hosts = hosts(4, now);
     let cswrr = Cswrr::new(&hosts, &CswrrConfig::default(), now);

@@ -221,7 +221,8 @@ fn peak_ewma_is_chosen_by_extension_name() {
             {"typed_extension_config": {"name": PEAK_EWMA_POLICY_NAME, "typed_config": typed_config}}
         ]}})
     };
-    let (lb, warnings) = convert(entry(json!({"@type": "type.googleapis.com/google.protobuf.Struct", "value": {}}))).unwrap();
+    let (lb, warnings) =
+        convert(entry(json!({"@type": "type.googleapis.com/google.protobuf.Struct", "value": {}}))).unwrap();
     assert_eq!(lb.unwrap().policy, LbPolicy::PeakEwma(PeakEwmaConfig::default()));
     assert!(warnings.is_empty(), "{warnings:?}");
     let settings = json!({"@type": "type.googleapis.com/google.protobuf.Struct", "value": {"decay": "5s"}});
