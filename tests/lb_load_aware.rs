@@ -151,7 +151,7 @@ fn sum_rounds(rounds: &[Vec<usize>]) -> Vec<usize> {
 fn cswrr_converges_on_reported_capacity() {
     let t0 = Instant::now();
     let (lb, mut picker) = balancer(&cswrr(), 3, t0);
-    assert_eq!(lb.weight_updaters().len(), 3, "all, healthy and degraded sets of the one level");
+    assert_eq!(lb.weight_updaters().len(), 1, "the healthy set; the others are unused outside panic");
     let capacity = [100.0, 200.0, 400.0];
     let rounds = run_cswrr(&lb, &mut picker, t0, 30, 700, |i, served| Some(report(served, capacity[i], 0.0)));
     // Blackout (10 s): plain round robin meanwhile.
@@ -249,4 +249,25 @@ fn a_fast_failing_host_gets_a_small_share_from_load_aware_policies() {
     assert!(cswrr < 0.05, "cswrr with eps penalty: {cswrr}");
     assert!(least > 0.25, "least request favours the black hole: {least}");
     assert!(least > 10.0 * peak.max(cswrr));
+}
+
+#[test]
+fn in_panic_the_all_hosts_set_is_the_one_updated() {
+    let t0 = Instant::now();
+    let endpoint = |i: usize, health: &str| {
+        json!({"endpoint": {"address": {"socket_address": {"address": format!("10.0.0.{i}"), "port_value": 80}}},
+               "health_status": health})
+    };
+    let value = json!({"cluster_name": "c", "endpoints": [{"lb_endpoints": [
+        endpoint(1, "HEALTHY"), endpoint(2, "UNHEALTHY"), endpoint(3, "UNHEALTHY")]}]});
+    let Resource::ClusterLoadAssignment(assignment) =
+        decode(ResourceType::ClusterLoadAssignment, "envoy.config.endpoint.v3.ClusterLoadAssignment", value)
+    else {
+        panic!("not an assignment")
+    };
+    let lb = ClusterLb::build(&cswrr(), &assignment, &mut StatsRegistry::default(), t0);
+    assert_eq!(lb.priority_load().panic, vec![true]);
+    let updaters = lb.weight_updaters();
+    assert_eq!(updaters.len(), 1);
+    assert_eq!(updaters[0].config().blackout_period, Duration::from_secs(10));
 }

@@ -140,12 +140,25 @@ impl ClusterLb {
     }
 
     /// The CSWRR host sets whose weights the control runtime must recompute every
-    /// `weight_update_period` (empty for other policies).
+    /// `weight_update_period` (empty for other policies). Only sets a pick can reach are
+    /// listed: panic flags are fixed per build, so a level's all-hosts set is used only in
+    /// panic, and that halves the update work of a healthy cluster.
     pub fn weight_updaters(&self) -> Vec<&Cswrr> {
+        let mut used = vec![false; self.sets.len()];
+        for (priority, level) in self.levels.iter().enumerate() {
+            let mut reachable = if self.load.panic.get(priority).copied().unwrap_or(false) {
+                vec![level.all]
+            } else {
+                vec![level.healthy, level.degraded]
+            };
+            reachable.extend(level.localities.iter().flat_map(|l| [l.healthy, l.degraded]));
+            reachable.into_iter().for_each(|set| used[set] = true);
+        }
         self.sets
             .iter()
-            .filter_map(|set| match &set.policy {
-                SharedPolicy::Cswrr(cswrr) => Some(cswrr),
+            .zip(used)
+            .filter_map(|(set, used)| match &set.policy {
+                SharedPolicy::Cswrr(cswrr) if used && !set.hosts.is_empty() => Some(cswrr),
                 _ => None,
             })
             .collect()
