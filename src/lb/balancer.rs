@@ -13,6 +13,7 @@ use std::time::Instant;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use super::cswrr::Cswrr;
 use super::host::{Host, StatsRegistry};
 use super::policy::{Cursor, PickContext, SharedPolicy};
 use super::priority::{Availability, LevelCounts, PriorityLoad};
@@ -136,6 +137,36 @@ impl ClusterLb {
 
     pub fn priority_load(&self) -> &PriorityLoad {
         &self.load
+    }
+
+    /// The CSWRR host sets whose weights the control runtime must recompute every
+    /// `weight_update_period` (empty for other policies). Only sets a pick can reach are
+    /// listed: panic flags are fixed per build, so a level's all-hosts set is used only in
+    /// panic, and that halves the update work of a healthy cluster.
+    pub fn weight_updaters(&self) -> Vec<&Cswrr> {
+        let mut used = vec![false; self.sets.len()];
+        for (priority, level) in self.levels.iter().enumerate() {
+            let mut reachable = if self.load.panic.get(priority).copied().unwrap_or(false) {
+                vec![level.all]
+            } else {
+                vec![level.healthy, level.degraded]
+            };
+            reachable.extend(level.localities.iter().flat_map(|l| [l.healthy, l.degraded]));
+            reachable.into_iter().for_each(|set| used[set] = true);
+        }
+        self.sets
+            .iter()
+            .zip(used)
+            .filter_map(|(set, used)| match &set.policy {
+                SharedPolicy::Cswrr(cswrr) if used && !set.hosts.is_empty() => Some(cswrr),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Recomputes every CSWRR weight of the cluster at `now` (see [`Cswrr::update_weights`]).
+    pub fn update_weights(&self, now: Instant) {
+        self.weight_updaters().iter().for_each(|cswrr| cswrr.update_weights(now));
     }
 }
 

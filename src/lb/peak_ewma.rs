@@ -1,17 +1,127 @@
-//! Peak-EWMA P2C. (Placeholder: picks at random until it lands.)
+//! Peak-EWMA P2C (Linkerd's and Finagle's balancer, tower's `PeakEwma`): draw two distinct
+//! hosts at random and take the cheaper, where
+//! `cost = (rtt_estimate + error_penalty × recent_errors) × (in_flight + 1)`.
+//!
+//! The RTT estimate is the per-endpoint peak-EWMA in `EndpointStats` (a slower sample is
+//! taken at once, faster ones pull it down over the 10 s decay, and an idle endpoint's
+//! estimate decays towards zero so it is tried again); `default_rtt` stands in before the
+//! first sample. Ties go to the first host drawn, which is random.
+//!
+//! Why the error penalty is *added* as latency: a latency-only balancer loves an endpoint
+//! that fails in a millisecond (the black hole of ingress-nginx#9882, linkerd2#15374). An
+//! error does not save the caller time; it costs it a retry elsewhere, about one more
+//! round trip, so each recent error (counted 1, decaying with the estimate's 10 s) adds
+//! `error_penalty` (default: the default RTT, 30 ms) to the endpoint's latency. A
+//! multiplicative penalty (`rtt × (1 + k × errors)`) scales with the failing endpoint's
+//! own RTT, which for a black hole is tiny, so it needs tens of errors to bite; the
+//! additive one needs two to make a 1 ms black hole look worse than a 50 ms healthy peer.
+//! Under load, in-flight counts dominate the cost and the penalty only tilts the choice,
+//! and it fades within seconds once the endpoint stops failing.
 
 use std::sync::Arc;
+use std::time::Instant;
 
+use rand::Rng;
 use rand::rngs::SmallRng;
 
 use super::host::Host;
 use super::policy::PickContext;
+use crate::config::cluster::lb_policy::PeakEwmaConfig;
 
 #[derive(Debug)]
-pub struct PeakEwma;
+pub struct PeakEwma {
+    /// Nanoseconds.
+    default_rtt: f64,
+    /// Nanoseconds per recent error.
+    error_penalty: f64,
+}
 
 impl PeakEwma {
-    pub fn pick(&self, hosts: &[Arc<Host>], rng: &mut SmallRng, _ctx: &PickContext<'_>) -> Option<usize> {
-        super::random::Random.pick(hosts, rng)
+    pub fn new(config: &PeakEwmaConfig) -> Self {
+        Self {
+            default_rtt: config.default_rtt.as_nanos() as f64,
+            error_penalty: config.error_penalty.as_nanos() as f64,
+        }
+    }
+
+    pub fn pick(&self, hosts: &[Arc<Host>], rng: &mut SmallRng, ctx: &PickContext<'_>) -> Option<usize> {
+        let n = hosts.len();
+        if n <= 1 {
+            return (n == 1).then_some(0);
+        }
+        let first = rng.random_range(0..n);
+        let mut second = rng.random_range(0..n - 1);
+        if second >= first {
+            second += 1;
+        }
+        let cost = |i: usize| self.cost(&hosts[i], ctx.now);
+        Some(if cost(second) < cost(first) { second } else { first })
+    }
+
+    /// The load of `host` at `now` in nanoseconds × requests.
+    pub fn cost(&self, host: &Host, now: Instant) -> f64 {
+        let stats = &host.stats;
+        let rtt = stats.rtt_estimate(now).map_or(self.default_rtt, |d| d.as_nanos() as f64);
+        let penalty = self.error_penalty * stats.error_penalty_at(now);
+        (rtt + penalty) * (f64::from(stats.in_flight()) + 1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::time::Duration;
+
+    use rand::SeedableRng;
+
+    use super::*;
+    use crate::config::Address;
+    use crate::config::endpoint::{HealthStatus, LbEndpoint};
+    use crate::lb::EndpointStats;
+
+    fn hosts(n: usize, now: Instant) -> Vec<Arc<Host>> {
+        (0..n)
+            .map(|i| {
+                let endpoint = LbEndpoint {
+                    address: Address::Socket(format!("10.0.0.{i}:80").parse().unwrap()),
+                    weight: 1,
+                    health: HealthStatus::Healthy,
+                    hash_key: None,
+                    transport_socket_match: Default::default(),
+                    hostname: String::new(),
+                };
+                Arc::new(Host {
+                    endpoint: Arc::new(endpoint),
+                    stats: Arc::new(EndpointStats::new(now)),
+                    priority: 0,
+                    locality: 0,
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn unsampled_hosts_cost_the_default_rtt_and_errors_add_to_it() {
+        let now = Instant::now();
+        let hosts = hosts(2, now);
+        let lb = PeakEwma::new(&PeakEwmaConfig::default());
+        assert_eq!(lb.cost(&hosts[0], now), 30e6);
+        hosts[1].stats.record(now, Duration::from_millis(1), false);
+        assert!((lb.cost(&hosts[1], now) - 31e6).abs() < 1.0, "{}", lb.cost(&hosts[1], now));
+        let _a = hosts[0].stats.start();
+        assert_eq!(lb.cost(&hosts[0], now), 60e6, "in flight doubles the cost");
+    }
+
+    #[test]
+    fn candidates_are_distinct_so_the_cheaper_of_two_always_wins() {
+        let now = Instant::now();
+        let hosts = hosts(2, now);
+        hosts[0].stats.record(now, Duration::from_millis(50), true);
+        hosts[1].stats.record(now, Duration::from_millis(5), true);
+        let lb = PeakEwma::new(&PeakEwmaConfig::default());
+        let mut rng = SmallRng::seed_from_u64(7);
+        let ctx = PickContext::at(now);
+        assert!((0..1000).all(|_| lb.pick(&hosts, &mut rng, &ctx) == Some(1)));
     }
 }

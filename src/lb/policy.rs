@@ -74,6 +74,7 @@ impl SharedPolicy {
             LbPolicy::RingHash(config) => Self::RingHash(ring_hash::RingHash::new(hosts, weights, config)),
             LbPolicy::Maglev(config) => Self::Maglev(maglev::Maglev::new(hosts, weights, config)),
             LbPolicy::ClientSideWeightedRoundRobin(config) => Self::Cswrr(cswrr::Cswrr::new(hosts, config, now)),
+            LbPolicy::PeakEwma(config) => Self::PeakEwma(peak_ewma::PeakEwma::new(config)),
         }
     }
 

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 
+use super::cswrr::WeightState;
 use super::load::{LoadReport, LoadSink};
 
 /// Linkerd's default decay for the peak-EWMA latency estimate.
@@ -42,6 +43,8 @@ pub struct EndpointStats {
     /// Outlier detection: ejected until this many nanoseconds after `epoch`; 0 = not ejected.
     ejected_until: AtomicU64,
     load: ArcSwapOption<TimedReport>,
+    /// CSWRR's weight state, here so that blackout and expiry survive balancer rebuilds.
+    weight: WeightState,
 }
 
 /// Counts one request as in flight until dropped, whatever path the request takes.
@@ -63,6 +66,7 @@ impl EndpointStats {
             error_updated: AtomicU64::new(0),
             ejected_until: AtomicU64::new(0),
             load: ArcSwapOption::empty(),
+            weight: WeightState::default(),
         }
     }
 
@@ -149,6 +153,11 @@ impl EndpointStats {
     /// Stores a load report received at `now`.
     pub fn record_load(&self, report: LoadReport, now: Instant) {
         self.load.store(Some(Arc::new(TimedReport { report, received: now })));
+    }
+
+    /// CSWRR's per-endpoint weight state (read and written by `cswrr` only).
+    pub fn weight_state(&self) -> &WeightState {
+        &self.weight
     }
 
     /// Ejects the endpoint until `until` (outlier detection).

@@ -15,6 +15,9 @@ pub const MAX_MAGLEV_TABLE_SIZE: u64 = 5_000_011;
 /// The shortest CSWRR weight update period; shorter configured values are raised to it, as
 /// gRPC does, so that a typo cannot make the weights task spin.
 pub const MIN_WEIGHT_UPDATE_PERIOD: Duration = Duration::from_millis(100);
+/// The `load_balancing_policy` extension name that selects peak-EWMA (there is no Envoy
+/// `lb_policy` value for it).
+pub const PEAK_EWMA_POLICY_NAME: &str = "outrider.load_balancing_policies.peak_ewma";
 
 /// The balancing of one cluster.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,6 +43,8 @@ pub enum LbPolicy {
     Maglev(MaglevConfig),
     /// ORCA-fed weighted round robin.
     ClientSideWeightedRoundRobin(CswrrConfig),
+    /// Power of two choices on latency × load (Linkerd's balancer), with an error penalty.
+    PeakEwma(PeakEwmaConfig),
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -142,6 +147,30 @@ impl Default for CswrrConfig {
             error_utilization_penalty: 1.0,
             metric_names_for_computing_utilization: Vec::new(),
             slow_start: None,
+        }
+    }
+}
+
+/// Peak-EWMA P2C: `cost = (rtt_estimate + error_penalty × recent_errors) × (in_flight + 1)`.
+/// Defaults are Linkerd's (`default_rtt` 30 ms, `decay` 10 s).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeakEwmaConfig {
+    /// The RTT assumed for an endpoint with no sample yet.
+    pub default_rtt: Duration,
+    /// Decay of the latency estimate. The estimate is kept per endpoint and shared by every
+    /// policy, so it decays at the endpoint stats' fixed rate; this is that rate (10 s).
+    pub decay: Duration,
+    /// Latency added per recent error (errors count 1 each and decay with `decay`), so a
+    /// fast-failing endpoint does not look fast.
+    pub error_penalty: Duration,
+}
+
+impl Default for PeakEwmaConfig {
+    fn default() -> Self {
+        Self {
+            default_rtt: Duration::from_millis(30),
+            decay: Duration::from_secs(10),
+            error_penalty: Duration::from_millis(30),
         }
     }
 }

@@ -212,3 +212,21 @@ fn cluster_provided_goes_with_original_dst_only() {
     assert_eq!(error_path(json!({"type": "ORIGINAL_DST"})), "lb_policy");
     assert_eq!(error_path(json!({"lb_policy": "CLUSTER_PROVIDED"})), "lb_policy");
 }
+
+#[test]
+fn peak_ewma_is_chosen_by_extension_name() {
+    use crate::config::cluster::lb_policy::{PEAK_EWMA_POLICY_NAME, PeakEwmaConfig};
+    let entry = |typed_config: Value| {
+        json!({"load_balancing_policy": {"policies": [
+            {"typed_extension_config": {"name": PEAK_EWMA_POLICY_NAME, "typed_config": typed_config}}
+        ]}})
+    };
+    let (lb, warnings) =
+        convert(entry(json!({"@type": "type.googleapis.com/google.protobuf.Struct", "value": {}}))).unwrap();
+    assert_eq!(lb.unwrap().policy, LbPolicy::PeakEwma(PeakEwmaConfig::default()));
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let settings = json!({"@type": "type.googleapis.com/google.protobuf.Struct", "value": {"decay": "5s"}});
+    let (lb, warnings) = convert(entry(settings)).unwrap();
+    assert_eq!(lb.unwrap().policy, LbPolicy::PeakEwma(PeakEwmaConfig::default()));
+    assert!(!warnings.is_empty(), "unread settings are reported");
+}

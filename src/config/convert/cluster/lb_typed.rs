@@ -8,7 +8,7 @@
 use prost::Name;
 
 use super::lb_policy::{self as shared, Choice, CommonLb};
-use crate::config::cluster::lb_policy::MIN_WEIGHT_UPDATE_PERIOD;
+use crate::config::cluster::lb_policy::{MIN_WEIGHT_UPDATE_PERIOD, PEAK_EWMA_POLICY_NAME, PeakEwmaConfig};
 use crate::config::cluster::{
     CswrrConfig, HashKeySource, LbPolicy, LeastRequestConfig, MaglevConfig, OobReportingConfig, RingHashConfig,
     RoundRobinConfig,
@@ -38,6 +38,9 @@ pub(super) fn policy_list(
         let Some(config) = typed_extension_config else {
             return Err(ConfigError::new(at, "is required"));
         };
+        if config.name == PEAK_EWMA_POLICY_NAME {
+            return Ok(peak_ewma(config.typed_config.as_ref(), &at, warnings));
+        }
         let Some(any) = config.typed_config else {
             warnings.ignored(at, format!("policy {:?} has no config Outrider knows; trying the next", config.name));
             continue;
@@ -92,6 +95,16 @@ fn policy(any: &gpb::Any, common: &CommonLb, nested: bool, warnings: &mut Warnin
         return Ok(None);
     };
     Ok(Some(choice))
+}
+
+/// Outrider's own peak-EWMA policy, chosen by extension name. Its typed config may be of
+/// any type (an empty `google.protobuf.Struct` or `TypedStruct` is usual); settings in it
+/// are not read yet, so Linkerd's defaults apply.
+fn peak_ewma(typed_config: Option<&gpb::Any>, at: &str, warnings: &mut Warnings) -> Choice {
+    if typed_config.is_some_and(|any| !any.value.is_empty()) {
+        warnings.ignored(format!("{at}.typed_config"), "peak_ewma settings are not read; the defaults apply");
+    }
+    Choice::Policy(LbPolicy::PeakEwma(PeakEwmaConfig::default()), None)
 }
 
 fn round_robin(proto: lbp::round_robin::v3::RoundRobin, warnings: &mut Warnings) -> Result<Choice> {
