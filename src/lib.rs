@@ -7,6 +7,6 @@ pub mod core;
 pub mod lb;
 pub mod orca;
 pub mod pb;
+pub mod proxy;
 pub mod store;
 pub mod xds;
-pub mod proxy;
