@@ -1,22 +1,56 @@
 //! Keeps the published balancers in step with the served configuration: a control-runtime
 //! task that rebuilds a cluster's balancer whenever its cluster or endpoints change.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::core::shutdown::Signal;
 use crate::lb::{BalancerBuilder, Balancers};
 use crate::store::{Snapshot, Store};
 
-/// Rebuilds balancers on every published snapshot until `shutdown`.
+/// Rebuilds balancers on every published snapshot, and recomputes client-side weighted
+/// round robin weights from the endpoints' load reports, until `shutdown`.
 pub async fn keep_balancers(store: Arc<Store>, balancers: Arc<Balancers>, shutdown: Signal) {
     let mut builder = BalancerBuilder::default();
     let mut changes = store.subscribe();
+    let mut next_update: HashMap<String, tokio::time::Instant> = HashMap::new();
+    update(&mut builder, &store.load(), &balancers);
     loop {
-        update(&mut builder, &store.load(), &balancers);
+        let wake = next_update.values().min().copied().unwrap_or_else(|| tokio::time::Instant::now() + IDLE);
         tokio::select! {
-            changed = changes.changed() => if changed.is_err() { return },
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                update(&mut builder, &store.load(), &balancers);
+            }
+            _ = tokio::time::sleep_until(wake) => {}
             _ = shutdown.clone().triggered() => return,
+        }
+        update_weights(&balancers, &mut next_update);
+    }
+}
+
+/// How long the task sleeps when no cluster needs periodic weight updates.
+const IDLE: Duration = Duration::from_secs(3600);
+
+/// Recomputes the weights of every CSWRR cluster whose `weight_update_period` came due,
+/// and schedules its next update.
+fn update_weights(balancers: &Balancers, next_update: &mut HashMap<String, tokio::time::Instant>) {
+    let now = tokio::time::Instant::now();
+    let all = balancers.all();
+    next_update.retain(|name, _| all.contains_key(name));
+    for (name, lb) in all.iter() {
+        let updaters = lb.weight_updaters();
+        let Some(period) = updaters.iter().map(|c| c.config().weight_update_period).min() else {
+            next_update.remove(name);
+            continue;
+        };
+        let due = next_update.get(name).is_none_or(|at| *at <= now);
+        if due {
+            updaters.iter().for_each(|cswrr| cswrr.update_weights(now.into_std()));
+            next_update.insert(name.clone(), now + period);
         }
     }
 }

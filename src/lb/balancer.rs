@@ -317,62 +317,61 @@ impl Picker {
 
     /// One draw: the host set it came from and the host.
     fn pick_once(&mut self, ctx: &PickContext<'_>) -> Option<(usize, Arc<Host>)> {
-        let lb = self.lb.clone();
+        // Borrow the fields apart: the balancer is read while cursors and RNG change,
+        // without touching the `Arc`'s reference count on the hot path.
+        let Self { lb, rng, cursors, locality_current } = self;
         let level_hash = match (lb.hash_based, ctx.hash) {
             (true, Some(hash)) => hash,
-            _ => self.rng.random(),
+            _ => rng.random(),
         };
         let (priority, availability) = lb.load.choose(level_hash);
         let level = lb.levels.get(priority)?;
+        let by_availability = match availability {
+            Availability::Healthy => level.healthy,
+            Availability::Degraded => level.degraded,
+        };
         let set = if lb.load.panic.get(priority).copied().unwrap_or(false) {
             level.all
         } else if !level.localities.is_empty() {
-            self.choose_locality(priority, availability).unwrap_or(match availability {
-                Availability::Healthy => level.healthy,
-                Availability::Degraded => level.degraded,
-            })
+            let current = locality_current.get_mut(priority)?;
+            choose_locality(level, current, availability).unwrap_or(by_availability)
         } else {
-            match availability {
-                Availability::Healthy => level.healthy,
-                Availability::Degraded => level.degraded,
-            }
+            by_availability
         };
         let host_set = lb.sets.get(set)?;
-        let cursor = match self.cursors.get_mut(set) {
+        let cursor = match cursors.get_mut(set) {
             Some(Some(cursor)) => cursor,
-            Some(slot) => slot.insert(host_set.policy.cursor(&mut self.rng)),
+            Some(slot) => slot.insert(host_set.policy.cursor(rng)),
             None => return None,
         };
-        let index = host_set.policy.pick(&host_set.hosts, cursor, &mut self.rng, ctx)?;
+        let index = host_set.policy.pick(&host_set.hosts, cursor, rng, ctx)?;
         host_set.hosts.get(index).cloned().map(|host| (set, host))
     }
+}
 
-    /// Smooth weighted round robin over the level's localities (nginx's algorithm: the
-    /// same long-run shares as Envoy's EDF, interleaved evenly).
-    fn choose_locality(&mut self, priority: usize, availability: Availability) -> Option<usize> {
-        let level = self.lb.levels.get(priority)?;
-        let current = self.locality_current.get_mut(priority)?;
-        let weight = |l: &LocalitySets| match availability {
-            Availability::Healthy => l.healthy_weight,
-            Availability::Degraded => l.degraded_weight,
-        };
-        let total: f64 = level.localities.iter().map(weight).sum();
-        if total <= 0.0 {
-            return None;
-        }
-        let mut best = None;
-        for (i, locality) in level.localities.iter().enumerate() {
-            current[i] += weight(locality);
-            if weight(locality) > 0.0 && best.is_none_or(|b: usize| current[i] > current[b]) {
-                best = Some(i);
-            }
-        }
-        let best = best?;
-        current[best] -= total;
-        let locality = &level.localities[best];
-        Some(match availability {
-            Availability::Healthy => locality.healthy,
-            Availability::Degraded => locality.degraded,
-        })
+/// Smooth weighted round robin over a level's localities (nginx's algorithm: the same
+/// long-run shares as Envoy's EDF, interleaved evenly). `current` is the worker's state.
+fn choose_locality(level: &Level, current: &mut [f64], availability: Availability) -> Option<usize> {
+    let weight = |l: &LocalitySets| match availability {
+        Availability::Healthy => l.healthy_weight,
+        Availability::Degraded => l.degraded_weight,
+    };
+    let total: f64 = level.localities.iter().map(weight).sum();
+    if total <= 0.0 {
+        return None;
     }
+    let mut best = None;
+    for (i, locality) in level.localities.iter().enumerate() {
+        current[i] += weight(locality);
+        if weight(locality) > 0.0 && best.is_none_or(|b: usize| current[i] > current[b]) {
+            best = Some(i);
+        }
+    }
+    let best = best?;
+    current[best] -= total;
+    let locality = &level.localities[best];
+    Some(match availability {
+        Availability::Healthy => locality.healthy,
+        Availability::Degraded => locality.degraded,
+    })
 }
