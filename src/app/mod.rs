@@ -48,17 +48,35 @@ pub struct Running {
     /// Notified by `POST /quitquitquit`.
     pub quit: Arc<tokio::sync::Notify>,
     shutdown: Trigger,
+    workers: Option<crate::proxy::Workers>,
 }
 
 impl Running {
-    /// Stops the ADS client and the admin server.
-    pub fn stop(self) {
+    /// Waits until every worker listens as the current snapshot says.
+    pub async fn listeners_ready(&self) {
+        let Some(workers) = &self.workers else { return };
+        let generation = self.store.load().generation;
+        let mut synced = workers.synced();
+        let _ = synced.wait_for(|g| g.iter().all(|g| *g >= generation)).await;
+    }
+
+    /// Stops the workers, the ADS client and the admin server, and waits for the workers.
+    pub fn stop(mut self) {
         self.shutdown.trigger();
+        if let Some(workers) = self.workers.take() {
+            workers.join();
+        }
     }
 }
 
-/// Starts the control-plane side on the current tokio runtime: store, ADS client, admin.
+/// Starts the control-plane side on the current tokio runtime (store, ADS client, admin,
+/// balancers) and `concurrency` worker threads serving the listeners.
 pub async fn start(bootstrap: Bootstrap) -> Result<Running, AppError> {
+    start_with(bootstrap, default_concurrency()).await
+}
+
+/// [`start`] with an explicit number of workers.
+pub async fn start_with(bootstrap: Bootstrap, concurrency: usize) -> Result<Running, AppError> {
     for ignored in &bootstrap.ignored {
         tracing::warn!(path = %ignored.path, "bootstrap field ignored: {}", ignored.what);
     }
@@ -96,6 +114,8 @@ pub async fn start(bootstrap: Bootstrap) -> Result<Running, AppError> {
 
     let balancers = Arc::new(crate::lb::Balancers::default());
     tokio::spawn(balancing::keep_balancers(store.clone(), balancers.clone(), signal.clone()));
+    let workers = crate::proxy::Workers::start(concurrency, store.clone(), balancers.clone(), signal.clone())
+        .map_err(AppError::Runtime)?;
 
     match ads {
         Some(config) => {
@@ -103,7 +123,7 @@ pub async fn start(bootstrap: Bootstrap) -> Result<Running, AppError> {
         }
         None => store.publish(state.snapshot()),
     }
-    Ok(Running { store, balancers, admin_address, quit, shutdown: trigger })
+    Ok(Running { store, balancers, admin_address, quit, shutdown: trigger, workers: Some(workers) })
 }
 
 /// `outrider run`: blocks until SIGINT, SIGTERM or `POST /quitquitquit`.
@@ -117,7 +137,7 @@ pub fn run(options: RunOptions) -> Result<(), AppError> {
         .build()
         .map_err(AppError::Runtime)?;
     runtime.block_on(async {
-        let running = start(bootstrap).await?;
+        let running = start_with(bootstrap, concurrency).await?;
         tokio::select! {
             _ = terminate() => tracing::info!("signal received; shutting down"),
             _ = running.quit.notified() => tracing::info!("quitquitquit; shutting down"),

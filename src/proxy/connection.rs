@@ -14,10 +14,16 @@ use crate::config::Listener;
 use crate::config::listener::TerminalFilter;
 use crate::store::Versioned;
 
-pub async fn serve(stream: TcpStream, peer: SocketAddr, listener: Arc<Versioned<Listener>>, context: Rc<WorkerContext>) {
+pub async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    listener: Arc<Versioned<Listener>>,
+    context: Rc<WorkerContext>,
+) {
     let _ = stream.set_nodelay(true);
     let Ok(local) = stream.local_addr() else { return };
-    let info = ConnectionInfo { local, peer, server_name: None, transport_protocol: None, application_protocols: Vec::new() };
+    let info =
+        ConnectionInfo { local, peer, server_name: None, transport_protocol: None, application_protocols: Vec::new() };
     let Some(chain) = filter_chain::select(&listener.resource, &info) else {
         tracing::debug!(listener = %listener.resource.name, %peer, "no filter chain matches; closing");
         return;

@@ -98,7 +98,9 @@ fn server_name_score(names: &[String], sni: Option<&str>) -> Option<u32> {
         .iter()
         .filter_map(|name| match name.strip_prefix('*') {
             None if name.eq_ignore_ascii_case(sni) => Some(u32::MAX),
-            Some(suffix) if sni.len() > suffix.len() && sni.to_ascii_lowercase().ends_with(&suffix.to_ascii_lowercase()) => {
+            Some(suffix)
+                if sni.len() > suffix.len() && sni.to_ascii_lowercase().ends_with(&suffix.to_ascii_lowercase()) =>
+            {
                 Some(suffix.len() as u32)
             }
             _ => None,
@@ -118,8 +120,8 @@ fn network_input(input: NetworkInput, connection: &ConnectionInfo) -> Option<Str
         }
         NetworkInput::ServerName => connection.server_name.clone(),
         NetworkInput::TransportProtocol => connection.transport_protocol.clone(),
-        NetworkInput::ApplicationProtocol => Some(
-            connection.application_protocols.iter().map(|p| format!("'{p}'")).collect::<Vec<_>>().join(","),
-        ),
+        NetworkInput::ApplicationProtocol => {
+            Some(connection.application_protocols.iter().map(|p| format!("'{p}'")).collect::<Vec<_>>().join(","))
+        }
     }
 }

@@ -51,7 +51,9 @@ impl ListenerManager {
                     self.active.insert(name.clone(), Active { config: listener.clone(), _stop: stop });
                     tracing::debug!(worker = context.id, listener = %name, %address, "listening");
                 }
-                Err(e) => tracing::error!(worker = context.id, listener = %name, %address, error = %e, "cannot bind listener"),
+                Err(e) => {
+                    tracing::error!(worker = context.id, listener = %name, %address, error = %e, "cannot bind listener")
+                }
             }
         }
     }

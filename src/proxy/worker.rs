@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
+use tokio::sync::watch;
 
 use super::listener::ListenerManager;
 use super::upstream::Upstreams;
@@ -31,14 +32,23 @@ pub struct WorkerContext {
 #[derive(Debug)]
 pub struct Workers {
     threads: Vec<JoinHandle<()>>,
+    synced: Arc<watch::Sender<Vec<u64>>>,
 }
 
 impl Workers {
     /// Starts `count` workers serving the store's listeners until `shutdown`.
-    pub fn start(count: usize, store: Arc<Store>, balancers: Arc<Balancers>, shutdown: Signal) -> std::io::Result<Self> {
+    pub fn start(
+        count: usize,
+        store: Arc<Store>,
+        balancers: Arc<Balancers>,
+        shutdown: Signal,
+    ) -> std::io::Result<Self> {
+        let count = count.max(1);
+        let synced = Arc::new(watch::Sender::new(vec![0; count]));
         let mut threads = Vec::with_capacity(count);
-        for id in 0..count.max(1) {
-            let (store, balancers, shutdown) = (store.clone(), balancers.clone(), shutdown.clone());
+        for id in 0..count {
+            let (store, balancers, shutdown, synced) =
+                (store.clone(), balancers.clone(), shutdown.clone(), synced.clone());
             let thread = std::thread::Builder::new().name(format!("outrider-worker-{id}")).spawn(move || {
                 let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(runtime) => runtime,
@@ -48,11 +58,17 @@ impl Workers {
                     }
                 };
                 let local = tokio::task::LocalSet::new();
-                local.block_on(&runtime, run(id, store, balancers, shutdown));
+                local.block_on(&runtime, run(id, store, balancers, shutdown, synced));
             })?;
             threads.push(thread);
         }
-        Ok(Self { threads })
+        Ok(Self { threads, synced })
+    }
+
+    /// The snapshot generation each worker last applied to its listeners: once every entry
+    /// reaches a generation, its listeners accept connections on every worker.
+    pub fn synced(&self) -> watch::Receiver<Vec<u64>> {
+        self.synced.subscribe()
     }
 
     /// Waits for every worker to stop (after shutdown was triggered).
@@ -64,7 +80,13 @@ impl Workers {
 }
 
 /// One worker: follows the store's listeners until shutdown.
-async fn run(id: usize, store: Arc<Store>, balancers: Arc<Balancers>, shutdown: Signal) {
+async fn run(
+    id: usize,
+    store: Arc<Store>,
+    balancers: Arc<Balancers>,
+    shutdown: Signal,
+    synced: Arc<watch::Sender<Vec<u64>>>,
+) {
     let seed = 0x5eed_0000_u64 + id as u64;
     let context = Rc::new(WorkerContext {
         id,
@@ -77,7 +99,9 @@ async fn run(id: usize, store: Arc<Store>, balancers: Arc<Balancers>, shutdown: 
     let mut listeners = ListenerManager::default();
     let mut changes = store.subscribe();
     loop {
-        listeners.sync(&store.load(), &context);
+        let snapshot = store.load();
+        listeners.sync(&snapshot, &context);
+        synced.send_modify(|generations| generations[id] = snapshot.generation);
         tokio::select! {
             changed = changes.changed() => if changed.is_err() { break },
             _ = shutdown.clone().triggered() => break,

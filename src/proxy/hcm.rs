@@ -1,0 +1,286 @@
+//! The HTTP connection manager: serves HTTP/1.1 and HTTP/2 (prior knowledge) on a
+//! connection, routes each request, picks an endpoint with the cluster's balancer, forwards
+//! with retries and timeouts over the worker's pools, and answers local errors in Envoy's
+//! words.
+
+use std::convert::Infallible;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use hyper_util::server::conn::auto;
+use rand::Rng;
+use tokio::net::TcpStream;
+
+use super::exec::LocalExec;
+use super::filter_chain::ConnectionInfo;
+use super::headers::{self, Downstream, LocalReply, ResetReason};
+use super::retry::{Decision, Outcome, RetryState};
+use super::router::{self, DownstreamInfo, Forward, Routing, UpstreamRequestOptions};
+use super::upstream::{BoxError, RequestBody, UpstreamError};
+use super::worker::WorkerContext;
+use crate::config::RouteConfiguration;
+use crate::config::listener::{HttpConnectionManager, RouteSource};
+use crate::lb::{Host, PickContext};
+
+/// What the proxy answers with: an upstream body or a local one.
+pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Request bodies up to this size are kept so the request can be retried; larger ones
+/// stream through and are not retried (Envoy's default buffer limit is 1 MiB per
+/// connection; retries of streamed bodies are not possible there either).
+const RETRY_BUFFER_LIMIT: usize = 64 * 1024;
+
+/// Serves one downstream connection until it closes.
+pub async fn serve(
+    stream: TcpStream,
+    info: ConnectionInfo,
+    manager: Arc<HttpConnectionManager>,
+    context: Rc<WorkerContext>,
+) {
+    let downstream = Downstream { peer: info.peer, local: info.local, tls: false };
+    let service = service_fn(move |request| {
+        let (manager, context) = (manager.clone(), context.clone());
+        async move { Ok::<_, Infallible>(handle(request, downstream, &manager, &context).await) }
+    });
+    let mut builder = auto::Builder::new(LocalExec);
+    builder.http1().keep_alive(true);
+    if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
+        tracing::debug!(peer = %info.peer, error = %e, "downstream connection ended");
+    }
+}
+
+async fn handle(
+    request: Request<Incoming>,
+    downstream: Downstream,
+    manager: &HttpConnectionManager,
+    context: &WorkerContext,
+) -> Response<ProxyBody> {
+    let snapshot = context.store.load();
+    let routes: Arc<RouteConfiguration> = match &manager.route_source {
+        RouteSource::Inline(routes) => routes.clone(),
+        RouteSource::Rds(name) => match snapshot.routes.get(name) {
+            Some(routes) => Arc::new(routes.resource.clone()),
+            None => return local(manager, LocalReply::NoRoute, false),
+        },
+    };
+    let (mut parts, body) = request.into_parts();
+    let is_grpc = router::is_grpc(&parts);
+    headers::mutate_request_headers(
+        manager,
+        &routes.internal_only_headers,
+        &downstream,
+        headers::private_address,
+        &mut parts.headers,
+    );
+    let random = context.rng.borrow_mut().random::<u64>();
+    let forward = match router::route(&routes, &parts, random) {
+        Routing::Forward(forward) => forward,
+        Routing::NoRoute => return local(manager, LocalReply::NoRoute, is_grpc),
+        Routing::DirectResponse { status, body, .. } => return direct(manager, status, body),
+        Routing::Redirect { status, location, .. } => {
+            let mut response = direct(manager, status, Bytes::new());
+            if let Ok(location) = HeaderValue::from_str(&location) {
+                response.headers_mut().insert(http::header::LOCATION, location);
+            }
+            return response;
+        }
+    };
+    let Some(cluster) = snapshot.clusters.get(forward.cluster.as_ref()).cloned() else {
+        return local(manager, LocalReply::ClusterNotFound(forward.cluster_not_found_status), is_grpc);
+    };
+    let info = DownstreamInfo {
+        remote: Some(downstream.peer),
+        local: Some(downstream.local),
+        protocol: if parts.version == Version::HTTP_2 { "HTTP/2" } else { "HTTP/1.1" },
+    };
+    let options = UpstreamRequestOptions { suppress_envoy_headers: false, downstream: info };
+    let hash = crate::lb::hash_policy::request_hash(forward.hash_policy, &parts, Some(downstream.peer.ip()));
+    let seed = context.rng.borrow_mut().random::<u64>();
+    let mut retry = RetryState::for_request(forward.retry_policy, &parts, seed);
+    router::apply_request_mutations(&forward, &mut parts, &options);
+    let downstream_is_h2 = parts.version == Version::HTTP_2;
+
+    // Keep small bodies so a retry can resend them; stream large ones without retries.
+    let (buffered, mut streamed) = match buffer_for_retry(body, &parts.headers).await {
+        Ok(Buffered::Whole(bytes)) => (Some(bytes), None),
+        Ok(Buffered::Stream(body)) => (None, Some(body)),
+        Err(()) => {
+            return local(
+                manager,
+                LocalReply::UpstreamReset { reason: ResetReason::LocalReset, retried: false },
+                is_grpc,
+            );
+        }
+    };
+
+    let started = Instant::now();
+    let deadline = forward.timeout.map(|t| started + t);
+    let mut previous: Vec<Arc<Host>> = Vec::new();
+    let mut last_failure = None;
+    loop {
+        let now = Instant::now();
+        let remaining = deadline.map(|d| d.saturating_duration_since(now));
+        if remaining == Some(Duration::ZERO) {
+            return local(manager, LocalReply::UpstreamTimeout, is_grpc);
+        }
+        let avoid: &[Arc<Host>] = if retry.avoid_previous_hosts() { &previous } else { &[] };
+        let ctx = PickContext { hash, attempt: 0, previous: avoid, now };
+        let picked = context.pickers.borrow_mut().pick(&context.balancers, &cluster.resource.name, &ctx);
+        let Some(host) = picked else {
+            return local(manager, LocalReply::NoHealthyUpstream, is_grpc);
+        };
+        let body: RequestBody = match (&buffered, streamed.take()) {
+            (Some(bytes), _) => Full::new(bytes.clone()).map_err(|never| match never {}).boxed(),
+            (None, Some(body)) => body,
+            (None, None) => return reset_reply(manager, last_failure, true, is_grpc),
+        };
+        let mut attempt_parts = parts.clone();
+        router::set_attempt_headers(
+            &forward,
+            &mut attempt_parts.headers,
+            retry.attempts() + 1,
+            started.elapsed(),
+            false,
+            &options,
+        );
+        let upstream_request = Request::from_parts(attempt_parts, body);
+        let try_timeout = match (forward.per_try_timeout, remaining) {
+            (Some(per_try), Some(remaining)) => Some(per_try.min(remaining)),
+            (per_try, remaining) => per_try.or(remaining),
+        };
+        let send = context.upstreams.forward(&host, &cluster.resource, downstream_is_h2, upstream_request);
+        let result = match try_timeout {
+            Some(limit) => tokio::time::timeout(limit, send).await.map_err(|_| Attempt::Timeout),
+            None => Ok(send.await),
+        };
+        let outcome_decision = match &result {
+            Ok(Ok(response)) => {
+                let grpc_status = grpc_status(response.headers());
+                let outcome =
+                    Outcome::Response { status: response.status().as_u16(), grpc_status, headers: response.headers() };
+                retry.on_outcome(&outcome)
+            }
+            Ok(Err(error)) => retry.on_outcome(&classify(error)),
+            Err(Attempt::Timeout) => retry.on_outcome(&Outcome::Timeout),
+        };
+        let can_resend = buffered.is_some();
+        match (outcome_decision, result) {
+            (Decision::Retry { backoff }, _) if can_resend => {
+                previous.push(host);
+                let wake = Instant::now() + backoff;
+                if deadline.is_some_and(|d| wake >= d) {
+                    return local(manager, LocalReply::UpstreamTimeout, is_grpc);
+                }
+                tokio::time::sleep(backoff).await;
+                continue;
+            }
+            (_, Ok(Ok(response))) => return respond(manager, &forward, response, started, retry.attempts(), &options),
+            (_, Ok(Err(error))) => {
+                last_failure = Some(error);
+                return reset_reply(manager, last_failure, retry.attempts() > 1, is_grpc);
+            }
+            (_, Err(Attempt::Timeout)) => return local(manager, LocalReply::UpstreamTimeout, is_grpc),
+        }
+    }
+}
+
+enum Attempt {
+    Timeout,
+}
+
+enum Buffered {
+    Whole(Bytes),
+    Stream(RequestBody),
+}
+
+/// Reads the body whole when it is known to be small (or empty); otherwise streams it.
+async fn buffer_for_retry(body: Incoming, headers: &HeaderMap) -> Result<Buffered, ()> {
+    use hyper::body::Body;
+    let small = body.is_end_stream()
+        || body.size_hint().upper().is_some_and(|n| n as usize <= RETRY_BUFFER_LIMIT)
+        || headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+            .is_some_and(|n| n <= RETRY_BUFFER_LIMIT);
+    if small {
+        let collected = Limited::new(body, RETRY_BUFFER_LIMIT).collect().await.map_err(|_| ())?;
+        Ok(Buffered::Whole(collected.to_bytes()))
+    } else {
+        Ok(Buffered::Stream(body.map_err(|e| Box::new(e) as BoxError).boxed()))
+    }
+}
+
+fn classify(error: &UpstreamError) -> Outcome<'static> {
+    match error {
+        UpstreamError::ConnectFailure { .. } | UpstreamError::ConnectTimeout { .. } => Outcome::ConnectFailure,
+        UpstreamError::RefusedStream => Outcome::RefusedStream,
+        _ => Outcome::Reset,
+    }
+}
+
+fn grpc_status(headers: &HeaderMap) -> Option<u32> {
+    headers.get("grpc-status")?.to_str().ok()?.parse().ok()
+}
+
+fn respond(
+    manager: &HttpConnectionManager,
+    forward: &Forward<'_>,
+    response: Response<super::upstream::ResponseBody>,
+    started: Instant,
+    attempts: u32,
+    options: &UpstreamRequestOptions,
+) -> Response<ProxyBody> {
+    let (mut parts, body) = response.into_parts();
+    headers::strip_hop_by_hop(&mut parts.headers);
+    router::apply_response_mutations(&forward.headers, &mut parts.headers, &options.downstream, None);
+    router::set_response_attempt_count(forward, &mut parts.headers, attempts);
+    headers::set_upstream_service_time(&mut parts.headers, started.elapsed(), options.suppress_envoy_headers);
+    headers::mutate_response_headers(manager, None, &mut parts.headers);
+    Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed_unsync())
+}
+
+fn reset_reply(
+    manager: &HttpConnectionManager,
+    failure: Option<UpstreamError>,
+    retried: bool,
+    is_grpc: bool,
+) -> Response<ProxyBody> {
+    let reason = match failure {
+        Some(UpstreamError::ConnectFailure { .. }) => ResetReason::RemoteConnectionFailure,
+        Some(UpstreamError::ConnectTimeout { .. }) => ResetReason::ConnectionTimeout,
+        Some(UpstreamError::RefusedStream) => ResetReason::RemoteRefusedStreamReset,
+        Some(UpstreamError::Protocol(_)) => ResetReason::ProtocolError,
+        _ => ResetReason::ConnectionTermination,
+    };
+    local(manager, LocalReply::UpstreamReset { reason, retried }, is_grpc)
+}
+
+/// A local reply (gRPC requests get a trailers-only gRPC status instead).
+fn local(manager: &HttpConnectionManager, reply: LocalReply, is_grpc: bool) -> Response<ProxyBody> {
+    let (status, headers, body) =
+        if is_grpc { headers::grpc_local_reply(reply.status(), &reply.message()) } else { reply.build() };
+    let mut response = Response::new(Full::new(body).map_err(|never| match never {}).boxed_unsync());
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    headers::set_server(manager, response.headers_mut());
+    response
+}
+
+fn direct(manager: &HttpConnectionManager, status: StatusCode, body: Bytes) -> Response<ProxyBody> {
+    let empty = body.is_empty();
+    let mut response = Response::new(Full::new(body).map_err(|never| match never {}).boxed_unsync());
+    *response.status_mut() = status;
+    if !empty {
+        response.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    }
+    headers::set_server(manager, response.headers_mut());
+    response
+}
