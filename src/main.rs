@@ -37,6 +37,12 @@ enum Command {
         /// Resources file to serve (Envoy's file-based xDS format).
         #[arg(long)]
         resources: Option<PathBuf>,
+        /// The demo cluster's policy: round_robin, least_request, random, ring_hash, maglev, cswrr, peak_ewma.
+        #[arg(long)]
+        policy: Option<String>,
+        /// Do not start the demo backends (when 18081–18083 are taken by your own).
+        #[arg(long)]
+        no_backends: bool,
     },
     /// Check a bootstrap file and list what Outrider would ignore in it.
     Validate {
@@ -62,8 +68,10 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Demo { xds_address, admin_address, resources } => {
-            match app::demo::run(app::demo::DemoOptions { xds_address, admin_address, resources }) {
+        Command::Demo { xds_address, admin_address, resources, policy, no_backends } => {
+            let options =
+                app::demo::DemoOptions { xds_address, admin_address, resources, policy, backends: !no_backends };
+            match app::demo::run(options) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("outrider: {e}");

@@ -55,8 +55,8 @@ async fn config_dump_and_clusters_show_what_was_received() {
     let listeners = section("ListenersConfigDump");
     assert_eq!(listeners["dynamic_listeners"][0]["name"], "http");
     assert_eq!(
-        listeners["dynamic_listeners"][0]["active_state"]["listener"]["address"]["socket_address"]["port_value"],
-        10000
+        listeners["dynamic_listeners"][0]["active_state"]["listener"]["address"]["socket_address"]["address"],
+        "127.0.0.1"
     );
     assert_eq!(section("RoutesConfigDump")["dynamic_route_configs"][0]["route_config"]["name"], "local_route");
     let endpoints = section("EndpointsConfigDump")["dynamic_endpoint_configs"][0].clone();

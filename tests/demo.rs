@@ -4,7 +4,10 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::process::{Command, Stdio};
+
+use common::admin_get as get;
 
 /// Kills the demo when the test ends, however it ends.
 struct Demo(std::process::Child);
@@ -19,7 +22,7 @@ impl Drop for Demo {
 #[tokio::test]
 async fn demo_starts_ready_and_shows_its_config() {
     let child = Command::new(env!("CARGO_BIN_EXE_outrider"))
-        .args(["demo", "--xds-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0"])
+        .args(["demo", "--xds-address", "127.0.0.1:0", "--admin-address", "127.0.0.1:0", "--policy", "round_robin"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -48,5 +51,14 @@ async fn demo_starts_ready_and_shows_its_config() {
     assert_eq!((status, body.trim()), (200, "LIVE"));
     let (_, clusters) = common::admin_get(admin, "/clusters").await;
     assert!(clusters.contains("echo::127.0.0.1:18083::weight::2"), "{clusters}");
+
+    // Through the sidecar to the demo backends: each of the three answers.
+    let mut names = std::collections::BTreeSet::new();
+    for _ in 0..30 {
+        let (status, body) = get(SocketAddr::from(([127, 0, 0, 1], 10000)), "/").await;
+        assert_eq!(status, 200, "{body}");
+        names.insert(body.split(':').next().unwrap_or_default().to_owned());
+    }
+    assert_eq!(names, ["busy", "fast", "slow"].map(String::from).into(), "every demo backend answers");
     drop(demo);
 }

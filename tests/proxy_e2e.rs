@@ -40,7 +40,7 @@ async fn lab(behaviours: Vec<BackendBehaviour>, cluster_extra: &str) -> Lab {
     control_plane.set(ResourceType::Cluster, &[&format!("{CLUSTER}{cluster_extra}")]);
     control_plane.set(ResourceType::ClusterLoadAssignment, &[&endpoints("backend", &ports)]);
     control_plane
-        .set(ResourceType::Listener, &[&LISTENER.replace("port_value: 10000", &format!("port_value: {proxy_port}"))]);
+        .set(ResourceType::Listener, &[&LISTENER.replace("port_value: 0 ", &format!("port_value: {proxy_port} "))]);
     control_plane.set(ResourceType::RouteConfiguration, &[ROUTE]);
     let outrider = outrider::app::start_with(bootstrap(control_plane.port, "DELTA_GRPC"), 1).await.unwrap();
     wait_snapshot(&outrider.store, |s| s.ready).await;

@@ -24,6 +24,11 @@ pub struct DemoOptions {
     /// The resources file to serve and watch; the built-in copy when `None` and
     /// `deploy/demo/resources.yaml` does not exist.
     pub resources: Option<PathBuf>,
+    /// Replaces the demo cluster's balancing policy (`round_robin`, `least_request`,
+    /// `random`, `ring_hash`, `maglev`, `cswrr`, `peak_ewma`).
+    pub policy: Option<String>,
+    /// Whether to start the three demo backends on 127.0.0.1:18081–18083.
+    pub backends: bool,
 }
 
 impl Default for DemoOptions {
@@ -32,6 +37,8 @@ impl Default for DemoOptions {
             xds_address: SocketAddr::from(([127, 0, 0, 1], 18000)),
             admin_address: SocketAddr::from(([127, 0, 0, 1], 15000)),
             resources: None,
+            policy: None,
+            backends: true,
         }
     }
 }
@@ -47,7 +54,17 @@ pub fn run(options: DemoOptions) -> Result<(), AppError> {
 }
 
 async fn demo(options: DemoOptions) -> Result<(), AppError> {
-    let (resources, _scratch) = resources_file(options.resources)?;
+    let (mut resources, mut scratch) = resources_file(options.resources)?;
+    if let Some(policy) = &options.policy {
+        let (patched, dir) = with_policy(&resources, policy)?;
+        resources = patched;
+        scratch = Some(dir);
+    }
+    let _scratch = scratch;
+    let (stop_backends, backends_signal) = crate::core::shutdown::channel();
+    if options.backends {
+        start_backends(backends_signal).await?;
+    }
     let server = XdsServer::new();
     let listener = tokio::net::TcpListener::bind(options.xds_address)
         .await
@@ -63,13 +80,17 @@ async fn demo(options: DemoOptions) -> Result<(), AppError> {
     let running = start(bootstrap).await?;
     println!("control plane: {xds_address} serving {} (edit it: changes are pushed)", resources.display());
     println!("admin:         http://{}/", running.admin_address);
-    println!("try:           curl -s http://{}/config_dump", running.admin_address);
+    println!("try:           curl -s http://127.0.0.1:10000/            # through the sidecar, to a demo backend");
+    println!("               for i in $(seq 20); do curl -s http://127.0.0.1:10000/; done | sort | uniq -c");
+    println!("               curl -s http://{}/config_dump", running.admin_address);
+    println!("               curl -s http://{}/clusters", running.admin_address);
     let mut changes = running.store.subscribe();
     while !running.store.load().ready {
         if changes.changed().await.is_err() {
             break;
         }
     }
+    running.listeners_ready().await;
     println!("ready:         the first complete configuration is applied");
     tokio::select! {
         _ = terminate() => {}
@@ -77,7 +98,83 @@ async fn demo(options: DemoOptions) -> Result<(), AppError> {
     }
     watcher.abort();
     running.stop();
+    drop(stop_backends);
     Ok(())
+}
+
+/// Three backends, so the policies have something to tell apart: a fast one, a slow one
+/// (+50 ms) and one of small capacity that reports high utilization over ORCA.
+async fn start_backends(shutdown: crate::core::shutdown::Signal) -> Result<(), AppError> {
+    use super::backends::{BackendBehaviour, OrcaMode, serve_backend};
+    let fast = BackendBehaviour { orca: Some(OrcaMode::TextHeader), ..BackendBehaviour::new("fast") };
+    let slow = BackendBehaviour {
+        latency: std::time::Duration::from_millis(50),
+        orca: Some(OrcaMode::TextHeader),
+        ..BackendBehaviour::new("slow")
+    };
+    let busy = BackendBehaviour {
+        latency: std::time::Duration::from_millis(5),
+        capacity: 2,
+        orca: Some(OrcaMode::BinHeader),
+        ..BackendBehaviour::new("busy")
+    };
+    for (port, behaviour) in [(18081, fast), (18082, slow), (18083, busy)] {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .map_err(|e| AppError::Demo(format!("demo backend on 127.0.0.1:{port}: {e}")))?;
+        tokio::spawn(serve_backend(listener, behaviour, shutdown.clone()));
+    }
+    Ok(())
+}
+
+/// A copy of the resources with the demo cluster's policy replaced, in a scratch dir.
+fn with_policy(resources: &std::path::Path, policy: &str) -> Result<(PathBuf, tempfile::TempDir), AppError> {
+    let text =
+        std::fs::read_to_string(resources).map_err(|e| AppError::Demo(format!("{}: {e}", resources.display())))?;
+    let mut document = crate::config::bootstrap::parse_document(&text).map_err(AppError::Demo)?;
+    let (lb_policy, typed) = match policy {
+        "round_robin" => ("ROUND_ROBIN", None),
+        "least_request" => ("LEAST_REQUEST", None),
+        "random" => ("RANDOM", None),
+        "ring_hash" => ("RING_HASH", None),
+        "maglev" => ("MAGLEV", None),
+        "cswrr" => (
+            "ROUND_ROBIN",
+            Some((
+                "envoy.load_balancing_policies.client_side_weighted_round_robin",
+                serde_json::json!({ "@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3.ClientSideWeightedRoundRobin", "blackout_period": "2s" }),
+            )),
+        ),
+        "peak_ewma" => (
+            "ROUND_ROBIN",
+            Some((
+                crate::config::cluster::lb_policy::PEAK_EWMA_POLICY_NAME,
+                serde_json::json!({ "@type": "type.googleapis.com/google.protobuf.Struct" }),
+            )),
+        ),
+        other => {
+            return Err(AppError::Demo(format!(
+                "unknown policy {other:?}: round_robin, least_request, random, ring_hash, maglev, cswrr or peak_ewma"
+            )));
+        }
+    };
+    let items = document["resources"].as_array_mut().ok_or_else(|| AppError::Demo("no resources list".into()))?;
+    for item in items.iter_mut().filter(|i| i["@type"].as_str().is_some_and(|t| t.ends_with(".Cluster"))) {
+        let Some(cluster) = item.as_object_mut() else { continue };
+        cluster.remove("load_balancing_policy");
+        cluster.insert("lb_policy".into(), lb_policy.into());
+        if let Some((name, config)) = &typed {
+            cluster.remove("lb_policy");
+            cluster.insert(
+                "load_balancing_policy".into(),
+                serde_json::json!({ "policies": [{ "typed_extension_config": { "name": name, "typed_config": config } }] }),
+            );
+        }
+    }
+    let dir = tempfile::tempdir().map_err(|e| AppError::Demo(e.to_string()))?;
+    let path = dir.path().join("resources.json");
+    std::fs::write(&path, document.to_string()).map_err(|e| AppError::Demo(e.to_string()))?;
+    Ok((path, dir))
 }
 
 /// The file to serve: the one asked for, the repository's, or the built-in copy written

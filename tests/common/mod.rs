@@ -163,7 +163,7 @@ pub fn endpoints(name: &str, ports: &[u32]) -> String {
 
 pub const LISTENER: &str = r#"
 name: http
-address: { socket_address: { address: 127.0.0.1, port_value: 10000 } }
+address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
 filter_chains:
 - filters:
   - name: envoy.filters.network.http_connection_manager
