@@ -170,3 +170,115 @@ async fn a_refused_connection_is_retried_on_another_endpoint() {
     }
     lab.outrider.stop();
 }
+
+#[tokio::test]
+async fn orca_reports_from_real_responses_steer_cswrr() {
+    use outrider::app::backends::OrcaMode;
+    let cswrr = r#"
+load_balancing_policy:
+  policies:
+  - typed_extension_config:
+      name: envoy.load_balancing_policies.client_side_weighted_round_robin
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.client_side_weighted_round_robin.v3.ClientSideWeightedRoundRobin
+        blackout_period: 0s
+"#;
+    // Same speed; "small" serves 2 at a time, "large" 100: the same load is 50× more of
+    // small's capacity, and its ORCA reports say so.
+    let small = BackendBehaviour { capacity: 2, orca: Some(OrcaMode::TextHeader), ..BackendBehaviour::new("small") };
+    let large = BackendBehaviour { capacity: 100, orca: Some(OrcaMode::BinHeader), ..BackendBehaviour::new("large") };
+    let lab = lab(vec![small, large], cswrr).await;
+    for _ in 0..40 {
+        let (status, _) = get_h1(lab.proxy_port, "/").await;
+        assert_eq!(status, 200);
+    }
+    let lb = lab.outrider.balancers.get("backend").unwrap();
+    for host in lb.hosts() {
+        assert!(host.stats.load_report().is_some(), "an ORCA report reached {}", host.address());
+    }
+    lb.update_weights(std::time::Instant::now());
+    let mut picker = outrider::lb::Picker::new(lb.clone(), 1);
+    let now = std::time::Instant::now();
+    let mut large_share = 0;
+    for _ in 0..1000 {
+        let host = picker.pick(&outrider::lb::PickContext::at(now)).unwrap();
+        let port = host.address().to_string();
+        let is_large = lb.hosts().iter().position(|h| h.address().to_string() == port) == Some(1);
+        large_share += usize::from(is_large);
+    }
+    assert!(large_share > 800, "the backend with room takes most picks: {large_share} of 1000");
+    lab.outrider.stop();
+}
+
+#[tokio::test]
+async fn eds_churn_under_load_fails_no_request() {
+    let lab = lab(vec![BackendBehaviour::new("a"), BackendBehaviour::new("b"), BackendBehaviour::new("c")], "").await;
+    let ports: Vec<u32> = lab
+        .outrider
+        .balancers
+        .get("backend")
+        .unwrap()
+        .hosts()
+        .iter()
+        .map(|h| h.address().to_string().rsplit(':').next().unwrap().parse().unwrap())
+        .collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let (stop, port) = (stop.clone(), lab.proxy_port);
+        clients.push(tokio::spawn(async move {
+            let (mut ok, mut failed) = (0usize, 0usize);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match tokio::time::timeout(WAIT, get_h1(port, "/")).await {
+                    Ok((200, _)) => ok += 1,
+                    _ => failed += 1,
+                }
+            }
+            (ok, failed)
+        }));
+    }
+    // Ten pushes a second for three seconds, each a different subset (never empty).
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+    for round in 0..30usize {
+        tick.tick().await;
+        let subset: Vec<u32> =
+            ports.iter().enumerate().filter(|(i, _)| (round + i) % 3 != 0).map(|(_, p)| *p).collect();
+        lab.control_plane.set(ResourceType::ClusterLoadAssignment, &[&endpoints("backend", &subset)]);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut ok, mut failed) = (0, 0);
+    for client in clients {
+        let (o, f) = client.await.unwrap();
+        ok += o;
+        failed += f;
+    }
+    assert!(ok > 0);
+    assert_eq!(failed, 0, "{failed} of {} requests failed during EDS churn", ok + failed);
+    lab.outrider.stop();
+}
+
+#[tokio::test]
+async fn tcp_proxy_copies_bytes_both_ways() {
+    let lab = lab(vec![BackendBehaviour::new("tcp")], "").await;
+    let tcp_port = free_port();
+    let tcp_listener = format!(
+        r#"
+name: tcp
+address: {{ socket_address: {{ address: 127.0.0.1, port_value: {tcp_port} }} }}
+filter_chains:
+- filters:
+  - name: envoy.filters.network.tcp_proxy
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+      stat_prefix: tcp
+      cluster: backend
+"#
+    );
+    let http_listener = LISTENER.replace("port_value: 0 ", &format!("port_value: {} ", lab.proxy_port));
+    lab.control_plane.set(ResourceType::Listener, &[&http_listener, &tcp_listener]);
+    wait_snapshot(&lab.outrider.store, |s| s.listeners.contains_key("tcp")).await;
+    lab.outrider.listeners_ready().await;
+    let (status, body) = tokio::time::timeout(WAIT, get_h1(tcp_port, "/raw")).await.unwrap();
+    assert_eq!((status, body.starts_with("tcp:")), (200, true), "{body}");
+    lab.outrider.stop();
+}
