@@ -59,10 +59,7 @@ pub async fn serve(mut downstream: TcpStream, info: ConnectionInfo, proxy: &TcpP
     }
 }
 
-/// Envoy hashes the source IP as a string with xxHash64.
+/// Envoy hashes the source IP as a string with xxHash64 (seed 0).
 fn xxhash_source(info: &ConnectionInfo) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    info.peer.ip().to_string().hash(&mut hasher);
-    hasher.finish()
+    xxhash_rust::xxh64::xxh64(info.peer.ip().to_string().as_bytes(), 0)
 }
