@@ -2,8 +2,9 @@
 # Overhead of the proxy itself, side by side with Envoy 1.40 in one run: the same bootstrap
 # (bench/proxy-bootstrap.yaml), the same nginx backend, one worker each, the proxies run
 # alternately. Measures maximum throughput (HTTP/1.1 keep-alive with wrk, HTTP/2 with
-# h2load), p50/p99 latency at half of Envoy's maximum (h2load at a fixed rate), and idle
-# and loaded RSS. Prints a markdown table with Outrider/Envoy ratios.
+# h2load), p50/p99 latency at half of Envoy's HTTP/1.1 maximum (oha, open loop at a fixed
+# rate with latency correction), and idle and loaded RSS. Prints a markdown table with
+# Outrider/Envoy ratios. oha is installed with `cargo install oha --locked` if missing.
 #
 #   bench/proxy-bench.sh [seconds-per-run]
 set -euo pipefail
@@ -16,6 +17,7 @@ if ! need wrk || ! need h2load || ! need nginx; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light wrk nghttp2-client >/dev/null
 fi
 bash "$here/install-envoy.sh" >/dev/null
+command -v oha >/dev/null || cargo install oha --locked --quiet
 envoy="$here/.envoy/bin/envoy"
 (cd "$root" && cargo build --release --quiet)
 outrider="$root/target/release/outrider"
@@ -52,20 +54,20 @@ for p in envoy outrider; do
     r[$p.h2_rps]=$(h2load -c50 -m10 -D"$secs" "$url" 2>/dev/null | awk '/finished in/ {print $4}')
     stop
 done
-# Latency at half of Envoy's maximum, same fixed rate for both.
-rate=$(awk -v x="${r[envoy.h1_rps]}" 'BEGIN { printf "%d", x / 2 / 50 }')
+# Latency at half of Envoy's maximum, the same fixed rate for both (open loop).
+rate=$(awk -v x="${r[envoy.h1_rps]}" 'BEGIN { printf "%d", x / 2 }')
 for p in envoy outrider; do
     start "$p"
-    out=$(h2load --h1 -c50 --rps="$rate" -D"$secs" "$url" 2>/dev/null)
-    r[$p.h1_p50]=$(echo "$out" | awk '/time for request:/ {print $6}')
-    r[$p.h1_p99]=$(echo "$out" | awk '/time for request:/ {print $4}')
+    out=$(oha --no-tui --latency-correction -q "$rate" -c 50 -z "${secs}s" --output-format json "$url")
+    r[$p.p50_ms]=$(echo "$out" | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["latencyPercentiles"]["p50"]*1000, 3))')
+    r[$p.p99_ms]=$(echo "$out" | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["latencyPercentiles"]["p99"]*1000, 3))')
     stop
 done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b+0 == 0) print "n/a"; else printf "%.2f", a / b }'; }
 echo "| measure | Envoy 1.40 | Outrider | Outrider/Envoy |"
 echo "| --- | --- | --- | --- |"
-for m in h1_rps h2_rps rss_idle rss_loaded; do
+for m in h1_rps h2_rps p50_ms p99_ms rss_idle rss_loaded; do
     echo "| $m | ${r[envoy.$m]} | ${r[outrider.$m]} | $(ratio "${r[outrider.$m]}" "${r[envoy.$m]}") |"
 done
-echo "| h1 latency at ${rate}×50 rps: mean / max (h2load) | ${r[envoy.h1_p50]} / ${r[envoy.h1_p99]} | ${r[outrider.h1_p50]} / ${r[outrider.h1_p99]} | |"
+echo "(p50_ms, p99_ms: HTTP/1.1 at $rate requests/s, 50 connections; rss in KiB)"
