@@ -65,6 +65,9 @@ pub struct Cswrr {
     config: CswrrConfig,
     stats: Box<[Arc<EndpointStats>]>,
     weights: ArcSwap<Weights>,
+    /// Bumped after each publication of `weights`: a worker compares it with the version
+    /// its cursor holds (one relaxed load) instead of loading the `ArcSwap` every pick.
+    version: AtomicU64,
 }
 
 /// A worker's position in the stride sequence: `seq = generation × n + index`, kept split
@@ -74,6 +77,9 @@ pub struct Cswrr {
 pub struct Cursor {
     index: usize,
     generation: u64,
+    /// The weights this worker picks with, and the version they were published as.
+    weights: Arc<Weights>,
+    version: u64,
 }
 
 /// One endpoint's weight state, kept in its `EndpointStats` so that it outlives balancer
@@ -97,6 +103,7 @@ impl Cswrr {
             config: config.clone(),
             stats: hosts.iter().map(|h| h.stats.clone()).collect(),
             weights: ArcSwap::from_pointee(Weights::RoundRobin),
+            version: AtomicU64::new(0),
         };
         cswrr.update_weights(now);
         cswrr
@@ -118,6 +125,7 @@ impl Cswrr {
         let weights = schedule(&raw, |i, w| self.slow_start(i, w, now));
         if **self.weights.load() != weights {
             self.weights.store(Arc::new(weights));
+            self.version.fetch_add(1, Ordering::Release);
         }
     }
 
@@ -168,7 +176,10 @@ impl Cswrr {
 
     pub fn cursor(&self, rng: &mut SmallRng) -> Cursor {
         let n = self.stats.len().max(1);
-        Cursor { index: rng.random_range(0..n), generation: rng.random_range(0..MAX_WEIGHT) }
+        // Version first: weights loaded after it are at least that new.
+        let version = self.version.load(Ordering::Acquire);
+        let weights = self.weights.load_full();
+        Cursor { index: rng.random_range(0..n), generation: rng.random_range(0..MAX_WEIGHT), weights, version }
     }
 
     /// The stride scheduler (gRPC's `StaticStrideScheduler`): step the sequence; host
@@ -181,15 +192,20 @@ impl Cswrr {
         if n == 0 {
             return None;
         }
-        let weights = self.weights.load();
+        let version = self.version.load(Ordering::Acquire);
+        if version != cursor.version {
+            cursor.weights = self.weights.load_full();
+            cursor.version = version;
+        }
+        let Cursor { index: position, generation, weights, .. } = cursor;
         let stride = match &**weights {
             Weights::Stride(w) if w.len() == n => w,
-            _ => return Some(cursor.step(n)),
+            _ => return Some(step(position, generation, n)),
         };
         loop {
-            let index = cursor.step(n);
+            let index = step(position, generation, n);
             let weight = u64::from(stride[index]);
-            let phase = (weight * cursor.generation + index as u64 * OFFSET) % MAX_WEIGHT;
+            let phase = (weight * *generation + index as u64 * OFFSET) % MAX_WEIGHT;
             if phase >= MAX_WEIGHT - weight {
                 return Some(index);
             }
@@ -197,17 +213,15 @@ impl Cswrr {
     }
 }
 
-impl Cursor {
-    /// Returns the current index and advances the sequence by one.
-    fn step(&mut self, n: usize) -> usize {
-        let index = if self.index >= n { 0 } else { self.index };
-        self.index = index + 1;
-        if self.index >= n {
-            self.index = 0;
-            self.generation = (self.generation + 1) % MAX_WEIGHT;
-        }
-        index
+/// Returns the cursor's current index and advances the sequence by one.
+fn step(position: &mut usize, generation: &mut u64, n: usize) -> usize {
+    let index = if *position >= n { 0 } else { *position };
+    *position = index + 1;
+    if *position >= n {
+        *position = 0;
+        *generation = (*generation + 1) % MAX_WEIGHT;
     }
+    index
 }
 
 /// The scheduler weights for `raw` (0 = unknown): round robin with fewer than two known
