@@ -282,3 +282,27 @@ filter_chains:
     assert_eq!((status, body.starts_with("tcp:")), (200, true), "{body}");
     lab.outrider.stop();
 }
+
+#[tokio::test]
+async fn a_changed_listener_keeps_established_connections() {
+    let lab = lab(vec![BackendBehaviour::new("keep")], "").await;
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", lab.proxy_port)).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(connection);
+    let request = || http::Request::get("/").header("host", "x").body(Full::new(Bytes::new())).unwrap();
+    assert_eq!(sender.send_request(request()).await.unwrap().status(), 200);
+
+    // LDS changes the listener (same address): a new socket takes new connections.
+    let changed = LISTENER
+        .replace("port_value: 0 ", &format!("port_value: {} ", lab.proxy_port))
+        .replace("stat_prefix: http", "stat_prefix: changed");
+    lab.control_plane.set(ResourceType::Listener, &[&changed]);
+    lab.control_plane.wait_acked(ResourceType::Listener).await;
+    lab.outrider.listeners_ready().await;
+
+    // The established connection still works, and so do new ones.
+    let response = tokio::time::timeout(WAIT, sender.send_request(request())).await.unwrap().unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(get_h1(lab.proxy_port, "/").await.0, 200);
+    lab.outrider.stop();
+}
