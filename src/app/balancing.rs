@@ -15,7 +15,9 @@ pub async fn keep_balancers(store: Arc<Store>, balancers: Arc<Balancers>, shutdo
     let mut builder = BalancerBuilder::default();
     let mut changes = store.subscribe();
     let mut next_update: HashMap<String, tokio::time::Instant> = HashMap::new();
+    let mut oob = super::oob::OobStreams::default();
     update(&mut builder, &store.load(), &balancers);
+    oob.sync(&balancers, &shutdown);
     loop {
         let wake = next_update.values().min().copied().unwrap_or_else(|| tokio::time::Instant::now() + IDLE);
         tokio::select! {
@@ -24,6 +26,7 @@ pub async fn keep_balancers(store: Arc<Store>, balancers: Arc<Balancers>, shutdo
                     return;
                 }
                 update(&mut builder, &store.load(), &balancers);
+                oob.sync(&balancers, &shutdown);
             }
             _ = tokio::time::sleep_until(wake) => {}
             _ = shutdown.clone().triggered() => return,

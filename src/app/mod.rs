@@ -4,6 +4,7 @@
 pub mod backends;
 pub mod balancing;
 pub mod demo;
+pub mod oob;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
