@@ -64,10 +64,11 @@ async fn handle(
     context: &WorkerContext,
 ) -> Response<ProxyBody> {
     let snapshot = context.store.load();
-    let routes: Arc<RouteConfiguration> = match &manager.route_source {
-        RouteSource::Inline(routes) => routes.clone(),
+    // Borrowed from the snapshot (or the listener), which this request holds: no copy.
+    let routes: &RouteConfiguration = match &manager.route_source {
+        RouteSource::Inline(routes) => routes,
         RouteSource::Rds(name) => match snapshot.routes.get(name) {
-            Some(routes) => Arc::new(routes.resource.clone()),
+            Some(routes) => &routes.resource,
             None => return local(manager, LocalReply::NoRoute, false),
         },
     };
@@ -81,7 +82,7 @@ async fn handle(
         &mut parts.headers,
     );
     let random = context.rng.borrow_mut().random::<u64>();
-    let forward = match router::route(&routes, &parts, random) {
+    let forward = match router::route(routes, &parts, random) {
         Routing::Forward(forward) => forward,
         Routing::NoRoute => return local(manager, LocalReply::NoRoute, is_grpc),
         Routing::DirectResponse { status, body, .. } => return direct(manager, status, body),
