@@ -51,6 +51,9 @@ enum Command {
     },
 }
 
+#[global_allocator]
+static ALLOCATOR: outrider::core::allocator::Global = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -101,6 +101,10 @@ async fn run(
     loop {
         let snapshot = store.load();
         listeners.sync(&snapshot, &context);
+        let drained = context.upstreams.drain_removed(&snapshot);
+        if drained > 0 {
+            tracing::debug!(worker = id, drained, "drained pooled connections of removed endpoints");
+        }
         synced.send_modify(|generations| generations[id] = snapshot.generation);
         tokio::select! {
             changed = changes.changed() => if changed.is_err() { break },
