@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 pub mod admin;
 pub mod app;
+pub mod capture;
 pub mod config;
 pub mod core;
 pub mod lb;
