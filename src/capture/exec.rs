@@ -44,7 +44,8 @@ pub fn add_inbound_source_v6() -> Result<(), CaptureError> {
         .output()
         .map_err(|error| CaptureError::Spawn { program: "ip".to_owned(), error })?;
     let stderr = String::from_utf8_lossy(&output.stderr);
-    if output.status.success() || stderr.to_ascii_lowercase().contains("exists") {
+    let present = ["exists", "already assigned"].iter().any(|s| stderr.to_ascii_lowercase().contains(s));
+    if output.status.success() || present {
         Ok(())
     } else {
         Err(CaptureError::Failed { program: "ip".to_owned(), status: output.status.to_string(), stderr: stderr.into() })
