@@ -12,84 +12,8 @@
 
 mod netns;
 
+use netns::istio::bootstrap;
 use netns::{CLIENT_V4, CLIENT_V6, Lab, POD_V4, POD_V6, get, serve, wait_for_listener};
-
-/// Istio's sidecar listeners and clusters, reduced to what capture needs.
-fn bootstrap() -> String {
-    let tcp = |cluster: &str| {
-        format!(
-            r#"[{{ name: envoy.filters.network.tcp_proxy, typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy, stat_prefix: "{cluster}", cluster: "{cluster}" }} }}]"#
-        )
-    };
-    let http = |cluster: &str| {
-        format!(
-            r#"[{{ name: envoy.filters.network.http_connection_manager, typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager, stat_prefix: "{cluster}", route_config: {{ virtual_hosts: [{{ name: all, domains: ["*"], routes: [{{ match: {{ prefix: "/" }}, route: {{ cluster: "{cluster}" }} }}] }}] }}, http_filters: [{{ name: envoy.filters.http.router, typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }} }}] }} }}]"#
-        )
-    };
-    let any =
-        |address: &str, port: u16| format!("{{ socket_address: {{ address: \"{address}\", port_value: {port} }} }}");
-    let original_dst = |name: &str, bind: &str| {
-        format!(
-            "  - {{ name: {name}, type: ORIGINAL_DST, lb_policy: CLUSTER_PROVIDED, connect_timeout: 5s, cleanup_interval: 60s, upstream_bind_config: {{ source_address: {{ address: \"{bind}\", port_value: 0 }} }} }}\n"
-        )
-    };
-    format!(
-        r#"
-admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 15000 }} }} }}
-static_resources:
-  listeners:
-  - name: virtualOutbound
-    address: {v4_15001}
-    additional_addresses: [{{ address: {v6_15001} }}]
-    use_original_dst: true
-    traffic_direction: OUTBOUND
-    filter_chains:
-    - {{ name: virtualOutbound-blackhole, filter_chain_match: {{ destination_port: 15001 }}, filters: {blackhole} }}
-    - {{ name: virtualOutbound-catchall-tcp, filters: {passthrough} }}
-  - name: 0.0.0.0_8080
-    address: {v4_8080}
-    bind_to_port: false
-    traffic_direction: OUTBOUND
-    filter_chains:
-    - {{ filters: {remote} }}
-  - name: virtualInbound
-    address: {v4_15006}
-    additional_addresses: [{{ address: {v6_15006} }}]
-    traffic_direction: INBOUND
-    listener_filters:
-    - {{ name: envoy.filters.listener.original_dst, typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.listener.original_dst.v3.OriginalDst }} }}
-    filter_chains:
-    - {{ name: virtualInbound-blackhole, filter_chain_match: {{ destination_port: 15006 }}, filters: {blackhole} }}
-    - {{ name: 0.0.0.0_8080, filter_chain_match: {{ destination_port: 8080 }}, filters: {inbound_http} }}
-    - {{ name: virtualInbound, filter_chain_match: {{ prefix_ranges: [{{ address_prefix: 0.0.0.0, prefix_len: 0 }}] }}, filters: {inbound_v4} }}
-    - {{ name: virtualInbound, filter_chain_match: {{ prefix_ranges: [{{ address_prefix: "::", prefix_len: 0 }}] }}, filters: {inbound_v6} }}
-  clusters:
-  - {{ name: BlackHoleCluster, type: STATIC, connect_timeout: 5s }}
-  - {{ name: PassthroughCluster, type: ORIGINAL_DST, lb_policy: CLUSTER_PROVIDED, connect_timeout: 5s }}
-{inbound_8080}{passthrough_v4}{passthrough_v6}  - name: outbound|8080||remote
-    type: STATIC
-    connect_timeout: 5s
-    load_assignment:
-      cluster_name: outbound|8080||remote
-      endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {remote_8081} }} }}] }}]
-"#,
-        v4_15001 = any("0.0.0.0", 15001),
-        v6_15001 = any("::", 15001),
-        v4_15006 = any("0.0.0.0", 15006),
-        v6_15006 = any("::", 15006),
-        v4_8080 = any("0.0.0.0", 8080),
-        blackhole = tcp("BlackHoleCluster"),
-        passthrough = tcp("PassthroughCluster"),
-        remote = http("outbound|8080||remote"),
-        inbound_http = http("inbound|8080||"),
-        inbound_v4 = tcp("InboundPassthroughClusterIpv4"),
-        inbound_v6 = tcp("InboundPassthroughClusterIpv6"),
-        inbound_8080 = original_dst("inbound|8080||", "127.0.0.6"),
-        passthrough_v4 = original_dst("InboundPassthroughClusterIpv4", "127.0.0.6"),
-        passthrough_v6 = original_dst("InboundPassthroughClusterIpv6", "::6"),
-        remote_8081 = any(CLIENT_V4, 8081),
-    )
-}
 
 fn skip_or_fail(why: &str) {
     if std::env::var_os("CI").is_some() {
@@ -113,14 +37,8 @@ fn captured_traffic_goes_through_outrider_both_ways() {
         return skip_or_fail(&why);
     }
     let mut lab = Lab::new();
-    let dir = tempfile::tempdir().unwrap();
-    // Outrider runs as uid 1337, like Istio's proxy: it must reach its binary and config.
-    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let binary = dir.path().join("outrider");
-    std::fs::copy(env!("CARGO_BIN_EXE_outrider"), &binary).unwrap();
-    let binary = binary.to_str().unwrap().to_owned();
-    let config = dir.path().join("bootstrap.yaml");
-    std::fs::write(&config, bootstrap()).unwrap();
+    let files = netns::Files::new(&bootstrap());
+    let binary = files.binary.clone();
 
     // The world outside the pod: a service behind a ClusterIP-like port and a plain server.
     serve(&lab.client, &format!("{CLIENT_V4}:8081"), "remote-8081");
@@ -159,13 +77,13 @@ fn captured_traffic_goes_through_outrider_both_ways() {
     assert_eq!(capture_rules(&lab), installed, "capture is idempotent");
     assert!(installed.iter().any(|r| r == "-A ISTIO_OUTPUT -m owner --uid-owner 1337 -j RETURN"), "{installed:#?}");
 
-    lab.exec(&lab.pod, &binary, &["validate", "--config", config.to_str().unwrap()]);
+    lab.exec(&lab.pod, &binary, &["validate", "--config", &files.config()]);
     lab.spawn_as(
         &lab.pod.clone(),
         1337,
         &binary,
-        &["run", "--concurrency", "2", "--config", config.to_str().unwrap()],
-        dir.path().join("outrider.log"),
+        &["run", "--concurrency", "2", "--config", &files.config()],
+        files.log(),
     );
     wait_for_listener(&lab.pod, "127.0.0.1:15001");
     wait_for_listener(&lab.pod, "127.0.0.1:15006");
@@ -212,4 +130,44 @@ fn captured_traffic_goes_through_outrider_both_ways() {
     assert!(direct.is_err(), "without capture nothing answers on :8080: {direct:?}");
     let reply = get(&lab.client, &format!("{POD_V4}:9091"), "app").unwrap();
     assert_eq!(reply.peer().ip().to_string(), CLIENT_V4, "inbound no longer captured");
+}
+
+/// Not a test: the cost of capture, run by `bench/capture-overhead.sh`. New-connection HTTP
+/// requests from the pod to a server in the client namespace: directly (no rules), through
+/// Outrider's explicitly addressed listener (no capture), and captured (NAT to 15001,
+/// SO_ORIGINAL_DST, hand-off to the port's listener). Same route and cluster both times.
+#[test]
+#[ignore = "a benchmark: bench/capture-overhead.sh runs it"]
+fn capture_overhead() {
+    if let Some(why) = netns::unavailable() {
+        return println!("skipped: {why}");
+    }
+    let requests: usize = std::env::var("CAPTURE_BENCH_REQUESTS").ok().and_then(|n| n.parse().ok()).unwrap_or(2000);
+    let mut lab = Lab::new();
+    let files = netns::Files::new(&bootstrap());
+    let binary = files.binary.clone();
+    serve(&lab.client, &format!("{CLIENT_V4}:8081"), "remote-8081");
+    let direct = netns::time_requests(&lab.pod, &format!("{CLIENT_V4}:8081"), requests);
+    lab.exec(&lab.pod, &binary, &["capture"]);
+    lab.spawn_as(
+        &lab.pod.clone(),
+        1337,
+        &binary,
+        &["run", "--concurrency", "1", "--config", &files.config()],
+        files.log(),
+    );
+    wait_for_listener(&lab.pod, "127.0.0.1:18080");
+    // Warm up the worker's upstream pool and route on both paths.
+    netns::time_requests(&lab.pod, "127.0.0.1:18080", 100);
+    netns::time_requests(&lab.pod, &format!("{CLIENT_V4}:8080"), 100);
+    let explicit = netns::time_requests(&lab.pod, "127.0.0.1:18080", requests);
+    let captured = netns::time_requests(&lab.pod, &format!("{CLIENT_V4}:8080"), requests);
+    println!("{requests} requests, one connection each, sequential (µs per request)");
+    for (name, mut samples) in [("direct", direct), ("explicit proxy", explicit), ("captured proxy", captured)] {
+        samples.sort();
+        let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
+        let mean = samples.iter().map(|d| us(*d)).sum::<f64>() / samples.len() as f64;
+        let at = |q: f64| us(samples[((samples.len() - 1) as f64 * q) as usize]);
+        println!("{name:>15}: mean {mean:8.1}  p50 {:8.1}  p90 {:8.1}  p99 {:8.1}", at(0.5), at(0.9), at(0.99));
+    }
 }

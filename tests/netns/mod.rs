@@ -7,6 +7,8 @@
 //! process and is deleted when the [`Lab`] drops, failed test or not.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+pub mod istio;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
@@ -130,6 +132,36 @@ impl Drop for Lab {
     }
 }
 
+/// Outrider's binary and bootstrap in a directory uid 1337 can read (Outrider runs as the
+/// proxy user, as in Istio), and where its log goes.
+pub struct Files {
+    dir: tempfile::TempDir,
+    pub binary: String,
+}
+
+impl Files {
+    pub fn new(bootstrap: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let binary = dir.path().join("outrider");
+        // OUTRIDER_BIN: a copy of the binary to test, for target directories shared by
+        // builds of several checkouts, where the built binary can be replaced at any time.
+        let built = std::env::var("OUTRIDER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_outrider").to_owned());
+        std::fs::copy(built, &binary).unwrap();
+        std::fs::set_permissions(&binary, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        std::fs::write(dir.path().join("bootstrap.yaml"), bootstrap).unwrap();
+        Self { binary: binary.to_str().unwrap().to_owned(), dir }
+    }
+
+    pub fn config(&self) -> String {
+        self.dir.path().join("bootstrap.yaml").to_str().unwrap().to_owned()
+    }
+
+    pub fn log(&self) -> std::path::PathBuf {
+        self.dir.path().join("outrider.log")
+    }
+}
+
 /// Runs `f` on a thread inside network namespace `ns`: sockets it creates belong there.
 pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
     let path = format!("/var/run/netns/{ns}");
@@ -240,4 +272,24 @@ pub fn wait_for_listener(ns: &str, target: &str) {
         })
     });
     assert!(accepted, "nothing listens on {target} in {ns}");
+}
+
+/// Latencies of `requests` sequential requests to `target` from inside `ns`, each on a new
+/// connection (capture costs per connection: NAT, SO_ORIGINAL_DST, the hand-off).
+pub fn time_requests(ns: &str, target: &str, requests: usize) -> Vec<Duration> {
+    let target: SocketAddr = target.parse().unwrap();
+    in_netns(ns, move || {
+        (0..requests)
+            .map(|_| {
+                let started = std::time::Instant::now();
+                let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(5)).unwrap();
+                stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                stream.write_all(b"GET / HTTP/1.1\r\nhost: remote\r\nconnection: close\r\n\r\n").unwrap();
+                let mut raw = Vec::new();
+                stream.read_to_end(&mut raw).unwrap();
+                assert!(raw.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&raw));
+                started.elapsed()
+            })
+            .collect()
+    })
 }
