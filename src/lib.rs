@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 pub mod admin;
 pub mod app;
+pub mod capture;
 pub mod config;
 pub mod core;
 pub mod lb;

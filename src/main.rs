@@ -44,6 +44,9 @@ enum Command {
         #[arg(long)]
         no_backends: bool,
     },
+    /// Install the iptables rules that send a pod's TCP traffic through the sidecar
+    /// (run in the pod's network namespace, as an init container would); `--clean` removes them.
+    Capture(outrider::capture::CaptureArgs),
     /// Check a bootstrap file and list what Outrider would ignore in it.
     Validate {
         #[arg(long, short = 'c')]
@@ -83,6 +86,13 @@ fn main() -> ExitCode {
             }
         }
         Command::Validate { config } => validate(&config),
+        Command::Capture(args) => match outrider::capture::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("outrider capture: {e}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

@@ -9,7 +9,7 @@ use tokio::net::TcpStream;
 
 use super::filter_chain::{self, ConnectionInfo};
 use super::worker::WorkerContext;
-use super::{hcm, tcp_proxy};
+use super::{hcm, original_dst, tcp_proxy};
 use crate::config::Listener;
 use crate::config::listener::TerminalFilter;
 use crate::store::Versioned;
@@ -21,9 +21,19 @@ pub async fn serve(
     context: Rc<WorkerContext>,
 ) {
     let _ = stream.set_nodelay(true);
-    let Ok(local) = stream.local_addr() else { return };
-    let info =
-        ConnectionInfo { local, peer, server_name: None, transport_protocol: None, application_protocols: Vec::new() };
+    // Restores the original destination and hands off to the listener bound to it.
+    let Some(original_dst::Accepted { listener, local, restored }) = original_dst::accept(&stream, listener, &context)
+    else {
+        return;
+    };
+    let info = ConnectionInfo {
+        local,
+        local_restored: restored,
+        peer,
+        server_name: None,
+        transport_protocol: None,
+        application_protocols: Vec::new(),
+    };
     let Some(chain) = filter_chain::select(&listener.resource, &info) else {
         tracing::debug!(listener = %listener.resource.name, %peer, "no filter chain matches; closing");
         return;

@@ -38,21 +38,27 @@ impl ListenerManager {
             if self.active.get(name).is_some_and(|a| Arc::ptr_eq(&a.config, listener)) {
                 continue;
             }
-            let Some(address) = bind_address(&listener.resource) else {
+            let addresses = bind_addresses(&listener.resource);
+            if addresses.is_empty() {
                 // Not bound (bind_to_port false, pipes, internal): reached through others.
                 self.active.remove(name);
                 continue;
-            };
-            match bind(address) {
-                Ok(socket) => {
+            }
+            // Every address or none, as Envoy: a listener is not served half bound.
+            let bound: std::io::Result<Vec<TcpListener>> = addresses.iter().map(|a| bind(*a)).collect();
+            match bound {
+                Ok(sockets) => {
                     let (stop, stopped) = shutdown::channel();
-                    tokio::task::spawn_local(accept_loop(socket, listener.clone(), context.clone(), stopped));
-                    // Replacing the entry drops the old trigger: the old socket stops accepting.
+                    for socket in sockets {
+                        let task = accept_loop(socket, listener.clone(), context.clone(), stopped.clone());
+                        tokio::task::spawn_local(task);
+                    }
+                    // Replacing the entry drops the old trigger: the old sockets stop accepting.
                     self.active.insert(name.clone(), Active { config: listener.clone(), _stop: stop });
-                    tracing::debug!(worker = context.id, listener = %name, %address, "listening");
+                    tracing::debug!(worker = context.id, listener = %name, ?addresses, "listening");
                 }
                 Err(e) => {
-                    tracing::error!(worker = context.id, listener = %name, %address, error = %e, "cannot bind listener")
+                    tracing::error!(worker = context.id, listener = %name, ?addresses, error = %e, "cannot bind listener")
                 }
             }
         }
@@ -63,16 +69,28 @@ impl ListenerManager {
     }
 }
 
-fn bind_address(listener: &Listener) -> Option<SocketAddr> {
-    match &listener.address {
-        Address::Socket(address) if listener.bind_to_port && !listener.internal => Some(*address),
-        _ => None,
+/// The IP addresses a listener binds: `address` and `additional_addresses` (Istio's
+/// dual-stack listeners put `[::]` there), none when it does not bind.
+fn bind_addresses(listener: &Listener) -> Vec<SocketAddr> {
+    if !listener.bind_to_port || listener.internal {
+        return Vec::new();
     }
+    listener
+        .addresses()
+        .filter_map(|a| match a {
+            Address::Socket(address) => Some(*address),
+            _ => None,
+        })
+        .collect()
 }
 
-/// A non-blocking listening socket with SO_REUSEADDR and SO_REUSEPORT.
+/// A non-blocking listening socket with SO_REUSEADDR and SO_REUSEPORT. IPv6 sockets accept
+/// IPv6 only (Envoy's default), so `[::]:p` and `0.0.0.0:p` can both be bound.
 fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
+    if address.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
     socket.set_nonblocking(true)?;

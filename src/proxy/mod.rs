@@ -1,5 +1,5 @@
-//! The data path: workers, listeners, the HTTP connection manager, routing, retries and
-//! timeouts, upstream connection pools, the TCP proxy.
+//! The data path: workers, listeners, original-destination hand-off, the HTTP connection
+//! manager, routing, retries and timeouts, upstream connection pools, the TCP proxy.
 
 pub mod connection;
 pub mod exec;
@@ -7,6 +7,7 @@ pub mod filter_chain;
 pub mod hcm;
 pub mod headers;
 pub mod listener;
+pub mod original_dst;
 pub mod retry;
 pub mod router;
 pub mod tcp_proxy;

@@ -1,12 +1,15 @@
-//! The TCP proxy filter: pick a host of the cluster, connect, copy bytes both ways.
+//! The TCP proxy filter: pick a host of the cluster (the original destination for an
+//! ORIGINAL_DST cluster), connect, copy bytes both ways.
 
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
 
 use rand::Rng;
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 
 use super::filter_chain::ConnectionInfo;
+use super::original_dst;
 use super::worker::WorkerContext;
 use crate::config::Address;
 use crate::config::listener::TcpProxy;
@@ -39,14 +42,17 @@ pub async fn serve(mut downstream: TcpStream, info: ConnectionInfo, proxy: &TcpP
     for _attempt in 0..proxy.max_connect_attempts.max(1) {
         let now = Instant::now();
         let ctx = PickContext { hash, attempt: 0, previous: &[], now };
-        let host = context.pickers.borrow_mut().pick(&context.balancers, &cluster_name, &ctx);
+        let restored = info.local_restored.then_some(info.local);
+        let host = original_dst::pick_host(context, &cluster.resource, &ctx, restored, None);
         let Some(host) = host else {
             tracing::debug!(cluster = %cluster_name, "tcp proxy: no healthy upstream; closing");
             return;
         };
         let Address::Socket(address) = host.address() else { return };
         let _in_flight = host.stats.start();
-        let connect = tokio::time::timeout(cluster.resource.connect_timeout, TcpStream::connect(address)).await;
+        let connect =
+            tokio::time::timeout(cluster.resource.connect_timeout, connect(*address, cluster.resource.upstream_bind))
+                .await;
         match connect {
             Ok(Ok(mut upstream)) => {
                 let _ = upstream.set_nodelay(true);
@@ -57,6 +63,17 @@ pub async fn serve(mut downstream: TcpStream, info: ConnectionInfo, proxy: &TcpP
             _ => host.stats.record(Instant::now(), now.elapsed(), false),
         }
     }
+}
+
+/// Connects from the cluster's `upstream_bind_config` source address when it has one
+/// (Istio binds inbound passthrough connections to 127.0.0.6, which its iptables rules
+/// let through instead of capturing them again).
+async fn connect(address: SocketAddr, bind: Option<SocketAddr>) -> std::io::Result<TcpStream> {
+    let socket = if address.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    if let Some(source) = bind {
+        socket.bind(source)?;
+    }
+    socket.connect(address).await
 }
 
 /// Envoy hashes the source IP as a string with xxHash64 (seed 0).

@@ -13,6 +13,7 @@ use rand::rngs::SmallRng;
 use tokio::sync::watch;
 
 use super::listener::ListenerManager;
+use super::original_dst::ListenerIndex;
 use super::upstream::Upstreams;
 use crate::core::shutdown::Signal;
 use crate::lb::{Balancers, WorkerPickers};
@@ -26,6 +27,8 @@ pub struct WorkerContext {
     pub pickers: RefCell<WorkerPickers>,
     pub upstreams: Upstreams,
     pub rng: RefCell<SmallRng>,
+    /// Listeners by address, for `use_original_dst` hand-offs.
+    pub listener_index: RefCell<ListenerIndex>,
 }
 
 /// The running workers.
@@ -95,6 +98,7 @@ async fn run(
         pickers: RefCell::new(WorkerPickers::new(seed)),
         upstreams: Upstreams::default(),
         rng: RefCell::new(SmallRng::seed_from_u64(seed ^ 0xa5a5)),
+        listener_index: RefCell::default(),
     });
     let mut listeners = ListenerManager::default();
     let mut changes = store.subscribe();
