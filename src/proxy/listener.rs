@@ -1,7 +1,10 @@
-//! A worker's listeners: bound, rebound and closed as LDS changes them. A changed listener
-//! gets a new socket (SO_REUSEPORT lets it bind beside the old one) before the old one
-//! stops accepting; connections already accepted finish on the old configuration.
+//! A worker's listeners: bound, updated and closed as LDS changes them. A changed listener
+//! on the same addresses keeps its sockets, and new connections get the new configuration;
+//! one whose addresses change gets new sockets (SO_REUSEPORT lets them bind beside the old
+//! ones) before the old ones stop accepting. Connections already accepted finish on the
+//! configuration they were accepted with.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -21,8 +24,14 @@ const BACKLOG: i32 = 1024;
 
 struct Active {
     config: Arc<Versioned<Listener>>,
+    addresses: Vec<SocketAddr>,
+    /// The configuration the accept loops hand to each new connection.
+    current: Current,
     _stop: Trigger,
 }
+
+/// A listener's configuration as its accept loops see it; shared within one worker.
+type Current = Rc<RefCell<Arc<Versioned<Listener>>>>;
 
 /// The listeners one worker serves.
 #[derive(Default)]
@@ -39,6 +48,19 @@ impl ListenerManager {
                 continue;
             }
             let addresses = bind_addresses(&listener.resource);
+            if let Some(active) = self.active.get_mut(name)
+                && !addresses.is_empty()
+                && active.addresses == addresses
+            {
+                // Same addresses: the bound sockets stay and take the new configuration for
+                // new connections, as Envoy passes a listener's socket to its replacement.
+                // Binding anew and closing the old sockets would reset connections that
+                // were in the old sockets' accept queues.
+                active.config = listener.clone();
+                *active.current.borrow_mut() = listener.clone();
+                tracing::debug!(worker = context.id, listener = %name, "listener updated in place");
+                continue;
+            }
             if addresses.is_empty() {
                 // Not bound (bind_to_port false, pipes, internal): reached through others.
                 self.active.remove(name);
@@ -49,12 +71,15 @@ impl ListenerManager {
             match bound {
                 Ok(sockets) => {
                     let (stop, stopped) = shutdown::channel();
+                    let current = Rc::new(RefCell::new(listener.clone()));
                     for socket in sockets {
-                        let task = accept_loop(socket, listener.clone(), context.clone(), stopped.clone());
+                        let task = accept_loop(socket, current.clone(), context.clone(), stopped.clone());
                         tokio::task::spawn_local(task);
                     }
                     // Replacing the entry drops the old trigger: the old sockets stop accepting.
-                    self.active.insert(name.clone(), Active { config: listener.clone(), _stop: stop });
+                    let active =
+                        Active { config: listener.clone(), addresses: addresses.clone(), current, _stop: stop };
+                    self.active.insert(name.clone(), active);
                     tracing::debug!(worker = context.id, listener = %name, ?addresses, "listening");
                 }
                 Err(e) => {
@@ -99,12 +124,7 @@ fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::from_std(socket.into())
 }
 
-async fn accept_loop(
-    socket: TcpListener,
-    listener: Arc<Versioned<Listener>>,
-    context: Rc<WorkerContext>,
-    stopped: shutdown::Signal,
-) {
+async fn accept_loop(socket: TcpListener, current: Current, context: Rc<WorkerContext>, stopped: shutdown::Signal) {
     loop {
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,
@@ -112,9 +132,10 @@ async fn accept_loop(
         };
         match accepted {
             Ok((stream, peer)) => {
-                tokio::task::spawn_local(connection::serve(stream, peer, listener.clone(), context.clone()));
+                let listener = current.borrow().clone();
+                tokio::task::spawn_local(connection::serve(stream, peer, listener, context.clone()));
             }
-            Err(e) => tracing::warn!(listener = %listener.resource.name, error = %e, "accept failed"),
+            Err(e) => tracing::warn!(listener = %current.borrow().resource.name, error = %e, "accept failed"),
         }
     }
 }
