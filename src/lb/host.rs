@@ -49,9 +49,16 @@ pub struct StatsRegistry {
     by_address: HashMap<Address, Arc<EndpointStats>>,
     /// The hosts an ORIGINAL_DST cluster created on demand, kept across rebuilds.
     original_dst: Option<Arc<OriginalDstHosts>>,
+    /// Handed to new endpoints' outlier counters: wakes the cluster's detector.
+    outlier_wake: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl StatsRegistry {
+    /// A registry whose endpoints wake `wake` on consecutive-failure events.
+    pub fn with_outlier_wake(wake: Arc<tokio::sync::Notify>) -> Self {
+        Self { outlier_wake: Some(wake), ..Self::default() }
+    }
+
     /// The hosts of `assignment`, reusing the stats of addresses already known and
     /// forgetting addresses that left. Linear in the number of endpoints.
     pub fn hosts(&mut self, assignment: &ClusterLoadAssignment, now: Instant) -> Vec<Host> {
@@ -67,13 +74,20 @@ impl StatsRegistry {
                     .get(&endpoint.address)
                     .or_else(|| next.get(&endpoint.address))
                     .cloned()
-                    .unwrap_or_else(|| Arc::new(EndpointStats::new(now)));
+                    .unwrap_or_else(|| Arc::new(self.new_stats(now)));
                 next.insert(endpoint.address.clone(), stats.clone());
                 hosts.push(Host { endpoint: endpoint.clone(), stats, priority: group.priority, locality });
             }
         }
         self.by_address = next;
         hosts
+    }
+
+    fn new_stats(&self, now: Instant) -> EndpointStats {
+        match &self.outlier_wake {
+            Some(wake) => EndpointStats::with_outlier_wake(now, wake.clone()),
+            None => EndpointStats::new(now),
+        }
     }
 
     /// The on-demand hosts of an ORIGINAL_DST cluster, the same across rebuilds.

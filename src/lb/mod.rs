@@ -15,6 +15,7 @@ pub mod least_request;
 pub mod load;
 pub mod maglev;
 pub mod original_dst;
+pub mod outlier;
 pub mod peak_ewma;
 pub mod policy;
 pub mod priority;

@@ -65,6 +65,8 @@ struct Built {
 #[derive(Debug, Default)]
 pub struct BalancerBuilder {
     registries: HashMap<String, StatsRegistry>,
+    /// Woken by any endpoint's outlier counters reaching a consecutive-failure threshold.
+    outlier_wake: Arc<tokio::sync::Notify>,
     built: HashMap<String, Built>,
     rebuilds: usize,
 }
@@ -86,7 +88,11 @@ impl BalancerBuilder {
                 Some(previous) if previous.cluster == *cluster && previous.assignment == *assignment => previous,
                 _ => {
                     self.rebuilds += 1;
-                    let registry = self.registries.entry(cluster.name.clone()).or_default();
+                    let wake = &self.outlier_wake;
+                    let registry = self
+                        .registries
+                        .entry(cluster.name.clone())
+                        .or_insert_with(|| StatsRegistry::with_outlier_wake(wake.clone()));
                     let lb = Arc::new(ClusterLb::build(cluster, assignment, registry, now));
                     Built { cluster: cluster.clone(), assignment: assignment.clone(), lb }
                 }
@@ -109,6 +115,21 @@ impl BalancerBuilder {
         }
         self.rebuilds += self.built.len();
         balancers.publish(next);
+    }
+
+    /// Rebuilds the balancer of one cluster (its hosts' health or ejection changed).
+    pub fn refresh_cluster(&mut self, name: &str, balancers: &Balancers, now: Instant) {
+        let Some(entry) = self.built.get_mut(name) else { return };
+        let registry = self.registries.entry(name.to_owned()).or_default();
+        entry.lb = Arc::new(ClusterLb::build(&entry.cluster, &entry.assignment, registry, now));
+        self.rebuilds += 1;
+        let next = self.built.iter().map(|(name, entry)| (name.clone(), entry.lb.clone())).collect();
+        balancers.publish(next);
+    }
+
+    /// What the detectors wait on: notified when a worker raises an outlier event.
+    pub fn outlier_wake(&self) -> Arc<tokio::sync::Notify> {
+        self.outlier_wake.clone()
     }
 
     /// Balancers built so far (tests pin that unchanged clusters are not rebuilt).
