@@ -17,12 +17,16 @@ pub async fn keep_balancers(store: Arc<Store>, balancers: Arc<Balancers>, shutdo
     let mut next_update: HashMap<String, tokio::time::Instant> = HashMap::new();
     let mut next_cleanup: HashMap<String, tokio::time::Instant> = HashMap::new();
     let mut oob = super::oob::OobStreams::default();
+    let mut outliers = super::outlier::OutlierDetectors::default();
+    let outlier_events = builder.outlier_wake();
     update(&mut builder, &store.load(), &balancers);
     oob.sync(&balancers, &shutdown);
     loop {
+        outliers.sync(&store.load(), &balancers);
         let wake = next_update
             .values()
             .chain(next_cleanup.values())
+            .chain(outliers.next_sweep().as_ref())
             .min()
             .copied()
             .unwrap_or_else(|| tokio::time::Instant::now() + IDLE);
@@ -35,7 +39,12 @@ pub async fn keep_balancers(store: Arc<Store>, balancers: Arc<Balancers>, shutdo
                 oob.sync(&balancers, &shutdown);
             }
             _ = tokio::time::sleep_until(wake) => {}
+            _ = outlier_events.notified() => {}
             _ = shutdown.clone().triggered() => return,
+        }
+        outliers.sync(&store.load(), &balancers);
+        for cluster in outliers.run() {
+            builder.refresh_cluster(&cluster, &balancers, Instant::now());
         }
         update_weights(&balancers, &mut next_update);
         clean_original_dst_hosts(&balancers, &mut next_cleanup);

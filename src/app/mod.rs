@@ -5,6 +5,7 @@ pub mod backends;
 pub mod balancing;
 pub mod demo;
 pub mod oob;
+pub mod outlier;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -174,7 +174,13 @@ async fn handle(
                 retry.on_outcome(&outcome)
             }
             Ok(Err(error)) => retry.on_outcome(&classify(error)),
-            Err(Attempt::Timeout) => retry.on_outcome(&Outcome::Timeout),
+            Err(Attempt::Timeout) => {
+                if let Some(config) = &cluster.resource.outlier_detection {
+                    let thresholds = crate::lb::outlier::Thresholds::of(config);
+                    host.stats.outlier().record(crate::lb::outlier::OutlierResult::Timeout, &thresholds);
+                }
+                retry.on_outcome(&Outcome::Timeout)
+            }
         };
         let can_resend = buffered.is_some();
         match (outcome_decision, result) {

@@ -82,7 +82,7 @@ impl Upstreams {
         downstream_is_h2: bool,
         request: Request<RequestBody>,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
-        let feedback = Feedback::start(host, Instant::now());
+        let feedback = Feedback::start(host, Instant::now()).with_outlier(cluster.outlier_detection.as_ref());
         let result = self.send(host, cluster, downstream_is_h2, request).await;
         feedback.observe(result, Instant::now())
     }

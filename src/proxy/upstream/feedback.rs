@@ -22,7 +22,9 @@ use http::{HeaderMap, Response};
 use hyper::body::{Body, Frame, SizeHint};
 
 use super::error::UpstreamError;
+use crate::config::cluster::OutlierDetection;
 use crate::lb::Host;
+use crate::lb::outlier::{OutlierResult, Thresholds};
 use crate::lb::stats::{EndpointStats, InFlight};
 use crate::orca;
 
@@ -31,12 +33,20 @@ use crate::orca;
 pub struct Feedback {
     in_flight: InFlight,
     started: Instant,
+    /// The cluster's consecutive-failure thresholds, when it has outlier detection.
+    outlier: Option<Thresholds>,
 }
 
 impl Feedback {
     /// Counts the request as in flight on `host` from `now`.
     pub fn start(host: &Host, now: Instant) -> Self {
-        Self { in_flight: host.stats.start(), started: now }
+        Self { in_flight: host.stats.start(), started: now, outlier: None }
+    }
+
+    /// Also feeds the outcome to outlier detection, when the cluster has it.
+    pub fn with_outlier(mut self, config: Option<&OutlierDetection>) -> Self {
+        self.outlier = config.map(Thresholds::of);
+        self
     }
 
     /// Records what the upstream answered (`now` is when the headers or the error came) and
@@ -53,26 +63,37 @@ impl Feedback {
             Ok(response) => response,
             Err(error) => {
                 stats.record(now, latency, false);
+                let result = match error {
+                    UpstreamError::ConnectFailure { .. } | UpstreamError::ConnectTimeout { .. } => {
+                        OutlierResult::ConnectFailed
+                    }
+                    _ => OutlierResult::Reset,
+                };
+                record_outlier(&stats, self.outlier.as_ref(), result);
                 return Err(error);
             }
         };
         let (mut parts, body) = response.into_parts();
         take_load_report(&mut parts.headers, &stats, now);
+        let outlier = self.outlier;
         let outcome = if parts.status.is_server_error() {
             stats.record(now, latency, false);
+            record_outlier(&stats, outlier.as_ref(), OutlierResult::Status(parts.status.as_u16()));
             Outcome::Recorded
         } else if is_grpc(&parts.headers) {
             match parts.headers.get("grpc-status") {
                 Some(status) => {
                     stats.record(now, latency, grpc_success(Some(status.as_bytes())));
+                    record_outlier(&stats, outlier.as_ref(), grpc_outlier_result(Some(status.as_bytes())));
                     Outcome::Recorded
                 }
                 None => Outcome::Grpc(latency),
             }
         } else {
+            record_outlier(&stats, outlier.as_ref(), OutlierResult::Status(parts.status.as_u16()));
             Outcome::Http(latency)
         };
-        let body = ObservedBody { inner: body, in_flight: Some(self.in_flight), outcome };
+        let body = ObservedBody { inner: body, in_flight: Some(self.in_flight), outcome, outlier };
         Ok(Response::from_parts(parts, body))
     }
 }
@@ -94,6 +115,7 @@ pub struct ObservedBody<B> {
     inner: B,
     in_flight: Option<InFlight>,
     outcome: Outcome,
+    outlier: Option<Thresholds>,
 }
 
 impl<B> ObservedBody<B> {
@@ -114,6 +136,9 @@ impl<B> ObservedBody<B> {
             take_load_report(trailers, in_flight.stats(), Instant::now());
         }
         let status = trailers.get("grpc-status").map(|v| v.as_bytes().to_vec());
+        if let (Outcome::Grpc(_), Some(in_flight)) = (self.outcome, &self.in_flight) {
+            record_outlier(in_flight.stats(), self.outlier.as_ref(), grpc_outlier_result(status.as_deref()));
+        }
         self.finish(|outcome| match outcome {
             Outcome::Grpc(_) => Some(grpc_success(status.as_deref())),
             _ => Some(true),
@@ -194,6 +219,32 @@ fn take_load_report(headers: &mut HeaderMap, stats: &Arc<EndpointStats>, now: In
     }
     headers.remove(orca::ENDPOINT_LOAD_METRICS);
     headers.remove(orca::ENDPOINT_LOAD_METRICS_BIN);
+}
+
+fn record_outlier(stats: &EndpointStats, thresholds: Option<&Thresholds>, result: OutlierResult) {
+    if let Some(thresholds) = thresholds {
+        stats.outlier().record(result, thresholds);
+    }
+}
+
+/// A `grpc-status` as the HTTP status Envoy's outlier detection sees
+/// (`Grpc::Utility::grpcToHttpStatus`); missing or unparsable is Unknown (500).
+fn grpc_outlier_result(status: Option<&[u8]>) -> OutlierResult {
+    let code = status.and_then(|s| std::str::from_utf8(s).ok()).and_then(|s| s.trim().parse::<u32>().ok());
+    OutlierResult::Status(match code {
+        Some(0) => 200,
+        Some(1) => 499,
+        Some(3 | 9 | 11) => 400,
+        Some(4) => 504,
+        Some(5) => 404,
+        Some(6 | 10) => 409,
+        Some(7) => 403,
+        Some(8) => 429,
+        Some(12) => 501,
+        Some(14) => 503,
+        Some(16) => 401,
+        _ => 500,
+    })
 }
 
 fn is_grpc(headers: &HeaderMap) -> bool {
