@@ -113,3 +113,36 @@ outlier_detection: { consecutive_5xx: 3, interval: 0.05s, base_ejection_time: 2s
     assert!(saw_it_again, "the returned host takes its turn again");
     lab.outrider.stop();
 }
+
+/// Polls `done` until it holds (a condition of shared atomics with no change notification).
+async fn wait_until(mut done: impl FnMut() -> bool) {
+    let wait = async {
+        while !done() {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, wait).await.expect("condition not reached");
+}
+
+#[tokio::test]
+async fn max_requests_overflow_answers_503_overloaded() {
+    use outrider::lb::resources::Priority;
+    let breakers = r#"
+circuit_breakers: { thresholds: [{ max_requests: 1 }] }
+"#;
+    let mut slow = BackendBehaviour::new("slow");
+    slow.latency = std::time::Duration::from_secs(15);
+    let lab = lab(vec![slow], breakers).await;
+    let port = lab.proxy_port;
+    let first = tokio::spawn(async move { get(port, "/slow").await });
+    let resources = lab.outrider.balancers.get("backend").unwrap().resources().clone();
+    wait_until(|| resources.active_requests(Priority::Default) == 1).await;
+
+    let (status, headers, body) = get(lab.proxy_port, "/second").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(headers.get("x-envoy-overloaded").unwrap(), "true");
+    assert_eq!(body, "upstream connect error or disconnect/reset before headers. reset reason: overflow");
+    assert_eq!(resources.rq_pending_overflow.load(std::sync::atomic::Ordering::Relaxed), 1);
+    first.abort();
+    lab.outrider.stop();
+}

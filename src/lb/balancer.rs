@@ -19,6 +19,7 @@ use super::host::{Host, StatsRegistry};
 use super::original_dst::{DestinationCache, OriginalDst};
 use super::policy::{Cursor, PickContext, SharedPolicy};
 use super::priority::{Availability, LevelCounts, PriorityLoad};
+use super::resources::ClusterResources;
 use crate::config::cluster::lb_policy::DEFAULT_HEALTHY_PANIC_THRESHOLD;
 use crate::config::cluster::{LbPolicy, RoundRobinConfig};
 use crate::config::endpoint::HealthStatus;
@@ -64,6 +65,8 @@ pub struct ClusterLb {
     hosts: Vec<Arc<Host>>,
     /// Set for ORIGINAL_DST clusters, whose hosts are made per destination.
     original_dst: Option<OriginalDst>,
+    /// Circuit-breaker counts, shared by every build of this cluster's balancer.
+    resources: Arc<ClusterResources>,
 }
 
 impl ClusterLb {
@@ -132,7 +135,8 @@ impl ClusterLb {
         }
         let load = PriorityLoad::compute(&counts, assignment.overprovisioning_factor, panic_threshold);
         let original_dst = cluster.original_dst.as_ref().map(|c| OriginalDst::new(registry.original_dst_hosts(), c));
-        Self { cluster: cluster.name.clone(), sets, levels, load, hash_based, hosts, original_dst }
+        let resources = registry.resources();
+        Self { cluster: cluster.name.clone(), sets, levels, load, hash_based, hosts, original_dst, resources }
     }
 
     /// The per-destination hosts of an ORIGINAL_DST cluster; `None` for other clusters.
@@ -141,6 +145,11 @@ impl ClusterLb {
     }
 
     /// Every host of the cluster, in assignment order.
+    /// The cluster's circuit-breaker counts.
+    pub fn resources(&self) -> &Arc<ClusterResources> {
+        &self.resources
+    }
+
     pub fn hosts(&self) -> &[Arc<Host>] {
         &self.hosts
     }

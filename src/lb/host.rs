@@ -51,6 +51,8 @@ pub struct StatsRegistry {
     original_dst: Option<Arc<OriginalDstHosts>>,
     /// Handed to new endpoints' outlier counters: wakes the cluster's detector.
     outlier_wake: Option<Arc<tokio::sync::Notify>>,
+    /// The cluster's circuit-breaker counts, kept across rebuilds.
+    resources: Arc<super::resources::ClusterResources>,
 }
 
 impl StatsRegistry {
@@ -81,6 +83,11 @@ impl StatsRegistry {
         }
         self.by_address = next;
         hosts
+    }
+
+    /// The cluster's circuit-breaker counts (the same across rebuilds).
+    pub fn resources(&self) -> Arc<super::resources::ClusterResources> {
+        self.resources.clone()
     }
 
     fn new_stats(&self, now: Instant) -> EndpointStats {

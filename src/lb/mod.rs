@@ -21,6 +21,7 @@ pub mod policy;
 pub mod priority;
 pub mod random;
 pub mod registry;
+pub mod resources;
 pub mod ring_hash;
 pub mod round_robin;
 pub mod slow_start;

@@ -30,6 +30,7 @@ use super::upstream::{BoxError, RequestBody, UpstreamError};
 use super::worker::WorkerContext;
 use crate::config::RouteConfiguration;
 use crate::config::listener::{HttpConnectionManager, RouteSource};
+use crate::lb::resources::{Priority, Slot};
 use crate::lb::{Host, PickContext};
 
 /// What the proxy answers with: an upstream body or a local one.
@@ -126,6 +127,11 @@ async fn handle(
         }
     };
 
+    // Circuit breakers: every attempt takes a request slot, every retry a retry slot.
+    // Routes carry no priority in Outrider's model: all requests are default priority.
+    let resources = context.balancers.get(&cluster.resource.name).map(|lb| lb.resources().clone());
+    let limits = &cluster.resource.circuit_breakers;
+    let mut _retry_slot = None;
     let started = Instant::now();
     let deadline = forward.timeout.map(|t| started + t);
     let mut previous: Vec<Arc<Host>> = Vec::new();
@@ -141,6 +147,11 @@ async fn handle(
         let picked = original_dst::pick_host(context, &cluster.resource, &ctx, original_dst, Some(&parts.headers));
         let Some(host) = picked else {
             return local(manager, LocalReply::NoHealthyUpstream, is_grpc);
+        };
+        let request_slot = match resources.as_ref().map(|r| r.try_request(limits, Priority::Default)) {
+            Some(None) => return overflow(manager, is_grpc),
+            Some(slot) => slot,
+            None => None,
         };
         let body: RequestBody = match (&buffered, streamed.take()) {
             (Some(bytes), _) => Full::new(bytes.clone()).map_err(|never| match never {}).boxed(),
@@ -183,6 +194,15 @@ async fn handle(
             }
         };
         let can_resend = buffered.is_some();
+        let mut outcome_decision = outcome_decision;
+        if matches!(outcome_decision, Decision::Retry { .. }) && can_resend {
+            match resources.as_ref().map(|r| r.try_retry(limits, Priority::Default)) {
+                // max_retries (or the budget) is reached: the client gets this outcome.
+                Some(None) => outcome_decision = Decision::Done,
+                Some(slot) => _retry_slot = slot,
+                None => {}
+            }
+        }
         match (outcome_decision, result) {
             (Decision::Retry { backoff }, _) if can_resend => {
                 previous.push(host);
@@ -193,7 +213,10 @@ async fn handle(
                 tokio::time::sleep(backoff).await;
                 continue;
             }
-            (_, Ok(Ok(response))) => return respond(manager, &forward, response, started, retry.attempts(), &options),
+            (_, Ok(Ok(response))) => {
+                let response = respond(manager, &forward, response, started, retry.attempts(), &options);
+                return hold_until_body_ends(response, request_slot);
+            }
             (_, Ok(Err(error))) => {
                 last_failure = Some(error);
                 return reset_reply(manager, last_failure, retry.attempts() > 1, is_grpc);
@@ -272,6 +295,27 @@ fn reset_reply(
         _ => ResetReason::ConnectionTermination,
     };
     local(manager, LocalReply::UpstreamReset { reason, retried }, is_grpc)
+}
+
+/// Keeps `slot` (a circuit-breaker request slot) until the response body ends or drops:
+/// a streaming response counts as an active request for as long as it streams.
+fn hold_until_body_ends(response: Response<ProxyBody>, slot: Option<Slot>) -> Response<ProxyBody> {
+    let Some(slot) = slot else { return response };
+    response.map(|body| {
+        body.map_frame(move |frame| {
+            let _held = &slot;
+            frame
+        })
+        .boxed_unsync()
+    })
+}
+
+/// A circuit breaker refused the request: 503 `… reset reason: overflow` with
+/// `x-envoy-overloaded: true`, as Envoy answers (response flag UO).
+fn overflow(manager: &HttpConnectionManager, is_grpc: bool) -> Response<ProxyBody> {
+    let mut response = local(manager, LocalReply::Overflow, is_grpc);
+    response.headers_mut().insert("x-envoy-overloaded", HeaderValue::from_static("true"));
+    response
 }
 
 /// A local reply (gRPC requests get a trailers-only gRPC status instead).
