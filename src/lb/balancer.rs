@@ -21,6 +21,7 @@ use crate::config::cluster::lb_policy::DEFAULT_HEALTHY_PANIC_THRESHOLD;
 use crate::config::cluster::{LbPolicy, RoundRobinConfig};
 use crate::config::endpoint::HealthStatus;
 use crate::config::{Cluster, ClusterLoadAssignment};
+use crate::telemetry::ClusterStats;
 
 /// How many times a pick is redrawn to avoid hosts this request already tried (Envoy's
 /// `host_selection_retry_max_attempts` default is 1; Outrider redraws a few times more,
@@ -60,6 +61,8 @@ pub struct ClusterLb {
     load: PriorityLoad,
     hash_based: bool,
     hosts: Vec<Arc<Host>>,
+    /// The cluster's stats (kept across rebuilds by the registry).
+    pub stats: Arc<ClusterStats>,
 }
 
 impl ClusterLb {
@@ -127,7 +130,14 @@ impl ClusterLb {
             });
         }
         let load = PriorityLoad::compute(&counts, assignment.overprovisioning_factor, panic_threshold);
-        Self { cluster: cluster.name.clone(), sets, levels, load, hash_based, hosts }
+        let stats = registry.cluster_stats().clone();
+        let usable = |status: HealthStatus| {
+            hosts.iter().filter(|h| h.health() == status && !h.stats.is_ejected(now)).count() as i64
+        };
+        stats.membership_healthy.set(usable(HealthStatus::Healthy));
+        stats.membership_degraded.set(usable(HealthStatus::Degraded));
+        stats.membership_total.set(hosts.len() as i64);
+        Self { cluster: cluster.name.clone(), sets, levels, load, hash_based, hosts, stats }
     }
 
     /// Every host of the cluster, in assignment order.
@@ -331,6 +341,7 @@ impl Picker {
             Availability::Degraded => level.degraded,
         };
         let set = if lb.load.panic.get(priority).copied().unwrap_or(false) {
+            lb.stats.lb_healthy_panic.inc();
             level.all
         } else if !level.localities.is_empty() {
             let current = locality_current.get_mut(priority)?;

@@ -7,6 +7,7 @@ use std::time::Instant;
 use super::stats::EndpointStats;
 use crate::config::Address;
 use crate::config::endpoint::{ClusterLoadAssignment, HealthStatus, LbEndpoint};
+use crate::telemetry::ClusterStats;
 
 /// One upstream endpoint of a cluster.
 #[derive(Debug, Clone)]
@@ -16,6 +17,8 @@ pub struct Host {
     pub priority: u32,
     /// Index of its locality within its priority level.
     pub locality: usize,
+    /// Its cluster's stats, so that the request path needs no look-up to count.
+    pub cluster_stats: Arc<ClusterStats>,
 }
 
 impl Host {
@@ -46,9 +49,19 @@ impl Host {
 #[derive(Debug, Default)]
 pub struct StatsRegistry {
     by_address: HashMap<Address, Arc<EndpointStats>>,
+    cluster: Arc<ClusterStats>,
 }
 
 impl StatsRegistry {
+    /// A registry whose hosts count into `cluster` (`Default`: stats registered nowhere).
+    pub fn for_cluster(cluster: Arc<ClusterStats>) -> Self {
+        Self { by_address: HashMap::new(), cluster }
+    }
+
+    pub fn cluster_stats(&self) -> &Arc<ClusterStats> {
+        &self.cluster
+    }
+
     /// The hosts of `assignment`, reusing the stats of addresses already known and
     /// forgetting addresses that left. Linear in the number of endpoints.
     pub fn hosts(&mut self, assignment: &ClusterLoadAssignment, now: Instant) -> Vec<Host> {
@@ -66,8 +79,18 @@ impl StatsRegistry {
                     .cloned()
                     .unwrap_or_else(|| Arc::new(EndpointStats::new(now)));
                 next.insert(endpoint.address.clone(), stats.clone());
-                hosts.push(Host { endpoint: endpoint.clone(), stats, priority: group.priority, locality });
+                hosts.push(Host {
+                    endpoint: endpoint.clone(),
+                    stats,
+                    priority: group.priority,
+                    locality,
+                    cluster_stats: self.cluster.clone(),
+                });
             }
+        }
+        let changed = next.len() != self.by_address.len() || next.keys().any(|a| !self.by_address.contains_key(a));
+        if changed {
+            self.cluster.membership_change.inc();
         }
         self.by_address = next;
         hosts

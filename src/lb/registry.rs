@@ -17,6 +17,7 @@ use super::balancer::{ClusterLb, Picker};
 use super::host::{Host, StatsRegistry};
 use super::policy::PickContext;
 use crate::config::{Cluster, ClusterLoadAssignment};
+use crate::telemetry::{ClusterStats, Stats};
 
 /// The published balancers, by cluster name.
 #[derive(Debug)]
@@ -66,9 +67,24 @@ pub struct BalancerBuilder {
     registries: HashMap<String, StatsRegistry>,
     built: HashMap<String, Built>,
     rebuilds: usize,
+    /// Where cluster stats are registered (`None`: nowhere, for tests).
+    stats: Option<Arc<Stats>>,
 }
 
 impl BalancerBuilder {
+    /// A builder that registers each cluster's stats (`cluster.<name>.*`) in `stats`.
+    pub fn new(stats: Arc<Stats>) -> Self {
+        Self { stats: Some(stats), ..Self::default() }
+    }
+
+    fn registry(&mut self, cluster: &str) -> &mut StatsRegistry {
+        let stats = &self.stats;
+        self.registries.entry(cluster.to_owned()).or_insert_with(|| match stats {
+            Some(stats) => StatsRegistry::for_cluster(Arc::new(ClusterStats::register(stats, cluster))),
+            None => StatsRegistry::default(),
+        })
+    }
+
     /// Brings `balancers` in step with `clusters` (every served cluster with its endpoints).
     /// Unchanged clusters keep their balancer; the comparison of endpoint lists is mostly
     /// pointer comparisons, since unchanged endpoints share their allocation.
@@ -85,7 +101,7 @@ impl BalancerBuilder {
                 Some(previous) if previous.cluster == *cluster && previous.assignment == *assignment => previous,
                 _ => {
                     self.rebuilds += 1;
-                    let registry = self.registries.entry(cluster.name.clone()).or_default();
+                    let registry = self.registry(&cluster.name);
                     let lb = Arc::new(ClusterLb::build(cluster, assignment, registry, now));
                     Built { cluster: cluster.clone(), assignment: assignment.clone(), lb }
                 }
@@ -101,11 +117,13 @@ impl BalancerBuilder {
     /// Rebuilds every balancer from what it was built from (health or ejection changed).
     pub fn refresh(&mut self, balancers: &Balancers, now: Instant) {
         let mut next = HashMap::new();
-        for (name, entry) in &mut self.built {
-            let registry = self.registries.entry(name.clone()).or_default();
+        let mut built = std::mem::take(&mut self.built);
+        for (name, entry) in &mut built {
+            let registry = self.registry(name);
             entry.lb = Arc::new(ClusterLb::build(&entry.cluster, &entry.assignment, registry, now));
             next.insert(name.clone(), entry.lb.clone());
         }
+        self.built = built;
         self.rebuilds += self.built.len();
         balancers.publish(next);
     }

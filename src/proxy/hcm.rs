@@ -6,7 +6,7 @@
 use std::convert::Infallible;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
@@ -19,9 +19,12 @@ use hyper_util::server::conn::auto;
 use rand::Rng;
 use tokio::net::TcpStream;
 
+use super::access_log::PendingLog;
+use super::completion::{Completed, Completion};
 use super::exec::LocalExec;
 use super::filter_chain::ConnectionInfo;
 use super::headers::{self, Downstream, LocalReply, ResetReason};
+use super::response_flags::ResponseFlags;
 use super::retry::{Decision, Outcome, RetryState};
 use super::router::{self, DownstreamInfo, Forward, Routing, UpstreamRequestOptions};
 use super::upstream::{BoxError, RequestBody, UpstreamError};
@@ -29,6 +32,7 @@ use super::worker::WorkerContext;
 use crate::config::RouteConfiguration;
 use crate::config::listener::{HttpConnectionManager, RouteSource};
 use crate::lb::{Host, PickContext};
+use crate::telemetry::HttpStats;
 
 /// What the proxy answers with: an upstream body or a local one.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -46,22 +50,94 @@ pub async fn serve(
     context: Rc<WorkerContext>,
 ) {
     let downstream = Downstream { peer: info.peer, local: info.local, tls: false };
+    // Resolved once per connection from the worker's cache: no look-up per request.
+    let stats = context.telemetry.http(&manager.stat_prefix);
+    let access_logs: Rc<[_]> = context.telemetry.access_logs(&manager.access_log).into();
+    stats.downstream_cx_total.inc();
+    let _active = stats.downstream_cx_active.track();
+    let draining = context.draining.clone();
     let service = service_fn(move |request| {
-        let (manager, context) = (manager.clone(), context.clone());
-        async move { Ok::<_, Infallible>(handle(request, downstream, &manager, &context).await) }
+        let (manager, context, stats, access_logs) =
+            (manager.clone(), context.clone(), stats.clone(), access_logs.clone());
+        async move { Ok::<_, Infallible>(handle(request, downstream, &manager, &context, stats, &access_logs).await) }
     });
     let mut builder = auto::Builder::new(LocalExec);
     builder.http1().keep_alive(true);
-    if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        _ = draining.triggered() => {
+            // Draining: HTTP/1.1 closes after the response in progress, HTTP/2 sends
+            // GOAWAY; requests already accepted are answered.
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(e) = result {
         tracing::debug!(peer = %info.peer, error = %e, "downstream connection ended");
     }
 }
 
+/// Counts, times and logs one request around [`forward_request`].
 async fn handle(
     request: Request<Incoming>,
     downstream: Downstream,
     manager: &HttpConnectionManager,
     context: &WorkerContext,
+    stats: Arc<HttpStats>,
+    access_logs: &[crate::telemetry::LineWriter],
+) -> Response<ProxyBody> {
+    let started = Instant::now();
+    match request.version() {
+        Version::HTTP_2 => stats.downstream_rq_http2_total.inc(),
+        _ => stats.downstream_rq_http1_total.inc(),
+    }
+    let mut completion = Completion::start(stats, started);
+    let mut stream = StreamInfo::default();
+    if !access_logs.is_empty() {
+        // Captured after the connection manager's header handling (see `forward_request`).
+        stream.log = Some(access_logs.to_vec());
+    }
+    let mut pending = None;
+    let response = forward_request(request, downstream, manager, context, &mut stream, &mut pending).await;
+    let status = response.status().as_u16();
+    let stats = completion.stats();
+    stats.charge(status);
+    if stream.flags.contains(ResponseFlags::NO_ROUTE_FOUND) {
+        stats.no_route.inc();
+    } else if stream.flags.contains(ResponseFlags::NO_CLUSTER_FOUND) {
+        stats.no_cluster.inc();
+    } else if stream.direct_response {
+        stats.rq_direct_response.inc();
+    } else if stream.redirect {
+        stats.rq_redirect.inc();
+    }
+    if let Some(mut log) = pending {
+        log.respond(status, response.headers(), stream.flags);
+        completion.log_with(Some(log));
+    }
+    let (parts, body) = response.into_parts();
+    Response::from_parts(parts, Completed::new(body, completion).boxed_unsync())
+}
+
+/// What the forwarding path tells the caller about a request besides its response.
+#[derive(Default)]
+struct StreamInfo {
+    /// Access log writers, when the connection manager logs.
+    log: Option<Vec<crate::telemetry::LineWriter>>,
+    flags: ResponseFlags,
+    direct_response: bool,
+    redirect: bool,
+}
+
+async fn forward_request(
+    request: Request<Incoming>,
+    downstream: Downstream,
+    manager: &HttpConnectionManager,
+    context: &WorkerContext,
+    stream: &mut StreamInfo,
+    pending: &mut Option<Box<PendingLog>>,
 ) -> Response<ProxyBody> {
     let snapshot = context.store.load();
     // Borrowed from the snapshot (or the listener), which this request holds: no copy.
@@ -69,7 +145,7 @@ async fn handle(
         RouteSource::Inline(routes) => routes,
         RouteSource::Rds(name) => match snapshot.routes.get(name) {
             Some(routes) => &routes.resource,
-            None => return local(manager, LocalReply::NoRoute, false),
+            None => return local(manager, stream, LocalReply::NoRoute, false),
         },
     };
     let (mut parts, body) = request.into_parts();
@@ -81,12 +157,19 @@ async fn handle(
         headers::private_address,
         &mut parts.headers,
     );
+    if let Some(writers) = stream.log.take() {
+        *pending = Some(Box::new(PendingLog::new(writers, SystemTime::now(), &parts)));
+    }
     let random = context.rng.borrow_mut().random::<u64>();
     let forward = match router::route(routes, &parts, random) {
         Routing::Forward(forward) => forward,
-        Routing::NoRoute => return local(manager, LocalReply::NoRoute, is_grpc),
-        Routing::DirectResponse { status, body, .. } => return direct(manager, status, body),
+        Routing::NoRoute => return local(manager, stream, LocalReply::NoRoute, is_grpc),
+        Routing::DirectResponse { status, body, .. } => {
+            stream.direct_response = true;
+            return direct(manager, status, body);
+        }
         Routing::Redirect { status, location, .. } => {
+            stream.redirect = true;
             let mut response = direct(manager, status, Bytes::new());
             if let Ok(location) = HeaderValue::from_str(&location) {
                 response.headers_mut().insert(http::header::LOCATION, location);
@@ -95,7 +178,7 @@ async fn handle(
         }
     };
     let Some(cluster) = snapshot.clusters.get(forward.cluster.as_ref()).cloned() else {
-        return local(manager, LocalReply::ClusterNotFound(forward.cluster_not_found_status), is_grpc);
+        return local(manager, stream, LocalReply::ClusterNotFound(forward.cluster_not_found_status), is_grpc);
     };
     let info = DownstreamInfo {
         remote: Some(downstream.peer),
@@ -116,12 +199,17 @@ async fn handle(
         Err(()) => {
             return local(
                 manager,
+                stream,
                 LocalReply::UpstreamReset { reason: ResetReason::LocalReset, retried: false },
                 is_grpc,
             );
         }
     };
 
+    if let Some(log) = pending.as_mut() {
+        let length = parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+        log.bytes_received = buffered.as_ref().map_or(length.unwrap_or(0), |b| b.len() as u64);
+    }
     let started = Instant::now();
     let deadline = forward.timeout.map(|t| started + t);
     let mut previous: Vec<Arc<Host>> = Vec::new();
@@ -130,18 +218,24 @@ async fn handle(
         let now = Instant::now();
         let remaining = deadline.map(|d| d.saturating_duration_since(now));
         if remaining == Some(Duration::ZERO) {
-            return local(manager, LocalReply::UpstreamTimeout, is_grpc);
+            return local(manager, stream, LocalReply::UpstreamTimeout, is_grpc);
         }
         let avoid: &[Arc<Host>] = if retry.avoid_previous_hosts() { &previous } else { &[] };
         let ctx = PickContext { hash, attempt: 0, previous: avoid, now };
         let picked = context.pickers.borrow_mut().pick(&context.balancers, &cluster.resource.name, &ctx);
         let Some(host) = picked else {
-            return local(manager, LocalReply::NoHealthyUpstream, is_grpc);
+            if let Some(lb) = context.balancers.get(&cluster.resource.name) {
+                lb.stats.upstream_cx_none_healthy.inc();
+            }
+            return local(manager, stream, LocalReply::NoHealthyUpstream, is_grpc);
         };
+        if let Some(log) = pending.as_mut() {
+            log.upstream_host = Some(host.address().to_string());
+        }
         let body: RequestBody = match (&buffered, streamed.take()) {
             (Some(bytes), _) => Full::new(bytes.clone()).map_err(|never| match never {}).boxed(),
             (None, Some(body)) => body,
-            (None, None) => return reset_reply(manager, last_failure, true, is_grpc),
+            (None, None) => return reset_reply(manager, stream, last_failure, true, is_grpc),
         };
         let mut attempt_parts = parts.clone();
         router::set_attempt_headers(
@@ -172,13 +266,28 @@ async fn handle(
             Ok(Err(error)) => retry.on_outcome(&classify(error)),
             Err(Attempt::Timeout) => retry.on_outcome(&Outcome::Timeout),
         };
+        let cluster_stats = &host.cluster_stats;
+        if result.is_err() {
+            // The attempt's future was dropped by the timeout: count it here.
+            let per_try = forward.per_try_timeout.is_some_and(|p| remaining.is_none_or(|r| p < r));
+            let counter =
+                if per_try { &cluster_stats.upstream_rq_per_try_timeout } else { &cluster_stats.upstream_rq_timeout };
+            counter.inc();
+            cluster_stats.charge(504);
+            cluster_stats.upstream_rq_completed.inc();
+        }
         let can_resend = buffered.is_some();
+        if retry.limit_reached() {
+            stream.flags.insert(ResponseFlags::UPSTREAM_RETRY_LIMIT_EXCEEDED);
+            cluster_stats.upstream_rq_retry_limit_exceeded.inc();
+        }
         match (outcome_decision, result) {
             (Decision::Retry { backoff }, _) if can_resend => {
+                cluster_stats.upstream_rq_retry.inc();
                 previous.push(host);
                 let wake = Instant::now() + backoff;
                 if deadline.is_some_and(|d| wake >= d) {
-                    return local(manager, LocalReply::UpstreamTimeout, is_grpc);
+                    return local(manager, stream, LocalReply::UpstreamTimeout, is_grpc);
                 }
                 tokio::time::sleep(backoff).await;
                 continue;
@@ -186,9 +295,9 @@ async fn handle(
             (_, Ok(Ok(response))) => return respond(manager, &forward, response, started, retry.attempts(), &options),
             (_, Ok(Err(error))) => {
                 last_failure = Some(error);
-                return reset_reply(manager, last_failure, retry.attempts() > 1, is_grpc);
+                return reset_reply(manager, stream, last_failure, retry.attempts() > 1, is_grpc);
             }
-            (_, Err(Attempt::Timeout)) => return local(manager, LocalReply::UpstreamTimeout, is_grpc),
+            (_, Err(Attempt::Timeout)) => return local(manager, stream, LocalReply::UpstreamTimeout, is_grpc),
         }
     }
 }
@@ -250,6 +359,7 @@ fn respond(
 
 fn reset_reply(
     manager: &HttpConnectionManager,
+    info: &mut StreamInfo,
     failure: Option<UpstreamError>,
     retried: bool,
     is_grpc: bool,
@@ -261,11 +371,17 @@ fn reset_reply(
         Some(UpstreamError::Protocol(_)) => ResetReason::ProtocolError,
         _ => ResetReason::ConnectionTermination,
     };
-    local(manager, LocalReply::UpstreamReset { reason, retried }, is_grpc)
+    local(manager, info, LocalReply::UpstreamReset { reason, retried }, is_grpc)
 }
 
 /// A local reply (gRPC requests get a trailers-only gRPC status instead).
-fn local(manager: &HttpConnectionManager, reply: LocalReply, is_grpc: bool) -> Response<ProxyBody> {
+fn local(
+    manager: &HttpConnectionManager,
+    info: &mut StreamInfo,
+    reply: LocalReply,
+    is_grpc: bool,
+) -> Response<ProxyBody> {
+    info.flags.insert(ResponseFlags::for_local_reply(&reply));
     let (status, headers, body) =
         if is_grpc { headers::grpc_local_reply(reply.status(), &reply.message()) } else { reply.build() };
     let mut response = Response::new(Full::new(body).map_err(|never| match never {}).boxed_unsync());

@@ -87,6 +87,7 @@ async fn accept_loop(
     context: Rc<WorkerContext>,
     stopped: shutdown::Signal,
 ) {
+    let stats = context.telemetry.listener(&listener.resource);
     loop {
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,
@@ -94,7 +95,13 @@ async fn accept_loop(
         };
         match accepted {
             Ok((stream, peer)) => {
-                tokio::task::spawn_local(connection::serve(stream, peer, listener.clone(), context.clone()));
+                // Counted until the connection ends: listener stats and the worker's drain.
+                let counted = (stats.accepted(), context.connections.open());
+                let serve = connection::serve(stream, peer, listener.clone(), context.clone());
+                tokio::task::spawn_local(async move {
+                    serve.await;
+                    drop(counted);
+                });
             }
             Err(e) => tracing::warn!(listener = %listener.resource.name, error = %e, "accept failed"),
         }

@@ -13,6 +13,7 @@ use crate::config::listener::http_connection_manager::{
 /// Envoy's defaults.
 fn hcm() -> HttpConnectionManager {
     HttpConnectionManager {
+        access_log: Vec::new(),
         stat_prefix: "ingress".into(),
         codec_type: CodecType::Auto,
         route_source: RouteSource::Rds("r".into()),

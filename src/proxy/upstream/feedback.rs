@@ -25,18 +25,39 @@ use super::error::UpstreamError;
 use crate::lb::Host;
 use crate::lb::stats::{EndpointStats, InFlight};
 use crate::orca;
+use crate::telemetry::{ClusterStats, GaugeGuard};
 
 /// One request to one endpoint, from before its connection is chosen to its response.
 #[derive(Debug)]
 pub struct Feedback {
     in_flight: InFlight,
     started: Instant,
+    cluster: Timing,
+}
+
+/// The cluster's view of one upstream request: `upstream_rq_active` while it lasts,
+/// `upstream_rq_time` and `upstream_rq_completed` when it ends.
+#[derive(Debug)]
+struct Timing {
+    stats: Arc<ClusterStats>,
+    started: Instant,
+    _active: GaugeGuard,
+}
+
+impl Timing {
+    fn complete(self, now: Instant) {
+        self.stats.upstream_rq_completed.inc();
+        self.stats.upstream_rq_time.record(now.saturating_duration_since(self.started));
+    }
 }
 
 impl Feedback {
     /// Counts the request as in flight on `host` from `now`.
     pub fn start(host: &Host, now: Instant) -> Self {
-        Self { in_flight: host.stats.start(), started: now }
+        let stats = host.cluster_stats.clone();
+        stats.upstream_rq_total.inc();
+        let active = stats.upstream_rq_active.track();
+        Self { in_flight: host.stats.start(), started: now, cluster: Timing { stats, started: now, _active: active } }
     }
 
     /// Records what the upstream answered (`now` is when the headers or the error came) and
@@ -53,9 +74,12 @@ impl Feedback {
             Ok(response) => response,
             Err(error) => {
                 stats.record(now, latency, false);
+                self.cluster.stats.charge(503);
+                self.cluster.complete(now);
                 return Err(error);
             }
         };
+        self.cluster.stats.charge(response.status().as_u16());
         let (mut parts, body) = response.into_parts();
         take_load_report(&mut parts.headers, &stats, now);
         let outcome = if parts.status.is_server_error() {
@@ -72,7 +96,7 @@ impl Feedback {
         } else {
             Outcome::Http(latency)
         };
-        let body = ObservedBody { inner: body, in_flight: Some(self.in_flight), outcome };
+        let body = ObservedBody { inner: body, in_flight: Some(self.in_flight), outcome, timing: Some(self.cluster) };
         Ok(Response::from_parts(parts, body))
     }
 }
@@ -94,12 +118,16 @@ pub struct ObservedBody<B> {
     inner: B,
     in_flight: Option<InFlight>,
     outcome: Outcome,
+    timing: Option<Timing>,
 }
 
 impl<B> ObservedBody<B> {
     /// Releases the in-flight count and records the outcome `success` decides from the
     /// pending rule (`None`: nothing to record).
     fn finish(&mut self, success: impl FnOnce(Outcome) -> Option<bool>) {
+        if let Some(timing) = self.timing.take() {
+            timing.complete(Instant::now());
+        }
         let Some(in_flight) = self.in_flight.take() else { return };
         let outcome = std::mem::replace(&mut self.outcome, Outcome::Recorded);
         if let Outcome::Http(latency) | Outcome::Grpc(latency) = outcome

@@ -119,12 +119,9 @@ pub fn http_connection_manager(
             (stream_flush_timeout.is_some(), "stream_flush_timeout", "stream_idle_timeout bounds flushing"),
             (drain_timeout_jitter.is_some(), "drain_timeout_jitter", "no jitter is applied"),
             (
-                !access_log.is_empty()
-                    || access_log_flush_interval.is_some()
-                    || flush_access_log_on_new_request
-                    || access_log_options.is_some(),
-                "access_log",
-                "access logs are written by Outrider's own telemetry",
+                access_log_flush_interval.is_some() || flush_access_log_on_new_request || access_log_options.is_some(),
+                "access_log_options",
+                "access logs are written when each request ends",
             ),
             (
                 internal_address_config.is_some(),
@@ -200,7 +197,9 @@ pub fn http_connection_manager(
         (false, Some(hcm::StripPortMode::StripAnyHostPort(true))) => StripPort::Any,
         (false, _) => StripPort::None,
     };
+    let access_log = super::access_log::access_logs(access_log, warnings)?;
     Ok(HttpConnectionManager {
+        access_log,
         stat_prefix,
         codec_type,
         route_source,
