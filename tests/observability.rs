@@ -254,11 +254,11 @@ async fn access_log_lines_carry_envoys_fields_and_response_flags() {
     assert!(statuses.iter().all(|s| *s == 200), "a retry reaches the live backend: {statuses:?}");
 
     let lines = wait_for_lines(&path, 4).await;
+    let re = regex::Regex::new(
+        r#"^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] "GET /logged HTTP/1\.1" 200 - 0 \d+ \d+ \d+ "-" "observability-test" "[0-9a-f-]{36}" "example\.com" "127\.0\.0\.1:\d+"$"#,
+    )
+    .unwrap();
     for line in &lines {
-        let re = regex::Regex::new(
-            r#"^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] "GET /logged HTTP/1\.1" 200 - 0 \d+ \d+ \d+ "-" "observability-test" "[0-9a-f-]{36}" "example\.com" "127\.0\.0\.1:\d+"$"#,
-        )
-        .unwrap();
         assert!(re.is_match(line), "{line}");
     }
     let (_, text) = admin_get(lab.outrider.admin_address, "/stats").await;

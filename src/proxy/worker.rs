@@ -138,7 +138,7 @@ async fn run(
     // HTTP connections to finish their requests and close.
     listeners.stop_all();
     drain.trigger();
-    tracing::debug!(worker = id, open = context.connections.count(), "draining");
+    tracing::info!(worker = id, open = context.connections.count(), "stopped accepting; draining connections");
     if !shutting_down {
         options.shutdown.clone().triggered().await;
     }
