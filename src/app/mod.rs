@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use crate::admin::{self, AdminState, ServerInfo};
 use crate::config::Address;
-use crate::config::bootstrap::{Bootstrap, BootstrapError};
+use crate::config::bootstrap::{Bootstrap, BootstrapError, TraceCollector, TracingConfig};
 use crate::core::shutdown::{self, Trigger};
 use crate::proxy::WorkerOptions;
 use crate::proxy::observe::ProxyTelemetry;
 use crate::store::{ConfigState, Store, WarmingTimeouts};
 use crate::telemetry::logging::LogControl;
-use crate::telemetry::{ServerStats, Stats};
+use crate::telemetry::{ServerStats, Stats, Tracing};
 use crate::xds::client::{AdsClient, AdsClientConfig};
 
 /// Envoy's default `--drain-time-s`.
@@ -83,6 +83,7 @@ pub struct Running {
     stop_workers: Trigger,
     shutdown: Trigger,
     workers: Option<crate::proxy::Workers>,
+    tracing: Option<Tracing>,
 }
 
 impl Running {
@@ -112,6 +113,10 @@ impl Running {
         self.stop_workers.trigger();
         if let Some(workers) = self.workers.take() {
             let _ = tokio::task::spawn_blocking(move || workers.join()).await;
+        }
+        // Off this thread: the export it waits for runs on this runtime.
+        if let Some(tracing) = self.tracing.take() {
+            let _ = tokio::task::spawn_blocking(move || tracing.flush()).await;
         }
         self.shutdown.trigger();
     }
@@ -163,6 +168,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     };
     let admin_address =
         admin_listener.local_addr().map_err(|e| AppError::Admin(bootstrap.admin_address.to_string(), e))?;
+    let tracing = tracer(&bootstrap)?;
     let quit = Arc::new(tokio::sync::Notify::new());
     let balancers = Arc::new(crate::lb::Balancers::default());
     let (drain, draining) = shutdown::channel();
@@ -196,7 +202,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         drain: draining,
         shutdown: workers_stopping,
         drain_time,
-        telemetry: ProxyTelemetry::new(stats.clone()),
+        telemetry: ProxyTelemetry::new(stats.clone(), tracing.clone()),
     };
     let workers = crate::proxy::Workers::start(concurrency, store.clone(), balancers.clone(), worker_options)
         .map_err(AppError::Runtime)?;
@@ -218,7 +224,51 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         stop_workers,
         shutdown: trigger,
         workers: Some(workers),
+        tracing,
     })
+}
+
+/// The tracer the bootstrap's `tracing.http` names, else the one
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` names, else none.
+fn tracer(bootstrap: &Bootstrap) -> Result<Option<Tracing>, AppError> {
+    let (endpoint, service) = match &bootstrap.tracing {
+        Some(TracingConfig { collector: TraceCollector::Uri(uri), service_name }) => {
+            (uri.clone(), service_name.clone())
+        }
+        Some(TracingConfig { collector: TraceCollector::Cluster(name), service_name }) => {
+            let address = bootstrap
+                .static_clusters
+                .iter()
+                .find(|c| &c.name == name)
+                .and_then(|c| c.load_assignment.as_ref())
+                .and_then(|cla| cla.endpoints().next())
+                .map(|e| e.address.clone());
+            match address {
+                Some(Address::Socket(address)) => (format!("http://{address}"), service_name.clone()),
+                Some(Address::Dns { host, port }) => (format!("http://{host}:{port}"), service_name.clone()),
+                _ => {
+                    return Err(AppError::Config(crate::config::ConfigError::new(
+                        "tracing.http.typed_config.grpc_service.envoy_grpc.cluster_name",
+                        format!("{name:?} is not a static cluster with a TCP endpoint"),
+                    )));
+                }
+            }
+        }
+        None => match std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT") {
+            Ok(endpoint) if !endpoint.trim().is_empty() => (endpoint, "outrider".to_owned()),
+            _ => return Ok(None),
+        },
+    };
+    match Tracing::otlp(&endpoint, &service) {
+        Ok(tracing) => {
+            tracing::info!(%endpoint, "exporting traces over OTLP/gRPC");
+            Ok(Some(tracing))
+        }
+        Err(error) => {
+            tracing::warn!(%error, "traces are not exported");
+            Ok(None)
+        }
+    }
 }
 
 /// `outrider run`: blocks until SIGINT, SIGTERM or `POST /quitquitquit`.

@@ -13,7 +13,16 @@ use hyper::body::{Body, Frame, SizeHint};
 
 use super::access_log::PendingLog;
 use super::response_flags::ResponseFlags;
-use crate::telemetry::{GaugeGuard, HttpStats};
+use crate::telemetry::{GaugeGuard, HttpStats, KeyValue, RequestSpan};
+
+/// A span waiting for the end of its response.
+#[derive(Debug)]
+pub struct PendingSpan {
+    pub span: RequestSpan,
+    pub status: u16,
+    pub flags: ResponseFlags,
+    pub retries: u32,
+}
 
 /// What is recorded when the response ends.
 #[derive(Debug)]
@@ -22,6 +31,7 @@ pub struct Completion {
     started: Instant,
     _active: GaugeGuard,
     log: Option<Box<PendingLog>>,
+    span: Option<Box<PendingSpan>>,
 }
 
 impl Completion {
@@ -29,11 +39,15 @@ impl Completion {
     pub fn start(stats: Arc<HttpStats>, started: Instant) -> Self {
         stats.downstream_rq_total.inc();
         let active = stats.downstream_rq_active.track();
-        Self { stats, started, _active: active, log: None }
+        Self { stats, started, _active: active, log: None, span: None }
     }
 
     pub fn log_with(&mut self, log: Option<Box<PendingLog>>) {
         self.log = log;
+    }
+
+    pub fn trace_with(&mut self, span: Option<Box<PendingSpan>>) {
+        self.span = span;
     }
 
     pub fn stats(&self) -> &HttpStats {
@@ -48,6 +62,20 @@ impl Completion {
                 log.flags.insert(ResponseFlags::DOWNSTREAM_CONNECTION_TERMINATION);
             }
             log.write(bytes_sent, now.saturating_duration_since(self.started));
+        }
+        if let Some(pending) = self.span {
+            let PendingSpan { span, status, mut flags, retries } = *pending;
+            if !complete {
+                flags.insert(ResponseFlags::DOWNSTREAM_CONNECTION_TERMINATION);
+            }
+            span.end(
+                status,
+                vec![
+                    KeyValue::new("response_flags", flags.to_string()),
+                    KeyValue::new("response_size", bytes_sent as i64),
+                    KeyValue::new("outrider.retries", i64::from(retries)),
+                ],
+            );
         }
     }
 }

@@ -20,10 +20,11 @@ use rand::Rng;
 use tokio::net::TcpStream;
 
 use super::access_log::PendingLog;
-use super::completion::{Completed, Completion};
+use super::completion::{Completed, Completion, PendingSpan};
 use super::exec::LocalExec;
 use super::filter_chain::ConnectionInfo;
 use super::headers::{self, Downstream, LocalReply, ResetReason};
+use super::request_trace;
 use super::response_flags::ResponseFlags;
 use super::retry::{Decision, Outcome, RetryState};
 use super::router::{self, DownstreamInfo, Forward, Routing, UpstreamRequestOptions};
@@ -32,7 +33,7 @@ use super::worker::WorkerContext;
 use crate::config::RouteConfiguration;
 use crate::config::listener::{HttpConnectionManager, RouteSource};
 use crate::lb::{Host, PickContext};
-use crate::telemetry::HttpStats;
+use crate::telemetry::{HttpStats, KeyValue};
 
 /// What the proxy answers with: an upstream body or a local one.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -117,6 +118,10 @@ async fn handle(
         log.respond(status, response.headers(), stream.flags);
         completion.log_with(Some(log));
     }
+    if let Some(span) = stream.span.take() {
+        let pending = PendingSpan { span, status, flags: stream.flags, retries: stream.retries };
+        completion.trace_with(Some(Box::new(pending)));
+    }
     let (parts, body) = response.into_parts();
     Response::from_parts(parts, Completed::new(body, completion).boxed_unsync())
 }
@@ -129,6 +134,9 @@ struct StreamInfo {
     flags: ResponseFlags,
     direct_response: bool,
     redirect: bool,
+    /// The request's span, when its connection manager traces and a tracer is set.
+    span: Option<crate::telemetry::RequestSpan>,
+    retries: u32,
 }
 
 async fn forward_request(
@@ -160,6 +168,14 @@ async fn forward_request(
     if let Some(writers) = stream.log.take() {
         *pending = Some(Box::new(PendingLog::new(writers, SystemTime::now(), &parts)));
     }
+    if manager.tracing
+        && let Some(tracing) = context.telemetry.tracing()
+    {
+        // The upstream sees this span as its parent.
+        let span = request_trace::start(tracing, &parts);
+        span.inject(&mut parts.headers);
+        stream.span = Some(span);
+    }
     let random = context.rng.borrow_mut().random::<u64>();
     let forward = match router::route(routes, &parts, random) {
         Routing::Forward(forward) => forward,
@@ -180,6 +196,12 @@ async fn forward_request(
     let Some(cluster) = snapshot.clusters.get(forward.cluster.as_ref()).cloned() else {
         return local(manager, stream, LocalReply::ClusterNotFound(forward.cluster_not_found_status), is_grpc);
     };
+    if let Some(span) = &stream.span {
+        span.set(KeyValue::new("upstream_cluster", cluster.resource.name.clone()));
+        span.set(KeyValue::new("upstream_cluster.name", cluster.resource.name.clone()));
+        span.set(KeyValue::new("outrider.lb_policy", request_trace::policy(&cluster.resource)));
+        span.set(KeyValue::new("route_name", forward.route.name.clone()));
+    }
     let info = DownstreamInfo {
         remote: Some(downstream.peer),
         local: Some(downstream.local),
@@ -231,6 +253,9 @@ async fn forward_request(
         };
         if let Some(log) = pending.as_mut() {
             log.upstream_host = Some(host.address().to_string());
+        }
+        if let Some(span) = &stream.span {
+            span.set(KeyValue::new("upstream_address", host.address().to_string()));
         }
         let body: RequestBody = match (&buffered, streamed.take()) {
             (Some(bytes), _) => Full::new(bytes.clone()).map_err(|never| match never {}).boxed(),
@@ -284,6 +309,7 @@ async fn forward_request(
         match (outcome_decision, result) {
             (Decision::Retry { backoff }, _) if can_resend => {
                 cluster_stats.upstream_rq_retry.inc();
+                stream.retries += 1;
                 previous.push(host);
                 let wake = Instant::now() + backoff;
                 if deadline.is_some_and(|d| wake >= d) {

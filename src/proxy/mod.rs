@@ -11,6 +11,7 @@ pub mod hcm;
 pub mod headers;
 pub mod listener;
 pub mod observe;
+pub mod request_trace;
 pub mod response_flags;
 pub mod retry;
 pub mod router;

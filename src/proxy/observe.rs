@@ -8,18 +8,20 @@ use std::sync::Arc;
 
 use crate::config::Listener;
 use crate::config::listener::http_connection_manager::{AccessLog, AccessLogSink};
-use crate::telemetry::{HttpStats, LineWriter, LineWriters, ListenerStats, LogSink, Stats};
+use crate::telemetry::{HttpStats, LineWriter, LineWriters, ListenerStats, LogSink, Stats, Tracing};
 
 /// Shared by every worker.
 #[derive(Debug, Clone, Default)]
 pub struct ProxyTelemetry {
     pub stats: Arc<Stats>,
     pub line_writers: Arc<LineWriters>,
+    /// The tracer, when one is configured (bootstrap or `OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub tracing: Option<Tracing>,
 }
 
 impl ProxyTelemetry {
-    pub fn new(stats: Arc<Stats>) -> Self {
-        Self { line_writers: Arc::new(LineWriters::new(stats.clone())), stats }
+    pub fn new(stats: Arc<Stats>, tracing: Option<Tracing>) -> Self {
+        Self { line_writers: Arc::new(LineWriters::new(stats.clone())), stats, tracing }
     }
 }
 
@@ -35,6 +37,10 @@ pub struct WorkerTelemetry {
 impl WorkerTelemetry {
     pub fn new(shared: ProxyTelemetry) -> Self {
         Self { shared, ..Self::default() }
+    }
+
+    pub fn tracing(&self) -> Option<&Tracing> {
+        self.shared.tracing.as_ref()
     }
 
     /// `http.<stat_prefix>.*`, resolved on the first connection of this worker.

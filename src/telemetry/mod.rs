@@ -12,10 +12,14 @@ pub mod line_writer;
 pub mod logging;
 pub mod metrics;
 pub mod stats;
+pub mod trace;
 
 pub use cluster::ClusterStats;
 pub use control_plane::{ControlPlaneStats, ServerState, ServerStats, SubscriptionStats};
 pub use downstream::{HttpStats, ListenerStats};
 pub use line_writer::{LineWriter, LineWriters, LogSink};
 pub use metrics::{Counter, Gauge, GaugeGuard, Histogram, TextReadout};
+/// Span attributes, for callers that add their own.
+pub use opentelemetry::KeyValue;
 pub use stats::{Sample, Scope, StatName, Stats, Value};
+pub use trace::{RequestSpan, Tracing};

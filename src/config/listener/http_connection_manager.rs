@@ -69,6 +69,8 @@ pub struct HttpConnectionManager {
     pub append_x_forwarded_port: bool,
     /// Access logs (none by default): one line per request in Envoy's default format.
     pub access_log: Vec<AccessLog>,
+    /// A `tracing` block is set: requests get a span when a tracer is configured.
+    pub tracing: bool,
 }
 
 /// One access logger of a connection manager.

@@ -108,7 +108,11 @@ pub fn http_connection_manager(
         warnings,
         &[
             (add_user_agent.is_some(), "add_user_agent", "user agent headers are not added"),
-            (tracing.is_some(), "tracing", "tracing is not configured from listeners"),
+            (
+                tracing.as_ref().is_some_and(|t| t.provider.is_some()),
+                "tracing.provider",
+                "spans go to the bootstrap's tracer",
+            ),
             (
                 http1_safe_max_connection_duration,
                 "http1_safe_max_connection_duration",
@@ -199,6 +203,7 @@ pub fn http_connection_manager(
     };
     let access_log = super::access_log::access_logs(access_log, warnings)?;
     Ok(HttpConnectionManager {
+        tracing: tracing.is_some(),
         access_log,
         stat_prefix,
         codec_type,

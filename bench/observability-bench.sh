@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Cost of observability: HTTP/1.1 throughput (wrk, 50 keep-alive connections, one
+# worker) through a baseline Outrider without stats and through this one, with stats
+# only and with stats plus an access log line per request. Same nginx backend and
+# bootstrap as proxy-bench.sh; the binaries run alternately, `rounds` times each.
+#
+#   bench/observability-bench.sh BASELINE_BINARY CANDIDATE_BINARY [seconds-per-run] [rounds]
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+baseline="$1"
+candidate="$2"
+secs="${3:-10}"
+rounds="${4:-3}"
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need wrk || ! need nginx; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light wrk >/dev/null
+fi
+work="$(mktemp -d)"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
+trap cleanup EXIT
+
+nginx -c "$here/nginx.conf" -p /tmp & pids+=($!)
+wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+wait_port 18080
+
+# The same bootstrap with an access log to a file.
+python3 - "$here/proxy-bootstrap.yaml" "$work/logged.yaml" "$work/access.log" <<'PY'
+import sys
+src, dst, log = sys.argv[1:]
+text = open(src).read()
+entry = (
+    "          access_log:\n"
+    "          - name: envoy.access_loggers.file\n"
+    "            typed_config: { \"@type\": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog, path: %s }\n" % log
+)
+open(dst, "w").write(text.replace("          stat_prefix: ingress\n", "          stat_prefix: ingress\n" + entry))
+PY
+
+run() { # binary bootstrap → requests/s
+    RUST_LOG=error "$1" run --config "$2" --concurrency 1 >/dev/null 2>&1 &
+    local proxy=$!
+    wait_port 19000
+    wrk -t1 -c50 -d2s http://127.0.0.1:19000/ >/dev/null
+    wrk -t1 -c50 -d"${secs}s" http://127.0.0.1:19000/ | awk '/Requests\/sec/ {print $2}'
+    kill "$proxy"; wait "$proxy" 2>/dev/null || true
+    sleep 1
+}
+
+declare -A sum
+for round in $(seq "$rounds"); do
+    for variant in baseline stats stats+access_log; do
+        case "$variant" in
+            baseline) rps=$(run "$baseline" "$here/proxy-bootstrap.yaml") ;;
+            stats) rps=$(run "$candidate" "$here/proxy-bootstrap.yaml") ;;
+            stats+access_log) rps=$(run "$candidate" "$work/logged.yaml") ;;
+        esac
+        echo "round $round $variant $rps"
+        sum[$variant]=$(awk -v a="${sum[$variant]:-0}" -v b="$rps" 'BEGIN { print a + b }')
+    done
+done
+base=$(awk -v s="${sum[baseline]}" -v n="$rounds" 'BEGIN { print s / n }')
+echo "| variant | requests/s (mean of $rounds × ${secs}s) | vs baseline |"
+echo "| --- | --- | --- |"
+for variant in baseline stats stats+access_log; do
+    mean=$(awk -v s="${sum[$variant]}" -v n="$rounds" 'BEGIN { printf "%.0f", s / n }')
+    echo "| $variant | $mean | $(awk -v m="$mean" -v b="$base" 'BEGIN { printf "%+.1f %%", (m / b - 1) * 100 }') |"
+done
