@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Cost of observability: HTTP/1.1 throughput (wrk, 50 keep-alive connections, one
-# worker) through a baseline Outrider without stats and through this one, with stats
-# only and with stats plus an access log line per request. Same nginx backend and
-# bootstrap as proxy-bench.sh; the binaries run alternately, `rounds` times each.
+# worker) through a baseline Outrider without stats and through this one: with stats
+# (always on), with stats and a span per request exported over OTLP/gRPC to a counting
+# collector (bench/otlp_sink.py), and with stats, spans and an access log line per
+# request. Same nginx backend and bootstrap as proxy-bench.sh; the variants run in
+# turn, `rounds` times each.
 #
 #   bench/observability-bench.sh BASELINE_BINARY CANDIDATE_BINARY [seconds-per-run] [rounds]
 set -euo pipefail
@@ -25,17 +27,30 @@ nginx -c "$here/nginx.conf" -p /tmp & pids+=($!)
 wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 wait_port 18080
 
-# The same bootstrap with an access log to a file.
-python3 - "$here/proxy-bootstrap.yaml" "$work/logged.yaml" "$work/access.log" <<'PY'
+# The OTLP collector, in its own virtualenv.
+[ -x "$here/.otlp-venv/bin/python" ] || { python3 -m venv "$here/.otlp-venv" && "$here/.otlp-venv/bin/pip" install --quiet grpcio opentelemetry-proto; }
+"$here/.otlp-venv/bin/python" "$here/otlp_sink.py" 4317 > "$work/sink.out" & pids+=($!)
+wait_port 4317
+
+# The same bootstrap with a tracer (and the connection manager tracing), then also with
+# an access log to a file.
+python3 - "$here/proxy-bootstrap.yaml" "$work" <<'PY'
 import sys
-src, dst, log = sys.argv[1:]
+src, work = sys.argv[1:]
 text = open(src).read()
-entry = (
+tracer = (
+    "tracing:\n  http:\n    name: envoy.tracers.opentelemetry\n    typed_config:\n"
+    "      \"@type\": type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig\n"
+    "      grpc_service: { google_grpc: { target_uri: 127.0.0.1:4317, stat_prefix: otlp } }\n"
+)
+traced = tracer + text.replace("          stat_prefix: ingress\n", "          stat_prefix: ingress\n          tracing: {}\n")
+open(work + "/traced.yaml", "w").write(traced)
+log = (
     "          access_log:\n"
     "          - name: envoy.access_loggers.file\n"
-    "            typed_config: { \"@type\": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog, path: %s }\n" % log
+    "            typed_config: { \"@type\": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog, path: %s/access.log }\n" % work
 )
-open(dst, "w").write(text.replace("          stat_prefix: ingress\n", "          stat_prefix: ingress\n" + entry))
+open(work + "/logged.yaml", "w").write(traced.replace("          tracing: {}\n", "          tracing: {}\n" + log))
 PY
 
 run() { # binary bootstrap → requests/s
@@ -50,11 +65,12 @@ run() { # binary bootstrap → requests/s
 
 declare -A sum
 for round in $(seq "$rounds"); do
-    for variant in baseline stats stats+access_log; do
+    for variant in baseline stats stats+traces stats+traces+access_log; do
         case "$variant" in
             baseline) rps=$(run "$baseline" "$here/proxy-bootstrap.yaml") ;;
             stats) rps=$(run "$candidate" "$here/proxy-bootstrap.yaml") ;;
-            stats+access_log) rps=$(run "$candidate" "$work/logged.yaml") ;;
+            stats+traces) rps=$(run "$candidate" "$work/traced.yaml") ;;
+            stats+traces+access_log) rps=$(run "$candidate" "$work/logged.yaml") ;;
         esac
         echo "round $round $variant $rps"
         sum[$variant]=$(awk -v a="${sum[$variant]:-0}" -v b="$rps" 'BEGIN { print a + b }')
@@ -63,7 +79,9 @@ done
 base=$(awk -v s="${sum[baseline]}" -v n="$rounds" 'BEGIN { print s / n }')
 echo "| variant | requests/s (mean of $rounds × ${secs}s) | vs baseline |"
 echo "| --- | --- | --- |"
-for variant in baseline stats stats+access_log; do
+for variant in baseline stats stats+traces stats+traces+access_log; do
     mean=$(awk -v s="${sum[$variant]}" -v n="$rounds" 'BEGIN { printf "%.0f", s / n }')
     echo "| $variant | $mean | $(awk -v m="$mean" -v b="$base" 'BEGIN { printf "%+.1f %%", (m / b - 1) * 100 }') |"
 done
+kill "${pids[1]}"; sleep 1; cat "$work/sink.out"
+echo "access log lines: $(wc -l < "$work/access.log" 2>/dev/null || echo 0)"
