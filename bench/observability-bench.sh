@@ -23,9 +23,11 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 
-nginx -c "$here/nginx.conf" -p /tmp & pids+=($!)
 wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
-wait_port 18080
+# proxy-bench.sh's nginx, on a port and pid file of its own.
+sed -e 's/18080/28080/' -e "s#/tmp/outrider-bench-nginx.pid#$work/nginx.pid#" "$here/nginx.conf" > "$work/nginx.conf"
+nginx -c "$work/nginx.conf" -p "$work" & pids+=($!)
+wait_port 28080
 
 # The OTLP collector, in its own virtualenv.
 [ -x "$here/.otlp-venv/bin/python" ] || { python3 -m venv "$here/.otlp-venv" && "$here/.otlp-venv/bin/pip" install --quiet grpcio opentelemetry-proto; }
@@ -34,10 +36,12 @@ wait_port 4317
 
 # The same bootstrap with a tracer (and the connection manager tracing), then also with
 # an access log to a file.
+# Ports of their own (29000, 29901, backend 28080), so that proxy-bench.sh may run beside.
 python3 - "$here/proxy-bootstrap.yaml" "$work" <<'PY'
 import sys
 src, work = sys.argv[1:]
-text = open(src).read()
+text = open(src).read().replace("port_value: 19000", "port_value: 29000").replace("port_value: 19901", "port_value: 29901").replace("port_value: 18080", "port_value: 28080")
+open(work + "/plain.yaml", "w").write(text)
 tracer = (
     "tracing:\n  http:\n    name: envoy.tracers.opentelemetry\n    typed_config:\n"
     "      \"@type\": type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig\n"
@@ -56,9 +60,9 @@ PY
 run() { # binary bootstrap → requests/s
     RUST_LOG=error "$1" run --config "$2" --concurrency 1 >/dev/null 2>&1 &
     local proxy=$!
-    wait_port 19000
-    wrk -t1 -c50 -d2s http://127.0.0.1:19000/ >/dev/null
-    wrk -t1 -c50 -d"${secs}s" http://127.0.0.1:19000/ | awk '/Requests\/sec/ {print $2}'
+    wait_port 29000
+    wrk -t1 -c50 -d2s http://127.0.0.1:29000/ >/dev/null
+    wrk -t1 -c50 -d"${secs}s" http://127.0.0.1:29000/ | awk '/Requests\/sec/ {print $2}'
     kill "$proxy"; wait "$proxy" 2>/dev/null || true
     sleep 1
 }
@@ -67,8 +71,8 @@ declare -A sum
 for round in $(seq "$rounds"); do
     for variant in baseline stats stats+traces stats+traces+access_log; do
         case "$variant" in
-            baseline) rps=$(run "$baseline" "$here/proxy-bootstrap.yaml") ;;
-            stats) rps=$(run "$candidate" "$here/proxy-bootstrap.yaml") ;;
+            baseline) rps=$(run "$baseline" "$work/plain.yaml") ;;
+            stats) rps=$(run "$candidate" "$work/plain.yaml") ;;
             stats+traces) rps=$(run "$candidate" "$work/traced.yaml") ;;
             stats+traces+access_log) rps=$(run "$candidate" "$work/logged.yaml") ;;
         esac
