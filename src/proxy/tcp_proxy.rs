@@ -41,21 +41,32 @@ pub async fn serve(mut downstream: TcpStream, info: ConnectionInfo, proxy: &TcpP
         let ctx = PickContext { hash, attempt: 0, previous: &[], now };
         let host = context.pickers.borrow_mut().pick(&context.balancers, &cluster_name, &ctx);
         let Some(host) = host else {
+            if let Some(lb) = context.balancers.get(&cluster_name) {
+                lb.stats.upstream_cx_none_healthy.inc();
+            }
             tracing::debug!(cluster = %cluster_name, "tcp proxy: no healthy upstream; closing");
             return;
         };
         let Address::Socket(address) = host.address() else { return };
         let _in_flight = host.stats.start();
+        let stats = &host.cluster_stats;
         let connect = tokio::time::timeout(cluster.resource.connect_timeout, TcpStream::connect(address)).await;
         match connect {
             Ok(Ok(mut upstream)) => {
                 let _ = upstream.set_nodelay(true);
                 host.stats.record(Instant::now(), now.elapsed(), true);
+                stats.upstream_cx_total.inc();
+                let _active = stats.upstream_cx_active.track();
                 let _ = tokio::io::copy_bidirectional(&mut downstream, &mut upstream).await;
                 return;
             }
-            _ => host.stats.record(Instant::now(), now.elapsed(), false),
+            Ok(Err(_)) => stats.upstream_cx_connect_fail.inc(),
+            Err(_) => {
+                stats.upstream_cx_connect_fail.inc();
+                stats.upstream_cx_connect_timeout.inc();
+            }
         }
+        host.stats.record(Instant::now(), now.elapsed(), false);
     }
 }
 

@@ -62,3 +62,63 @@ pub fn tracing(tracing: proto::Tracing, warnings: &mut Warnings) -> Result<Optio
     let service_name = if service_name.is_empty() { "outrider".to_owned() } else { service_name };
     Ok(Some(TracingConfig { collector, service_name }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::envoy::config::core::v3::GrpcService;
+    use crate::pb::envoy::config::core::v3::grpc_service::{EnvoyGrpc, GoogleGrpc};
+    use crate::pb::google::protobuf::Any;
+    use prost::{Message, Name};
+
+    fn tracing_with(config: proto::OpenTelemetryConfig) -> proto::Tracing {
+        let any = Any { type_url: proto::OpenTelemetryConfig::type_url(), value: config.encode_to_vec() };
+        proto::Tracing {
+            http: Some(proto::tracing::Http {
+                name: "envoy.tracers.opentelemetry".into(),
+                config_type: Some(proto::tracing::http::ConfigType::TypedConfig(any)),
+            }),
+        }
+    }
+
+    #[test]
+    fn opentelemetry_to_a_cluster_or_a_uri() {
+        let to_cluster = proto::OpenTelemetryConfig {
+            grpc_service: Some(GrpcService {
+                target_specifier: Some(TargetSpecifier::EnvoyGrpc(EnvoyGrpc {
+                    cluster_name: "otel".into(),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut warnings = Warnings::new();
+        let config = tracing(tracing_with(to_cluster), &mut warnings).ok().flatten();
+        assert_eq!(
+            config,
+            Some(TracingConfig { collector: TraceCollector::Cluster("otel".into()), service_name: "outrider".into() })
+        );
+        let to_uri = proto::OpenTelemetryConfig {
+            grpc_service: Some(GrpcService {
+                target_specifier: Some(TargetSpecifier::GoogleGrpc(GoogleGrpc {
+                    target_uri: "collector:4317".into(),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }),
+            service_name: "mesh".into(),
+            ..Default::default()
+        };
+        let config = tracing(tracing_with(to_uri), &mut warnings).ok().flatten();
+        assert_eq!(
+            config,
+            Some(TracingConfig {
+                collector: TraceCollector::Uri("http://collector:4317".into()),
+                service_name: "mesh".into()
+            })
+        );
+        let nowhere = tracing(tracing_with(proto::OpenTelemetryConfig::default()), &mut warnings);
+        assert!(nowhere.is_err_and(|e| e.to_string().contains("grpc_service")));
+    }
+}

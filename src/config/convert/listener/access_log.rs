@@ -64,3 +64,40 @@ fn access_log(log: proto::AccessLog, warnings: &mut Warnings) -> Result<AccessLo
     };
     Ok(AccessLog { sink })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::google::protobuf::Any;
+    use prost::{Message, Name};
+
+    fn log(any: Any) -> proto::AccessLog {
+        proto::AccessLog {
+            name: "log".into(),
+            filter: None,
+            config_type: Some(proto::access_log::ConfigType::TypedConfig(any)),
+        }
+    }
+
+    #[test]
+    fn stdout_and_file_loggers_convert_others_are_refused() {
+        let stdout = Any { type_url: StdoutAccessLog::type_url(), value: StdoutAccessLog::default().encode_to_vec() };
+        let file = FileAccessLog { path: "/var/log/access.log".into(), access_log_format: None };
+        let file = Any { type_url: FileAccessLog::type_url(), value: file.encode_to_vec() };
+        let mut warnings = Warnings::new();
+        let logs = access_logs(vec![log(stdout), log(file)], &mut warnings).ok();
+        assert_eq!(
+            logs,
+            Some(vec![
+                AccessLog { sink: AccessLogSink::Stdout },
+                AccessLog { sink: AccessLogSink::File("/var/log/access.log".into()) },
+            ])
+        );
+        let grpc = Any {
+            type_url: "type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig".into(),
+            value: Vec::new(),
+        };
+        let refused = access_logs(vec![log(grpc)], &mut warnings);
+        assert!(refused.is_err_and(|e| e.to_string().contains("access_log[0].typed_config")));
+    }
+}
