@@ -57,35 +57,49 @@ log = (
 open(work + "/logged.yaml", "w").write(traced.replace("          tracing: {}\n", "          tracing: {}\n" + log))
 PY
 
-run() { # binary bootstrap → requests/s
+# CPU time (user + system, clock ticks) of a process and all its threads.
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+
+run() { # binary bootstrap → "requests/s  CPU-µs-per-request" (the proxy's own CPU: workers,
+        # control thread, span export and access log threads)
     RUST_LOG=error "$1" run --config "$2" --concurrency 1 >/dev/null 2>&1 &
     local proxy=$!
     wait_port 29000
     wrk -t1 -c50 -d2s http://127.0.0.1:29000/ >/dev/null
-    wrk -t1 -c50 -d"${secs}s" http://127.0.0.1:29000/ | awk '/Requests\/sec/ {print $2}'
+    local before; before=$(ticks "$proxy")
+    local out; out=$(wrk -t1 -c50 -d"${secs}s" http://127.0.0.1:29000/)
+    local after; after=$(ticks "$proxy")
     kill "$proxy"; wait "$proxy" 2>/dev/null || true
     sleep 1
+    local rps; rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+    local requests; requests=$(echo "$out" | awk '/requests in/ {print $1}')
+    awk -v r="$rps" -v b="$before" -v a="$after" -v n="$requests" -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { printf "%s %.2f\n", r, (a - b) / hz * 1e6 / n }'
 }
 
-declare -A sum
+declare -A sum cpu_sum
 for round in $(seq "$rounds"); do
     for variant in baseline stats stats+traces stats+traces+access_log; do
         case "$variant" in
-            baseline) rps=$(run "$baseline" "$work/plain.yaml") ;;
-            stats) rps=$(run "$candidate" "$work/plain.yaml") ;;
-            stats+traces) rps=$(run "$candidate" "$work/traced.yaml") ;;
-            stats+traces+access_log) rps=$(run "$candidate" "$work/logged.yaml") ;;
+            baseline) result=$(run "$baseline" "$work/plain.yaml") ;;
+            stats) result=$(run "$candidate" "$work/plain.yaml") ;;
+            stats+traces) result=$(run "$candidate" "$work/traced.yaml") ;;
+            stats+traces+access_log) result=$(run "$candidate" "$work/logged.yaml") ;;
         esac
-        echo "round $round $variant $rps"
+        read -r rps cpu <<< "$result"
+        echo "round $round $variant $rps requests/s, $cpu CPU-µs/request"
         sum[$variant]=$(awk -v a="${sum[$variant]:-0}" -v b="$rps" 'BEGIN { print a + b }')
+        cpu_sum[$variant]=$(awk -v a="${cpu_sum[$variant]:-0}" -v b="$cpu" 'BEGIN { print a + b }')
     done
 done
 base=$(awk -v s="${sum[baseline]}" -v n="$rounds" 'BEGIN { print s / n }')
-echo "| variant | requests/s (mean of $rounds × ${secs}s) | vs baseline |"
-echo "| --- | --- | --- |"
+cpu_base=$(awk -v s="${cpu_sum[baseline]}" -v n="$rounds" 'BEGIN { print s / n }')
+echo "| variant | requests/s (mean of $rounds × ${secs}s) | vs baseline | proxy CPU-µs per request | vs baseline |"
+echo "| --- | --- | --- | --- | --- |"
 for variant in baseline stats stats+traces stats+traces+access_log; do
     mean=$(awk -v s="${sum[$variant]}" -v n="$rounds" 'BEGIN { printf "%.0f", s / n }')
-    echo "| $variant | $mean | $(awk -v m="$mean" -v b="$base" 'BEGIN { printf "%+.1f %%", (m / b - 1) * 100 }') |"
+    cpu=$(awk -v s="${cpu_sum[$variant]}" -v n="$rounds" 'BEGIN { printf "%.2f", s / n }')
+    echo "| $variant | $mean | $(awk -v m="$mean" -v b="$base" 'BEGIN { printf "%+.1f %%", (m / b - 1) * 100 }') | $cpu | $(awk -v m="$cpu" -v b="$cpu_base" 'BEGIN { printf "%+.1f %%", (m / b - 1) * 100 }') |"
 done
 kill "${pids[1]}"; sleep 1; cat "$work/sink.out"
 echo "access log lines: $(wc -l < "$work/access.log" 2>/dev/null || echo 0)"

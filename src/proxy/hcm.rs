@@ -170,6 +170,7 @@ async fn forward_request(
     }
     if manager.tracing
         && let Some(tracing) = context.telemetry.tracing()
+        && request_trace::sampled(manager.trace_sampling, &parts, || context.rng.borrow_mut().random::<u32>())
     {
         // The upstream sees this span as its parent.
         let span = request_trace::start(tracing, &parts);

@@ -35,6 +35,17 @@ pub fn start(tracing: &Tracing, parts: &Parts) -> RequestSpan {
     tracing.start(name, &parts.headers, attributes)
 }
 
+/// Whether the request gets a span: always when it carries a `traceparent` (the parent's
+/// sampled flag then decides whether the span is recorded, and the context propagates
+/// either way); otherwise with probability `percent` (`tracing.random_sampling`).
+pub fn sampled(percent: f64, parts: &Parts, random: impl FnOnce() -> u32) -> bool {
+    if percent >= 100.0 || parts.headers.contains_key("traceparent") {
+        return true;
+    }
+    // In units of 0.01 %, as Envoy's fractional percent.
+    f64::from(random() % 10_000) < percent * 100.0
+}
+
 /// The cluster's balancing policy, by Envoy's name.
 pub fn policy(cluster: &Cluster) -> &'static str {
     match cluster.load_balancing.as_ref().map(|lb| &lb.policy) {
@@ -45,5 +56,25 @@ pub fn policy(cluster: &Cluster) -> &'static str {
         Some(LbPolicy::Maglev(_)) => "MAGLEV",
         Some(LbPolicy::ClientSideWeightedRoundRobin(_)) => "client_side_weighted_round_robin",
         Some(LbPolicy::PeakEwma(_)) => "peak_ewma",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_sampling_applies_to_requests_without_a_trace() {
+        let (plain, ()) = http::Request::get("/").body(()).unwrap_or_default().into_parts();
+        let traced = http::Request::get("/")
+            .header("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00")
+            .body(())
+            .unwrap_or_default();
+        let (traced, ()) = traced.into_parts();
+        assert!(sampled(100.0, &plain, || 9_999));
+        assert!(!sampled(0.0, &plain, || 0));
+        assert!(sampled(1.0, &plain, || 99), "1 % is 100 in 10 000");
+        assert!(!sampled(1.0, &plain, || 100));
+        assert!(sampled(0.0, &traced, || 0), "a caller's trace always continues");
     }
 }

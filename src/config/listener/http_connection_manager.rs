@@ -71,6 +71,9 @@ pub struct HttpConnectionManager {
     pub access_log: Vec<AccessLog>,
     /// A `tracing` block is set: requests get a span when a tracer is configured.
     pub tracing: bool,
+    /// `tracing.random_sampling`, percent of requests without a trace that start one
+    /// (default 100; requests that carry a `traceparent` follow its sampled flag).
+    pub trace_sampling: f64,
 }
 
 /// One access logger of a connection manager.

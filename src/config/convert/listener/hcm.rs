@@ -202,8 +202,13 @@ pub fn http_connection_manager(
         (false, _) => StripPort::None,
     };
     let access_log = super::access_log::access_logs(access_log, warnings)?;
+    let trace_sampling = match &tracing {
+        Some(t) => common::percent_or(&t.random_sampling, 100.0, "tracing.random_sampling")?,
+        None => 100.0,
+    };
     Ok(HttpConnectionManager {
         tracing: tracing.is_some(),
+        trace_sampling,
         access_log,
         stat_prefix,
         codec_type,
