@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Cost of observability: HTTP/1.1 throughput (wrk, 50 keep-alive connections, one
-# worker) through a baseline Outrider without stats and through this one: with stats
-# (always on), with stats and a span per request exported over OTLP/gRPC to a counting
-# collector (bench/otlp_sink.py), and with stats, spans and an access log line per
-# request. Same nginx backend and bootstrap as proxy-bench.sh; the variants run in
-# turn, `rounds` times each.
+# worker) and the proxy's own CPU time per request, through a baseline Outrider without
+# stats and through this one: with stats (always on); with a span per request exported
+# over OTLP/gRPC to a counting collector (bench/otlp_sink.py); with 1 % of requests traced
+# (Istio's default sampling); with spans and an access log line per request. Same nginx
+# backend and bootstrap as proxy-bench.sh; the variants run in turn, `rounds` times each.
 #
 #   bench/observability-bench.sh BASELINE_BINARY CANDIDATE_BINARY [seconds-per-run] [rounds]
 set -euo pipefail
@@ -49,6 +49,8 @@ tracer = (
 )
 traced = tracer + text.replace("          stat_prefix: ingress\n", "          stat_prefix: ingress\n          tracing: {}\n")
 open(work + "/traced.yaml", "w").write(traced)
+# Istio's default: 1 % of requests without a trace start one.
+open(work + "/sampled.yaml", "w").write(traced.replace("          tracing: {}\n", "          tracing: { random_sampling: { value: 1 } }\n"))
 log = (
     "          access_log:\n"
     "          - name: envoy.access_loggers.file\n"
@@ -79,11 +81,12 @@ run() { # binary bootstrap → "requests/s  CPU-µs-per-request" (the proxy's ow
 
 declare -A sum cpu_sum
 for round in $(seq "$rounds"); do
-    for variant in baseline stats stats+traces stats+traces+access_log; do
+    for variant in baseline stats stats+traces stats+traces@1% stats+traces+access_log; do
         case "$variant" in
             baseline) result=$(run "$baseline" "$work/plain.yaml") ;;
             stats) result=$(run "$candidate" "$work/plain.yaml") ;;
             stats+traces) result=$(run "$candidate" "$work/traced.yaml") ;;
+            stats+traces@1%) result=$(run "$candidate" "$work/sampled.yaml") ;;
             stats+traces+access_log) result=$(run "$candidate" "$work/logged.yaml") ;;
         esac
         read -r rps cpu <<< "$result"
@@ -96,7 +99,7 @@ base=$(awk -v s="${sum[baseline]}" -v n="$rounds" 'BEGIN { print s / n }')
 cpu_base=$(awk -v s="${cpu_sum[baseline]}" -v n="$rounds" 'BEGIN { print s / n }')
 echo "| variant | requests/s (mean of $rounds × ${secs}s) | vs baseline | proxy CPU-µs per request | vs baseline |"
 echo "| --- | --- | --- | --- | --- |"
-for variant in baseline stats stats+traces stats+traces+access_log; do
+for variant in baseline stats stats+traces stats+traces@1% stats+traces+access_log; do
     mean=$(awk -v s="${sum[$variant]}" -v n="$rounds" 'BEGIN { printf "%.0f", s / n }')
     cpu=$(awk -v s="${cpu_sum[$variant]}" -v n="$rounds" 'BEGIN { printf "%.2f", s / n }')
     echo "| $variant | $mean | $(awk -v m="$mean" -v b="$base" 'BEGIN { printf "%+.1f %%", (m / b - 1) * 100 }') | $cpu | $(awk -v m="$cpu" -v b="$cpu_base" 'BEGIN { printf "%+.1f %%", (m / b - 1) * 100 }') |"
