@@ -3,6 +3,8 @@
 //! with retries and timeouts over the worker's pools, and answers local errors in Envoy's
 //! words.
 
+mod observed;
+
 use std::convert::Infallible;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -20,7 +22,8 @@ use rand::Rng;
 use tokio::net::TcpStream;
 
 use super::access_log::PendingLog;
-use super::completion::{Completed, Completion, PendingSpan};
+use observed::{StreamInfo, handle};
+
 use super::exec::LocalExec;
 use super::filter_chain::ConnectionInfo;
 use super::headers::{self, Downstream, LocalReply, ResetReason};
@@ -33,7 +36,7 @@ use super::worker::WorkerContext;
 use crate::config::RouteConfiguration;
 use crate::config::listener::{HttpConnectionManager, RouteSource};
 use crate::lb::{Host, PickContext};
-use crate::telemetry::{HttpStats, KeyValue};
+use crate::telemetry::KeyValue;
 
 /// What the proxy answers with: an upstream body or a local one.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -78,65 +81,6 @@ pub async fn serve(
     if let Err(e) = result {
         tracing::debug!(peer = %info.peer, error = %e, "downstream connection ended");
     }
-}
-
-/// Counts, times and logs one request around [`forward_request`].
-async fn handle(
-    request: Request<Incoming>,
-    downstream: Downstream,
-    manager: &HttpConnectionManager,
-    context: &WorkerContext,
-    stats: Arc<HttpStats>,
-    access_logs: &[crate::telemetry::LineWriter],
-) -> Response<ProxyBody> {
-    let started = Instant::now();
-    match request.version() {
-        Version::HTTP_2 => stats.downstream_rq_http2_total.inc(),
-        _ => stats.downstream_rq_http1_total.inc(),
-    }
-    let mut completion = Completion::start(stats, started);
-    let mut stream = StreamInfo::default();
-    if !access_logs.is_empty() {
-        // Captured after the connection manager's header handling (see `forward_request`).
-        stream.log = Some(access_logs.to_vec());
-    }
-    let mut pending = None;
-    let response = forward_request(request, downstream, manager, context, &mut stream, &mut pending).await;
-    let status = response.status().as_u16();
-    let stats = completion.stats();
-    stats.charge(status);
-    if stream.flags.contains(ResponseFlags::NO_ROUTE_FOUND) {
-        stats.no_route.inc();
-    } else if stream.flags.contains(ResponseFlags::NO_CLUSTER_FOUND) {
-        stats.no_cluster.inc();
-    } else if stream.direct_response {
-        stats.rq_direct_response.inc();
-    } else if stream.redirect {
-        stats.rq_redirect.inc();
-    }
-    if let Some(mut log) = pending {
-        log.respond(status, response.headers(), stream.flags);
-        completion.log_with(Some(log));
-    }
-    if let Some(span) = stream.span.take() {
-        let pending = PendingSpan { span, status, flags: stream.flags, retries: stream.retries };
-        completion.trace_with(Some(Box::new(pending)));
-    }
-    let (parts, body) = response.into_parts();
-    Response::from_parts(parts, Completed::new(body, completion).boxed_unsync())
-}
-
-/// What the forwarding path tells the caller about a request besides its response.
-#[derive(Default)]
-struct StreamInfo {
-    /// Access log writers, when the connection manager logs.
-    log: Option<Vec<crate::telemetry::LineWriter>>,
-    flags: ResponseFlags,
-    direct_response: bool,
-    redirect: bool,
-    /// The request's span, when its connection manager traces and a tracer is set.
-    span: Option<crate::telemetry::RequestSpan>,
-    retries: u32,
 }
 
 async fn forward_request(
