@@ -193,7 +193,20 @@ async fn drains_on(signal: &str) {
             arrived.notified().await;
         }
     };
-    tokio::time::timeout(WAIT, all_held).await.expect("every request reaches the backend");
+    // A request answered before the backend releases any went wrong: say how.
+    let held = async {
+        tokio::select! {
+            () = all_held => {}
+            early = in_flight.join_next() => panic!("a request ended before the drain: {early:?}"),
+        }
+    };
+    if tokio::time::timeout(WAIT, held).await.is_err() {
+        panic!(
+            "only {} of {} requests reached the backend",
+            received.load(Ordering::SeqCst),
+            HTTP1_REQUESTS + HTTP2_REQUESTS
+        );
+    }
     assert_eq!(admin_get(admin, "/ready").await, (200, "LIVE\n".to_owned()));
 
     let status = Command::new("kill").args([signal, &child.id().to_string()]).status().unwrap();
