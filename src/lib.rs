@@ -11,4 +11,5 @@ pub mod orca;
 pub mod pb;
 pub mod proxy;
 pub mod store;
+pub mod telemetry;
 pub mod xds;

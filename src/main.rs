@@ -11,6 +11,13 @@ use outrider::config::bootstrap::Bootstrap;
 #[derive(Parser)]
 #[command(name = "outrider", version, about = "A service-mesh sidecar data plane configured by xDS")]
 struct Cli {
+    /// Log filter: a level (trace, debug, info, warn, error) or `tracing` directives
+    /// (`info,outrider::xds=debug`). Default: `RUST_LOG`, else info. `/logging` changes it.
+    #[arg(long, short = 'l', global = true)]
+    log_level: Option<String>,
+    /// Log one JSON object per line instead of text.
+    #[arg(long, global = true)]
+    log_json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -25,6 +32,9 @@ enum Command {
         /// Worker threads (default: the CPUs available to this process).
         #[arg(long)]
         concurrency: Option<usize>,
+        /// Seconds a drain (SIGTERM, SIGINT, `/quitquitquit`) waits for open connections.
+        #[arg(long, default_value_t = 600)]
+        drain_time_s: u64,
     },
     /// Run an embedded control plane serving deploy/demo/resources.yaml, and Outrider against it.
     Demo {
@@ -58,16 +68,21 @@ enum Command {
 static ALLOCATOR: outrider::core::allocator::Global = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
-    match Cli::parse().command {
-        Command::Run { config, concurrency } => match app::run(RunOptions { config, concurrency }) {
+    let cli = Cli::parse();
+    let logging = match outrider::telemetry::logging::init(cli.log_level.as_deref(), cli.log_json) {
+        Ok(logging) => logging,
+        Err(e) => {
+            eprintln!("outrider: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match cli.command {
+        Command::Run { config, concurrency, drain_time_s } => match app::run(RunOptions {
+            config,
+            concurrency,
+            drain_time: std::time::Duration::from_secs(drain_time_s),
+            logging: Some(logging),
+        }) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("outrider: {e}");

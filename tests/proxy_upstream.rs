@@ -105,6 +105,7 @@ fn host(address: SocketAddr) -> Host {
             hostname: String::new(),
         }),
         stats: Arc::new(EndpointStats::new(Instant::now())),
+        cluster_stats: Default::default(),
         priority: 0,
         locality: 0,
     }

@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 use crate::core::shutdown::Signal;
 use crate::lb::{BalancerBuilder, Balancers};
 use crate::store::{Snapshot, Store};
+use crate::telemetry::Stats;
 
 /// Rebuilds balancers on every published snapshot, and recomputes client-side weighted
 /// round robin weights from the endpoints' load reports, until `shutdown`.
-pub async fn keep_balancers(store: Arc<Store>, balancers: Arc<Balancers>, shutdown: Signal) {
-    let mut builder = BalancerBuilder::default();
+pub async fn keep_balancers(store: Arc<Store>, balancers: Arc<Balancers>, stats: Arc<Stats>, shutdown: Signal) {
+    let mut builder = BalancerBuilder::new(stats);
     let mut changes = store.subscribe();
     let mut next_update: HashMap<String, tokio::time::Instant> = HashMap::new();
     let mut next_cleanup: HashMap<String, tokio::time::Instant> = HashMap::new();

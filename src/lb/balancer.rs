@@ -24,6 +24,7 @@ use crate::config::cluster::lb_policy::DEFAULT_HEALTHY_PANIC_THRESHOLD;
 use crate::config::cluster::{LbPolicy, RoundRobinConfig};
 use crate::config::endpoint::HealthStatus;
 use crate::config::{Cluster, ClusterLoadAssignment};
+use crate::telemetry::ClusterStats;
 
 /// How many times a pick is redrawn to avoid hosts this request already tried (Envoy's
 /// `host_selection_retry_max_attempts` default is 1; Outrider redraws a few times more,
@@ -67,6 +68,8 @@ pub struct ClusterLb {
     original_dst: Option<OriginalDst>,
     /// Circuit-breaker counts, shared by every build of this cluster's balancer.
     resources: Arc<ClusterResources>,
+    /// The cluster's stats (kept across rebuilds by the registry).
+    pub stats: Arc<ClusterStats>,
 }
 
 impl ClusterLb {
@@ -136,7 +139,14 @@ impl ClusterLb {
         let load = PriorityLoad::compute(&counts, assignment.overprovisioning_factor, panic_threshold);
         let original_dst = cluster.original_dst.as_ref().map(|c| OriginalDst::new(registry.original_dst_hosts(), c));
         let resources = registry.resources();
-        Self { cluster: cluster.name.clone(), sets, levels, load, hash_based, hosts, original_dst, resources }
+        let stats = registry.cluster_stats().clone();
+        let usable = |status: HealthStatus| {
+            hosts.iter().filter(|h| h.health() == status && !h.stats.is_ejected(now)).count() as i64
+        };
+        stats.membership_healthy.set(usable(HealthStatus::Healthy));
+        stats.membership_degraded.set(usable(HealthStatus::Degraded));
+        stats.membership_total.set(hosts.len() as i64);
+        Self { cluster: cluster.name.clone(), sets, levels, load, hash_based, hosts, original_dst, resources, stats }
     }
 
     /// The per-destination hosts of an ORIGINAL_DST cluster; `None` for other clusters.
@@ -366,6 +376,7 @@ impl Picker {
             Availability::Degraded => level.degraded,
         };
         let set = if lb.load.panic.get(priority).copied().unwrap_or(false) {
+            lb.stats.lb_healthy_panic.inc();
             level.all
         } else if !level.localities.is_empty() {
             let current = locality_current.get_mut(priority)?;

@@ -8,6 +8,7 @@ use super::original_dst::OriginalDstHosts;
 use super::stats::EndpointStats;
 use crate::config::Address;
 use crate::config::endpoint::{ClusterLoadAssignment, HealthStatus, LbEndpoint};
+use crate::telemetry::ClusterStats;
 
 /// One upstream endpoint of a cluster.
 #[derive(Debug, Clone)]
@@ -17,6 +18,8 @@ pub struct Host {
     pub priority: u32,
     /// Index of its locality within its priority level.
     pub locality: usize,
+    /// Its cluster's stats, so that the request path needs no look-up to count.
+    pub cluster_stats: Arc<ClusterStats>,
 }
 
 impl Host {
@@ -53,12 +56,24 @@ pub struct StatsRegistry {
     outlier_wake: Option<Arc<tokio::sync::Notify>>,
     /// The cluster's circuit-breaker counts, kept across rebuilds.
     resources: Arc<super::resources::ClusterResources>,
+    cluster: Arc<ClusterStats>,
 }
 
 impl StatsRegistry {
-    /// A registry whose endpoints wake `wake` on consecutive-failure events.
-    pub fn with_outlier_wake(wake: Arc<tokio::sync::Notify>) -> Self {
-        Self { outlier_wake: Some(wake), ..Self::default() }
+    /// A registry whose hosts count into `cluster` (`Default`: stats registered nowhere).
+    pub fn for_cluster(cluster: Arc<ClusterStats>) -> Self {
+        Self { cluster, ..Self::default() }
+    }
+
+    /// Also wakes `wake` when an endpoint's outlier counters reach a consecutive-failure
+    /// threshold.
+    pub fn with_outlier_wake(mut self, wake: Arc<tokio::sync::Notify>) -> Self {
+        self.outlier_wake = Some(wake);
+        self
+    }
+
+    pub fn cluster_stats(&self) -> &Arc<ClusterStats> {
+        &self.cluster
     }
 
     /// The hosts of `assignment`, reusing the stats of addresses already known and
@@ -78,8 +93,18 @@ impl StatsRegistry {
                     .cloned()
                     .unwrap_or_else(|| Arc::new(self.new_stats(now)));
                 next.insert(endpoint.address.clone(), stats.clone());
-                hosts.push(Host { endpoint: endpoint.clone(), stats, priority: group.priority, locality });
+                hosts.push(Host {
+                    endpoint: endpoint.clone(),
+                    stats,
+                    priority: group.priority,
+                    locality,
+                    cluster_stats: self.cluster.clone(),
+                });
             }
+        }
+        let changed = next.len() != self.by_address.len() || next.keys().any(|a| !self.by_address.contains_key(a));
+        if changed {
+            self.cluster.membership_change.inc();
         }
         self.by_address = next;
         hosts
@@ -99,7 +124,8 @@ impl StatsRegistry {
 
     /// The on-demand hosts of an ORIGINAL_DST cluster, the same across rebuilds.
     pub fn original_dst_hosts(&mut self) -> Arc<OriginalDstHosts> {
-        self.original_dst.get_or_insert_with(Arc::default).clone()
+        let cluster = &self.cluster;
+        self.original_dst.get_or_insert_with(|| Arc::new(OriginalDstHosts::new(cluster.clone()))).clone()
     }
 
     pub fn len(&self) -> usize {

@@ -21,6 +21,7 @@ use super::stats::EndpointStats;
 use crate::config::Address;
 use crate::config::cluster::OriginalDstConfig;
 use crate::config::endpoint::{HealthStatus, LbEndpoint};
+use crate::telemetry::ClusterStats;
 
 /// The balancing part of one ORIGINAL_DST cluster.
 #[derive(Debug)]
@@ -57,15 +58,22 @@ pub struct DestinationHost {
 #[derive(Debug, Default)]
 pub struct OriginalDstHosts {
     hosts: Mutex<HashMap<SocketAddr, Arc<DestinationHost>>>,
+    /// The cluster's stats, which its hosts count into.
+    cluster_stats: Arc<ClusterStats>,
     /// Bumped by every sweep that removes a host: workers then drop their cached copies.
     removals: AtomicU64,
 }
 
 impl OriginalDstHosts {
+    pub fn new(cluster_stats: Arc<ClusterStats>) -> Self {
+        Self { cluster_stats, ..Self::default() }
+    }
+
     /// The host for `address`, created if it is new.
     pub fn get_or_create(&self, address: SocketAddr, now: Instant) -> Arc<DestinationHost> {
         let mut hosts = self.hosts.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = hosts.entry(address).or_insert_with(|| Arc::new(DestinationHost::new(address, now)));
+        let entry =
+            hosts.entry(address).or_insert_with(|| Arc::new(DestinationHost::new(address, &self.cluster_stats, now)));
         entry.used.store(true, Ordering::Relaxed);
         entry.clone()
     }
@@ -98,7 +106,7 @@ impl OriginalDstHosts {
 }
 
 impl DestinationHost {
-    fn new(address: SocketAddr, now: Instant) -> Self {
+    fn new(address: SocketAddr, cluster_stats: &Arc<ClusterStats>, now: Instant) -> Self {
         let endpoint = LbEndpoint {
             address: Address::Socket(address),
             weight: 1,
@@ -107,8 +115,13 @@ impl DestinationHost {
             transport_socket_match: Default::default(),
             hostname: String::new(),
         };
-        let host =
-            Host { endpoint: Arc::new(endpoint), stats: Arc::new(EndpointStats::new(now)), priority: 0, locality: 0 };
+        let host = Host {
+            endpoint: Arc::new(endpoint),
+            stats: Arc::new(EndpointStats::new(now)),
+            priority: 0,
+            locality: 0,
+            cluster_stats: cluster_stats.clone(),
+        };
         Self { host: Arc::new(host), used: AtomicBool::new(true) }
     }
 }

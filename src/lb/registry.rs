@@ -18,6 +18,7 @@ use super::balancer::{ClusterLb, Picker};
 use super::host::{Host, StatsRegistry};
 use super::policy::PickContext;
 use crate::config::{Cluster, ClusterLoadAssignment};
+use crate::telemetry::{ClusterStats, Stats};
 
 /// The published balancers, by cluster name.
 #[derive(Debug)]
@@ -69,9 +70,27 @@ pub struct BalancerBuilder {
     outlier_wake: Arc<tokio::sync::Notify>,
     built: HashMap<String, Built>,
     rebuilds: usize,
+    /// Where cluster stats are registered (`None`: nowhere, for tests).
+    stats: Option<Arc<Stats>>,
 }
 
 impl BalancerBuilder {
+    /// A builder that registers each cluster's stats (`cluster.<name>.*`) in `stats`.
+    pub fn new(stats: Arc<Stats>) -> Self {
+        Self { stats: Some(stats), ..Self::default() }
+    }
+
+    fn registry(&mut self, cluster: &str) -> &mut StatsRegistry {
+        let (stats, wake) = (&self.stats, &self.outlier_wake);
+        self.registries.entry(cluster.to_owned()).or_insert_with(|| {
+            let registry = match stats {
+                Some(stats) => StatsRegistry::for_cluster(Arc::new(ClusterStats::register(stats, cluster))),
+                None => StatsRegistry::default(),
+            };
+            registry.with_outlier_wake(wake.clone())
+        })
+    }
+
     /// Brings `balancers` in step with `clusters` (every served cluster with its endpoints).
     /// Unchanged clusters keep their balancer; the comparison of endpoint lists is mostly
     /// pointer comparisons, since unchanged endpoints share their allocation.
@@ -88,11 +107,7 @@ impl BalancerBuilder {
                 Some(previous) if previous.cluster == *cluster && previous.assignment == *assignment => previous,
                 _ => {
                     self.rebuilds += 1;
-                    let wake = &self.outlier_wake;
-                    let registry = self
-                        .registries
-                        .entry(cluster.name.clone())
-                        .or_insert_with(|| StatsRegistry::with_outlier_wake(wake.clone()));
+                    let registry = self.registry(&cluster.name);
                     let lb = Arc::new(ClusterLb::build(cluster, assignment, registry, now));
                     Built { cluster: cluster.clone(), assignment: assignment.clone(), lb }
                 }
@@ -108,11 +123,13 @@ impl BalancerBuilder {
     /// Rebuilds every balancer from what it was built from (health or ejection changed).
     pub fn refresh(&mut self, balancers: &Balancers, now: Instant) {
         let mut next = HashMap::new();
-        for (name, entry) in &mut self.built {
-            let registry = self.registries.entry(name.clone()).or_default();
+        let mut built = std::mem::take(&mut self.built);
+        for (name, entry) in &mut built {
+            let registry = self.registry(name);
             entry.lb = Arc::new(ClusterLb::build(&entry.cluster, &entry.assignment, registry, now));
             next.insert(name.clone(), entry.lb.clone());
         }
+        self.built = built;
         self.rebuilds += self.built.len();
         balancers.publish(next);
     }

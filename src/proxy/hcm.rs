@@ -3,11 +3,13 @@
 //! with retries and timeouts over the worker's pools, and answers local errors in Envoy's
 //! words.
 
+mod observed;
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
@@ -20,10 +22,15 @@ use hyper_util::server::conn::auto;
 use rand::Rng;
 use tokio::net::TcpStream;
 
+use super::access_log::PendingLog;
+use observed::{StreamInfo, handle};
+
 use super::exec::LocalExec;
 use super::filter_chain::ConnectionInfo;
 use super::headers::{self, Downstream, LocalReply, ResetReason};
 use super::original_dst;
+use super::request_trace;
+use super::response_flags::ResponseFlags;
 use super::retry::{Decision, Outcome, RetryState};
 use super::router::{self, DownstreamInfo, Forward, Routing, UpstreamRequestOptions};
 use super::upstream::{BoxError, RequestBody, UpstreamError};
@@ -32,6 +39,7 @@ use crate::config::RouteConfiguration;
 use crate::config::listener::{HttpConnectionManager, RouteSource};
 use crate::lb::resources::{Priority, Slot};
 use crate::lb::{Host, PickContext};
+use crate::telemetry::KeyValue;
 
 /// What the proxy answers with: an upstream body or a local one.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -49,24 +57,47 @@ pub async fn serve(
     context: Rc<WorkerContext>,
 ) {
     let downstream = Downstream { peer: info.peer, local: info.local, tls: false };
+    // Resolved once per connection from the worker's cache: no look-up per request.
+    let stats = context.telemetry.http(&manager.stat_prefix);
+    let access_logs: Rc<[_]> = context.telemetry.access_logs(&manager.access_log).into();
+    stats.downstream_cx_total.inc();
+    let _active = stats.downstream_cx_active.track();
+    let draining = context.draining.clone();
     let original_dst = info.local_restored.then_some(info.local);
     let service = service_fn(move |request| {
-        let (manager, context) = (manager.clone(), context.clone());
-        async move { Ok::<_, Infallible>(handle(request, downstream, original_dst, &manager, &context).await) }
+        let (manager, context, stats, access_logs) =
+            (manager.clone(), context.clone(), stats.clone(), access_logs.clone());
+        async move {
+            let response = handle(request, downstream, original_dst, &manager, &context, stats, &access_logs).await;
+            Ok::<_, Infallible>(response)
+        }
     });
     let mut builder = auto::Builder::new(LocalExec);
     builder.http1().keep_alive(true);
-    if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        _ = draining.triggered() => {
+            // Draining: HTTP/1.1 closes after the response in progress, HTTP/2 sends
+            // GOAWAY; requests already accepted are answered.
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(e) = result {
         tracing::debug!(peer = %info.peer, error = %e, "downstream connection ended");
     }
 }
 
-async fn handle(
+async fn forward_request(
     request: Request<Incoming>,
     downstream: Downstream,
     original_dst: Option<SocketAddr>,
     manager: &HttpConnectionManager,
     context: &WorkerContext,
+    stream: &mut StreamInfo,
+    pending: &mut Option<Box<PendingLog>>,
 ) -> Response<ProxyBody> {
     let snapshot = context.store.load();
     // Borrowed from the snapshot (or the listener), which this request holds: no copy.
@@ -74,7 +105,7 @@ async fn handle(
         RouteSource::Inline(routes) => routes,
         RouteSource::Rds(name) => match snapshot.routes.get(name) {
             Some(routes) => &routes.resource,
-            None => return local(manager, LocalReply::NoRoute, false),
+            None => return local(manager, stream, LocalReply::NoRoute, false),
         },
     };
     let (mut parts, body) = request.into_parts();
@@ -86,12 +117,28 @@ async fn handle(
         headers::private_address,
         &mut parts.headers,
     );
+    if let Some(writers) = stream.log.take() {
+        *pending = Some(Box::new(PendingLog::new(writers, SystemTime::now(), &parts)));
+    }
+    if manager.tracing
+        && let Some(tracing) = context.telemetry.tracing()
+        && request_trace::sampled(manager.trace_sampling, &parts, || context.rng.borrow_mut().random::<u32>())
+    {
+        // The upstream sees this span as its parent.
+        let span = request_trace::start(tracing, &parts);
+        span.inject(&mut parts.headers);
+        stream.span = Some(span);
+    }
     let random = context.rng.borrow_mut().random::<u64>();
     let forward = match router::route(routes, &parts, random) {
         Routing::Forward(forward) => forward,
-        Routing::NoRoute => return local(manager, LocalReply::NoRoute, is_grpc),
-        Routing::DirectResponse { status, body, .. } => return direct(manager, status, body),
+        Routing::NoRoute => return local(manager, stream, LocalReply::NoRoute, is_grpc),
+        Routing::DirectResponse { status, body, .. } => {
+            stream.direct_response = true;
+            return direct(manager, status, body);
+        }
         Routing::Redirect { status, location, .. } => {
+            stream.redirect = true;
             let mut response = direct(manager, status, Bytes::new());
             if let Ok(location) = HeaderValue::from_str(&location) {
                 response.headers_mut().insert(http::header::LOCATION, location);
@@ -100,8 +147,14 @@ async fn handle(
         }
     };
     let Some(cluster) = snapshot.clusters.get(forward.cluster.as_ref()).cloned() else {
-        return local(manager, LocalReply::ClusterNotFound(forward.cluster_not_found_status), is_grpc);
+        return local(manager, stream, LocalReply::ClusterNotFound(forward.cluster_not_found_status), is_grpc);
     };
+    if let Some(span) = &stream.span {
+        span.set(KeyValue::new("upstream_cluster", cluster.resource.name.clone()));
+        span.set(KeyValue::new("upstream_cluster.name", cluster.resource.name.clone()));
+        span.set(KeyValue::new("outrider.lb_policy", request_trace::policy(&cluster.resource)));
+        span.set(KeyValue::new("route_name", forward.route.name.clone()));
+    }
     let info = DownstreamInfo {
         remote: Some(downstream.peer),
         local: Some(downstream.local),
@@ -121,6 +174,7 @@ async fn handle(
         Err(()) => {
             return local(
                 manager,
+                stream,
                 LocalReply::UpstreamReset { reason: ResetReason::LocalReset, retried: false },
                 is_grpc,
             );
@@ -132,6 +186,10 @@ async fn handle(
     let resources = context.balancers.get(&cluster.resource.name).map(|lb| lb.resources().clone());
     let limits = &cluster.resource.circuit_breakers;
     let mut _retry_slot = None;
+    if let Some(log) = pending.as_mut() {
+        let length = parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+        log.bytes_received = buffered.as_ref().map_or(length.unwrap_or(0), |b| b.len() as u64);
+    }
     let started = Instant::now();
     let deadline = forward.timeout.map(|t| started + t);
     let mut previous: Vec<Arc<Host>> = Vec::new();
@@ -140,23 +198,32 @@ async fn handle(
         let now = Instant::now();
         let remaining = deadline.map(|d| d.saturating_duration_since(now));
         if remaining == Some(Duration::ZERO) {
-            return local(manager, LocalReply::UpstreamTimeout, is_grpc);
+            return local(manager, stream, LocalReply::UpstreamTimeout, is_grpc);
         }
         let avoid: &[Arc<Host>] = if retry.avoid_previous_hosts() { &previous } else { &[] };
         let ctx = PickContext { hash, attempt: 0, previous: avoid, now };
         let picked = original_dst::pick_host(context, &cluster.resource, &ctx, original_dst, Some(&parts.headers));
         let Some(host) = picked else {
-            return local(manager, LocalReply::NoHealthyUpstream, is_grpc);
+            if let Some(lb) = context.balancers.get(&cluster.resource.name) {
+                lb.stats.upstream_cx_none_healthy.inc();
+            }
+            return local(manager, stream, LocalReply::NoHealthyUpstream, is_grpc);
         };
         let request_slot = match resources.as_ref().map(|r| r.try_request(limits, Priority::Default)) {
-            Some(None) => return overflow(manager, is_grpc),
+            Some(None) => return overflow(manager, stream, is_grpc),
             Some(slot) => slot,
             None => None,
         };
+        if let Some(log) = pending.as_mut() {
+            log.upstream_host = Some(host.address().to_string());
+        }
+        if let Some(span) = &stream.span {
+            span.set(KeyValue::new("upstream_address", host.address().to_string()));
+        }
         let body: RequestBody = match (&buffered, streamed.take()) {
             (Some(bytes), _) => Full::new(bytes.clone()).map_err(|never| match never {}).boxed(),
             (None, Some(body)) => body,
-            (None, None) => return reset_reply(manager, last_failure, true, is_grpc),
+            (None, None) => return reset_reply(manager, stream, last_failure, true, is_grpc),
         };
         let mut attempt_parts = parts.clone();
         router::set_attempt_headers(
@@ -193,6 +260,16 @@ async fn handle(
                 retry.on_outcome(&Outcome::Timeout)
             }
         };
+        let cluster_stats = &host.cluster_stats;
+        if result.is_err() {
+            // The attempt's future was dropped by the timeout: count it here.
+            let per_try = forward.per_try_timeout.is_some_and(|p| remaining.is_none_or(|r| p < r));
+            let counter =
+                if per_try { &cluster_stats.upstream_rq_per_try_timeout } else { &cluster_stats.upstream_rq_timeout };
+            counter.inc();
+            cluster_stats.charge(504);
+            cluster_stats.upstream_rq_completed.inc();
+        }
         let can_resend = buffered.is_some();
         let mut outcome_decision = outcome_decision;
         if matches!(outcome_decision, Decision::Retry { .. }) && can_resend {
@@ -203,12 +280,18 @@ async fn handle(
                 None => {}
             }
         }
+        if retry.limit_reached() {
+            stream.flags.insert(ResponseFlags::UPSTREAM_RETRY_LIMIT_EXCEEDED);
+            cluster_stats.upstream_rq_retry_limit_exceeded.inc();
+        }
         match (outcome_decision, result) {
             (Decision::Retry { backoff }, _) if can_resend => {
+                cluster_stats.upstream_rq_retry.inc();
+                stream.retries += 1;
                 previous.push(host);
                 let wake = Instant::now() + backoff;
                 if deadline.is_some_and(|d| wake >= d) {
-                    return local(manager, LocalReply::UpstreamTimeout, is_grpc);
+                    return local(manager, stream, LocalReply::UpstreamTimeout, is_grpc);
                 }
                 tokio::time::sleep(backoff).await;
                 continue;
@@ -219,9 +302,9 @@ async fn handle(
             }
             (_, Ok(Err(error))) => {
                 last_failure = Some(error);
-                return reset_reply(manager, last_failure, retry.attempts() > 1, is_grpc);
+                return reset_reply(manager, stream, last_failure, retry.attempts() > 1, is_grpc);
             }
-            (_, Err(Attempt::Timeout)) => return local(manager, LocalReply::UpstreamTimeout, is_grpc),
+            (_, Err(Attempt::Timeout)) => return local(manager, stream, LocalReply::UpstreamTimeout, is_grpc),
         }
     }
 }
@@ -283,6 +366,7 @@ fn respond(
 
 fn reset_reply(
     manager: &HttpConnectionManager,
+    info: &mut StreamInfo,
     failure: Option<UpstreamError>,
     retried: bool,
     is_grpc: bool,
@@ -294,7 +378,7 @@ fn reset_reply(
         Some(UpstreamError::Protocol(_)) => ResetReason::ProtocolError,
         _ => ResetReason::ConnectionTermination,
     };
-    local(manager, LocalReply::UpstreamReset { reason, retried }, is_grpc)
+    local(manager, info, LocalReply::UpstreamReset { reason, retried }, is_grpc)
 }
 
 /// Keeps `slot` (a circuit-breaker request slot) until the response body ends or drops:
@@ -312,14 +396,20 @@ fn hold_until_body_ends(response: Response<ProxyBody>, slot: Option<Slot>) -> Re
 
 /// A circuit breaker refused the request: 503 `… reset reason: overflow` with
 /// `x-envoy-overloaded: true`, as Envoy answers (response flag UO).
-fn overflow(manager: &HttpConnectionManager, is_grpc: bool) -> Response<ProxyBody> {
-    let mut response = local(manager, LocalReply::Overflow, is_grpc);
+fn overflow(manager: &HttpConnectionManager, stream: &mut StreamInfo, is_grpc: bool) -> Response<ProxyBody> {
+    let mut response = local(manager, stream, LocalReply::Overflow, is_grpc);
     response.headers_mut().insert("x-envoy-overloaded", HeaderValue::from_static("true"));
     response
 }
 
 /// A local reply (gRPC requests get a trailers-only gRPC status instead).
-fn local(manager: &HttpConnectionManager, reply: LocalReply, is_grpc: bool) -> Response<ProxyBody> {
+fn local(
+    manager: &HttpConnectionManager,
+    info: &mut StreamInfo,
+    reply: LocalReply,
+    is_grpc: bool,
+) -> Response<ProxyBody> {
+    info.flags.insert(ResponseFlags::for_local_reply(&reply));
     let (status, headers, body) =
         if is_grpc { headers::grpc_local_reply(reply.status(), &reply.message()) } else { reply.build() };
     let mut response = Response::new(Full::new(body).map_err(|never| match never {}).boxed_unsync());

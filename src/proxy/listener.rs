@@ -125,6 +125,8 @@ fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 async fn accept_loop(socket: TcpListener, current: Current, context: Rc<WorkerContext>, stopped: shutdown::Signal) {
+    // Listener stats are per address, which an update in place keeps.
+    let stats = context.telemetry.listener(&current.borrow().resource);
     loop {
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,
@@ -133,7 +135,13 @@ async fn accept_loop(socket: TcpListener, current: Current, context: Rc<WorkerCo
         match accepted {
             Ok((stream, peer)) => {
                 let listener = current.borrow().clone();
-                tokio::task::spawn_local(connection::serve(stream, peer, listener, context.clone()));
+                // Counted until the connection ends: listener stats and the worker's drain.
+                let counted = (stats.accepted(), context.connections.open());
+                let serve = connection::serve(stream, peer, listener, context.clone());
+                tokio::task::spawn_local(async move {
+                    serve.await;
+                    drop(counted);
+                });
             }
             Err(e) => tracing::warn!(listener = %current.borrow().resource.name, error = %e, "accept failed"),
         }

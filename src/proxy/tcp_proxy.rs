@@ -45,11 +45,15 @@ pub async fn serve(mut downstream: TcpStream, info: ConnectionInfo, proxy: &TcpP
         let restored = info.local_restored.then_some(info.local);
         let host = original_dst::pick_host(context, &cluster.resource, &ctx, restored, None);
         let Some(host) = host else {
+            if let Some(lb) = context.balancers.get(&cluster_name) {
+                lb.stats.upstream_cx_none_healthy.inc();
+            }
             tracing::debug!(cluster = %cluster_name, "tcp proxy: no healthy upstream; closing");
             return;
         };
         let Address::Socket(address) = host.address() else { return };
         let _in_flight = host.stats.start();
+        let stats = &host.cluster_stats;
         let connect =
             tokio::time::timeout(cluster.resource.connect_timeout, connect(*address, cluster.resource.upstream_bind))
                 .await;
@@ -57,11 +61,18 @@ pub async fn serve(mut downstream: TcpStream, info: ConnectionInfo, proxy: &TcpP
             Ok(Ok(mut upstream)) => {
                 let _ = upstream.set_nodelay(true);
                 host.stats.record(Instant::now(), now.elapsed(), true);
+                stats.upstream_cx_total.inc();
+                let _active = stats.upstream_cx_active.track();
                 let _ = tokio::io::copy_bidirectional(&mut downstream, &mut upstream).await;
                 return;
             }
-            _ => host.stats.record(Instant::now(), now.elapsed(), false),
+            Ok(Err(_)) => stats.upstream_cx_connect_fail.inc(),
+            Err(_) => {
+                stats.upstream_cx_connect_fail.inc();
+                stats.upstream_cx_connect_timeout.inc();
+            }
         }
+        host.stats.record(Instant::now(), now.elapsed(), false);
     }
 }
 

@@ -97,7 +97,7 @@ impl Upstreams {
         downstream_is_h2: bool,
         request: Request<RequestBody>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        let dial = Dial::new(host.address(), cluster);
+        let dial = Dial::new(host.address(), cluster, &host.cluster_stats);
         let max_requests = cluster.http.max_requests_per_connection;
         match Protocol::for_request(cluster, downstream_is_h2) {
             Protocol::Http1 => {

@@ -1,6 +1,7 @@
 //! `envoy.config.listener.v3.Listener` → [`Listener`]: address, listener filters, filter
 //! chains and their matches, downstream TLS, and the terminal network filter.
 
+mod access_log;
 mod chain_matcher;
 mod filter_chain;
 mod filter_kind;

@@ -17,6 +17,7 @@ use super::activity::Activity;
 use super::error::UpstreamError;
 use crate::config::Address;
 use crate::config::cluster::{Cluster, Http2Settings};
+use crate::telemetry::ClusterStats;
 
 /// What a connection needs from its cluster, copied so that a connect in progress owns it.
 #[derive(Debug, Clone)]
@@ -26,11 +27,14 @@ pub(crate) struct Dial {
     pub idle_timeout: Option<Duration>,
     pub bind: Option<SocketAddr>,
     pub http2: Http2Settings,
+    /// `upstream_cx_*` of the cluster.
+    pub stats: Arc<ClusterStats>,
 }
 
 impl Dial {
-    pub(crate) fn new(address: &Address, cluster: &Cluster) -> Self {
+    pub(crate) fn new(address: &Address, cluster: &Cluster, stats: &Arc<ClusterStats>) -> Self {
         Self {
+            stats: stats.clone(),
             address: address.clone(),
             connect_timeout: cluster.connect_timeout,
             idle_timeout: cluster.http.idle_timeout,
@@ -96,7 +100,10 @@ impl Dial {
     {
         let idle_timeout = self.idle_timeout;
         let address = self.address.clone();
+        self.stats.upstream_cx_total.inc();
+        let active = self.stats.upstream_cx_active.track();
         tokio::spawn(async move {
+            let _active = active;
             let idle = async move {
                 match idle_timeout {
                     Some(timeout) => activity.idle_timeout(timeout).await,
@@ -131,12 +138,15 @@ impl Dial {
             Ok(Ok(socket)) => Ok(socket),
             Ok(Err(error)) => Err(self.failure(error)),
             Err(_) => {
+                self.stats.upstream_cx_connect_timeout.inc();
+                self.stats.upstream_cx_connect_fail.inc();
                 Err(UpstreamError::ConnectTimeout { address: self.address.to_string(), timeout: self.connect_timeout })
             }
         }
     }
 
     fn failure(&self, error: impl std::fmt::Display) -> UpstreamError {
+        self.stats.upstream_cx_connect_fail.inc();
         UpstreamError::ConnectFailure { address: self.address.to_string(), reason: error.to_string() }
     }
 }

@@ -27,6 +27,7 @@ use crate::lb::Host;
 use crate::lb::outlier::{OutlierResult, Thresholds};
 use crate::lb::stats::{EndpointStats, InFlight};
 use crate::orca;
+use crate::telemetry::{ClusterStats, GaugeGuard};
 
 /// One request to one endpoint, from before its connection is chosen to its response.
 #[derive(Debug)]
@@ -35,12 +36,33 @@ pub struct Feedback {
     started: Instant,
     /// The cluster's consecutive-failure thresholds, when it has outlier detection.
     outlier: Option<Thresholds>,
+    cluster: Timing,
+}
+
+/// The cluster's view of one upstream request: `upstream_rq_active` while it lasts,
+/// `upstream_rq_time` and `upstream_rq_completed` when it ends.
+#[derive(Debug)]
+struct Timing {
+    stats: Arc<ClusterStats>,
+    started: Instant,
+    _active: GaugeGuard,
+}
+
+impl Timing {
+    fn complete(self, now: Instant) {
+        self.stats.upstream_rq_completed.inc();
+        self.stats.upstream_rq_time.record(now.saturating_duration_since(self.started));
+    }
 }
 
 impl Feedback {
     /// Counts the request as in flight on `host` from `now`.
     pub fn start(host: &Host, now: Instant) -> Self {
-        Self { in_flight: host.stats.start(), started: now, outlier: None }
+        let stats = host.cluster_stats.clone();
+        stats.upstream_rq_total.inc();
+        let active = stats.upstream_rq_active.track();
+        let cluster = Timing { stats, started: now, _active: active };
+        Self { in_flight: host.stats.start(), started: now, outlier: None, cluster }
     }
 
     /// Also feeds the outcome to outlier detection, when the cluster has it.
@@ -70,9 +92,12 @@ impl Feedback {
                     _ => OutlierResult::Reset,
                 };
                 record_outlier(&stats, self.outlier.as_ref(), result);
+                self.cluster.stats.charge(503);
+                self.cluster.complete(now);
                 return Err(error);
             }
         };
+        self.cluster.stats.charge(response.status().as_u16());
         let (mut parts, body) = response.into_parts();
         take_load_report(&mut parts.headers, &stats, now);
         let outlier = self.outlier;
@@ -93,7 +118,8 @@ impl Feedback {
             record_outlier(&stats, outlier.as_ref(), OutlierResult::Status(parts.status.as_u16()));
             Outcome::Http(latency)
         };
-        let body = ObservedBody { inner: body, in_flight: Some(self.in_flight), outcome, outlier };
+        let body =
+            ObservedBody { inner: body, in_flight: Some(self.in_flight), outcome, outlier, timing: Some(self.cluster) };
         Ok(Response::from_parts(parts, body))
     }
 }
@@ -116,12 +142,16 @@ pub struct ObservedBody<B> {
     in_flight: Option<InFlight>,
     outcome: Outcome,
     outlier: Option<Thresholds>,
+    timing: Option<Timing>,
 }
 
 impl<B> ObservedBody<B> {
     /// Releases the in-flight count and records the outcome `success` decides from the
     /// pending rule (`None`: nothing to record).
     fn finish(&mut self, success: impl FnOnce(Outcome) -> Option<bool>) {
+        if let Some(timing) = self.timing.take() {
+            timing.complete(Instant::now());
+        }
         let Some(in_flight) = self.in_flight.take() else { return };
         let outcome = std::mem::replace(&mut self.outcome, Outcome::Recorded);
         if let Outcome::Http(latency) | Outcome::Grpc(latency) = outcome
