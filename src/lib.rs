@@ -9,4 +9,5 @@ pub mod orca;
 pub mod pb;
 pub mod proxy;
 pub mod store;
+pub mod tls;
 pub mod xds;
