@@ -48,6 +48,8 @@ pub struct Running {
     pub admin_address: SocketAddr,
     /// Notified by `POST /quitquitquit`.
     pub quit: Arc<tokio::sync::Notify>,
+    /// TLS handshakes completed and refused, by reason.
+    pub tls: Arc<crate::proxy::HandshakeStats>,
     shutdown: Trigger,
     workers: Option<crate::proxy::Workers>,
 }
@@ -115,8 +117,11 @@ pub async fn start_with(bootstrap: Bootstrap, concurrency: usize) -> Result<Runn
 
     let balancers = Arc::new(crate::lb::Balancers::default());
     tokio::spawn(balancing::keep_balancers(store.clone(), balancers.clone(), signal.clone()));
-    let workers = crate::proxy::Workers::start(concurrency, store.clone(), balancers.clone(), signal.clone())
-        .map_err(AppError::Runtime)?;
+    crate::tls::provider::install_default();
+    let tls = Arc::new(crate::proxy::HandshakeStats::default());
+    let workers =
+        crate::proxy::Workers::start(concurrency, store.clone(), balancers.clone(), tls.clone(), signal.clone())
+            .map_err(AppError::Runtime)?;
 
     match ads {
         Some(config) => {
@@ -124,7 +129,7 @@ pub async fn start_with(bootstrap: Bootstrap, concurrency: usize) -> Result<Runn
         }
         None => store.publish(state.snapshot()),
     }
-    Ok(Running { store, balancers, admin_address, quit, shutdown: trigger, workers: Some(workers) })
+    Ok(Running { store, balancers, admin_address, quit, tls, shutdown: trigger, workers: Some(workers) })
 }
 
 /// `outrider run`: blocks until SIGINT, SIGTERM or `POST /quitquitquit`.

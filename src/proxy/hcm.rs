@@ -17,7 +17,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::conn::auto;
 use rand::Rng;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::exec::LocalExec;
 use super::filter_chain::ConnectionInfo;
@@ -38,20 +38,44 @@ pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 /// connection; retries of streamed bodies are not possible there either).
 const RETRY_BUFFER_LIMIT: usize = 64 * 1024;
 
-/// Serves one downstream connection until it closes.
-pub async fn serve(
-    stream: TcpStream,
+/// The transport a downstream connection arrived on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Secure {
+    Plain,
+    /// Terminated TLS, with the protocol ALPN settled on.
+    Tls {
+        alpn: Option<Vec<u8>>,
+    },
+}
+
+/// Serves one downstream connection until it closes. Over TLS, ALPN decides the protocol
+/// (`h2` → HTTP/2, `http/1.1` → HTTP/1.1); otherwise the first bytes do (the HTTP/2
+/// preface or not), as Envoy's `AUTO` codec.
+pub async fn serve<S>(
+    stream: S,
     info: ConnectionInfo,
+    secure: Secure,
     manager: Arc<HttpConnectionManager>,
     context: Rc<WorkerContext>,
-) {
-    let downstream = Downstream { peer: info.peer, local: info.local, tls: false };
+) where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let alpn = match &secure {
+        Secure::Tls { alpn } => alpn.as_deref(),
+        Secure::Plain => None,
+    };
+    let downstream = Downstream { peer: info.peer, local: info.local, tls: secure != Secure::Plain };
+    let mut builder = auto::Builder::new(LocalExec);
+    builder.http1().keep_alive(true);
+    let builder = match alpn {
+        Some(b"h2") => builder.http2_only(),
+        Some(b"http/1.1" | b"http/1.0") => builder.http1_only(),
+        _ => builder,
+    };
     let service = service_fn(move |request| {
         let (manager, context) = (manager.clone(), context.clone());
         async move { Ok::<_, Infallible>(handle(request, downstream, &manager, &context).await) }
     });
-    let mut builder = auto::Builder::new(LocalExec);
-    builder.http1().keep_alive(true);
     if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
         tracing::debug!(peer = %info.peer, error = %e, "downstream connection ended");
     }
@@ -157,7 +181,15 @@ async fn handle(
             (Some(per_try), Some(remaining)) => Some(per_try.min(remaining)),
             (per_try, remaining) => per_try.or(remaining),
         };
-        let send = context.upstreams.forward(&host, &cluster.resource, downstream_is_h2, upstream_request);
+        let tls = match context.tls.upstream(&cluster, &host.endpoint, &snapshot) {
+            Ok(tls) => tls,
+            Err(error) => {
+                let failure =
+                    UpstreamError::ConnectFailure { address: host.address().to_string(), reason: error.to_string() };
+                return reset_reply(manager, Some(failure), retry.attempts() > 0, is_grpc);
+            }
+        };
+        let send = context.upstreams.forward_over(&host, &cluster.resource, downstream_is_h2, upstream_request, tls);
         let result = match try_timeout {
             Some(limit) => tokio::time::timeout(limit, send).await.map_err(|_| Attempt::Timeout),
             None => Ok(send.await),

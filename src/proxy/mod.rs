@@ -1,5 +1,5 @@
 //! The data path: workers, listeners, the HTTP connection manager, routing, retries and
-//! timeouts, upstream connection pools, the TCP proxy.
+//! timeouts, upstream connection pools, the TCP proxy, TLS on both sides.
 
 pub mod connection;
 pub mod exec;
@@ -10,7 +10,9 @@ pub mod listener;
 pub mod retry;
 pub mod router;
 pub mod tcp_proxy;
+pub mod transport;
 pub mod upstream;
 pub mod worker;
 
+pub use transport::HandshakeStats;
 pub use worker::Workers;

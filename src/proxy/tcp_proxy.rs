@@ -1,9 +1,11 @@
-//! The TCP proxy filter: pick a host of the cluster, connect, copy bytes both ways.
+//! The TCP proxy filter: pick a host of the cluster, connect (originating TLS when the
+//! endpoint's transport socket says so), copy bytes both ways.
 
 use std::rc::Rc;
 use std::time::Instant;
 
 use rand::Rng;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use super::filter_chain::ConnectionInfo;
@@ -12,8 +14,12 @@ use crate::config::Address;
 use crate::config::listener::TcpProxy;
 use crate::config::listener::tcp_proxy::TcpCluster;
 use crate::lb::PickContext;
+use crate::tls::{ClientAlpn, Refusal};
 
-pub async fn serve(mut downstream: TcpStream, info: ConnectionInfo, proxy: &TcpProxy, context: &Rc<WorkerContext>) {
+pub async fn serve<S>(mut downstream: S, info: ConnectionInfo, proxy: &TcpProxy, context: &Rc<WorkerContext>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let cluster_name = match &proxy.cluster {
         TcpCluster::Cluster(name) => name.clone(),
         TcpCluster::Weighted(clusters) => {
@@ -31,7 +37,7 @@ pub async fn serve(mut downstream: TcpStream, info: ConnectionInfo, proxy: &TcpP
         }
     };
     let snapshot = context.store.load();
-    let Some(cluster) = snapshot.clusters.get(&cluster_name) else {
+    let Some(cluster) = snapshot.clusters.get(&cluster_name).cloned() else {
         tracing::debug!(cluster = %cluster_name, "tcp proxy: unknown cluster; closing");
         return;
     };
@@ -44,19 +50,58 @@ pub async fn serve(mut downstream: TcpStream, info: ConnectionInfo, proxy: &TcpP
             tracing::debug!(cluster = %cluster_name, "tcp proxy: no healthy upstream; closing");
             return;
         };
-        let Address::Socket(address) = host.address() else { return };
+        let Address::Socket(address) = *host.address() else { return };
+        let Ok(tls) = context.tls.upstream(&cluster, &host.endpoint, &snapshot) else { return };
         let _in_flight = host.stats.start();
         let connect = tokio::time::timeout(cluster.resource.connect_timeout, TcpStream::connect(address)).await;
-        match connect {
-            Ok(Ok(mut upstream)) => {
-                let _ = upstream.set_nodelay(true);
+        let Ok(Ok(upstream)) = connect else {
+            host.stats.record(Instant::now(), now.elapsed(), false);
+            continue;
+        };
+        let _ = upstream.set_nodelay(true);
+        let copied = match &tls {
+            None => {
                 host.stats.record(Instant::now(), now.elapsed(), true);
-                let _ = tokio::io::copy_bidirectional(&mut downstream, &mut upstream).await;
-                return;
+                copy(&mut downstream, upstream).await
             }
-            _ => host.stats.record(Instant::now(), now.elapsed(), false),
+            Some(tls) => {
+                let handshake = tokio::time::timeout(
+                    cluster.resource.connect_timeout.saturating_sub(now.elapsed()),
+                    crate::tls::connect(upstream, tls, ClientAlpn::Tcp),
+                );
+                match handshake.await {
+                    Ok(Ok(upstream)) => {
+                        context.tls.stats.upstream.handshake();
+                        host.stats.record(Instant::now(), now.elapsed(), true);
+                        copy(&mut downstream, upstream).await
+                    }
+                    Ok(Err(refused)) => {
+                        context.tls.stats.upstream.refused(refused.refusal);
+                        tracing::info!(cluster = %cluster_name, %address, reason = %refused, "upstream TLS handshake refused");
+                        host.stats.record(Instant::now(), now.elapsed(), false);
+                        continue;
+                    }
+                    Err(_) => {
+                        context.tls.stats.upstream.refused(Refusal::Timeout);
+                        host.stats.record(Instant::now(), now.elapsed(), false);
+                        continue;
+                    }
+                }
+            }
+        };
+        if let Err(error) = copied {
+            tracing::debug!(cluster = %cluster_name, %address, %error, "tcp proxy: connection ended");
         }
+        return;
     }
+}
+
+async fn copy<D, U>(downstream: &mut D, mut upstream: U) -> std::io::Result<(u64, u64)>
+where
+    D: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    tokio::io::copy_bidirectional(downstream, &mut upstream).await
 }
 
 /// Envoy hashes the source IP as a string with xxHash64 (seed 0).

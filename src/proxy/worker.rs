@@ -13,6 +13,7 @@ use rand::rngs::SmallRng;
 use tokio::sync::watch;
 
 use super::listener::ListenerManager;
+use super::transport::{HandshakeStats, WorkerTls};
 use super::upstream::Upstreams;
 use crate::core::shutdown::Signal;
 use crate::lb::{Balancers, WorkerPickers};
@@ -26,6 +27,7 @@ pub struct WorkerContext {
     pub pickers: RefCell<WorkerPickers>,
     pub upstreams: Upstreams,
     pub rng: RefCell<SmallRng>,
+    pub tls: WorkerTls,
 }
 
 /// The running workers.
@@ -41,14 +43,15 @@ impl Workers {
         count: usize,
         store: Arc<Store>,
         balancers: Arc<Balancers>,
+        tls: Arc<HandshakeStats>,
         shutdown: Signal,
     ) -> std::io::Result<Self> {
         let count = count.max(1);
         let synced = Arc::new(watch::Sender::new(vec![0; count]));
         let mut threads = Vec::with_capacity(count);
         for id in 0..count {
-            let (store, balancers, shutdown, synced) =
-                (store.clone(), balancers.clone(), shutdown.clone(), synced.clone());
+            let (store, balancers, tls, shutdown, synced) =
+                (store.clone(), balancers.clone(), tls.clone(), shutdown.clone(), synced.clone());
             let thread = std::thread::Builder::new().name(format!("outrider-worker-{id}")).spawn(move || {
                 let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(runtime) => runtime,
@@ -58,7 +61,7 @@ impl Workers {
                     }
                 };
                 let local = tokio::task::LocalSet::new();
-                local.block_on(&runtime, run(id, store, balancers, shutdown, synced));
+                local.block_on(&runtime, run(id, store, balancers, tls, shutdown, synced));
             })?;
             threads.push(thread);
         }
@@ -84,6 +87,7 @@ async fn run(
     id: usize,
     store: Arc<Store>,
     balancers: Arc<Balancers>,
+    tls: Arc<HandshakeStats>,
     shutdown: Signal,
     synced: Arc<watch::Sender<Vec<u64>>>,
 ) {
@@ -93,8 +97,9 @@ async fn run(
         store: store.clone(),
         balancers,
         pickers: RefCell::new(WorkerPickers::new(seed)),
-        upstreams: Upstreams::default(),
+        upstreams: Upstreams::with_tls_stats(tls.clone()),
         rng: RefCell::new(SmallRng::seed_from_u64(seed ^ 0xa5a5)),
+        tls: WorkerTls::new(tls),
     });
     let mut listeners = ListenerManager::default();
     let mut changes = store.subscribe();
