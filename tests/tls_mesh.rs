@@ -17,7 +17,12 @@ use tls_support::*;
 /// `client_sa`, forwarding with the downstream's protocol to the backend on `backend`.
 async fn inbound(ca: &Ca, port: u16, backend: u16, server_sa: &str, client_sa: &str) -> Sidecar {
     let tls = yaml::common_tls(&["h2", "http/1.1"], json!({ "exact": pki::spiffe(client_sa) }));
-    let chain = yaml::chain("mtls", json!({ "transport_protocol": "tls" }), yaml::downstream_tls(tls, true), yaml::hcm_edge("app"));
+    let chain = yaml::chain(
+        "mtls",
+        json!({ "transport_protocol": "tls" }),
+        yaml::downstream_tls(tls, true),
+        yaml::hcm_edge("app"),
+    );
     let listener = yaml::listener("inbound", port, true, vec![chain], Value::Null);
     let cluster = yaml::cluster("app", backend, Http::Downstream, Value::Null, Value::Null);
     let secrets = [yaml::certificate_secret(&ca.leaf(&pki::spiffe(server_sa))), yaml::roots_secret(ca)];

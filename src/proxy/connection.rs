@@ -112,13 +112,11 @@ async fn terminate_tls<S>(
         Err(error) => return refused(Refusal::NoConfig, &error),
     };
     let timeout = chain.transport_socket_connect_timeout.unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT);
-    match tls::accept(stream, &config, timeout).await {
-        Ok(accepted) => {
-            stats.handshake();
-            let secure = Secure::Tls { alpn: accepted.alpn };
-            terminal(accepted.stream, info, chain, secure, context).await
-        }
-        Err(error) => refused(error.refusal, &error),
+    let accepted = tls::accept(stream, &config, timeout, |error| refused(error.refusal, &error)).await;
+    if let Some(accepted) = accepted {
+        stats.handshake();
+        let secure = Secure::Tls { alpn: accepted.alpn };
+        terminal(accepted.stream, info, chain, secure, context).await
     }
 }
 

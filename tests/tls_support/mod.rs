@@ -146,3 +146,33 @@ pub async fn read_until_closed<T: AsyncRead + Unpin>(mut io: T) -> Vec<u8> {
 pub fn addr(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
+
+/// Attempts a TLS connection and one HTTP/1.1 request that the server must refuse. Waits
+/// until the server has closed the TCP connection (it counts a refusal before closing), and
+/// returns the client's view of the failure.
+pub async fn refused(port: u16, config: rustls::ClientConfig) -> String {
+    use tokio::io::AsyncWriteExt;
+    let stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("server.test").unwrap();
+    let connect = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, stream).into_fallible();
+    match tokio::time::timeout(WAIT, connect).await.unwrap() {
+        Err((error, stream)) => {
+            read_until_closed(stream).await;
+            format!("handshake: {error}")
+        }
+        // TLS 1.3: the client's handshake ends before the server has checked its
+        // certificate; the refusal arrives as an alert on the first read.
+        Ok(mut tls) => {
+            let _ = tls.write_all(b"GET / HTTP/1.1\r\nhost: app\r\n\r\n").await;
+            let mut response = Vec::new();
+            let read = tokio::time::timeout(WAIT, tls.read_to_end(&mut response)).await.unwrap();
+            assert!(response.is_empty(), "refused, yet answered: {}", String::from_utf8_lossy(&response));
+            let (stream, _) = tls.into_inner();
+            read_until_closed(stream).await;
+            match read {
+                Err(error) => format!("after handshake: {error}"),
+                Ok(_) => "after handshake: closed".to_owned(),
+            }
+        }
+    }
+}

@@ -62,16 +62,19 @@ impl Ca {
 
     fn leaf_with(&self, spiffe_id: &str, adjust: impl FnOnce(&mut CertificateParams)) -> Leaf {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.subject_alt_names = vec![
-            SanType::URI(spiffe_id.try_into().unwrap()),
-            SanType::DnsName("server.test".try_into().unwrap()),
-        ];
+        params.subject_alt_names =
+            vec![SanType::URI(spiffe_id.try_into().unwrap()), SanType::DnsName("server.test".try_into().unwrap())];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
         adjust(&mut params);
         let key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Leaf { cert_pem: cert.pem(), key_pem: key.serialize_pem(), der: cert.der().clone(), key_der: key.serialize_der() }
+        Leaf {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            der: cert.der().clone(),
+            key_der: key.serialize_der(),
+        }
     }
 }
 
