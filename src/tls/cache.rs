@@ -179,3 +179,7 @@ fn entry<O: Any + Send + Sync, T>(owner: &Arc<O>, stamps: Vec<Stamp>, value: T) 
 fn server_name(sni: &str) -> ServerName<'static> {
     ServerName::try_from(sni.to_owned()).unwrap_or(ServerName::IpAddress(std::net::Ipv4Addr::UNSPECIFIED.into()))
 }
+
+#[cfg(test)]
+#[path = "cache_tests.rs"]
+mod tests;
