@@ -6,8 +6,8 @@
 //! owner's allocation, so while the entry exists no other owner can appear at the same
 //! address: equal addresses mean the same, unchanged, context. An entry is rebuilt when a
 //! secret it used has a new version (rotation: the next handshake uses the new
-//! certificate, connections already established keep theirs), and dropped once its owner
-//! is gone (a listener or cluster update).
+//! certificate, connections already established keep theirs) or a file it was read from
+//! changed on disk, and dropped once its owner is gone (a listener or cluster update).
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -17,7 +17,7 @@ use rustls::{ClientConfig, ServerConfig};
 use rustls_pki_types::ServerName;
 
 use super::client::{self, ClientAlpn};
-use super::secrets::{self, SecretSource, Stamp};
+use super::secrets::{self, FileStamps, SecretSource, Stamp};
 use super::{TlsError, server};
 use crate::config::tls::{DownstreamTlsContext, UpstreamTlsContext};
 
@@ -58,7 +58,14 @@ type Key = (usize, usize);
 struct Entry<T> {
     owner: Weak<dyn Any + Send + Sync>,
     stamps: Vec<Stamp>,
+    files: FileStamps,
     value: T,
+}
+
+impl<T> Entry<T> {
+    fn current(&self, context: &crate::config::tls::CommonTlsContext, secrets: &dyn SecretSource) -> bool {
+        secrets::current(context, secrets, &self.stamps) && self.files.current()
+    }
 }
 
 impl TlsCache {
@@ -75,11 +82,12 @@ impl TlsCache {
     ) -> Result<ServerTls, TlsError> {
         let key = key(owner, context);
         if let Some(entry) = self.servers.get(&key)
-            && secrets::current(&context.common, secrets, &entry.stamps)
+            && entry.current(&context.common, secrets)
         {
             return Ok(entry.value.clone());
         }
         let material = secrets::resolve(&context.common, secrets)?;
+        let files = material.file_stamps();
         let config = server::server_config(context, &material)?;
         let mut without_alpn = config.clone();
         without_alpn.alpn_protocols.clear();
@@ -90,7 +98,7 @@ impl TlsCache {
         };
         tracing::debug!(secrets = ?context.common.secret_names(), "downstream TLS config built");
         self.servers.retain(|_, e| e.owner.strong_count() > 0);
-        self.servers.insert(key, entry(owner, material.stamps, value.clone()));
+        self.servers.insert(key, entry(owner, material.stamps, files, value.clone()));
         Ok(value)
     }
 
@@ -104,7 +112,7 @@ impl TlsCache {
         let key = key(owner, context);
         let previous = self.clients.get(&key);
         if let Some(entry) = previous
-            && secrets::current(&context.common, secrets, &entry.stamps)
+            && entry.current(&context.common, secrets)
         {
             return Ok(entry.value.clone());
         }
@@ -117,6 +125,7 @@ impl TlsCache {
             }
         };
         let material = secrets::resolve(&context.common, secrets)?;
+        let files = material.file_stamps();
         let config = client::client_config(context, &material)?;
         let with_alpn = |use_| {
             let mut config = config.clone();
@@ -133,7 +142,7 @@ impl TlsCache {
         };
         tracing::debug!(secrets = ?context.common.secret_names(), sni = %context.sni, "upstream TLS config built");
         self.clients.retain(|_, e| e.owner.strong_count() > 0);
-        self.clients.insert(key, entry(owner, material.stamps, value.clone()));
+        self.clients.insert(key, entry(owner, material.stamps, files, value.clone()));
         Ok(value)
     }
 
@@ -169,9 +178,9 @@ fn key<O, C>(owner: &Arc<O>, context: &C) -> Key {
     (Arc::as_ptr(owner) as *const () as usize, context as *const C as usize)
 }
 
-fn entry<O: Any + Send + Sync, T>(owner: &Arc<O>, stamps: Vec<Stamp>, value: T) -> Entry<T> {
+fn entry<O: Any + Send + Sync, T>(owner: &Arc<O>, stamps: Vec<Stamp>, files: FileStamps, value: T) -> Entry<T> {
     let owner: Weak<dyn Any + Send + Sync> = Arc::downgrade(owner) as Weak<dyn Any + Send + Sync>;
-    Entry { owner, stamps, value }
+    Entry { owner, stamps, files, value }
 }
 
 /// The name sent as SNI; when none is configured SNI is off and this only satisfies the

@@ -175,3 +175,46 @@ fn a_server_config_answers_alpn_as_envoy_does() {
     // A client offering none of them gets no ALPN rather than a refusal, as from Envoy.
     assert!(tls.config_for(&[b"istio".to_vec()]).alpn_protocols.is_empty());
 }
+
+#[test]
+fn a_certificate_file_rewritten_on_disk_rebuilds_the_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+    let write = |name: &str, text: &str, at: u64| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(at)).unwrap();
+        DataSource::Filename(path)
+    };
+    let issue = |at: u64| {
+        let key = KeyPair::generate().unwrap();
+        let cert = CertificateParams::new(vec!["server.test".to_owned()]).unwrap().signed_by(&key, &ca).unwrap();
+        TlsCertificate {
+            certificate_chain: write("cert.pem", &cert.pem(), at),
+            private_key: PrivateKey::new(write("key.pem", &key.serialize_pem(), at)),
+        }
+    };
+    let context = DownstreamTlsContext {
+        common: CommonTlsContext {
+            certificates: Certificates::Inline(vec![issue(1)]),
+            validation: Some(Validation::Inline(CertificateValidationContext {
+                trusted_ca: Some(write("ca.pem", &ca.pem(), 1)),
+                ..Default::default()
+            })),
+            ..common()
+        },
+        require_client_certificate: true,
+        require_sni: false,
+    };
+    let owner = Arc::new(Owner(context));
+    let (secrets, mut cache) = (Secrets::default(), TlsCache::new());
+    let first = cache.server(&owner, &owner.0, &secrets).unwrap().config_for(&[]);
+    let again = cache.server(&owner, &owner.0, &secrets).unwrap().config_for(&[]);
+    assert!(Arc::ptr_eq(&first, &again));
+    issue(2); // the same paths, new contents and modification times
+    let rotated = cache.server(&owner, &owner.0, &secrets).unwrap().config_for(&[]);
+    assert!(!Arc::ptr_eq(&first, &rotated), "the rewritten files are read again");
+}

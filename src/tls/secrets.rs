@@ -1,13 +1,14 @@
 //! A TLS context resolved against the secrets it names: the certificates to present and the
 //! effective validation context (an SDS secret merged over the inline default, as Envoy's
-//! combined validation context), with the version of each secret used so that a cached
-//! config can tell when it is stale.
+//! combined validation context), with the version of each secret used (and the
+//! modification time of each file read) so that a cached config can tell when it is stale.
 
 use std::borrow::Cow;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::TlsError;
-use crate::config::secret::{CertificateValidationContext, Secret, SecretKind, TlsCertificate};
+use crate::config::secret::{CertificateValidationContext, DataSource, Secret, SecretKind, TlsCertificate};
 use crate::config::tls::{Certificates, CommonTlsContext, SdsSecretConfig, Validation};
 
 /// Where the secrets of the served configuration are looked up (the snapshot's).
@@ -36,6 +37,39 @@ pub(crate) struct Material<'a> {
     pub certificates: Vec<Cow<'a, TlsCertificate>>,
     pub validation: Option<Cow<'a, CertificateValidationContext>>,
     pub stamps: Vec<Stamp>,
+}
+
+/// The files a config was built from, with their modification times then: a file
+/// rewritten in place (a rotated certificate on disk) makes the config stale.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct FileStamps(Vec<(PathBuf, Option<SystemTime>)>);
+
+impl Material<'_> {
+    /// Taken before the files are read, so a write racing the read shows as a change later.
+    pub fn file_stamps(&self) -> FileStamps {
+        let certificates = self.certificates.iter().flat_map(|c| [&c.certificate_chain, c.private_key.source()]);
+        let ca = self.validation.as_ref().and_then(|v| v.trusted_ca.as_ref());
+        let files = certificates
+            .chain(ca)
+            .filter_map(|source| match source {
+                DataSource::Filename(path) => Some((path.clone(), modified(path))),
+                _ => None,
+            })
+            .collect();
+        FileStamps(files)
+    }
+}
+
+impl FileStamps {
+    /// Whether every file still has the modification time it had (one `stat` each; most
+    /// contexts, SDS-fed, have none).
+    pub fn current(&self) -> bool {
+        self.0.iter().all(|(path, then)| modified(path) == *then)
+    }
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 /// Resolves `context` against `secrets`. Every SDS secret it names must be present.
