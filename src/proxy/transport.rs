@@ -52,7 +52,7 @@ impl WorkerTls {
         cluster: &Arc<Versioned<Cluster>>,
         endpoint: &LbEndpoint,
         snapshot: &Snapshot,
-    ) -> Result<Option<ClientTls>, TlsError> {
+    ) -> Result<Option<Arc<ClientTls>>, TlsError> {
         let Some(context) = upstream_context(&cluster.resource, endpoint) else { return Ok(None) };
         let result = self.cache.borrow_mut().client(cluster, context, &SnapshotSecrets(snapshot));
         if let Err(error) = &result {

@@ -99,7 +99,7 @@ impl Upstreams {
         cluster: &Cluster,
         downstream_is_h2: bool,
         request: Request<RequestBody>,
-        tls: Option<ClientTls>,
+        tls: Option<Arc<ClientTls>>,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
         let feedback = Feedback::start(host, Instant::now());
         let result = self.send_over(host, cluster, downstream_is_h2, request, tls).await;
@@ -127,7 +127,7 @@ impl Upstreams {
         cluster: &Cluster,
         downstream_is_h2: bool,
         request: Request<RequestBody>,
-        tls: Option<ClientTls>,
+        tls: Option<Arc<ClientTls>>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         let dial = Dial::new(host.address(), cluster, tls.map(|tls| (tls, self.tls_stats.clone())));
         let max_requests = cluster.http.max_requests_per_connection;

@@ -47,7 +47,7 @@ pub struct ClientTls {
 #[derive(Debug, Default)]
 pub struct TlsCache {
     servers: HashMap<Key, Entry<ServerTls>>,
-    clients: HashMap<Key, Entry<ClientTls>>,
+    clients: HashMap<Key, Entry<Arc<ClientTls>>>,
     next_transport_id: u64,
 }
 
@@ -108,7 +108,7 @@ impl TlsCache {
         owner: &Arc<O>,
         context: &UpstreamTlsContext,
         secrets: &dyn SecretSource,
-    ) -> Result<ClientTls, TlsError> {
+    ) -> Result<Arc<ClientTls>, TlsError> {
         let key = key(owner, context);
         let previous = self.clients.get(&key);
         if let Some(entry) = previous
@@ -133,13 +133,13 @@ impl TlsCache {
             Arc::new(config)
         };
         let server_name = server_name(&context.sni);
-        let value = ClientTls {
+        let value = Arc::new(ClientTls {
             http1: with_alpn(ClientAlpn::Http1),
             http2: with_alpn(ClientAlpn::Http2),
             tcp: with_alpn(ClientAlpn::Tcp),
             server_name,
             transport_id,
-        };
+        });
         tracing::debug!(secrets = ?context.common.secret_names(), sni = %context.sni, "upstream TLS config built");
         self.clients.retain(|_, e| e.owner.strong_count() > 0);
         self.clients.insert(key, entry(owner, material.stamps, files, value.clone()));

@@ -32,7 +32,7 @@ pub(crate) struct Dial {
     pub bind: Option<SocketAddr>,
     pub http2: Http2Settings,
     /// TLS to originate, with the counters its handshakes go to; `None` is plaintext.
-    pub tls: Option<(ClientTls, Arc<HandshakeStats>)>,
+    pub tls: Option<(Arc<ClientTls>, Arc<HandshakeStats>)>,
 }
 
 /// Opens the socket, runs the TLS handshake if any, then the HTTP handshake `$then`.
@@ -53,7 +53,11 @@ macro_rules! over_transport {
 }
 
 impl Dial {
-    pub(crate) fn new(address: &Address, cluster: &Cluster, tls: Option<(ClientTls, Arc<HandshakeStats>)>) -> Self {
+    pub(crate) fn new(
+        address: &Address,
+        cluster: &Cluster,
+        tls: Option<(Arc<ClientTls>, Arc<HandshakeStats>)>,
+    ) -> Self {
         Self {
             address: address.clone(),
             connect_timeout: cluster.connect_timeout,
@@ -82,7 +86,7 @@ impl Dial {
     async fn handshake_tls<T>(
         &self,
         io: T,
-        (tls, stats): &(ClientTls, Arc<HandshakeStats>),
+        (tls, stats): &(Arc<ClientTls>, Arc<HandshakeStats>),
         alpn: ClientAlpn,
         started: Instant,
     ) -> Result<tokio_rustls::client::TlsStream<T>, UpstreamError>
