@@ -22,9 +22,18 @@ use tokio::net::TcpStream;
 
 use crate::common::{ControlPlane, WAIT, bootstrap, wait_snapshot};
 
-/// A free loopback port (bound and released; Outrider's listeners use SO_REUSEPORT).
+/// A loopback port for an Outrider listener. The port stays reserved for the life of the
+/// test process by a bound (never listening) SO_REUSEPORT socket: Outrider's listeners
+/// bind beside it, and no other test can be handed the same port meanwhile (a port bound
+/// and released at once could be, and its connections would reach the wrong proxy).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    socket.set_reuse_port(true).unwrap();
+    socket.bind(&addr(0).into()).unwrap();
+    let port = socket.local_addr().unwrap().as_socket().unwrap().port();
+    std::mem::forget(socket);
+    port
 }
 
 /// One Outrider with its own control plane.
