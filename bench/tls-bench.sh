@@ -92,19 +92,20 @@ for p in envoy outrider; do
     s_time >"$tls/s_time.2" & b=$!
     wait "$a" "$b"
     after=$(cpu)
-    r[$p.handshakes]=$(( $(cat "$tls/s_time.1") + $(cat "$tls/s_time.2") ))
-    r[$p.handshakes_per_cpu_s]=$(per_cpu "$(( r[$p.handshakes] * secs ))" "$before" "$after")
+    one=$(cat "$tls/s_time.1") two=$(cat "$tls/s_time.2")
+    r[$p.handshakes]=$(( ${one:-0} + ${two:-0} ))
+    r[$p.handshakes_per_cpu_s]=$(per_cpu "$(( ${r[$p.handshakes]} * secs ))" "$before" "$after")
     # Keep-alive: the handshakes are done once, then requests flow.
     oha_rps >/dev/null  # warm-up
     before=$(cpu)
     read -r r[$p.h1_rps] r[$p.h1_success] < <(oha_rps)
     after=$(cpu)
-    r[$p.h1_rps_per_cpu_s]=$(per_cpu "$(( r[$p.h1_rps] * secs ))" "$before" "$after")
+    r[$p.h1_rps_per_cpu_s]=$(per_cpu "$(( ${r[$p.h1_rps]} * secs ))" "$before" "$after")
     r[$p.rss_loaded]=$(rss)
     before=$(cpu)
     read -r r[$p.h2_rps] r[$p.h2_success] < <(oha_rps --http2 -p 10)
     after=$(cpu)
-    r[$p.h2_rps_per_cpu_s]=$(per_cpu "$(( r[$p.h2_rps] * secs ))" "$before" "$after")
+    r[$p.h2_rps_per_cpu_s]=$(per_cpu "$(( ${r[$p.h2_rps]} * secs ))" "$before" "$after")
     stop
 done
 
