@@ -44,12 +44,18 @@ enum Command {
         #[arg(long)]
         no_backends: bool,
     },
+    /// Install the iptables rules that send a pod's TCP traffic through the sidecar
+    /// (run in the pod's network namespace, as an init container would); `--clean` removes them.
+    Capture(outrider::capture::CaptureArgs),
     /// Check a bootstrap file and list what Outrider would ignore in it.
     Validate {
         #[arg(long, short = 'c')]
         config: PathBuf,
     },
 }
+
+#[global_allocator]
+static ALLOCATOR: outrider::core::allocator::Global = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -80,6 +86,13 @@ fn main() -> ExitCode {
             }
         }
         Command::Validate { config } => validate(&config),
+        Command::Capture(args) => match outrider::capture::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("outrider capture: {e}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

@@ -15,11 +15,17 @@ pub async fn keep_balancers(store: Arc<Store>, balancers: Arc<Balancers>, shutdo
     let mut builder = BalancerBuilder::default();
     let mut changes = store.subscribe();
     let mut next_update: HashMap<String, tokio::time::Instant> = HashMap::new();
+    let mut next_cleanup: HashMap<String, tokio::time::Instant> = HashMap::new();
     let mut oob = super::oob::OobStreams::default();
     update(&mut builder, &store.load(), &balancers);
     oob.sync(&balancers, &shutdown);
     loop {
-        let wake = next_update.values().min().copied().unwrap_or_else(|| tokio::time::Instant::now() + IDLE);
+        let wake = next_update
+            .values()
+            .chain(next_cleanup.values())
+            .min()
+            .copied()
+            .unwrap_or_else(|| tokio::time::Instant::now() + IDLE);
         tokio::select! {
             changed = changes.changed() => {
                 if changed.is_err() {
@@ -32,6 +38,7 @@ pub async fn keep_balancers(store: Arc<Store>, balancers: Arc<Balancers>, shutdo
             _ = shutdown.clone().triggered() => return,
         }
         update_weights(&balancers, &mut next_update);
+        clean_original_dst_hosts(&balancers, &mut next_cleanup);
     }
 }
 
@@ -54,6 +61,30 @@ fn update_weights(balancers: &Balancers, next_update: &mut HashMap<String, tokio
         if due {
             updaters.iter().for_each(|cswrr| cswrr.update_weights(now.into_std()));
             next_update.insert(name.clone(), now + period);
+        }
+    }
+}
+
+/// Sweeps the on-demand hosts of every ORIGINAL_DST cluster whose `cleanup_interval` came
+/// due (the first sweep one interval after the cluster appears), and schedules the next.
+fn clean_original_dst_hosts(balancers: &Balancers, next_cleanup: &mut HashMap<String, tokio::time::Instant>) {
+    let now = tokio::time::Instant::now();
+    let all = balancers.all();
+    next_cleanup.retain(|name, _| all.get(name).is_some_and(|lb| lb.original_dst().is_some()));
+    for (name, lb) in all.iter() {
+        let Some(original_dst) = lb.original_dst() else { continue };
+        match next_cleanup.get(name) {
+            Some(at) if *at > now => {}
+            Some(_) => {
+                let removed = original_dst.hosts.sweep();
+                if removed > 0 {
+                    tracing::debug!(cluster = %name, removed, "original destination hosts cleaned up");
+                }
+                next_cleanup.insert(name.clone(), now + original_dst.cleanup_interval);
+            }
+            None => {
+                next_cleanup.insert(name.clone(), now + original_dst.cleanup_interval);
+            }
         }
     }
 }

@@ -144,6 +144,7 @@ pub fn run(options: RunOptions) -> Result<(), AppError> {
         .map_err(AppError::Runtime)?;
     runtime.block_on(async {
         let running = start_with(bootstrap, concurrency).await?;
+        crate::core::allocator::release_free_memory();
         tokio::select! {
             _ = terminate() => tracing::info!("signal received; shutting down"),
             _ = running.quit.notified() => tracing::info!("quitquitquit; shutting down"),

@@ -7,6 +7,7 @@
 //! choose a locality; then let the policy choose within that host set.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,6 +16,7 @@ use rand::{Rng, SeedableRng};
 
 use super::cswrr::Cswrr;
 use super::host::{Host, StatsRegistry};
+use super::original_dst::{DestinationCache, OriginalDst};
 use super::policy::{Cursor, PickContext, SharedPolicy};
 use super::priority::{Availability, LevelCounts, PriorityLoad};
 use crate::config::cluster::lb_policy::DEFAULT_HEALTHY_PANIC_THRESHOLD;
@@ -60,6 +62,8 @@ pub struct ClusterLb {
     load: PriorityLoad,
     hash_based: bool,
     hosts: Vec<Arc<Host>>,
+    /// Set for ORIGINAL_DST clusters, whose hosts are made per destination.
+    original_dst: Option<OriginalDst>,
 }
 
 impl ClusterLb {
@@ -127,7 +131,13 @@ impl ClusterLb {
             });
         }
         let load = PriorityLoad::compute(&counts, assignment.overprovisioning_factor, panic_threshold);
-        Self { cluster: cluster.name.clone(), sets, levels, load, hash_based, hosts }
+        let original_dst = cluster.original_dst.as_ref().map(|c| OriginalDst::new(registry.original_dst_hosts(), c));
+        Self { cluster: cluster.name.clone(), sets, levels, load, hash_based, hosts, original_dst }
+    }
+
+    /// The per-destination hosts of an ORIGINAL_DST cluster; `None` for other clusters.
+    pub fn original_dst(&self) -> Option<&OriginalDst> {
+        self.original_dst.as_ref()
     }
 
     /// Every host of the cluster, in assignment order.
@@ -269,12 +279,19 @@ pub struct Picker {
     cursors: Vec<Option<Cursor>>,
     /// Smooth weighted round robin state over localities, per level.
     locality_current: Vec<Vec<f64>>,
+    /// This worker's copies of an ORIGINAL_DST cluster's hosts.
+    destinations: DestinationCache,
 }
 
 impl Picker {
     pub fn new(lb: Arc<ClusterLb>, seed: u64) -> Self {
-        let mut picker =
-            Self { lb, rng: SmallRng::seed_from_u64(seed), cursors: Vec::new(), locality_current: Vec::new() };
+        let mut picker = Self {
+            lb,
+            rng: SmallRng::seed_from_u64(seed),
+            cursors: Vec::new(),
+            locality_current: Vec::new(),
+            destinations: DestinationCache::default(),
+        };
         picker.reset();
         picker
     }
@@ -290,6 +307,15 @@ impl Picker {
     fn reset(&mut self) {
         self.cursors = (0..self.lb.sets.len()).map(|_| None).collect();
         self.locality_current = self.lb.levels.iter().map(|l| vec![0.0; l.localities.len()]).collect();
+        self.destinations = DestinationCache::default();
+    }
+
+    /// The host of an ORIGINAL_DST cluster for `destination` (the downstream connection's
+    /// original destination, or the address its request header names); `None` when the
+    /// cluster is of another type.
+    pub fn pick_destination(&mut self, destination: SocketAddr, now: Instant) -> Option<Arc<Host>> {
+        let cluster = self.lb.original_dst.as_ref()?;
+        Some(self.destinations.pick(cluster, destination, now))
     }
 
     /// Picks a host, avoiding `ctx.previous` when another usable host exists: the policy
@@ -319,7 +345,7 @@ impl Picker {
     fn pick_once(&mut self, ctx: &PickContext<'_>) -> Option<(usize, Arc<Host>)> {
         // Borrow the fields apart: the balancer is read while cursors and RNG change,
         // without touching the `Arc`'s reference count on the hot path.
-        let Self { lb, rng, cursors, locality_current } = self;
+        let Self { lb, rng, cursors, locality_current, .. } = self;
         let level_hash = match (lb.hash_based, ctx.hash) {
             (true, Some(hash)) => hash,
             _ => rng.random(),

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::original_dst::OriginalDstHosts;
 use super::stats::EndpointStats;
 use crate::config::Address;
 use crate::config::endpoint::{ClusterLoadAssignment, HealthStatus, LbEndpoint};
@@ -46,6 +47,8 @@ impl Host {
 #[derive(Debug, Default)]
 pub struct StatsRegistry {
     by_address: HashMap<Address, Arc<EndpointStats>>,
+    /// The hosts an ORIGINAL_DST cluster created on demand, kept across rebuilds.
+    original_dst: Option<Arc<OriginalDstHosts>>,
 }
 
 impl StatsRegistry {
@@ -71,6 +74,11 @@ impl StatsRegistry {
         }
         self.by_address = next;
         hosts
+    }
+
+    /// The on-demand hosts of an ORIGINAL_DST cluster, the same across rebuilds.
+    pub fn original_dst_hosts(&mut self) -> Arc<OriginalDstHosts> {
+        self.original_dst.get_or_insert_with(Arc::default).clone()
     }
 
     pub fn len(&self) -> usize {

@@ -14,6 +14,7 @@ pub mod host;
 pub mod least_request;
 pub mod load;
 pub mod maglev;
+pub mod original_dst;
 pub mod peak_ewma;
 pub mod policy;
 pub mod priority;

@@ -7,6 +7,7 @@
 //! request and keep their own [`Picker`]s, refreshed by pointer comparison.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -131,15 +132,30 @@ impl WorkerPickers {
 
     /// Picks a host of `cluster`; `None` when the cluster is unknown or has no usable host.
     pub fn pick(&mut self, balancers: &Balancers, cluster: &str, ctx: &PickContext<'_>) -> Option<Arc<Host>> {
+        self.picker(balancers, cluster)?.pick(ctx)
+    }
+
+    /// The host of ORIGINAL_DST `cluster` for `destination` (see
+    /// [`Picker::pick_destination`]); `None` when the cluster is unknown or of another type.
+    pub fn pick_destination(
+        &mut self,
+        balancers: &Balancers,
+        cluster: &str,
+        destination: SocketAddr,
+        now: Instant,
+    ) -> Option<Arc<Host>> {
+        self.picker(balancers, cluster)?.pick_destination(destination, now)
+    }
+
+    /// The worker's picker of `cluster`, switched to the published balancer.
+    fn picker(&mut self, balancers: &Balancers, cluster: &str) -> Option<&mut Picker> {
         let lb = balancers.get(cluster)?;
-        if let Some(picker) = self.pickers.get_mut(cluster) {
+        if self.pickers.contains_key(cluster) {
+            let picker = self.pickers.get_mut(cluster)?;
             picker.refresh(&lb);
-            return picker.pick(ctx);
+            return Some(picker);
         }
         self.seed = self.seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut picker = Picker::new(lb, self.seed);
-        let host = picker.pick(ctx);
-        self.pickers.insert(cluster.to_owned(), picker);
-        host
+        Some(self.pickers.entry(cluster.to_owned()).or_insert(Picker::new(lb, self.seed)))
     }
 }

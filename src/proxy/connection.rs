@@ -1,4 +1,5 @@
-//! One accepted connection: run the TLS inspector if the listener has one, choose the
+//! One accepted connection: restore the original destination (hand-off), run the TLS
+//! inspector if the listener has one, choose the
 //! filter chain, terminate TLS if the chain has a TLS context, then hand the connection to
 //! its terminal filter (HTTP connection manager or TCP proxy).
 
@@ -14,7 +15,7 @@ use super::filter_chain::{self, ConnectionInfo};
 use super::hcm::Secure;
 use super::transport::SnapshotSecrets;
 use super::worker::WorkerContext;
-use super::{hcm, tcp_proxy};
+use super::{hcm, original_dst, tcp_proxy};
 use crate::config::Listener;
 use crate::config::listener::{FilterChain, ListenerFilterKind, TerminalFilter};
 use crate::config::tls::DownstreamTlsContext;
@@ -34,9 +35,21 @@ pub async fn serve(
     context: Rc<WorkerContext>,
 ) {
     let _ = stream.set_nodelay(true);
-    let Ok(local) = stream.local_addr() else { return };
-    let mut info =
-        ConnectionInfo { local, peer, server_name: None, transport_protocol: None, application_protocols: Vec::new() };
+    // Restores the original destination and hands off to the listener bound to it.
+    let Some(original_dst::Accepted { listener, local, restored }) = original_dst::accept(&stream, listener, &context)
+    else {
+        return;
+    };
+    let mut info = ConnectionInfo {
+        local,
+        local_restored: restored,
+        peer,
+        server_name: None,
+        transport_protocol: None,
+        application_protocols: Vec::new(),
+    };
+    // The listener filters of the listener that serves the connection (after a hand-off,
+    // the one bound to the original destination), as Envoy runs them.
     let (mut stream, mut read) = (stream, Vec::new());
     if runs_tls_inspector(&listener.resource, local.port()) {
         match inspect(&mut stream, &mut read, &listener.resource).await {

@@ -4,6 +4,7 @@
 //! words.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::exec::LocalExec;
 use super::filter_chain::ConnectionInfo;
 use super::headers::{self, Downstream, LocalReply, ResetReason};
+use super::original_dst;
 use super::retry::{Decision, Outcome, RetryState};
 use super::router::{self, DownstreamInfo, Forward, Routing, UpstreamRequestOptions};
 use super::upstream::{BoxError, RequestBody, UpstreamError};
@@ -65,6 +67,7 @@ pub async fn serve<S>(
         Secure::Plain => None,
     };
     let downstream = Downstream { peer: info.peer, local: info.local, tls: secure != Secure::Plain };
+    let original_dst = info.local_restored.then_some(info.local);
     let mut builder = auto::Builder::new(LocalExec);
     builder.http1().keep_alive(true);
     let builder = match alpn {
@@ -74,7 +77,7 @@ pub async fn serve<S>(
     };
     let service = service_fn(move |request| {
         let (manager, context) = (manager.clone(), context.clone());
-        async move { Ok::<_, Infallible>(handle(request, downstream, &manager, &context).await) }
+        async move { Ok::<_, Infallible>(handle(request, downstream, original_dst, &manager, &context).await) }
     });
     if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
         tracing::debug!(peer = %info.peer, error = %e, "downstream connection ended");
@@ -84,6 +87,7 @@ pub async fn serve<S>(
 async fn handle(
     request: Request<Incoming>,
     downstream: Downstream,
+    original_dst: Option<SocketAddr>,
     manager: &HttpConnectionManager,
     context: &WorkerContext,
 ) -> Response<ProxyBody> {
@@ -158,7 +162,7 @@ async fn handle(
         }
         let avoid: &[Arc<Host>] = if retry.avoid_previous_hosts() { &previous } else { &[] };
         let ctx = PickContext { hash, attempt: 0, previous: avoid, now };
-        let picked = context.pickers.borrow_mut().pick(&context.balancers, &cluster.resource.name, &ctx);
+        let picked = original_dst::pick_host(context, &cluster.resource, &ctx, original_dst, Some(&parts.headers));
         let Some(host) = picked else {
             return local(manager, LocalReply::NoHealthyUpstream, is_grpc);
         };

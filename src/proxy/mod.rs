@@ -1,5 +1,6 @@
-//! The data path: workers, listeners, the HTTP connection manager, routing, retries and
-//! timeouts, upstream connection pools, the TCP proxy, TLS on both sides.
+//! The data path: workers, listeners, original-destination hand-off, the HTTP connection
+//! manager, routing, retries and timeouts, upstream connection pools, the TCP proxy, TLS on
+//! both sides.
 
 pub mod connection;
 pub mod exec;
@@ -7,6 +8,7 @@ pub mod filter_chain;
 pub mod hcm;
 pub mod headers;
 pub mod listener;
+pub mod original_dst;
 pub mod retry;
 pub mod router;
 pub mod tcp_proxy;

@@ -1,14 +1,17 @@
-//! The TCP proxy filter: pick a host of the cluster, connect (originating TLS when the
-//! endpoint's transport socket says so), copy bytes both ways.
+//! The TCP proxy filter: pick a host of the cluster (the original destination for an
+//! ORIGINAL_DST cluster), connect (originating TLS when the endpoint's transport socket
+//! says so), copy bytes both ways.
 
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
 
 use rand::Rng;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 
 use super::filter_chain::ConnectionInfo;
+use super::original_dst;
 use super::worker::WorkerContext;
 use crate::config::Address;
 use crate::config::listener::TcpProxy;
@@ -45,7 +48,8 @@ where
     for _attempt in 0..proxy.max_connect_attempts.max(1) {
         let now = Instant::now();
         let ctx = PickContext { hash, attempt: 0, previous: &[], now };
-        let host = context.pickers.borrow_mut().pick(&context.balancers, &cluster_name, &ctx);
+        let restored = info.local_restored.then_some(info.local);
+        let host = original_dst::pick_host(context, &cluster.resource, &ctx, restored, None);
         let Some(host) = host else {
             tracing::debug!(cluster = %cluster_name, "tcp proxy: no healthy upstream; closing");
             return;
@@ -53,7 +57,9 @@ where
         let Address::Socket(address) = *host.address() else { return };
         let Ok(tls) = context.tls.upstream(&cluster, &host.endpoint, &snapshot) else { return };
         let _in_flight = host.stats.start();
-        let connect = tokio::time::timeout(cluster.resource.connect_timeout, TcpStream::connect(address)).await;
+        let connect =
+            tokio::time::timeout(cluster.resource.connect_timeout, connect(address, cluster.resource.upstream_bind))
+                .await;
         let Ok(Ok(upstream)) = connect else {
             host.stats.record(Instant::now(), now.elapsed(), false);
             continue;
@@ -94,6 +100,17 @@ where
         }
         return;
     }
+}
+
+/// Connects from the cluster's `upstream_bind_config` source address when it has one
+/// (Istio binds inbound passthrough connections to 127.0.0.6, which its iptables rules
+/// let through instead of capturing them again).
+async fn connect(address: SocketAddr, bind: Option<SocketAddr>) -> std::io::Result<TcpStream> {
+    let socket = if address.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    if let Some(source) = bind {
+        socket.bind(source)?;
+    }
+    socket.connect(address).await
 }
 
 async fn copy<D, U>(downstream: &mut D, mut upstream: U) -> std::io::Result<(u64, u64)>

@@ -28,11 +28,13 @@ pub use error::UpstreamError;
 pub use feedback::{Feedback, ObservedBody};
 
 use connect::Dial;
-use pool::{Http1Conn, Pools};
+use pool::{Http1Conn, Membership, Pools};
 
 use super::transport::HandshakeStats;
+use crate::config::cluster::DiscoveryType;
 use crate::config::cluster::{Cluster, UpstreamProtocol};
 use crate::lb::Host;
+use crate::store::Snapshot;
 use crate::tls::ClientTls;
 
 /// The error type of request bodies sent upstream.
@@ -151,10 +153,16 @@ impl Upstreams {
         self.pools.counts()
     }
 
-    /// Forgets closed connections and endpoints left without connections; call it now and
-    /// then (e.g. when the configuration changes).
+    /// Forgets connections found closed.
     pub fn prune(&self) {
         self.pools.prune();
+    }
+
+    /// Drains the connections of endpoints and clusters that `snapshot` no longer has (see
+    /// [`Pools::retain_endpoints`]); returns how many left the pools. Called by the worker
+    /// on every configuration change.
+    pub fn drain_removed(&self, snapshot: &Snapshot) -> usize {
+        self.pools.retain_endpoints(|cluster| membership(snapshot, cluster))
     }
 
     async fn send_http1(
@@ -200,4 +208,17 @@ impl Upstreams {
         }
         None
     }
+}
+
+/// The endpoints of `cluster` in `snapshot`, as far as the snapshot knows them.
+fn membership<'a>(snapshot: &'a Snapshot, name: &str) -> Membership<'a> {
+    let Some(cluster) = snapshot.clusters.get(name) else { return Membership::Removed };
+    if cluster.resource.discovery == DiscoveryType::OriginalDst {
+        return Membership::Open; // hosts come from connections, not from configuration
+    }
+    snapshot.endpoints.get(name).map_or(Membership::Open, |assignment| {
+        Membership::Endpoints(
+            assignment.resource.localities.iter().flat_map(|l| &l.endpoints).map(|e| &e.address).collect(),
+        )
+    })
 }

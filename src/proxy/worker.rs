@@ -13,6 +13,7 @@ use rand::rngs::SmallRng;
 use tokio::sync::watch;
 
 use super::listener::ListenerManager;
+use super::original_dst::ListenerIndex;
 use super::transport::{HandshakeStats, WorkerTls};
 use super::upstream::Upstreams;
 use crate::core::shutdown::Signal;
@@ -28,6 +29,8 @@ pub struct WorkerContext {
     pub upstreams: Upstreams,
     pub rng: RefCell<SmallRng>,
     pub tls: WorkerTls,
+    /// Listeners by address, for `use_original_dst` hand-offs.
+    pub listener_index: RefCell<ListenerIndex>,
 }
 
 /// The running workers.
@@ -100,12 +103,17 @@ async fn run(
         upstreams: Upstreams::with_tls_stats(tls.clone()),
         rng: RefCell::new(SmallRng::seed_from_u64(seed ^ 0xa5a5)),
         tls: WorkerTls::new(tls),
+        listener_index: RefCell::default(),
     });
     let mut listeners = ListenerManager::default();
     let mut changes = store.subscribe();
     loop {
         let snapshot = store.load();
         listeners.sync(&snapshot, &context);
+        let drained = context.upstreams.drain_removed(&snapshot);
+        if drained > 0 {
+            tracing::debug!(worker = id, drained, "drained pooled connections of removed endpoints");
+        }
         synced.send_modify(|generations| generations[id] = snapshot.generation);
         tokio::select! {
             changed = changes.changed() => if changed.is_err() { break },

@@ -22,6 +22,26 @@ use super::connect::Dial;
 use super::error::UpstreamError;
 use crate::config::Address;
 
+/// Which endpoints of a cluster may keep pooled connections.
+#[derive(Debug)]
+pub(crate) enum Membership<'a> {
+    /// The cluster is gone: every connection drains.
+    Removed,
+    /// Endpoints are not known in advance (DNS, original destination): idle timeouts decide.
+    Open,
+    Endpoints(std::collections::HashSet<&'a Address>),
+}
+
+impl Membership<'_> {
+    fn keeps(&self, address: &Address) -> bool {
+        match self {
+            Self::Removed => false,
+            Self::Open => true,
+            Self::Endpoints(endpoints) => endpoints.contains(address),
+        }
+    }
+}
+
 /// The pools of one worker.
 #[derive(Debug, Default)]
 pub(crate) struct Pools {
@@ -80,9 +100,11 @@ pub(crate) struct Checkin {
 impl Checkin {
     pub(crate) fn put(self) {
         if let Some(pools) = self.pools.upgrade() {
+            // No entry: the endpoint was drained while this connection carried a response.
             let mut clusters = pools.lock();
-            let idle = clusters.entry(self.cluster).or_default().http1.entry(self.address).or_default();
-            idle.push(self.conn);
+            if let Some(idle) = clusters.get_mut(&self.cluster).and_then(|p| p.http1.get_mut(&self.address)) {
+                idle.push(self.conn);
+            }
         }
     }
 }
@@ -108,18 +130,27 @@ impl Pools {
         None
     }
 
-    /// The cluster's key as stored, so a check-in needs no allocation.
+    /// Where `conn` returns once its response has ended. The endpoint's idle stack is made
+    /// here, when the response starts: a drain between now and then removes it, and the
+    /// connection then closes instead of returning. The cluster's key is shared, so a
+    /// check-in needs no allocation.
     pub(crate) fn checkin(self: &Arc<Self>, cluster: &str, address: &Address, conn: Http1Conn) -> Checkin {
         let key = {
             let mut clusters = self.lock();
-            match clusters.get_key_value(cluster) {
+            let key = match clusters.get_key_value(cluster) {
                 Some((key, _)) => key.clone(),
                 None => {
                     let key: Arc<str> = Arc::from(cluster);
                     clusters.insert(key.clone(), ClusterPools::default());
                     key
                 }
+            };
+            if let Some(pools) = clusters.get_mut(cluster)
+                && !pools.http1.contains_key(address)
+            {
+                pools.http1.insert(address.clone(), Vec::new());
             }
+            key
         };
         Checkin { pools: Arc::downgrade(self), cluster: key, address: address.clone(), conn }
     }
@@ -186,21 +217,45 @@ impl Pools {
         result
     }
 
-    /// Forgets connections found closed and endpoints left without any. Connections close
-    /// themselves when idle; this only bounds the bookkeeping of endpoints that went away.
+    /// Forgets connections found closed. Endpoints that went away are forgotten by
+    /// [`retain_endpoints`](Self::retain_endpoints).
     pub(crate) fn prune(&self) {
         let mut clusters = self.lock();
         for pools in clusters.values_mut() {
-            pools.http1.retain(|_, idle| {
+            for idle in pools.http1.values_mut() {
                 idle.retain(|conn| !conn.sender.is_closed());
-                !idle.is_empty()
-            });
+            }
             pools.http2.retain(|_, entry| match entry {
                 Http2Entry::Ready { conn, .. } => !conn.sender.is_closed(),
                 Http2Entry::Connecting(..) => true,
             });
         }
         clusters.retain(|_, pools| !pools.http1.is_empty() || !pools.http2.is_empty());
+    }
+
+    /// Drains the pools of endpoints and clusters that left the configuration, as Envoy
+    /// drains a removed host's pools: idle HTTP/1.1 connections close now, an HTTP/2
+    /// connection leaves the pool and closes once the streams still on it have finished,
+    /// and an HTTP/1.1 connection carrying a response is not checked back in. Returns how
+    /// many connections left the pools.
+    pub(crate) fn retain_endpoints<'a>(&self, mut endpoints_of: impl FnMut(&str) -> Membership<'a>) -> usize {
+        let mut clusters = self.lock();
+        let mut drained = 0;
+        for (cluster, pools) in clusters.iter_mut() {
+            let membership = endpoints_of(cluster);
+            pools.http1.retain(|address, idle| {
+                let kept = membership.keeps(address);
+                drained += if kept { 0 } else { idle.len() };
+                kept
+            });
+            pools.http2.retain(|address, _| {
+                let kept = membership.keeps(address);
+                drained += usize::from(!kept);
+                kept
+            });
+        }
+        clusters.retain(|_, pools| !pools.http1.is_empty() || !pools.http2.is_empty());
+        drained
     }
 
     /// Idle HTTP/1.1 connections and HTTP/2 connections held, for tests and stats.
