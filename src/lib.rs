@@ -12,4 +12,5 @@ pub mod pb;
 pub mod proxy;
 pub mod store;
 pub mod telemetry;
+pub mod tls;
 pub mod xds;

@@ -82,6 +82,8 @@ pub struct Running {
     drain: Arc<Trigger>,
     /// Lets the workers finish once drained.
     stop_workers: Trigger,
+    /// TLS handshakes completed and refused, by reason.
+    pub tls: Arc<crate::proxy::HandshakeStats>,
     shutdown: Trigger,
     workers: Option<crate::proxy::Workers>,
     tracing: Option<Tracing>,
@@ -199,11 +201,14 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     tracing::info!(%admin_address, "admin server listening");
 
     tokio::spawn(balancing::keep_balancers(store.clone(), balancers.clone(), stats.clone(), signal.clone()));
+    crate::tls::provider::install_default();
+    let tls = Arc::new(crate::proxy::HandshakeStats::default());
     let worker_options = WorkerOptions {
         drain: draining,
         shutdown: workers_stopping,
         drain_time,
         telemetry: ProxyTelemetry::new(stats.clone(), tracing.clone()),
+        tls: tls.clone(),
     };
     let workers = crate::proxy::Workers::start(concurrency, store.clone(), balancers.clone(), worker_options)
         .map_err(AppError::Runtime)?;
@@ -221,6 +226,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         admin_address,
         quit,
         stats,
+        tls,
         drain,
         stop_workers,
         shutdown: trigger,

@@ -20,7 +20,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::conn::auto;
 use rand::Rng;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::access_log::PendingLog;
 use observed::{StreamInfo, handle};
@@ -49,14 +49,33 @@ pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 /// connection; retries of streamed bodies are not possible there either).
 const RETRY_BUFFER_LIMIT: usize = 64 * 1024;
 
-/// Serves one downstream connection until it closes.
-pub async fn serve(
-    stream: TcpStream,
+/// The transport a downstream connection arrived on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Secure {
+    Plain,
+    /// Terminated TLS, with the protocol ALPN settled on.
+    Tls {
+        alpn: Option<Vec<u8>>,
+    },
+}
+
+/// Serves one downstream connection until it closes. Over TLS, ALPN decides the protocol
+/// (`h2` → HTTP/2, `http/1.1` → HTTP/1.1); otherwise the first bytes do (the HTTP/2
+/// preface or not), as Envoy's `AUTO` codec.
+pub async fn serve<S>(
+    stream: S,
     info: ConnectionInfo,
+    secure: Secure,
     manager: Arc<HttpConnectionManager>,
     context: Rc<WorkerContext>,
-) {
-    let downstream = Downstream { peer: info.peer, local: info.local, tls: false };
+) where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let alpn = match &secure {
+        Secure::Tls { alpn } => alpn.as_deref(),
+        Secure::Plain => None,
+    };
+    let downstream = Downstream { peer: info.peer, local: info.local, tls: secure != Secure::Plain };
     // Resolved once per connection from the worker's cache: no look-up per request.
     let stats = context.telemetry.http(&manager.stat_prefix);
     let access_logs: Rc<[_]> = context.telemetry.access_logs(&manager.access_log).into();
@@ -64,6 +83,13 @@ pub async fn serve(
     let _active = stats.downstream_cx_active.track();
     let draining = context.draining.clone();
     let original_dst = info.local_restored.then_some(info.local);
+    let mut builder = auto::Builder::new(LocalExec);
+    builder.http1().keep_alive(true);
+    let builder = match alpn {
+        Some(b"h2") => builder.http2_only(),
+        Some(b"http/1.1" | b"http/1.0") => builder.http1_only(),
+        _ => builder,
+    };
     let service = service_fn(move |request| {
         let (manager, context, stats, access_logs) =
             (manager.clone(), context.clone(), stats.clone(), access_logs.clone());
@@ -72,8 +98,6 @@ pub async fn serve(
             Ok::<_, Infallible>(response)
         }
     });
-    let mut builder = auto::Builder::new(LocalExec);
-    builder.http1().keep_alive(true);
     let connection = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(connection);
     let result = tokio::select! {
@@ -239,7 +263,15 @@ async fn forward_request(
             (Some(per_try), Some(remaining)) => Some(per_try.min(remaining)),
             (per_try, remaining) => per_try.or(remaining),
         };
-        let send = context.upstreams.forward(&host, &cluster.resource, downstream_is_h2, upstream_request);
+        let tls = match context.tls.upstream(&cluster, &host.endpoint, &snapshot) {
+            Ok(tls) => tls,
+            Err(error) => {
+                let failure =
+                    UpstreamError::ConnectFailure { address: host.address().to_string(), reason: error.to_string() };
+                return reset_reply(manager, stream, Some(failure), retry.attempts() > 0, is_grpc);
+            }
+        };
+        let send = context.upstreams.forward_over(&host, &cluster.resource, downstream_is_h2, upstream_request, tls);
         let result = match try_timeout {
             Some(limit) => tokio::time::timeout(limit, send).await.map_err(|_| Attempt::Timeout),
             None => Ok(send.await),

@@ -1,5 +1,6 @@
 //! The data path: workers, listeners, original-destination hand-off, the HTTP connection
-//! manager, routing, retries and timeouts, upstream connection pools, the TCP proxy.
+//! manager, routing, retries and timeouts, upstream connection pools, the TCP proxy, TLS on
+//! both sides.
 
 pub mod access_log;
 pub mod completion;
@@ -17,7 +18,9 @@ pub mod response_flags;
 pub mod retry;
 pub mod router;
 pub mod tcp_proxy;
+pub mod transport;
 pub mod upstream;
 pub mod worker;
 
+pub use transport::HandshakeStats;
 pub use worker::{WorkerOptions, Workers};

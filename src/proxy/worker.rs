@@ -17,6 +17,7 @@ use super::drain::Connections;
 use super::listener::ListenerManager;
 use super::observe::{ProxyTelemetry, WorkerTelemetry};
 use super::original_dst::ListenerIndex;
+use super::transport::{HandshakeStats, WorkerTls};
 use super::upstream::Upstreams;
 use crate::core::shutdown::{self, Signal};
 use crate::lb::{Balancers, WorkerPickers};
@@ -30,6 +31,7 @@ pub struct WorkerContext {
     pub pickers: RefCell<WorkerPickers>,
     pub upstreams: Upstreams,
     pub rng: RefCell<SmallRng>,
+    pub tls: WorkerTls,
     /// Listeners by address, for `use_original_dst` hand-offs.
     pub listener_index: RefCell<ListenerIndex>,
     pub telemetry: WorkerTelemetry,
@@ -50,6 +52,8 @@ pub struct WorkerOptions {
     pub shutdown: Signal,
     pub drain_time: Duration,
     pub telemetry: ProxyTelemetry,
+    /// TLS handshakes completed and refused, by reason, summed over workers.
+    pub tls: Arc<HandshakeStats>,
 }
 
 /// The running workers.
@@ -118,8 +122,9 @@ async fn run(
         store: store.clone(),
         balancers,
         pickers: RefCell::new(WorkerPickers::new(seed)),
-        upstreams: Upstreams::default(),
+        upstreams: Upstreams::with_tls_stats(options.tls.clone()),
         rng: RefCell::new(SmallRng::seed_from_u64(seed ^ 0xa5a5)),
+        tls: WorkerTls::new(options.tls.clone()),
         listener_index: RefCell::default(),
         telemetry: WorkerTelemetry::new(options.telemetry.clone()),
         connections: Rc::default(),

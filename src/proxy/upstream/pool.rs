@@ -60,6 +60,8 @@ pub(crate) struct Http1Conn {
     pub sender: http1::SendRequest<RequestBody>,
     pub activity: Arc<Activity>,
     pub requests: u32,
+    /// See [`Dial::transport_id`]: a connection serves only requests of its transport.
+    pub transport: u64,
 }
 
 /// An HTTP/2 connection; clones share it.
@@ -67,19 +69,20 @@ pub(crate) struct Http1Conn {
 pub(crate) struct Http2Conn {
     pub sender: http2::SendRequest<RequestBody>,
     pub activity: Arc<Activity>,
+    pub transport: u64,
 }
 
 type Connecting = Shared<BoxFuture<'static, Result<Http2Conn, UpstreamError>>>;
 
 enum Http2Entry {
-    Connecting(Connecting),
+    Connecting(Connecting, u64),
     Ready { conn: Http2Conn, requests: u32 },
 }
 
 impl std::fmt::Debug for Http2Entry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Connecting(_) => f.write_str("Connecting"),
+            Self::Connecting(..) => f.write_str("Connecting"),
             Self::Ready { requests, .. } => f.debug_struct("Ready").field("requests", requests).finish(),
         }
     }
@@ -111,15 +114,16 @@ impl Pools {
         self.clusters.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// An idle HTTP/1.1 connection that is still open and not past `idle_timeout`; the
-    /// ones found closed or stale on the way are dropped.
+    /// An idle HTTP/1.1 connection that is still open, not past `idle_timeout` and of the
+    /// dial's transport; the ones found closed, stale or of another transport (the
+    /// cluster's TLS changed) on the way are dropped.
     pub(crate) fn take_http1(&self, cluster: &str, address: &Address, dial: &Dial) -> Option<Http1Conn> {
         let mut clusters = self.lock();
         let idle = clusters.get_mut(cluster)?.http1.get_mut(address)?;
         let now = tokio::time::Instant::now();
         while let Some(conn) = idle.pop() {
             let stale = dial.idle_timeout.is_some_and(|timeout| conn.activity.idle_for(timeout, now));
-            if !conn.sender.is_closed() && !stale {
+            if !conn.sender.is_closed() && !stale && conn.transport == dial.transport_id() {
                 return Some(conn);
             }
         }
@@ -166,8 +170,11 @@ impl Pools {
                 Some(pools) => pools,
                 None => clusters.entry(Arc::from(cluster)).or_default(),
             };
+            let transport = dial.transport_id();
             match pools.http2.get_mut(&dial.address) {
-                Some(Http2Entry::Ready { conn, requests }) if !conn.sender.is_closed() => {
+                Some(Http2Entry::Ready { conn, requests })
+                    if !conn.sender.is_closed() && conn.transport == transport =>
+                {
                     *requests += 1;
                     let conn = conn.clone();
                     if max_requests.is_some_and(|max| *requests >= max) {
@@ -175,16 +182,16 @@ impl Pools {
                     }
                     return Ok(conn);
                 }
-                Some(Http2Entry::Connecting(connecting)) => connecting.clone(),
+                Some(Http2Entry::Connecting(connecting, of)) if *of == transport => connecting.clone(),
                 _ => {
                     let owned = dial.clone();
                     let connecting = async move {
                         let (sender, activity) = owned.http2().await?;
-                        Ok(Http2Conn { sender, activity })
+                        Ok(Http2Conn { sender, activity, transport })
                     }
                     .boxed()
                     .shared();
-                    pools.http2.insert(dial.address.clone(), Http2Entry::Connecting(connecting.clone()));
+                    pools.http2.insert(dial.address.clone(), Http2Entry::Connecting(connecting.clone(), transport));
                     connecting
                 }
             }
@@ -193,7 +200,7 @@ impl Pools {
         let mut clusters = self.lock();
         let pools = clusters.get_mut(cluster);
         let entry = pools.as_ref().and_then(|p| p.http2.get(&dial.address));
-        let still_connecting = matches!(entry, Some(Http2Entry::Connecting(_)));
+        let still_connecting = matches!(entry, Some(Http2Entry::Connecting(..)));
         match (&result, pools) {
             (Ok(conn), Some(pools)) => match pools.http2.get_mut(&dial.address) {
                 Some(Http2Entry::Ready { conn: ready, requests }) if ready.activity_is(conn) => *requests += 1,
@@ -220,7 +227,7 @@ impl Pools {
             }
             pools.http2.retain(|_, entry| match entry {
                 Http2Entry::Ready { conn, .. } => !conn.sender.is_closed(),
-                Http2Entry::Connecting(_) => true,
+                Http2Entry::Connecting(..) => true,
             });
         }
         clusters.retain(|_, pools| !pools.http1.is_empty() || !pools.http2.is_empty());
