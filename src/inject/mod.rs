@@ -39,6 +39,10 @@ pub struct InjectArgs {
     /// The Outrider image for both injected containers.
     #[arg(long, default_value = concat!("outrider:", env!("CARGO_PKG_VERSION")))]
     pub image: String,
+    /// The image of the capture init container, which needs iptables (the `init` target of
+    /// `deploy/Dockerfile`); default: `--image`.
+    #[arg(long)]
+    pub init_image: Option<String>,
     /// A control plane reached directly at `host:port` (plaintext gRPC, e.g.
     /// `istiod.istio-system.svc:15010`) instead of Istio's agent socket.
     #[arg(long)]
@@ -55,6 +59,7 @@ impl InjectArgs {
     pub fn settings(&self) -> Settings {
         Settings {
             image: self.image.clone(),
+            init_image: self.init_image.clone().unwrap_or_else(|| self.image.clone()),
             xds_address: self.xds_address.clone(),
             cluster_id: self.cluster_id.clone(),
             mesh_id: self.mesh_id.clone(),

@@ -19,6 +19,8 @@ pub const BOOTSTRAP_PATH: &str = "/etc/istio/proxy/outrider-bootstrap.json";
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub image: String,
+    /// The capture init container's image (it needs iptables).
+    pub init_image: String,
     /// `OUTRIDER_XDS_ADDRESS` for the sidecar; `None`: the agent's socket.
     pub xds_address: Option<String>,
     pub cluster_id: String,
@@ -39,7 +41,7 @@ pub struct Workload<'a> {
 pub fn init_container(settings: &Settings) -> Value {
     json!({
         "name": INIT_NAME,
-        "image": settings.image,
+        "image": settings.init_image,
         "args": ["capture", "-p", "15001", "-z", "15006", "-u", "1337", "-g", "1337", "-m", "REDIRECT",
                  "-i", "*", "-x", "", "-b", "*", "-d", "15090,15021,15020"],
         "resources": resources(),

@@ -23,6 +23,7 @@ fn pod_env() -> BTreeMap<String, String> {
 fn settings() -> Settings {
     Settings {
         image: "outrider:test".into(),
+        init_image: "outrider-init:test".into(),
         xds_address: None,
         cluster_id: "Kubernetes".into(),
         mesh_id: "cluster.local".into(),
@@ -113,6 +114,7 @@ fn workloads_get_the_init_container_and_the_native_sidecar() {
 
     let capture = &init[0];
     assert_eq!(capture["args"][0], "capture");
+    assert_eq!(capture["image"], "outrider-init:test");
     assert_eq!(capture["securityContext"]["runAsUser"], 0);
     assert_eq!(capture["securityContext"]["capabilities"]["add"], json!(["NET_ADMIN", "NET_RAW"]));
 
