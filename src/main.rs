@@ -57,6 +57,24 @@ enum Command {
     /// Install the iptables rules that send a pod's TCP traffic through the sidecar
     /// (run in the pod's network namespace, as an init container would); `--clean` removes them.
     Capture(outrider::capture::CaptureArgs),
+    /// Print a manifest with the Outrider sidecar injected into its workloads
+    /// (like `istioctl kube-inject`).
+    Inject(outrider::inject::InjectArgs),
+    /// Write the sidecar's bootstrap built from the downward API's environment
+    /// (POD_NAME, POD_NAMESPACE, INSTANCE_IP, SERVICE_ACCOUNT, ISTIO_META_*).
+    Bootstrap {
+        /// Where to write it; `-` for standard output.
+        #[arg(long, short = 'o', default_value = "-")]
+        output: PathBuf,
+    },
+    /// Write the bootstrap built from the environment, then run with it (the injected
+    /// sidecar's command).
+    Sidecar {
+        #[arg(long, default_value = outrider::inject::sidecar::BOOTSTRAP_PATH)]
+        bootstrap: PathBuf,
+        #[arg(long)]
+        concurrency: Option<usize>,
+    },
     /// Check a bootstrap file and list what Outrider would ignore in it.
     Validate {
         #[arg(long, short = 'c')]
@@ -101,6 +119,38 @@ fn main() -> ExitCode {
             }
         }
         Command::Validate { config } => validate(&config),
+        Command::Inject(args) => match outrider::inject::run(&args) {
+            Ok(manifest) => {
+                print!("{manifest}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("outrider inject: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Bootstrap { output } => {
+            match outrider::inject::write_bootstrap(&outrider::inject::process_env(), &output) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("outrider bootstrap: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Sidecar { bootstrap, concurrency } => {
+            if let Err(e) = outrider::inject::write_bootstrap(&outrider::inject::process_env(), &bootstrap) {
+                eprintln!("outrider sidecar: {e}");
+                return ExitCode::FAILURE;
+            }
+            match app::run(RunOptions { config: bootstrap, concurrency }) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("outrider: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Command::Capture(args) => match outrider::capture::run(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -11,6 +11,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
     BTreeMap::from([
         ("core", &[][..]),
         ("capture", &["core"][..]),
+        ("inject", &["core"][..]),
         ("pb", &[][..]),
         ("telemetry", &["core"][..]),
         ("config", &["core", "pb"][..]),
