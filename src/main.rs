@@ -74,6 +74,9 @@ enum Command {
         bootstrap: PathBuf,
         #[arg(long)]
         concurrency: Option<usize>,
+        /// Seconds a drain waits for open connections (Istio's proxy drain duration).
+        #[arg(long, default_value_t = 45)]
+        drain_time_s: u64,
     },
     /// Check a bootstrap file and list what Outrider would ignore in it.
     Validate {
@@ -138,12 +141,13 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Sidecar { bootstrap, concurrency } => {
+        Command::Sidecar { bootstrap, concurrency, drain_time_s } => {
             if let Err(e) = outrider::inject::write_bootstrap(&outrider::inject::process_env(), &bootstrap) {
                 eprintln!("outrider sidecar: {e}");
                 return ExitCode::FAILURE;
             }
-            match app::run(RunOptions { config: bootstrap, concurrency }) {
+            let drain_time = std::time::Duration::from_secs(drain_time_s);
+            match app::run(RunOptions { config: bootstrap, concurrency, drain_time, logging: Some(logging) }) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("outrider: {e}");
