@@ -11,7 +11,7 @@ if [[ -x "$venv/bin/kubernetes-validate" ]] && "$venv/bin/kubernetes-validate" -
     echo "kubernetes-validate ${VERSION} already installed in $venv"
     exit 0
 fi
-if ! python3 -m venv --help >/dev/null 2>&1; then
+if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
 fi
