@@ -13,7 +13,7 @@ command -v nginx >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y
 bash "$here/install-envoy.sh" >/dev/null
 envoy="$here/.envoy/bin/envoy"
 [[ -n "${OUTRIDER_SKIP_BUILD:-}" ]] || (cd "$root" && cargo build --release --quiet)
-outrider="${CARGO_TARGET_DIR:-$root/target}/release/outrider"
+outrider="${OUTRIDER_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/outrider}"
 work="$(mktemp -d)"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }

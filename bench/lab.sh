@@ -26,7 +26,15 @@ if [[ ! -x "$here/.venv/bin/python" ]] || ! "$here/.venv/bin/python" -c 'import 
     "$here/.venv/bin/pip" install --quiet matplotlib pyyaml
 fi
 (cd "$root" && cargo build --release --quiet)
-export LAB_OUTRIDER="${CARGO_TARGET_DIR:-$root/target}/release/outrider"
+# A private copy, so a build started while the lab runs cannot swap the binary under it.
+built="${CARGO_TARGET_DIR:-$root/target}/release/outrider"
+mkdir -p "$here/out/bin"
+cp "$built" "$here/out/bin/outrider.partial" && mv -f "$here/out/bin/outrider.partial" "$here/out/bin/outrider"
+if ! "$here/out/bin/outrider" lab-backend --help >/dev/null 2>&1; then
+    echo "lab.sh: $built has no lab-backend command (another checkout built into the same target directory?)" >&2
+    exit 1
+fi
+export LAB_OUTRIDER="$here/out/bin/outrider" OUTRIDER_BIN="$here/out/bin/outrider"
 export LAB_ENVOY="$here/.envoy/bin/envoy"
 export LAB_OHA="$(command -v oha)"
 export OUTRIDER_SKIP_BUILD=1

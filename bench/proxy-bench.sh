@@ -20,7 +20,7 @@ bash "$here/install-envoy.sh" >/dev/null
 command -v oha >/dev/null || cargo install oha --locked --quiet
 envoy="$here/.envoy/bin/envoy"
 [[ -n "${OUTRIDER_SKIP_BUILD:-}" ]] || (cd "$root" && cargo build --release --quiet)
-outrider="${CARGO_TARGET_DIR:-$root/target}/release/outrider"
+outrider="${OUTRIDER_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/outrider}"
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }

@@ -87,8 +87,9 @@ def run_scenario(path, tools, quick):
                 continue
             run_dir = os.path.join(out, f"{policy}-{proxy}")
             print(f"   {policy:26} {proxy:9}", end=" ", flush=True)
-            run.run_once(scenario, backend_file, proxy, policy, tools, run_dir)
+            loads = run.run_once(scenario, backend_file, proxy, policy, tools, run_dir)
             result = analyse.analyse(run_dir, scenario)
+            result["loadavg"] = loads
             with open(os.path.join(run_dir, "metrics.json"), "w") as f:
                 json.dump(result, f)
             lat = report.key_latency(result, scenario)
@@ -102,8 +103,11 @@ def run_scenario(path, tools, quick):
     load = scenario["load"]
     how = (f"open loop, {load['rate']} req/s (oha, latency-corrected)" if load["mode"] == "open"
            else f"closed loop, {load['connections']} connections (oha)")
+    loads = [x for r in results.values() for res in r.values() for x in res["loadavg"]]
     notes = "".join(f"- {p}: {config.POLICIES[p][2]}\n" for p in scenario["policies"])
-    body = (f"Load: {how}, {load['seconds']} s per run, HTTP/1.1.{' (--quick: times halved)' if quick else ''}\n\n"
+    body = (f"Load: {how}, {load['seconds']} s per run, HTTP/1.1.{' (--quick: times halved)' if quick else ''} "
+            f"Machine load average (1 min) at the start and end of the runs: {min(loads):.1f} to {max(loads):.1f} "
+            f"on 2 cores.\n\n"
             f"{notes}\n{report.table(scenario, results)}\n\n{report.targets(scenario, results)}\n\n"
             f"![{sid} shares](charts/{sid}-shares.png)\n![{sid} latency](charts/{sid}-latency.png)")
     return write_section(scenario, body, started)

@@ -62,8 +62,14 @@ def load_command(tools, load, csv_path):
     return command + [url]
 
 
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
 def run_once(scenario, scenario_path, proxy, policy, tools, out):
-    """Runs one (proxy, policy) of `scenario`; leaves requests.csv and served.json in `out`."""
+    """Runs one (proxy, policy) of `scenario`; leaves requests.csv and served.json in `out`.
+    Returns the machine's 1-minute load average before and after the load."""
     os.makedirs(out, exist_ok=True)
     resources = os.path.join(out, "resources.json")
     config.write_json(resources, config.resources(scenario, policy, joined=False))
@@ -86,6 +92,7 @@ def run_once(scenario, scenario_path, proxy, policy, tools, out):
         if not wait_ready(f"http://127.0.0.1:{config.ADMIN_PORT}/ready"):
             raise RuntimeError(f"{proxy} did not become ready; see {out}/processes.log")
         time.sleep(1)
+        before = loadavg()
         load = subprocess.Popen(cpus(0) + load_command(tools, scenario["load"], os.path.join(out, "requests.csv")),
                                 stdout=logs, stderr=logs)
         joins = sorted({b["join_at"] for b in scenario["backends"] if "join_at" in b})
@@ -94,6 +101,7 @@ def run_once(scenario, scenario_path, proxy, policy, tools, out):
             time.sleep(max(0.0, at - (time.time() - started)))
             config.write_json(resources, config.resources(scenario, policy, joined=True))
         load.wait()
+        return before, loadavg()
     finally:
         if proxy_process:
             stop(proxy_process)
