@@ -14,6 +14,7 @@ mod load;
 mod oob;
 mod tally;
 mod timing;
+mod trailer;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::body::{Body, Frame, Incoming};
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -224,7 +225,7 @@ impl Backend {
                 response.headers_mut().insert(ENDPOINT_LOAD_METRICS_BIN, binary_report(&report));
             }
             Some(OrcaMode::Trailer) => {
-                response = response.map(|body| WithTrailer::new(body, binary_report(&report)).boxed_unsync());
+                response = response.map(|body| trailer::WithTrailer::new(body, binary_report(&report)).boxed_unsync());
             }
         }
         response
@@ -266,58 +267,6 @@ fn text_report(report: &OrcaLoadReport) -> String {
 fn binary_report(report: &OrcaLoadReport) -> HeaderValue {
     let encoded = base64::engine::general_purpose::STANDARD.encode(prost::Message::encode_to_vec(report));
     HeaderValue::from_str(&encoded).unwrap_or_else(|_| HeaderValue::from_static(""))
-}
-
-// === impl WithTrailer ===
-
-/// A body with one more trailer: added to the body's own trailers, or sent as trailers
-/// when the body has none.
-struct WithTrailer {
-    inner: ResponseBody,
-    trailer: Option<HeaderValue>,
-}
-
-impl WithTrailer {
-    fn new(inner: ResponseBody, trailer: HeaderValue) -> Self {
-        Self { inner, trailer: Some(trailer) }
-    }
-}
-
-impl Body for WithTrailer {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        use std::task::Poll;
-        let frame = std::task::ready!(std::pin::Pin::new(&mut self.inner).poll_frame(cx));
-        match frame {
-            Some(Ok(frame)) => match frame.into_trailers() {
-                Ok(mut trailers) => {
-                    if let Some(value) = self.trailer.take() {
-                        trailers.insert(ENDPOINT_LOAD_METRICS_BIN, value);
-                    }
-                    Poll::Ready(Some(Ok(Frame::trailers(trailers))))
-                }
-                Err(frame) => Poll::Ready(Some(Ok(frame))),
-            },
-            None => match self.trailer.take() {
-                Some(value) => {
-                    let mut trailers = HeaderMap::new();
-                    trailers.insert(ENDPOINT_LOAD_METRICS_BIN, value);
-                    Poll::Ready(Some(Ok(Frame::trailers(trailers))))
-                }
-                None => Poll::Ready(None),
-            },
-            Some(Err(error)) => Poll::Ready(Some(Err(error))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.trailer.is_none() && self.inner.is_end_stream()
-    }
 }
 
 // === impl EchoService ===
