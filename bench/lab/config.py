@@ -2,16 +2,16 @@
 
 One bootstrap (ADS, Delta, against the lab's control plane) starts Envoy and Outrider
 alike; the control plane serves one resources file per (scenario, policy): a listener on
-127.0.0.1:19100 routing everything, without retries, to the cluster `lab`, whose endpoints
+127.0.0.1:19150 routing everything, without retries, to the cluster `lab`, whose endpoints
 are the scenario's backends.
 """
 
 import json
 import os
 
-LISTEN_PORT = 19100
-ADMIN_PORT = 19901
-XDS_PORT = 18600
+LISTEN_PORT = 19150
+ADMIN_PORT = 19951
+XDS_PORT = 18650
 
 # CSWRR settings shared by every scenario: Envoy's defaults except a 5 s blackout (so a
 # 20-40 s run shows the weights at work) and the error penalty written out, because

@@ -73,10 +73,12 @@ def run_scenario(path, tools, quick):
     print(f"== {sid}: {scenario['title']}", flush=True)
     if "command" in scenario:
         started = datetime.datetime.now()
-        text = subprocess.run(["bash", "-c", scenario["command"]], cwd=ROOT, check=True, capture_output=True,
-                              text=True).stdout
-        print(text, flush=True)
-        body = f"Output of `{scenario['command']}`:\n\n{text.strip()}"
+        done = subprocess.run(["bash", "-c", scenario["command"]], cwd=ROOT, capture_output=True, text=True)
+        print(done.stdout, done.stderr if done.returncode else "", flush=True)
+        if done.returncode:
+            body = f"`{scenario['command']}` failed (exit status {done.returncode}):\n\n```\n{done.stderr.strip()[-2000:]}\n```"
+        else:
+            body = f"Output of `{scenario['command']}`:\n\n{done.stdout.strip()}"
         return write_section(scenario, body, started)
     started = datetime.datetime.now()
     results = {}
