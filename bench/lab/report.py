@@ -32,6 +32,7 @@ def table(scenario, results):
         head += ["converged after (s)", "shares after settling (%)"]
     else:
         head += ["shares (%)"]
+    head += ["p99 of each run (ms)"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for policy, by_proxy in results.items():
         for proxy in PROXIES:
@@ -50,7 +51,8 @@ def table(scenario, results):
             if scenario.get("target_shares"):
                 converged = r.get("converged_at")
                 cells += ["never" if converged is None else str(converged)]
-            lines.append("| " + " | ".join(cells + [text]) + " |")
+            each = ", ".join(ms(x) for x in r.get("all_p99", []))
+            lines.append("| " + " | ".join(cells + [text, each]) + " |")
     return "\n".join(lines)
 
 
