@@ -129,14 +129,15 @@ def run_scenario(path, tools, quick, repeat, keep):
             f"on 2 cores.\n\n"
             f"{notes}\n{report.table(scenario, results)}\n\n{report.targets(scenario, results)}\n\n"
             f"![{sid} shares](charts/{sid}-shares.png)\n![{sid} latency](charts/{sid}-latency.png)")
-    return write_section(scenario, body, started)
+    flags = (" --quick" if quick else "") + (f" --runs {repeat}" if repeat > 1 else "")
+    return write_section(scenario, body, started, flags)
 
 
-def write_section(scenario, body, started):
+def write_section(scenario, body, started, flags=""):
     sid = scenario["id"]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     section = (f"### {sid}: {scenario['title']}\n\n{scenario['description'].strip()}\n\n"
-               f"Command: `bench/lab.sh {sid}` — {started:%Y-%m-%d %H:%M}, commit {commit}.\n\n{body}\n")
+               f"Command: `bench/lab.sh {sid}{flags}` — {started:%Y-%m-%d %H:%M}, commit {commit}.\n\n{body}\n")
     path = os.path.join(BENCH, "RESULTS.md")
     with open(path) as f:
         text = f.read()
@@ -154,7 +155,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("scenario", help="S0…S6, a scenario file, or all")
     parser.add_argument("--quick", action="store_true", help="halve every run's duration and scripted times")
-    parser.add_argument("--runs", type=int, default=2, help="runs of each proxy and policy; the best p99 is reported")
+    parser.add_argument("--runs", type=int, default=1, help="runs of each proxy and policy; the lowest p99 is reported")
     parser.add_argument("--keep", action="store_true", help="reuse runs already measured under bench/out/")
     args = parser.parse_args()
     tools = {"envoy": os.environ["LAB_ENVOY"], "outrider": os.environ["LAB_OUTRIDER"], "oha": os.environ["LAB_OHA"]}
