@@ -1,12 +1,17 @@
 //! Outrider: a service-mesh sidecar data plane. See DESIGN.md for the architecture.
-#![forbid(unsafe_code)]
+// Denied, not forbidden: `core::allocator` makes the crate's one foreign call, allowed there.
+#![deny(unsafe_code)]
 pub mod admin;
 pub mod app;
+pub mod capture;
 pub mod config;
 pub mod core;
+pub mod inject;
 pub mod lb;
 pub mod orca;
 pub mod pb;
 pub mod proxy;
 pub mod store;
+pub mod telemetry;
+pub mod tls;
 pub mod xds;

@@ -11,6 +11,13 @@ use outrider::config::bootstrap::Bootstrap;
 #[derive(Parser)]
 #[command(name = "outrider", version, about = "A service-mesh sidecar data plane configured by xDS")]
 struct Cli {
+    /// Log filter: a level (trace, debug, info, warn, error) or `tracing` directives
+    /// (`info,outrider::xds=debug`). Default: `RUST_LOG`, else info. `/logging` changes it.
+    #[arg(long, short = 'l', global = true)]
+    log_level: Option<String>,
+    /// Log one JSON object per line instead of text.
+    #[arg(long, global = true)]
+    log_json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -25,6 +32,9 @@ enum Command {
         /// Worker threads (default: the CPUs available to this process).
         #[arg(long)]
         concurrency: Option<usize>,
+        /// Seconds a drain (SIGTERM, SIGINT, `/quitquitquit`) waits for open connections.
+        #[arg(long, default_value_t = 600)]
+        drain_time_s: u64,
     },
     /// Run an embedded control plane serving deploy/demo/resources.yaml, and Outrider against it.
     Demo {
@@ -60,6 +70,30 @@ enum Command {
         #[arg(long)]
         report: Option<PathBuf>,
     },
+    /// Install the iptables rules that send a pod's TCP traffic through the sidecar
+    /// (run in the pod's network namespace, as an init container would); `--clean` removes them.
+    Capture(outrider::capture::CaptureArgs),
+    /// Print a manifest with the Outrider sidecar injected into its workloads
+    /// (like `istioctl kube-inject`).
+    Inject(outrider::inject::InjectArgs),
+    /// Write the sidecar's bootstrap built from the downward API's environment
+    /// (POD_NAME, POD_NAMESPACE, INSTANCE_IP, SERVICE_ACCOUNT, ISTIO_META_*).
+    Bootstrap {
+        /// Where to write it; `-` for standard output.
+        #[arg(long, short = 'o', default_value = "-")]
+        output: PathBuf,
+    },
+    /// Write the bootstrap built from the environment, then run with it (the injected
+    /// sidecar's command).
+    Sidecar {
+        #[arg(long, default_value = outrider::inject::sidecar::BOOTSTRAP_PATH)]
+        bootstrap: PathBuf,
+        #[arg(long)]
+        concurrency: Option<usize>,
+        /// Seconds a drain waits for open connections (Istio's proxy drain duration).
+        #[arg(long, default_value_t = 45)]
+        drain_time_s: u64,
+    },
     /// Check a bootstrap file and list what Outrider would ignore in it.
     Validate {
         #[arg(long, short = 'c')]
@@ -67,17 +101,25 @@ enum Command {
     },
 }
 
+#[global_allocator]
+static ALLOCATOR: outrider::core::allocator::Global = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
-    match Cli::parse().command {
-        Command::Run { config, concurrency } => match app::run(RunOptions { config, concurrency }) {
+    let cli = Cli::parse();
+    let logging = match outrider::telemetry::logging::init(cli.log_level.as_deref(), cli.log_json) {
+        Ok(logging) => logging,
+        Err(e) => {
+            eprintln!("outrider: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match cli.command {
+        Command::Run { config, concurrency, drain_time_s } => match app::run(RunOptions {
+            config,
+            concurrency,
+            drain_time: std::time::Duration::from_secs(drain_time_s),
+            logging: Some(logging),
+        }) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("outrider: {e}");
@@ -106,6 +148,46 @@ fn main() -> ExitCode {
             }
         }
         Command::Validate { config } => validate(&config),
+        Command::Inject(args) => match outrider::inject::run(&args) {
+            Ok(manifest) => {
+                print!("{manifest}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("outrider inject: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Bootstrap { output } => {
+            match outrider::inject::write_bootstrap(&outrider::inject::process_env(), &output) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("outrider bootstrap: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Sidecar { bootstrap, concurrency, drain_time_s } => {
+            if let Err(e) = outrider::inject::write_bootstrap(&outrider::inject::process_env(), &bootstrap) {
+                eprintln!("outrider sidecar: {e}");
+                return ExitCode::FAILURE;
+            }
+            let drain_time = std::time::Duration::from_secs(drain_time_s);
+            match app::run(RunOptions { config: bootstrap, concurrency, drain_time, logging: Some(logging) }) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("outrider: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Capture(args) => match outrider::capture::run(&args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("outrider capture: {e}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

@@ -10,6 +10,8 @@ use std::path::Path;
 fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
     BTreeMap::from([
         ("core", &[][..]),
+        ("capture", &["core"][..]),
+        ("inject", &["core"][..]),
         ("pb", &[][..]),
         ("telemetry", &["core"][..]),
         ("config", &["core", "pb"][..]),

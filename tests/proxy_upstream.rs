@@ -24,9 +24,10 @@ use outrider::config::cluster::{
     CircuitBreakers, Cluster, DEFAULT_CONNECT_TIMEOUT, DiscoveryType, UpstreamHttpOptions, UpstreamProtocol,
     UpstreamTransport,
 };
-use outrider::config::endpoint::{HealthStatus, LbEndpoint};
+use outrider::config::endpoint::{ClusterLoadAssignment, HealthStatus, LbEndpoint, LocalityLbEndpoints};
 use outrider::lb::{EndpointStats, Host};
 use outrider::proxy::upstream::{RequestBody, UpstreamError, Upstreams};
+use outrider::store::{Snapshot, Versioned};
 use tokio::net::TcpListener;
 
 type ServerBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
@@ -35,6 +36,8 @@ type ServerBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 struct Server {
     address: SocketAddr,
     accepted: Arc<AtomicUsize>,
+    /// How many connections have ended, as seen by the server.
+    closed: tokio::sync::watch::Receiver<usize>,
 }
 
 async fn server<F, Fut>(handler: F) -> Server
@@ -46,11 +49,14 @@ where
     let address = listener.local_addr().unwrap();
     let accepted = Arc::new(AtomicUsize::new(0));
     let counter = accepted.clone();
+    let (closed_tx, closed) = tokio::sync::watch::channel(0);
+    let closed_tx = Arc::new(closed_tx);
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else { return };
             counter.fetch_add(1, Ordering::SeqCst);
             let handler = handler.clone();
+            let closed_tx = closed_tx.clone();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |request| {
                     let handler = handler.clone();
@@ -58,10 +64,11 @@ where
                 });
                 let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                 let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                closed_tx.send_modify(|n| *n += 1);
             });
         }
     });
-    Server { address, accepted }
+    Server { address, accepted, closed }
 }
 
 fn text(body: &'static str) -> Response<ServerBody> {
@@ -98,6 +105,7 @@ fn host(address: SocketAddr) -> Host {
             hostname: String::new(),
         }),
         stats: Arc::new(EndpointStats::new(Instant::now())),
+        cluster_stats: Default::default(),
         priority: 0,
         locality: 0,
     }
@@ -372,4 +380,87 @@ async fn in_flight_holds_until_the_body_ends_or_is_dropped() {
         drop(response);
         assert_eq!(host.stats.in_flight(), 0, "{protocol:?}: dropped");
     }
+}
+
+fn versioned<T>(resource: T) -> Arc<Versioned<T>> {
+    Arc::new(Versioned {
+        resource,
+        version: String::new(),
+        last_updated: std::time::SystemTime::now(),
+        raw: Bytes::new(),
+    })
+}
+
+/// A snapshot serving the cluster "backend" with `endpoints`.
+fn snapshot_with(endpoints: &[&Host]) -> Snapshot {
+    let mut snapshot = Snapshot::default();
+    snapshot.clusters.insert("backend".into(), versioned(cluster(UpstreamProtocol::Http1)));
+    let assignment = ClusterLoadAssignment {
+        cluster_name: "backend".into(),
+        localities: vec![LocalityLbEndpoints {
+            locality: Default::default(),
+            priority: 0,
+            load_balancing_weight: None,
+            endpoints: endpoints.iter().map(|h| h.endpoint.clone()).collect(),
+        }],
+        overprovisioning_factor: 140,
+        weighted_priority_health: false,
+    };
+    snapshot.endpoints.insert("backend".into(), versioned(assignment));
+    snapshot
+}
+
+async fn wait_closed(server: &mut Server, count: usize) {
+    tokio::time::timeout(Duration::from_secs(10), server.closed.wait_for(|n| *n >= count))
+        .await
+        .expect("the upstream sees the connections close")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_removed_endpoint_has_its_pooled_connections_drained() {
+    let mut leaving = server(|_| async { text("ok") }).await;
+    let staying = server(|_| async { text("ok") }).await;
+    let upstreams = Upstreams::new();
+    let (removed, kept) = (host(leaving.address), host(staying.address));
+    for host in [&removed, &kept] {
+        for protocol in [UpstreamProtocol::Http1, UpstreamProtocol::Http2] {
+            let response = upstreams.forward(host, &cluster(protocol), false, get("/")).await.unwrap();
+            response.into_body().collect().await.unwrap();
+        }
+    }
+    assert_eq!(upstreams.pooled(), (2, 2));
+    assert_eq!(upstreams.drain_removed(&snapshot_with(&[&removed, &kept])), 0, "both still listed");
+
+    assert_eq!(upstreams.drain_removed(&snapshot_with(&[&kept])), 2);
+    assert_eq!(upstreams.pooled(), (1, 1), "the kept endpoint keeps its connections");
+    wait_closed(&mut leaving, 2).await;
+
+    assert_eq!(upstreams.drain_removed(&Snapshot::default()), 2, "a removed cluster drains entirely");
+    assert_eq!(upstreams.pooled(), (0, 0));
+}
+
+#[tokio::test]
+async fn a_response_in_flight_finishes_and_its_connection_then_closes() {
+    let (release, released) = tokio::sync::watch::channel(false);
+    let mut server = server(move |_| {
+        let mut released = released.clone();
+        async move {
+            let body = futures::stream::once(async move {
+                let _ = released.wait_for(|r| *r).await;
+                Ok::<_, Infallible>(Frame::data(Bytes::from_static(b"done")))
+            });
+            Response::new(StreamBody::new(body).boxed())
+        }
+    })
+    .await;
+    let upstreams = Upstreams::new();
+    let host = host(server.address);
+    let response = upstreams.forward(&host, &cluster(UpstreamProtocol::Http1), false, get("/")).await.unwrap();
+
+    upstreams.drain_removed(&snapshot_with(&[]));
+    release.send(true).unwrap();
+    assert_eq!(response.into_body().collect().await.unwrap().to_bytes(), "done", "the request in flight finishes");
+    assert_eq!(upstreams.pooled(), (0, 0), "its connection is not checked back in");
+    wait_closed(&mut server, 1).await;
 }

@@ -1,46 +1,89 @@
-//! `/clusters`: every served cluster and its hosts, in Envoy's text or JSON form.
+//! `/clusters`: every served cluster and its hosts, in Envoy's text or JSON form, with
+//! each host's live state (Envoy's `rq_active`, `rq_success`, `rq_error`, `rq_total`,
+//! `/failed_outlier_check`) and what only Outrider knows (EWMA latency, the last ORCA
+//! report, the utilization and weight taken from it).
 
+use std::collections::HashMap;
 use std::fmt::Write;
+use std::sync::Arc;
+use std::time::Instant;
 
 use serde_json::{Value, json};
 
+use super::endpoints::EndpointView;
 use crate::config::Address;
 use crate::config::endpoint::HealthStatus;
+use crate::lb::{Balancers, Host};
 use crate::store::Snapshot;
 
-pub fn text(snapshot: &Snapshot) -> String {
+/// The live hosts of `cluster` by address.
+fn live_hosts(balancers: &Balancers, cluster: &str) -> HashMap<Address, Arc<Host>> {
+    balancers
+        .get(cluster)
+        .map(|lb| lb.hosts().iter().map(|h| (h.address().clone(), h.clone())).collect())
+        .unwrap_or_default()
+}
+
+pub fn text(snapshot: &Snapshot, balancers: &Balancers) -> String {
+    let now = Instant::now();
     let mut out = String::new();
     for (name, assignment) in &snapshot.endpoints {
         let _ = writeln!(out, "{name}::observability_name::{name}");
+        let live = live_hosts(balancers, name);
         for locality in &assignment.resource.localities {
             for endpoint in &locality.endpoints {
                 let host = format!("{name}::{}", endpoint.address);
-                let _ = writeln!(out, "{host}::health_flags::{}", health(endpoint.health));
+                let view = live.get(&endpoint.address).map(|h| EndpointView::of(h, now));
+                if let Some(view) = &view {
+                    let _ = writeln!(out, "{host}::rq_active::{}", view.in_flight);
+                    let _ = writeln!(out, "{host}::rq_success::{}", view.successes);
+                    let _ = writeln!(out, "{host}::rq_error::{}", view.errors);
+                    let _ = writeln!(out, "{host}::rq_total::{}", view.successes + view.errors);
+                }
+                let ejected = view.as_ref().is_some_and(|v| v.ejected);
+                let _ = writeln!(out, "{host}::health_flags::{}", health(endpoint.health, ejected));
                 let _ = writeln!(out, "{host}::weight::{}", endpoint.weight);
                 let _ = writeln!(out, "{host}::region::{}", locality.locality.region);
                 let _ = writeln!(out, "{host}::zone::{}", locality.locality.zone);
                 let _ = writeln!(out, "{host}::sub_zone::{}", locality.locality.sub_zone);
                 let _ = writeln!(out, "{host}::priority::{}", locality.priority);
+                if let Some(view) = &view {
+                    let ewma = view.ewma_latency.map_or(String::from("-"), |d| format!("{:.3}", d.as_secs_f64() * 1e3));
+                    let _ = writeln!(out, "{host}::ewma_latency_ms::{ewma}");
+                    let utilization = view.utilization.map_or(String::from("-"), |u| u.to_string());
+                    let _ = writeln!(out, "{host}::utilization::{utilization}");
+                    let _ = writeln!(out, "{host}::reported_weight::{}", view.reported_weight);
+                    if let Some((report, age)) = &view.last_report {
+                        let _ = writeln!(out, "{host}::last_orca_report::{}", report_json(report, age.as_secs_f64()));
+                    }
+                }
             }
         }
     }
     out
 }
 
-pub fn json(snapshot: &Snapshot) -> Value {
+pub fn json(snapshot: &Snapshot, balancers: &Balancers) -> Value {
+    let now = Instant::now();
     let statuses: Vec<Value> = snapshot
         .endpoints
         .iter()
         .map(|(name, assignment)| {
+            let live = live_hosts(balancers, name);
             let hosts: Vec<Value> = assignment
                 .resource
                 .localities
                 .iter()
                 .flat_map(|l| l.endpoints.iter().map(move |e| (l, e)))
                 .map(|(locality, endpoint)| {
-                    json!({
+                    let view = live.get(&endpoint.address).map(|h| EndpointView::of(h, now));
+                    let ejected = view.as_ref().is_some_and(|v| v.ejected);
+                    let mut host = json!({
                         "address": address(&endpoint.address),
-                        "health_status": { "eds_health_status": eds_health(endpoint.health) },
+                        "health_status": {
+                            "eds_health_status": eds_health(endpoint.health),
+                            "failed_outlier_check": ejected,
+                        },
                         "weight": endpoint.weight,
                         "locality": {
                             "region": locality.locality.region,
@@ -48,13 +91,43 @@ pub fn json(snapshot: &Snapshot) -> Value {
                             "sub_zone": locality.locality.sub_zone,
                         },
                         "priority": locality.priority,
-                    })
+                    });
+                    if let Some(view) = view {
+                        host["stats"] = json!([
+                            { "name": "rq_active", "type": "GAUGE", "value": view.in_flight },
+                            { "name": "rq_success", "value": view.successes },
+                            { "name": "rq_error", "value": view.errors },
+                            { "name": "rq_total", "value": view.successes + view.errors },
+                        ]);
+                        host["outrider"] = json!({
+                            "in_flight": view.in_flight,
+                            "ewma_latency_ms": view.ewma_latency.map(|d| d.as_secs_f64() * 1e3),
+                            "utilization": view.utilization,
+                            "reported_weight": view.reported_weight,
+                            "ejected": ejected,
+                            "last_orca_report": view.last_report.as_ref().map(|(r, age)| report_json(r, age.as_secs_f64())),
+                        });
+                    }
+                    host
                 })
                 .collect();
             json!({ "name": name, "host_statuses": hosts })
         })
         .collect();
     json!({ "cluster_statuses": statuses })
+}
+
+fn report_json(report: &crate::lb::load::LoadReport, age_seconds: f64) -> Value {
+    json!({
+        "cpu_utilization": report.cpu_utilization,
+        "mem_utilization": report.mem_utilization,
+        "application_utilization": report.application_utilization,
+        "rps_fractional": report.rps_fractional,
+        "eps": report.eps,
+        "named_metrics": report.named_metrics,
+        "utilization": report.utilization,
+        "age_seconds": age_seconds,
+    })
 }
 
 fn address(address: &Address) -> Value {
@@ -67,12 +140,17 @@ fn address(address: &Address) -> Value {
     }
 }
 
-fn health(status: HealthStatus) -> &'static str {
-    match status {
-        HealthStatus::Healthy => "healthy",
-        HealthStatus::Degraded => "/degraded_eds_health",
-        HealthStatus::Unhealthy => "/failed_eds_health",
+/// Envoy's `health_flags`: `healthy`, or the reasons a host is not, joined.
+fn health(status: HealthStatus, ejected: bool) -> String {
+    let mut flags = match status {
+        HealthStatus::Healthy => String::new(),
+        HealthStatus::Degraded => "/degraded_eds_health".to_owned(),
+        HealthStatus::Unhealthy => "/failed_eds_health".to_owned(),
+    };
+    if ejected {
+        flags.push_str("/failed_outlier_check");
     }
+    if flags.is_empty() { "healthy".to_owned() } else { flags }
 }
 
 fn eds_health(status: HealthStatus) -> &'static str {

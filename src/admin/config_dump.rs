@@ -12,6 +12,8 @@ use crate::store::{Snapshot, Versioned};
 const DUMP: &str = "type.googleapis.com/envoy.admin.v3.";
 
 pub fn dump(snapshot: &Snapshot, bootstrap: &Value) -> Value {
+    // Decode Envoy's descriptors once for the whole dump, not once per resource.
+    let _descriptors = crate::pb::json::pool();
     json!({ "configs": [
         json!({ "@type": format!("{DUMP}BootstrapConfigDump"), "bootstrap": bootstrap }),
         clusters(snapshot, bootstrap),

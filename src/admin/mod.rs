@@ -1,10 +1,13 @@
-//! The admin server: readiness, health, and what configuration was received.
+//! The admin server: readiness, health, what configuration was received, stats, log
+//! levels, and the lifecycle endpoints (`/drain_listeners`, `/quitquitquit`).
 //!
 //! It runs on the control runtime, reads the published snapshot like any other reader,
 //! and never takes a lock the data path could wait on.
 
 mod clusters;
 mod config_dump;
+pub mod endpoints;
+pub mod server_info;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -18,8 +21,12 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::core::shutdown::Signal;
+use crate::core::shutdown::{Signal, Trigger};
+use crate::lb::Balancers;
 use crate::store::Store;
+use crate::telemetry::logging::LogControl;
+use crate::telemetry::{ServerState, ServerStats, Stats, exposition};
+pub use server_info::ServerInfo;
 
 /// What the admin handlers read.
 #[derive(Debug, Clone)]
@@ -29,6 +36,28 @@ pub struct AdminState {
     pub bootstrap: Arc<serde_json::Value>,
     /// Triggered by `POST /quitquitquit`.
     pub quit: Arc<tokio::sync::Notify>,
+    pub balancers: Arc<Balancers>,
+    pub stats: Arc<Stats>,
+    pub server_stats: ServerStats,
+    pub server: Arc<ServerInfo>,
+    /// Stops the listeners and drains connections (`POST /drain_listeners`).
+    pub drain_listeners: Arc<Trigger>,
+    /// Triggered once draining began (`/ready` answers 503 from then on).
+    pub draining: Signal,
+    /// The running log filter, when this process installed the logger.
+    pub logging: Option<LogControl>,
+}
+
+impl AdminState {
+    fn server_state(&self, ready: bool) -> ServerState {
+        if self.draining.is_triggered() {
+            ServerState::Draining
+        } else if ready {
+            ServerState::Live
+        } else {
+            ServerState::PreInitializing
+        }
+    }
 }
 
 /// Serves admin requests on `listener` until `shutdown`.
@@ -62,27 +91,127 @@ fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Full<Bytes
     let snapshot = state.store.load();
     let query = request.uri().query().unwrap_or("");
     let json_format = query.split('&').any(|p| p == "format=json");
+    let server_state = state.server_state(snapshot.ready);
     match (request.method(), request.uri().path()) {
-        (&Method::GET, "/ready") => {
-            if snapshot.ready {
-                text(StatusCode::OK, "LIVE\n")
-            } else {
-                text(StatusCode::SERVICE_UNAVAILABLE, "PRE_INITIALIZING\n")
-            }
-        }
+        (&Method::GET, "/ready") => match server_state {
+            ServerState::Live => text(StatusCode::OK, "LIVE\n"),
+            ServerState::Draining => text(StatusCode::SERVICE_UNAVAILABLE, "DRAINING\n"),
+            ServerState::PreInitializing => text(StatusCode::SERVICE_UNAVAILABLE, "PRE_INITIALIZING\n"),
+        },
         (&Method::GET, "/healthz") => text(StatusCode::OK, "OK\n"),
         (&Method::GET, "/config_dump") => json(&config_dump::dump(&snapshot, &state.bootstrap)),
-        (&Method::GET, "/clusters") if json_format => json(&clusters::json(&snapshot)),
-        (&Method::GET, "/clusters") => text(StatusCode::OK, clusters::text(&snapshot)),
+        (&Method::GET, "/clusters") if json_format => json(&clusters::json(&snapshot, &state.balancers)),
+        (&Method::GET, "/clusters") => text(StatusCode::OK, clusters::text(&snapshot, &state.balancers)),
+        (&Method::GET, "/stats") => {
+            let samples = scrape(state, server_state);
+            let filter = query_param(query, "filter");
+            match filter.as_deref().map(regex::Regex::new).transpose() {
+                Ok(filter) => {
+                    let kept: Vec<_> = samples
+                        .into_iter()
+                        .filter(|(n, _)| filter.as_ref().is_none_or(|f| f.is_match(&n.flat)))
+                        .collect();
+                    text(StatusCode::OK, exposition::text(&kept))
+                }
+                Err(e) => text(StatusCode::BAD_REQUEST, format!("invalid filter: {e}\n")),
+            }
+        }
+        (&Method::GET, "/stats/prometheus") => {
+            let mut response = text(StatusCode::OK, exposition::prometheus(&scrape(state, server_state)));
+            response.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            response
+        }
+        (&Method::GET, "/server_info") => {
+            let name = match server_state {
+                ServerState::Live => "LIVE",
+                ServerState::Draining => "DRAINING",
+                ServerState::PreInitializing => "PRE_INITIALIZING",
+            };
+            json(&server_info::json(&state.server, name))
+        }
+        (&Method::GET, "/logging") => match &state.logging {
+            Some(logging) => text(StatusCode::OK, format!("active filter: {}\n", logging.current())),
+            None => text(StatusCode::NOT_FOUND, "this process does not own its logger\n"),
+        },
+        (&Method::POST, "/logging") => set_logging(state, query),
+        (&Method::POST, "/drain_listeners") => {
+            tracing::info!("draining listeners (admin request)");
+            state.drain_listeners.trigger();
+            text(StatusCode::OK, "OK\n")
+        }
         (&Method::POST, "/quitquitquit") => {
             state.quit.notify_one();
             text(StatusCode::OK, "OK\n")
         }
-        (_, "/ready" | "/healthz" | "/config_dump" | "/clusters" | "/quitquitquit") => {
-            text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n")
-        }
+        (
+            _,
+            "/ready" | "/healthz" | "/config_dump" | "/clusters" | "/stats" | "/stats/prometheus" | "/server_info"
+            | "/logging" | "/drain_listeners" | "/quitquitquit",
+        ) => text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
+}
+
+/// Every registered stat, the server's state, and the per-endpoint gauges.
+fn scrape(state: &AdminState, server_state: ServerState) -> Vec<crate::telemetry::Sample> {
+    state.server_stats.set_state(server_state);
+    let mut samples = state.stats.samples();
+    let uptime = crate::telemetry::Scope::envoy().child("server").name("uptime");
+    samples.push((uptime, crate::telemetry::Value::Gauge(state.server.started.elapsed().as_secs() as f64)));
+    samples.extend(endpoints::samples(&state.balancers, std::time::Instant::now()));
+    samples
+}
+
+/// `POST /logging?level=debug` sets every logger; `POST /logging?outrider::xds=debug`
+/// (Envoy: one logger) adds a directive for that module.
+fn set_logging(state: &AdminState, query: &str) -> Response<Full<Bytes>> {
+    let Some(logging) = &state.logging else {
+        return text(StatusCode::NOT_FOUND, "this process does not own its logger\n");
+    };
+    let directives = match query_param(query, "level") {
+        Some(level) => level,
+        None if !query.is_empty() => {
+            let extra = query.split('&').filter(|p| p.contains('=')).collect::<Vec<_>>().join(",");
+            format!("{},{extra}", logging.current())
+        }
+        None => return text(StatusCode::BAD_REQUEST, "usage: POST /logging?level=<level>\n"),
+    };
+    match logging.set(&directives) {
+        Ok(()) => text(StatusCode::OK, format!("active filter: {}\n", logging.current())),
+        Err(e) => text(StatusCode::BAD_REQUEST, format!("{e}\n")),
+    }
+}
+
+/// The (percent-decoded) value of `name` in a query string.
+fn query_param(query: &str, name: &str) -> Option<String> {
+    query.split('&').filter_map(|pair| pair.split_once('=')).find(|(k, _)| *k == name).map(|(_, v)| percent_decode(v))
+}
+
+fn percent_decode(value: &str) -> String {
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = match bytes.get(i..i + 3) {
+            Some([b'%', high, low]) => hex(*high).zip(hex(*low)).map(|(h, l)| h << 4 | l),
+            _ => None,
+        };
+        match (escaped, bytes[i]) {
+            (Some(byte), _) => {
+                out.push(byte);
+                i += 3;
+                continue;
+            }
+            (None, b'+') => out.push(b' '),
+            (None, byte) => out.push(byte),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn text(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {

@@ -8,18 +8,29 @@ use std::time::{Duration, Instant};
 use crate::core::shutdown::Signal;
 use crate::lb::{BalancerBuilder, Balancers};
 use crate::store::{Snapshot, Store};
+use crate::telemetry::Stats;
 
 /// Rebuilds balancers on every published snapshot, and recomputes client-side weighted
 /// round robin weights from the endpoints' load reports, until `shutdown`.
-pub async fn keep_balancers(store: Arc<Store>, balancers: Arc<Balancers>, shutdown: Signal) {
-    let mut builder = BalancerBuilder::default();
+pub async fn keep_balancers(store: Arc<Store>, balancers: Arc<Balancers>, stats: Arc<Stats>, shutdown: Signal) {
+    let mut builder = BalancerBuilder::new(stats);
     let mut changes = store.subscribe();
     let mut next_update: HashMap<String, tokio::time::Instant> = HashMap::new();
+    let mut next_cleanup: HashMap<String, tokio::time::Instant> = HashMap::new();
     let mut oob = super::oob::OobStreams::default();
+    let mut outliers = super::outlier::OutlierDetectors::default();
+    let outlier_events = builder.outlier_wake();
     update(&mut builder, &store.load(), &balancers);
     oob.sync(&balancers, &shutdown);
     loop {
-        let wake = next_update.values().min().copied().unwrap_or_else(|| tokio::time::Instant::now() + IDLE);
+        outliers.sync(&store.load(), &balancers);
+        let wake = next_update
+            .values()
+            .chain(next_cleanup.values())
+            .chain(outliers.next_sweep().as_ref())
+            .min()
+            .copied()
+            .unwrap_or_else(|| tokio::time::Instant::now() + IDLE);
         tokio::select! {
             changed = changes.changed() => {
                 if changed.is_err() {
@@ -29,9 +40,15 @@ pub async fn keep_balancers(store: Arc<Store>, balancers: Arc<Balancers>, shutdo
                 oob.sync(&balancers, &shutdown);
             }
             _ = tokio::time::sleep_until(wake) => {}
+            _ = outlier_events.notified() => {}
             _ = shutdown.clone().triggered() => return,
         }
+        outliers.sync(&store.load(), &balancers);
+        for cluster in outliers.run() {
+            builder.refresh_cluster(&cluster, &balancers, Instant::now());
+        }
         update_weights(&balancers, &mut next_update);
+        clean_original_dst_hosts(&balancers, &mut next_cleanup);
     }
 }
 
@@ -54,6 +71,30 @@ fn update_weights(balancers: &Balancers, next_update: &mut HashMap<String, tokio
         if due {
             updaters.iter().for_each(|cswrr| cswrr.update_weights(now.into_std()));
             next_update.insert(name.clone(), now + period);
+        }
+    }
+}
+
+/// Sweeps the on-demand hosts of every ORIGINAL_DST cluster whose `cleanup_interval` came
+/// due (the first sweep one interval after the cluster appears), and schedules the next.
+fn clean_original_dst_hosts(balancers: &Balancers, next_cleanup: &mut HashMap<String, tokio::time::Instant>) {
+    let now = tokio::time::Instant::now();
+    let all = balancers.all();
+    next_cleanup.retain(|name, _| all.get(name).is_some_and(|lb| lb.original_dst().is_some()));
+    for (name, lb) in all.iter() {
+        let Some(original_dst) = lb.original_dst() else { continue };
+        match next_cleanup.get(name) {
+            Some(at) if *at > now => {}
+            Some(_) => {
+                let removed = original_dst.hosts.sweep();
+                if removed > 0 {
+                    tracing::debug!(cluster = %name, removed, "original destination hosts cleaned up");
+                }
+                next_cleanup.insert(name.clone(), now + original_dst.cleanup_interval);
+            }
+            None => {
+                next_cleanup.insert(name.clone(), now + original_dst.cleanup_interval);
+            }
         }
     }
 }

@@ -6,17 +6,26 @@ pub mod balancing;
 pub mod demo;
 pub mod lab;
 pub mod oob;
+pub mod outlier;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use crate::admin::{self, AdminState};
+use crate::admin::{self, AdminState, ServerInfo};
 use crate::config::Address;
-use crate::config::bootstrap::{Bootstrap, BootstrapError};
+use crate::config::bootstrap::{Bootstrap, BootstrapError, TraceCollector, TracingConfig};
 use crate::core::shutdown::{self, Trigger};
+use crate::proxy::WorkerOptions;
+use crate::proxy::observe::ProxyTelemetry;
 use crate::store::{ConfigState, Store, WarmingTimeouts};
+use crate::telemetry::logging::LogControl;
+use crate::telemetry::{ServerStats, Stats, Tracing};
 use crate::xds::client::{AdsClient, AdsClientConfig};
+
+/// Envoy's default `--drain-time-s`.
+pub const DEFAULT_DRAIN_TIME: Duration = Duration::from_secs(600);
 
 /// `outrider run` options.
 #[derive(Debug, Clone)]
@@ -24,6 +33,25 @@ pub struct RunOptions {
     pub config: PathBuf,
     /// Worker threads; `None` means every CPU this process may use (cgroup quota included).
     pub concurrency: Option<usize>,
+    /// How long a drain waits for open connections before closing them.
+    pub drain_time: Duration,
+    /// The process's logger, for `/logging`.
+    pub logging: Option<LogControl>,
+}
+
+/// How an in-process Outrider starts.
+#[derive(Debug, Clone)]
+pub struct StartOptions {
+    pub concurrency: usize,
+    pub drain_time: Duration,
+    pub logging: Option<LogControl>,
+}
+
+impl Default for StartOptions {
+    /// Every CPU; a 5 s drain (tests and the demo stop quickly).
+    fn default() -> Self {
+        Self { concurrency: default_concurrency(), drain_time: Duration::from_secs(5), logging: None }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -51,8 +79,17 @@ pub struct Running {
     pub admin_address: SocketAddr,
     /// Notified by `POST /quitquitquit`.
     pub quit: Arc<tokio::sync::Notify>,
+    /// Every stat (what `/stats` shows).
+    pub stats: Arc<Stats>,
+    /// Stops the listeners and drains connections; `/ready` answers 503 from then on.
+    drain: Arc<Trigger>,
+    /// Lets the workers finish once drained.
+    stop_workers: Trigger,
+    /// TLS handshakes completed and refused, by reason.
+    pub tls: Arc<crate::proxy::HandshakeStats>,
     shutdown: Trigger,
     workers: Option<crate::proxy::Workers>,
+    tracing: Option<Tracing>,
 }
 
 impl Running {
@@ -66,10 +103,28 @@ impl Running {
 
     /// Stops the workers, the ADS client and the admin server, and waits for the workers.
     pub fn stop(mut self) {
+        self.drain.trigger();
+        self.stop_workers.trigger();
         self.shutdown.trigger();
         if let Some(workers) = self.workers.take() {
             workers.join();
         }
+    }
+
+    /// The graceful way out: `/ready` turns 503, listeners stop accepting, requests in
+    /// flight are answered (up to the drain time), then the control side stops. The admin
+    /// server keeps answering while the workers drain.
+    pub async fn drain_and_stop(mut self) {
+        self.drain.trigger();
+        self.stop_workers.trigger();
+        if let Some(workers) = self.workers.take() {
+            let _ = tokio::task::spawn_blocking(move || workers.join()).await;
+        }
+        // Off this thread: the export it waits for runs on this runtime.
+        if let Some(tracing) = self.tracing.take() {
+            let _ = tokio::task::spawn_blocking(move || tracing.flush()).await;
+        }
+        self.shutdown.trigger();
     }
 }
 
@@ -81,6 +136,15 @@ pub async fn start(bootstrap: Bootstrap) -> Result<Running, AppError> {
 
 /// [`start`] with an explicit number of workers.
 pub async fn start_with(bootstrap: Bootstrap, concurrency: usize) -> Result<Running, AppError> {
+    start_with_options(bootstrap, StartOptions { concurrency, ..StartOptions::default() }).await
+}
+
+/// [`start`] with every option.
+pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> Result<Running, AppError> {
+    let StartOptions { concurrency, drain_time, logging } = options;
+    let stats = Arc::new(Stats::default());
+    let server_stats = ServerStats::register(&stats);
+    server_stats.concurrency.set(concurrency as i64);
     for ignored in &bootstrap.ignored {
         tracing::warn!(path = %ignored.path, "bootstrap field ignored: {}", ignored.what);
     }
@@ -110,24 +174,111 @@ pub async fn start_with(bootstrap: Bootstrap, concurrency: usize) -> Result<Runn
     };
     let admin_address =
         admin_listener.local_addr().map_err(|e| AppError::Admin(bootstrap.admin_address.to_string(), e))?;
+    let tracing = tracer(&bootstrap)?;
     let quit = Arc::new(tokio::sync::Notify::new());
-    let admin_state =
-        AdminState { store: store.clone(), bootstrap: Arc::new(bootstrap.document.clone()), quit: quit.clone() };
+    let balancers = Arc::new(crate::lb::Balancers::default());
+    let (drain, draining) = shutdown::channel();
+    let drain = Arc::new(drain);
+    let (stop_workers, workers_stopping) = shutdown::channel();
+    let server = ServerInfo {
+        started: Instant::now(),
+        concurrency,
+        drain_time,
+        log_level: logging.as_ref().map(LogControl::current).unwrap_or_default(),
+        node_id: bootstrap.node.id.clone(),
+        node_cluster: bootstrap.node.cluster.clone(),
+    };
+    let admin_state = AdminState {
+        store: store.clone(),
+        bootstrap: Arc::new(bootstrap.document.clone()),
+        quit: quit.clone(),
+        balancers: balancers.clone(),
+        stats: stats.clone(),
+        server_stats,
+        server: Arc::new(server),
+        drain_listeners: drain.clone(),
+        draining: draining.clone(),
+        logging,
+    };
     tokio::spawn(admin::serve(admin_listener, admin_state, signal.clone()));
     tracing::info!(%admin_address, "admin server listening");
 
-    let balancers = Arc::new(crate::lb::Balancers::default());
-    tokio::spawn(balancing::keep_balancers(store.clone(), balancers.clone(), signal.clone()));
-    let workers = crate::proxy::Workers::start(concurrency, store.clone(), balancers.clone(), signal.clone())
+    tokio::spawn(balancing::keep_balancers(store.clone(), balancers.clone(), stats.clone(), signal.clone()));
+    crate::tls::provider::install_default();
+    let tls = Arc::new(crate::proxy::HandshakeStats::default());
+    let worker_options = WorkerOptions {
+        drain: draining,
+        shutdown: workers_stopping,
+        drain_time,
+        telemetry: ProxyTelemetry::new(stats.clone(), tracing.clone()),
+        tls: tls.clone(),
+    };
+    let workers = crate::proxy::Workers::start(concurrency, store.clone(), balancers.clone(), worker_options)
         .map_err(AppError::Runtime)?;
 
     match ads {
         Some(config) => {
-            tokio::spawn(AdsClient::new(config, state, store.clone(), signal.clone()).run(signal));
+            let client = AdsClient::new(config, state, store.clone(), signal.clone()).with_stats(stats.clone());
+            tokio::spawn(client.run(signal));
         }
         None => store.publish(state.snapshot()),
     }
-    Ok(Running { store, balancers, admin_address, quit, shutdown: trigger, workers: Some(workers) })
+    Ok(Running {
+        store,
+        balancers,
+        admin_address,
+        quit,
+        stats,
+        tls,
+        drain,
+        stop_workers,
+        shutdown: trigger,
+        workers: Some(workers),
+        tracing,
+    })
+}
+
+/// The tracer the bootstrap's `tracing.http` names, else the one
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` names, else none.
+fn tracer(bootstrap: &Bootstrap) -> Result<Option<Tracing>, AppError> {
+    let (endpoint, service) = match &bootstrap.tracing {
+        Some(TracingConfig { collector: TraceCollector::Uri(uri), service_name }) => {
+            (uri.clone(), service_name.clone())
+        }
+        Some(TracingConfig { collector: TraceCollector::Cluster(name), service_name }) => {
+            let address = bootstrap
+                .static_clusters
+                .iter()
+                .find(|c| &c.name == name)
+                .and_then(|c| c.load_assignment.as_ref())
+                .and_then(|cla| cla.endpoints().next())
+                .map(|e| e.address.clone());
+            match address {
+                Some(Address::Socket(address)) => (format!("http://{address}"), service_name.clone()),
+                Some(Address::Dns { host, port }) => (format!("http://{host}:{port}"), service_name.clone()),
+                _ => {
+                    return Err(AppError::Config(crate::config::ConfigError::new(
+                        "tracing.http.typed_config.grpc_service.envoy_grpc.cluster_name",
+                        format!("{name:?} is not a static cluster with a TCP endpoint"),
+                    )));
+                }
+            }
+        }
+        None => match std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT") {
+            Ok(endpoint) if !endpoint.trim().is_empty() => (endpoint, "outrider".to_owned()),
+            _ => return Ok(None),
+        },
+    };
+    match Tracing::otlp(&endpoint, &service) {
+        Ok(tracing) => {
+            tracing::info!(%endpoint, "exporting traces over OTLP/gRPC");
+            Ok(Some(tracing))
+        }
+        Err(error) => {
+            tracing::warn!(%error, "traces are not exported");
+            Ok(None)
+        }
+    }
 }
 
 /// `outrider run`: blocks until SIGINT, SIGTERM or `POST /quitquitquit`.
@@ -135,18 +286,21 @@ pub fn run(options: RunOptions) -> Result<(), AppError> {
     let bootstrap = Bootstrap::load(&options.config)?;
     let concurrency = options.concurrency.unwrap_or_else(default_concurrency);
     tracing::info!(config = %options.config.display(), concurrency, "starting");
+    let start = StartOptions { concurrency, drain_time: options.drain_time, logging: options.logging };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("outrider-control")
         .build()
         .map_err(AppError::Runtime)?;
     runtime.block_on(async {
-        let running = start_with(bootstrap, concurrency).await?;
+        let running = start_with_options(bootstrap, start).await?;
+        crate::core::allocator::release_free_memory();
         tokio::select! {
-            _ = terminate() => tracing::info!("signal received; shutting down"),
-            _ = running.quit.notified() => tracing::info!("quitquitquit; shutting down"),
+            _ = terminate() => tracing::info!("signal received; draining"),
+            _ = running.quit.notified() => tracing::info!("quitquitquit; draining"),
         }
-        running.stop();
+        running.drain_and_stop().await;
+        tracing::info!("drained; exiting");
         Ok(())
     })
 }

@@ -30,11 +30,30 @@ pub struct Bootstrap {
     pub static_listeners: Vec<Listener>,
     pub static_clusters: Vec<Cluster>,
     pub static_secrets: Vec<Secret>,
+    /// `tracing.http`: where spans are exported.
+    pub tracing: Option<TracingConfig>,
     /// Everything that was set but is ignored, with its path: shown by `outrider validate`
     /// and logged once at start-up.
     pub ignored: Vec<Ignored>,
     /// The document as read (protobuf JSON), for `/config_dump`.
     pub document: serde_json::Value,
+}
+
+/// The OpenTelemetry tracer of the bootstrap (`envoy.tracers.opentelemetry`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TracingConfig {
+    pub collector: TraceCollector,
+    /// `service.name` of the exported spans (default `outrider`).
+    pub service_name: String,
+}
+
+/// Where the OTLP/gRPC collector is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TraceCollector {
+    /// `envoy_grpc.cluster_name`: a static cluster's first endpoint.
+    Cluster(String),
+    /// `google_grpc.target_uri`, as `http://host:port`.
+    Uri(String),
 }
 
 /// This proxy's identity towards the control plane.

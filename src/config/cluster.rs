@@ -35,6 +35,8 @@ pub const DEFAULT_INITIAL_FETCH_TIMEOUT: Duration = Duration::from_secs(15);
 pub const DEFAULT_DNS_REFRESH_RATE: Duration = Duration::from_secs(5);
 /// The header an ORIGINAL_DST cluster reads when `use_http_header` is set and no name is given.
 pub const DEFAULT_ORIGINAL_DST_HEADER: &str = "x-envoy-original-dst-host";
+/// How often an ORIGINAL_DST cluster forgets hosts no connection picked since the last sweep.
+pub const DEFAULT_ORIGINAL_DST_CLEANUP_INTERVAL: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Cluster {
@@ -123,6 +125,9 @@ pub struct OriginalDstConfig {
     pub http_header_name: String,
     /// Replaces the port of the original destination.
     pub upstream_port_override: Option<u16>,
+    /// `cleanup_interval`: hosts are created on demand, one per destination, and removed by
+    /// a sweep every interval when nothing picked them since the previous sweep.
+    pub cleanup_interval: Duration,
 }
 
 impl Cluster {

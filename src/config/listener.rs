@@ -33,9 +33,12 @@ pub struct Listener {
     /// Default true. A listener that does not bind only receives connections handed
     /// over by a `use_original_dst` listener whose original destination matches it.
     pub bind_to_port: bool,
-    /// Hand each connection to the listener bound to its original destination (the
-    /// `SO_ORIGINAL_DST` of an iptables-redirected connection). Set by `use_original_dst`
-    /// or by the `envoy.filters.listener.original_dst` listener filter.
+    /// `use_original_dst`: restore each connection's original destination (the
+    /// `SO_ORIGINAL_DST` of an iptables-redirected connection) and hand the connection to
+    /// the listener bound to it, if there is one (Istio's `virtualOutbound` on 15001). The
+    /// `envoy.filters.listener.original_dst` listener filter alone only restores the
+    /// address, for filter chain matching (Istio's `virtualInbound` on 15006); see
+    /// [`Listener::restores_original_dst`].
     pub use_original_dst: bool,
     pub listener_filters: Vec<ListenerFilter>,
     /// `None`: listener filters may wait forever for bytes (configured 0).
@@ -254,6 +257,18 @@ impl Listener {
             }
         }
         configs
+    }
+
+    /// Whether connections get their original destination as local address: with
+    /// `use_original_dst` (Envoy adds the listener filter for it) or the `original_dst`
+    /// listener filter.
+    pub fn restores_original_dst(&self) -> bool {
+        self.use_original_dst || self.has_listener_filter(ListenerFilterKind::OriginalDst)
+    }
+
+    /// Every address the listener binds: `address` then `additional_addresses`.
+    pub fn addresses(&self) -> impl Iterator<Item = &Address> {
+        std::iter::once(&self.address).chain(&self.additional_addresses)
     }
 
     pub fn has_listener_filter(&self, kind: ListenerFilterKind) -> bool {

@@ -2,8 +2,9 @@
 //! private key, or a validation context (trusted CAs and peer-name checks).
 //!
 //! Nothing here reads files or the environment: a [`DataSource`] says where the bytes are,
-//! and the `tls` module loads them when it builds rustls configs, so a rotated file is
-//! picked up without a config push and conversion stays pure.
+//! and the `tls` module loads them when it builds rustls configs (it rebuilds them when a
+//! file's modification time changes), so a rotated file is picked up without a config push
+//! and conversion stays pure.
 
 use std::fmt;
 use std::path::PathBuf;

@@ -7,6 +7,7 @@
 //! choose a locality; then let the policy choose within that host set.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -15,12 +16,15 @@ use rand::{Rng, SeedableRng};
 
 use super::cswrr::Cswrr;
 use super::host::{Host, StatsRegistry};
+use super::original_dst::{DestinationCache, OriginalDst};
 use super::policy::{Cursor, PickContext, SharedPolicy};
 use super::priority::{Availability, LevelCounts, PriorityLoad};
+use super::resources::ClusterResources;
 use crate::config::cluster::lb_policy::DEFAULT_HEALTHY_PANIC_THRESHOLD;
 use crate::config::cluster::{LbPolicy, RoundRobinConfig};
 use crate::config::endpoint::HealthStatus;
 use crate::config::{Cluster, ClusterLoadAssignment};
+use crate::telemetry::ClusterStats;
 
 /// How many times a pick is redrawn to avoid hosts this request already tried (Envoy's
 /// `host_selection_retry_max_attempts` default is 1; Outrider redraws a few times more,
@@ -60,6 +64,12 @@ pub struct ClusterLb {
     load: PriorityLoad,
     hash_based: bool,
     hosts: Vec<Arc<Host>>,
+    /// Set for ORIGINAL_DST clusters, whose hosts are made per destination.
+    original_dst: Option<OriginalDst>,
+    /// Circuit-breaker counts, shared by every build of this cluster's balancer.
+    resources: Arc<ClusterResources>,
+    /// The cluster's stats (kept across rebuilds by the registry).
+    pub stats: Arc<ClusterStats>,
 }
 
 impl ClusterLb {
@@ -127,10 +137,29 @@ impl ClusterLb {
             });
         }
         let load = PriorityLoad::compute(&counts, assignment.overprovisioning_factor, panic_threshold);
-        Self { cluster: cluster.name.clone(), sets, levels, load, hash_based, hosts }
+        let original_dst = cluster.original_dst.as_ref().map(|c| OriginalDst::new(registry.original_dst_hosts(), c));
+        let resources = registry.resources();
+        let stats = registry.cluster_stats().clone();
+        let usable = |status: HealthStatus| {
+            hosts.iter().filter(|h| h.health() == status && !h.stats.is_ejected(now)).count() as i64
+        };
+        stats.membership_healthy.set(usable(HealthStatus::Healthy));
+        stats.membership_degraded.set(usable(HealthStatus::Degraded));
+        stats.membership_total.set(hosts.len() as i64);
+        Self { cluster: cluster.name.clone(), sets, levels, load, hash_based, hosts, original_dst, resources, stats }
+    }
+
+    /// The per-destination hosts of an ORIGINAL_DST cluster; `None` for other clusters.
+    pub fn original_dst(&self) -> Option<&OriginalDst> {
+        self.original_dst.as_ref()
     }
 
     /// Every host of the cluster, in assignment order.
+    /// The cluster's circuit-breaker counts.
+    pub fn resources(&self) -> &Arc<ClusterResources> {
+        &self.resources
+    }
+
     pub fn hosts(&self) -> &[Arc<Host>] {
         &self.hosts
     }
@@ -269,12 +298,19 @@ pub struct Picker {
     cursors: Vec<Option<Cursor>>,
     /// Smooth weighted round robin state over localities, per level.
     locality_current: Vec<Vec<f64>>,
+    /// This worker's copies of an ORIGINAL_DST cluster's hosts.
+    destinations: DestinationCache,
 }
 
 impl Picker {
     pub fn new(lb: Arc<ClusterLb>, seed: u64) -> Self {
-        let mut picker =
-            Self { lb, rng: SmallRng::seed_from_u64(seed), cursors: Vec::new(), locality_current: Vec::new() };
+        let mut picker = Self {
+            lb,
+            rng: SmallRng::seed_from_u64(seed),
+            cursors: Vec::new(),
+            locality_current: Vec::new(),
+            destinations: DestinationCache::default(),
+        };
         picker.reset();
         picker
     }
@@ -290,6 +326,15 @@ impl Picker {
     fn reset(&mut self) {
         self.cursors = (0..self.lb.sets.len()).map(|_| None).collect();
         self.locality_current = self.lb.levels.iter().map(|l| vec![0.0; l.localities.len()]).collect();
+        self.destinations = DestinationCache::default();
+    }
+
+    /// The host of an ORIGINAL_DST cluster for `destination` (the downstream connection's
+    /// original destination, or the address its request header names); `None` when the
+    /// cluster is of another type.
+    pub fn pick_destination(&mut self, destination: SocketAddr, now: Instant) -> Option<Arc<Host>> {
+        let cluster = self.lb.original_dst.as_ref()?;
+        Some(self.destinations.pick(cluster, destination, now))
     }
 
     /// Picks a host, avoiding `ctx.previous` when another usable host exists: the policy
@@ -319,7 +364,7 @@ impl Picker {
     fn pick_once(&mut self, ctx: &PickContext<'_>) -> Option<(usize, Arc<Host>)> {
         // Borrow the fields apart: the balancer is read while cursors and RNG change,
         // without touching the `Arc`'s reference count on the hot path.
-        let Self { lb, rng, cursors, locality_current } = self;
+        let Self { lb, rng, cursors, locality_current, .. } = self;
         let level_hash = match (lb.hash_based, ctx.hash) {
             (true, Some(hash)) => hash,
             _ => rng.random(),
@@ -331,6 +376,7 @@ impl Picker {
             Availability::Degraded => level.degraded,
         };
         let set = if lb.load.panic.get(priority).copied().unwrap_or(false) {
+            lb.stats.lb_healthy_panic.inc();
             level.all
         } else if !level.localities.is_empty() {
             let current = locality_current.get_mut(priority)?;

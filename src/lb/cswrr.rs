@@ -97,6 +97,14 @@ pub struct WeightState {
     last_update: AtomicU64,
 }
 
+impl WeightState {
+    /// The weight computed from the last usable report (0: none yet), before blackout,
+    /// expiry and slow start; for the admin views.
+    pub fn reported_weight(&self) -> f64 {
+        f64::from_bits(self.weight.load(Ordering::Relaxed))
+    }
+}
+
 impl Cswrr {
     pub fn new(hosts: &[Arc<Host>], config: &CswrrConfig, now: Instant) -> Self {
         let cswrr = Self {

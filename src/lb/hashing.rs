@@ -103,7 +103,7 @@ pub fn test_host(address: &str, hostname: &str, hash_key: Option<&str>) -> Arc<H
         hostname: hostname.to_string(),
     };
     let stats = Arc::new(super::stats::EndpointStats::new(std::time::Instant::now()));
-    Arc::new(Host { endpoint: Arc::new(endpoint), stats, priority: 0, locality: 0 })
+    Arc::new(Host { endpoint: Arc::new(endpoint), stats, priority: 0, locality: 0, cluster_stats: Default::default() })
 }
 
 #[cfg(test)]

@@ -4,9 +4,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::original_dst::OriginalDstHosts;
 use super::stats::EndpointStats;
 use crate::config::Address;
 use crate::config::endpoint::{ClusterLoadAssignment, HealthStatus, LbEndpoint};
+use crate::telemetry::ClusterStats;
 
 /// One upstream endpoint of a cluster.
 #[derive(Debug, Clone)]
@@ -16,6 +18,8 @@ pub struct Host {
     pub priority: u32,
     /// Index of its locality within its priority level.
     pub locality: usize,
+    /// Its cluster's stats, so that the request path needs no look-up to count.
+    pub cluster_stats: Arc<ClusterStats>,
 }
 
 impl Host {
@@ -46,9 +50,32 @@ impl Host {
 #[derive(Debug, Default)]
 pub struct StatsRegistry {
     by_address: HashMap<Address, Arc<EndpointStats>>,
+    /// The hosts an ORIGINAL_DST cluster created on demand, kept across rebuilds.
+    original_dst: Option<Arc<OriginalDstHosts>>,
+    /// Handed to new endpoints' outlier counters: wakes the cluster's detector.
+    outlier_wake: Option<Arc<tokio::sync::Notify>>,
+    /// The cluster's circuit-breaker counts, kept across rebuilds.
+    resources: Arc<super::resources::ClusterResources>,
+    cluster: Arc<ClusterStats>,
 }
 
 impl StatsRegistry {
+    /// A registry whose hosts count into `cluster` (`Default`: stats registered nowhere).
+    pub fn for_cluster(cluster: Arc<ClusterStats>) -> Self {
+        Self { cluster, ..Self::default() }
+    }
+
+    /// Also wakes `wake` when an endpoint's outlier counters reach a consecutive-failure
+    /// threshold.
+    pub fn with_outlier_wake(mut self, wake: Arc<tokio::sync::Notify>) -> Self {
+        self.outlier_wake = Some(wake);
+        self
+    }
+
+    pub fn cluster_stats(&self) -> &Arc<ClusterStats> {
+        &self.cluster
+    }
+
     /// The hosts of `assignment`, reusing the stats of addresses already known and
     /// forgetting addresses that left. Linear in the number of endpoints.
     pub fn hosts(&mut self, assignment: &ClusterLoadAssignment, now: Instant) -> Vec<Host> {
@@ -64,13 +91,41 @@ impl StatsRegistry {
                     .get(&endpoint.address)
                     .or_else(|| next.get(&endpoint.address))
                     .cloned()
-                    .unwrap_or_else(|| Arc::new(EndpointStats::new(now)));
+                    .unwrap_or_else(|| Arc::new(self.new_stats(now)));
                 next.insert(endpoint.address.clone(), stats.clone());
-                hosts.push(Host { endpoint: endpoint.clone(), stats, priority: group.priority, locality });
+                hosts.push(Host {
+                    endpoint: endpoint.clone(),
+                    stats,
+                    priority: group.priority,
+                    locality,
+                    cluster_stats: self.cluster.clone(),
+                });
             }
+        }
+        let changed = next.len() != self.by_address.len() || next.keys().any(|a| !self.by_address.contains_key(a));
+        if changed {
+            self.cluster.membership_change.inc();
         }
         self.by_address = next;
         hosts
+    }
+
+    /// The cluster's circuit-breaker counts (the same across rebuilds).
+    pub fn resources(&self) -> Arc<super::resources::ClusterResources> {
+        self.resources.clone()
+    }
+
+    fn new_stats(&self, now: Instant) -> EndpointStats {
+        match &self.outlier_wake {
+            Some(wake) => EndpointStats::with_outlier_wake(now, wake.clone()),
+            None => EndpointStats::new(now),
+        }
+    }
+
+    /// The on-demand hosts of an ORIGINAL_DST cluster, the same across rebuilds.
+    pub fn original_dst_hosts(&mut self) -> Arc<OriginalDstHosts> {
+        let cluster = &self.cluster;
+        self.original_dst.get_or_insert_with(|| Arc::new(OriginalDstHosts::new(cluster.clone()))).clone()
     }
 
     pub fn len(&self) -> usize {

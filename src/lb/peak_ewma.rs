@@ -96,6 +96,7 @@ mod tests {
                     stats: Arc::new(EndpointStats::new(now)),
                     priority: 0,
                     locality: 0,
+                    cluster_stats: Default::default(),
                 })
             })
             .collect()

@@ -7,6 +7,7 @@
 //! request and keep their own [`Picker`]s, refreshed by pointer comparison.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,6 +18,7 @@ use super::balancer::{ClusterLb, Picker};
 use super::host::{Host, StatsRegistry};
 use super::policy::PickContext;
 use crate::config::{Cluster, ClusterLoadAssignment};
+use crate::telemetry::{ClusterStats, Stats};
 
 /// The published balancers, by cluster name.
 #[derive(Debug)]
@@ -64,11 +66,31 @@ struct Built {
 #[derive(Debug, Default)]
 pub struct BalancerBuilder {
     registries: HashMap<String, StatsRegistry>,
+    /// Woken by any endpoint's outlier counters reaching a consecutive-failure threshold.
+    outlier_wake: Arc<tokio::sync::Notify>,
     built: HashMap<String, Built>,
     rebuilds: usize,
+    /// Where cluster stats are registered (`None`: nowhere, for tests).
+    stats: Option<Arc<Stats>>,
 }
 
 impl BalancerBuilder {
+    /// A builder that registers each cluster's stats (`cluster.<name>.*`) in `stats`.
+    pub fn new(stats: Arc<Stats>) -> Self {
+        Self { stats: Some(stats), ..Self::default() }
+    }
+
+    fn registry(&mut self, cluster: &str) -> &mut StatsRegistry {
+        let (stats, wake) = (&self.stats, &self.outlier_wake);
+        self.registries.entry(cluster.to_owned()).or_insert_with(|| {
+            let registry = match stats {
+                Some(stats) => StatsRegistry::for_cluster(Arc::new(ClusterStats::register(stats, cluster))),
+                None => StatsRegistry::default(),
+            };
+            registry.with_outlier_wake(wake.clone())
+        })
+    }
+
     /// Brings `balancers` in step with `clusters` (every served cluster with its endpoints).
     /// Unchanged clusters keep their balancer; the comparison of endpoint lists is mostly
     /// pointer comparisons, since unchanged endpoints share their allocation.
@@ -85,7 +107,7 @@ impl BalancerBuilder {
                 Some(previous) if previous.cluster == *cluster && previous.assignment == *assignment => previous,
                 _ => {
                     self.rebuilds += 1;
-                    let registry = self.registries.entry(cluster.name.clone()).or_default();
+                    let registry = self.registry(&cluster.name);
                     let lb = Arc::new(ClusterLb::build(cluster, assignment, registry, now));
                     Built { cluster: cluster.clone(), assignment: assignment.clone(), lb }
                 }
@@ -101,13 +123,30 @@ impl BalancerBuilder {
     /// Rebuilds every balancer from what it was built from (health or ejection changed).
     pub fn refresh(&mut self, balancers: &Balancers, now: Instant) {
         let mut next = HashMap::new();
-        for (name, entry) in &mut self.built {
-            let registry = self.registries.entry(name.clone()).or_default();
+        let mut built = std::mem::take(&mut self.built);
+        for (name, entry) in &mut built {
+            let registry = self.registry(name);
             entry.lb = Arc::new(ClusterLb::build(&entry.cluster, &entry.assignment, registry, now));
             next.insert(name.clone(), entry.lb.clone());
         }
+        self.built = built;
         self.rebuilds += self.built.len();
         balancers.publish(next);
+    }
+
+    /// Rebuilds the balancer of one cluster (its hosts' health or ejection changed).
+    pub fn refresh_cluster(&mut self, name: &str, balancers: &Balancers, now: Instant) {
+        let Some(entry) = self.built.get_mut(name) else { return };
+        let registry = self.registries.entry(name.to_owned()).or_default();
+        entry.lb = Arc::new(ClusterLb::build(&entry.cluster, &entry.assignment, registry, now));
+        self.rebuilds += 1;
+        let next = self.built.iter().map(|(name, entry)| (name.clone(), entry.lb.clone())).collect();
+        balancers.publish(next);
+    }
+
+    /// What the detectors wait on: notified when a worker raises an outlier event.
+    pub fn outlier_wake(&self) -> Arc<tokio::sync::Notify> {
+        self.outlier_wake.clone()
     }
 
     /// Balancers built so far (tests pin that unchanged clusters are not rebuilt).
@@ -131,15 +170,30 @@ impl WorkerPickers {
 
     /// Picks a host of `cluster`; `None` when the cluster is unknown or has no usable host.
     pub fn pick(&mut self, balancers: &Balancers, cluster: &str, ctx: &PickContext<'_>) -> Option<Arc<Host>> {
+        self.picker(balancers, cluster)?.pick(ctx)
+    }
+
+    /// The host of ORIGINAL_DST `cluster` for `destination` (see
+    /// [`Picker::pick_destination`]); `None` when the cluster is unknown or of another type.
+    pub fn pick_destination(
+        &mut self,
+        balancers: &Balancers,
+        cluster: &str,
+        destination: SocketAddr,
+        now: Instant,
+    ) -> Option<Arc<Host>> {
+        self.picker(balancers, cluster)?.pick_destination(destination, now)
+    }
+
+    /// The worker's picker of `cluster`, switched to the published balancer.
+    fn picker(&mut self, balancers: &Balancers, cluster: &str) -> Option<&mut Picker> {
         let lb = balancers.get(cluster)?;
-        if let Some(picker) = self.pickers.get_mut(cluster) {
+        if self.pickers.contains_key(cluster) {
+            let picker = self.pickers.get_mut(cluster)?;
             picker.refresh(&lb);
-            return picker.pick(ctx);
+            return Some(picker);
         }
         self.seed = self.seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut picker = Picker::new(lb, self.seed);
-        let host = picker.pick(ctx);
-        self.pickers.insert(cluster.to_owned(), picker);
-        host
+        Some(self.pickers.entry(cluster.to_owned()).or_insert(Picker::new(lb, self.seed)))
     }
 }

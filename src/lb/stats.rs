@@ -14,6 +14,7 @@ use arc_swap::ArcSwapOption;
 
 use super::cswrr::WeightState;
 use super::load::{LoadReport, LoadSink};
+use super::outlier::OutlierCounters;
 
 /// Linkerd's default decay for the peak-EWMA latency estimate.
 pub const RTT_DECAY: Duration = Duration::from_secs(10);
@@ -42,6 +43,8 @@ pub struct EndpointStats {
     error_updated: AtomicU64,
     /// Outlier detection: ejected until this many nanoseconds after `epoch`; 0 = not ejected.
     ejected_until: AtomicU64,
+    /// Outlier detection's consecutive-failure and success-rate counters.
+    outlier: OutlierCounters,
     load: ArcSwapOption<TimedReport>,
     /// CSWRR's weight state, here so that blackout and expiry survive balancer rebuilds.
     weight: WeightState,
@@ -65,9 +68,20 @@ impl EndpointStats {
             error_penalty: AtomicU64::new(0),
             error_updated: AtomicU64::new(0),
             ejected_until: AtomicU64::new(0),
+            outlier: OutlierCounters::default(),
             load: ArcSwapOption::empty(),
             weight: WeightState::default(),
         }
+    }
+
+    /// Stats whose outlier counters wake `wake` when a consecutive-failure threshold is
+    /// reached (the cluster's detector listens on it).
+    pub fn with_outlier_wake(now: Instant, wake: Arc<tokio::sync::Notify>) -> Self {
+        Self { outlier: OutlierCounters::with_wake(wake), ..Self::new(now) }
+    }
+
+    pub fn outlier(&self) -> &OutlierCounters {
+        &self.outlier
     }
 
     /// When the endpoint was first seen (slow start counts from here).
@@ -163,6 +177,11 @@ impl EndpointStats {
     /// Ejects the endpoint until `until` (outlier detection).
     pub fn eject_until(&self, until: Instant) {
         self.ejected_until.store(self.nanos(until).max(1), Ordering::Relaxed);
+    }
+
+    /// Ejects the endpoint until [`uneject`](Self::uneject) (the detector decides when).
+    pub fn eject(&self) {
+        self.ejected_until.store(u64::MAX, Ordering::Relaxed);
     }
 
     pub fn uneject(&self) {

@@ -7,7 +7,7 @@
 //! field and every `typed_config` of a type Outrider does not know is reported by its path
 //! and removed, instead of failing the whole file as a strict parser would.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, Weak};
 
 use prost_reflect::{DescriptorPool, DeserializeOptions, DynamicMessage, Kind, MessageDescriptor, SerializeOptions};
 use serde_json::Value;
@@ -29,13 +29,23 @@ pub struct Dropped {
     pub what: String,
 }
 
-/// The descriptor pool for every Envoy, xds and Google message `envoy-types` knows. Decoded
-/// once, on first use, off the data path (bootstrap load and `/config_dump` only).
-pub fn pool() -> Result<&'static DescriptorPool, JsonError> {
-    static POOL: OnceLock<Result<DescriptorPool, String>> = OnceLock::new();
-    POOL.get_or_init(|| DescriptorPool::decode(ENVOY_DESCRIPTORS).map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(|reason| JsonError { path: String::new(), reason: format!("descriptor set: {reason}") })
+/// The descriptor pool for every Envoy, xds and Google message `envoy-types` knows, decoded
+/// on demand off the data path (bootstrap load and `/config_dump` only).
+///
+/// Decoded, the pool takes several MiB, more than the rest of an idle proxy; it is therefore
+/// not kept for the life of the process. While any caller holds the returned `Arc` (or a
+/// descriptor from it), further calls share it: hold one across a batch of conversions.
+pub fn pool() -> Result<Arc<DescriptorPool>, JsonError> {
+    static POOL: Mutex<Weak<DescriptorPool>> = Mutex::new(Weak::new());
+    let mut cached = POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(pool) = cached.upgrade() {
+        return Ok(pool);
+    }
+    let pool = DescriptorPool::decode(ENVOY_DESCRIPTORS)
+        .map(Arc::new)
+        .map_err(|e| JsonError { path: String::new(), reason: format!("descriptor set: {e}") })?;
+    *cached = Arc::downgrade(&pool);
+    Ok(pool)
 }
 
 /// The descriptor of a fully qualified message name, e.g. `envoy.config.cluster.v3.Cluster`.
@@ -51,6 +61,7 @@ pub fn from_value<M: prost::Message + Default>(
     full_name: &str,
     mut value: Value,
 ) -> Result<(M, Vec<Dropped>), JsonError> {
+    let _shared = pool()?; // one pool for every nested `Any` below
     let desc = descriptor(full_name)?;
     let mut dropped = Vec::new();
     prune(&mut value, &desc, "", &mut dropped);

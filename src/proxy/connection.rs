@@ -1,18 +1,32 @@
-//! One accepted connection: choose the filter chain, then hand the connection to its
-//! terminal filter (HTTP connection manager or TCP proxy).
+//! One accepted connection: restore the original destination (hand-off), run the TLS
+//! inspector if the listener has one, choose the
+//! filter chain, terminate TLS if the chain has a TLS context, then hand the connection to
+//! its terminal filter (HTTP connection manager or TCP proxy).
 
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use super::filter_chain::{self, ConnectionInfo};
+use super::hcm::Secure;
+use super::transport::SnapshotSecrets;
 use super::worker::WorkerContext;
-use super::{hcm, tcp_proxy};
+use super::{hcm, original_dst, tcp_proxy};
 use crate::config::Listener;
-use crate::config::listener::TerminalFilter;
+use crate::config::listener::{FilterChain, ListenerFilterKind, TerminalFilter};
+use crate::config::tls::DownstreamTlsContext;
 use crate::store::Versioned;
+use crate::tls::{self, Inspection, PrefixedStream, Refusal};
+
+/// How long a TLS handshake may take when the chain sets no
+/// `transport_socket_connect_timeout`. Envoy has no limit by default; Outrider bounds it
+/// so that a client that connects and never finishes its handshake cannot hold a
+/// connection slot forever (10 s is far beyond any real handshake).
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub async fn serve(
     stream: TcpStream,
@@ -21,20 +35,111 @@ pub async fn serve(
     context: Rc<WorkerContext>,
 ) {
     let _ = stream.set_nodelay(true);
-    let Ok(local) = stream.local_addr() else { return };
-    let info =
-        ConnectionInfo { local, peer, server_name: None, transport_protocol: None, application_protocols: Vec::new() };
-    let Some(chain) = filter_chain::select(&listener.resource, &info) else {
-        tracing::debug!(listener = %listener.resource.name, %peer, "no filter chain matches; closing");
+    // Restores the original destination and hands off to the listener bound to it.
+    let Some(original_dst::Accepted { listener, local, restored }) = original_dst::accept(&stream, listener, &context)
+    else {
         return;
     };
-    if chain.tls.is_some() {
-        tracing::warn!(listener = %listener.resource.name, chain = %chain.name, "downstream TLS is not served yet; closing");
-        return;
+    let mut info = ConnectionInfo {
+        local,
+        local_restored: restored,
+        peer,
+        server_name: None,
+        transport_protocol: None,
+        application_protocols: Vec::new(),
+    };
+    // The listener filters of the listener that serves the connection (after a hand-off,
+    // the one bound to the original destination), as Envoy runs them.
+    let (mut stream, mut read) = (stream, Vec::new());
+    if runs_tls_inspector(&listener.resource, local.port()) {
+        match inspect(&mut stream, &mut read, &listener.resource).await {
+            Ok(Some(Inspection::Tls { server_name, application_protocols })) => {
+                info.transport_protocol = Some("tls".to_owned());
+                info.server_name = server_name;
+                info.application_protocols = application_protocols;
+            }
+            Ok(Some(Inspection::NotTls) | None) => {}
+            Err(reason) => {
+                tracing::debug!(listener = %listener.resource.name, %peer, %reason, "TLS inspector closed the connection");
+                return;
+            }
+        }
     }
+    let stream = PrefixedStream::new(read, stream);
+    let Some(chain) = filter_chain::select(&listener.resource, &info) else {
+        tracing::debug!(listener = %listener.resource.name, %peer, transport = ?info.transport_protocol, "no filter chain matches; closing");
+        return;
+    };
+    match &chain.tls {
+        None => terminal(stream, info, chain, Secure::Plain, context).await,
+        Some(tls) => terminate_tls(stream, info, &listener, chain, tls, context).await,
+    }
+}
+
+/// Whether the listener's TLS inspector runs for connections to `port`.
+fn runs_tls_inspector(listener: &Listener, port: u16) -> bool {
+    listener.listener_filters.iter().any(|f| {
+        f.kind == ListenerFilterKind::TlsInspector && !f.disabled_when.as_ref().is_some_and(|p| p.matches(port))
+    })
+}
+
+/// The TLS inspector within `listener_filters_timeout`. `Ok(None)`: it timed out and the
+/// listener continues without what it would have found.
+async fn inspect(
+    stream: &mut TcpStream,
+    read: &mut Vec<u8>,
+    listener: &Listener,
+) -> Result<Option<Inspection>, String> {
+    let inspection = tls::inspect(stream, read);
+    let Some(limit) = listener.listener_filters_timeout else {
+        return inspection.await.map(Some).map_err(|e| e.to_string());
+    };
+    match tokio::time::timeout(limit, inspection).await {
+        Ok(result) => result.map(Some).map_err(|e| e.to_string()),
+        Err(_) if listener.continue_on_listener_filters_timeout => Ok(None),
+        Err(_) => Err(format!("listener filters timed out after {limit:?}")),
+    }
+}
+
+async fn terminate_tls<S>(
+    stream: S,
+    info: ConnectionInfo,
+    listener: &Arc<Versioned<Listener>>,
+    chain: &FilterChain,
+    context_tls: &DownstreamTlsContext,
+    context: Rc<WorkerContext>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let stats = &context.tls.stats.downstream;
+    let refused = |refusal: Refusal, reason: &dyn std::fmt::Display| {
+        stats.refused(refusal);
+        tracing::info!(peer = %info.peer, listener = %listener.resource.name, chain = %chain.name, %reason, "TLS handshake refused");
+    };
+    let config = {
+        let snapshot = context.store.load();
+        context.tls.cache.borrow_mut().server(listener, context_tls, &SnapshotSecrets(&snapshot))
+    };
+    let config = match config {
+        Ok(config) => config,
+        Err(error) => return refused(Refusal::NoConfig, &error),
+    };
+    let timeout = chain.transport_socket_connect_timeout.unwrap_or(DEFAULT_HANDSHAKE_TIMEOUT);
+    let accepted = tls::accept(stream, &config, timeout, |error| refused(error.refusal, &error)).await;
+    if let Some(accepted) = accepted {
+        stats.handshake();
+        let secure = Secure::Tls { alpn: accepted.alpn };
+        terminal(accepted.stream, info, chain, secure, context).await
+    }
+}
+
+async fn terminal<S>(stream: S, info: ConnectionInfo, chain: &FilterChain, secure: Secure, context: Rc<WorkerContext>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
     match &chain.terminal {
         TerminalFilter::HttpConnectionManager(manager) => {
-            hcm::serve(stream, info, Arc::new((**manager).clone()), context).await
+            hcm::serve(stream, info, secure, Arc::new((**manager).clone()), context).await
         }
         TerminalFilter::TcpProxy(proxy) => tcp_proxy::serve(stream, info, proxy, &context).await,
     }

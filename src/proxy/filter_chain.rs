@@ -12,7 +12,12 @@ use crate::config::listener::{CidrRange, ConnectionSourceType, FilterChain, Filt
 /// What is known about a connection when its chain is chosen.
 #[derive(Debug, Clone)]
 pub struct ConnectionInfo {
+    /// The local address, or the original destination once restored (listener filter
+    /// `original_dst`, or `use_original_dst`), as Envoy's chain matching sees it.
     pub local: SocketAddr,
+    /// Whether `local` is a restored original destination (Envoy's
+    /// `localAddressRestored()`): only then does an ORIGINAL_DST cluster connect to it.
+    pub local_restored: bool,
     pub peer: SocketAddr,
     /// SNI, when a TLS inspector saw a ClientHello.
     pub server_name: Option<String>,

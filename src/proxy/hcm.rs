@@ -3,10 +3,13 @@
 //! with retries and timeouts over the worker's pools, and answers local errors in Envoy's
 //! words.
 
+mod observed;
+
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
@@ -17,18 +20,26 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::conn::auto;
 use rand::Rng;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::access_log::PendingLog;
+use observed::{StreamInfo, handle};
 
 use super::exec::LocalExec;
 use super::filter_chain::ConnectionInfo;
 use super::headers::{self, Downstream, LocalReply, ResetReason};
+use super::original_dst;
+use super::request_trace;
+use super::response_flags::ResponseFlags;
 use super::retry::{Decision, Outcome, RetryState};
 use super::router::{self, DownstreamInfo, Forward, Routing, UpstreamRequestOptions};
 use super::upstream::{BoxError, RequestBody, UpstreamError};
 use super::worker::WorkerContext;
 use crate::config::RouteConfiguration;
 use crate::config::listener::{HttpConnectionManager, RouteSource};
+use crate::lb::resources::{Priority, Slot};
 use crate::lb::{Host, PickContext};
+use crate::telemetry::KeyValue;
 
 /// What the proxy answers with: an upstream body or a local one.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -38,30 +49,79 @@ pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 /// connection; retries of streamed bodies are not possible there either).
 const RETRY_BUFFER_LIMIT: usize = 64 * 1024;
 
-/// Serves one downstream connection until it closes.
-pub async fn serve(
-    stream: TcpStream,
+/// The transport a downstream connection arrived on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Secure {
+    Plain,
+    /// Terminated TLS, with the protocol ALPN settled on.
+    Tls {
+        alpn: Option<Vec<u8>>,
+    },
+}
+
+/// Serves one downstream connection until it closes. Over TLS, ALPN decides the protocol
+/// (`h2` → HTTP/2, `http/1.1` → HTTP/1.1); otherwise the first bytes do (the HTTP/2
+/// preface or not), as Envoy's `AUTO` codec.
+pub async fn serve<S>(
+    stream: S,
     info: ConnectionInfo,
+    secure: Secure,
     manager: Arc<HttpConnectionManager>,
     context: Rc<WorkerContext>,
-) {
-    let downstream = Downstream { peer: info.peer, local: info.local, tls: false };
-    let service = service_fn(move |request| {
-        let (manager, context) = (manager.clone(), context.clone());
-        async move { Ok::<_, Infallible>(handle(request, downstream, &manager, &context).await) }
-    });
+) where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let alpn = match &secure {
+        Secure::Tls { alpn } => alpn.as_deref(),
+        Secure::Plain => None,
+    };
+    let downstream = Downstream { peer: info.peer, local: info.local, tls: secure != Secure::Plain };
+    // Resolved once per connection from the worker's cache: no look-up per request.
+    let stats = context.telemetry.http(&manager.stat_prefix);
+    let access_logs: Rc<[_]> = context.telemetry.access_logs(&manager.access_log).into();
+    stats.downstream_cx_total.inc();
+    let _active = stats.downstream_cx_active.track();
+    let draining = context.draining.clone();
+    let original_dst = info.local_restored.then_some(info.local);
     let mut builder = auto::Builder::new(LocalExec);
     builder.http1().keep_alive(true);
-    if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
+    let builder = match alpn {
+        Some(b"h2") => builder.http2_only(),
+        Some(b"http/1.1" | b"http/1.0") => builder.http1_only(),
+        _ => builder,
+    };
+    let service = service_fn(move |request| {
+        let (manager, context, stats, access_logs) =
+            (manager.clone(), context.clone(), stats.clone(), access_logs.clone());
+        async move {
+            let response = handle(request, downstream, original_dst, &manager, &context, stats, &access_logs).await;
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        _ = draining.triggered() => {
+            // Draining: HTTP/1.1 closes after the response in progress, HTTP/2 sends
+            // GOAWAY; requests already accepted are answered.
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(e) = result {
         tracing::debug!(peer = %info.peer, error = %e, "downstream connection ended");
     }
 }
 
-async fn handle(
+async fn forward_request(
     request: Request<Incoming>,
     downstream: Downstream,
+    original_dst: Option<SocketAddr>,
     manager: &HttpConnectionManager,
     context: &WorkerContext,
+    stream: &mut StreamInfo,
+    pending: &mut Option<Box<PendingLog>>,
 ) -> Response<ProxyBody> {
     let snapshot = context.store.load();
     // Borrowed from the snapshot (or the listener), which this request holds: no copy.
@@ -69,7 +129,7 @@ async fn handle(
         RouteSource::Inline(routes) => routes,
         RouteSource::Rds(name) => match snapshot.routes.get(name) {
             Some(routes) => &routes.resource,
-            None => return local(manager, LocalReply::NoRoute, false),
+            None => return local(manager, stream, LocalReply::NoRoute, false),
         },
     };
     let (mut parts, body) = request.into_parts();
@@ -81,12 +141,28 @@ async fn handle(
         headers::private_address,
         &mut parts.headers,
     );
+    if let Some(writers) = stream.log.take() {
+        *pending = Some(Box::new(PendingLog::new(writers, SystemTime::now(), &parts)));
+    }
+    if manager.tracing
+        && let Some(tracing) = context.telemetry.tracing()
+        && request_trace::sampled(manager.trace_sampling, &parts, || context.rng.borrow_mut().random::<u32>())
+    {
+        // The upstream sees this span as its parent.
+        let span = request_trace::start(tracing, &parts);
+        span.inject(&mut parts.headers);
+        stream.span = Some(span);
+    }
     let random = context.rng.borrow_mut().random::<u64>();
     let forward = match router::route(routes, &parts, random) {
         Routing::Forward(forward) => forward,
-        Routing::NoRoute => return local(manager, LocalReply::NoRoute, is_grpc),
-        Routing::DirectResponse { status, body, .. } => return direct(manager, status, body),
+        Routing::NoRoute => return local(manager, stream, LocalReply::NoRoute, is_grpc),
+        Routing::DirectResponse { status, body, .. } => {
+            stream.direct_response = true;
+            return direct(manager, status, body);
+        }
         Routing::Redirect { status, location, .. } => {
+            stream.redirect = true;
             let mut response = direct(manager, status, Bytes::new());
             if let Ok(location) = HeaderValue::from_str(&location) {
                 response.headers_mut().insert(http::header::LOCATION, location);
@@ -95,8 +171,14 @@ async fn handle(
         }
     };
     let Some(cluster) = snapshot.clusters.get(forward.cluster.as_ref()).cloned() else {
-        return local(manager, LocalReply::ClusterNotFound(forward.cluster_not_found_status), is_grpc);
+        return local(manager, stream, LocalReply::ClusterNotFound(forward.cluster_not_found_status), is_grpc);
     };
+    if let Some(span) = &stream.span {
+        span.set(KeyValue::new("upstream_cluster", cluster.resource.name.clone()));
+        span.set(KeyValue::new("upstream_cluster.name", cluster.resource.name.clone()));
+        span.set(KeyValue::new("outrider.lb_policy", request_trace::policy(&cluster.resource)));
+        span.set(KeyValue::new("route_name", forward.route.name.clone()));
+    }
     let info = DownstreamInfo {
         remote: Some(downstream.peer),
         local: Some(downstream.local),
@@ -116,12 +198,22 @@ async fn handle(
         Err(()) => {
             return local(
                 manager,
+                stream,
                 LocalReply::UpstreamReset { reason: ResetReason::LocalReset, retried: false },
                 is_grpc,
             );
         }
     };
 
+    // Circuit breakers: every attempt takes a request slot, every retry a retry slot.
+    // Routes carry no priority in Outrider's model: all requests are default priority.
+    let resources = context.balancers.get(&cluster.resource.name).map(|lb| lb.resources().clone());
+    let limits = &cluster.resource.circuit_breakers;
+    let mut _retry_slot = None;
+    if let Some(log) = pending.as_mut() {
+        let length = parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+        log.bytes_received = buffered.as_ref().map_or(length.unwrap_or(0), |b| b.len() as u64);
+    }
     let started = Instant::now();
     let deadline = forward.timeout.map(|t| started + t);
     let mut previous: Vec<Arc<Host>> = Vec::new();
@@ -130,18 +222,32 @@ async fn handle(
         let now = Instant::now();
         let remaining = deadline.map(|d| d.saturating_duration_since(now));
         if remaining == Some(Duration::ZERO) {
-            return local(manager, LocalReply::UpstreamTimeout, is_grpc);
+            return local(manager, stream, LocalReply::UpstreamTimeout, is_grpc);
         }
         let avoid: &[Arc<Host>] = if retry.avoid_previous_hosts() { &previous } else { &[] };
         let ctx = PickContext { hash, attempt: 0, previous: avoid, now };
-        let picked = context.pickers.borrow_mut().pick(&context.balancers, &cluster.resource.name, &ctx);
+        let picked = original_dst::pick_host(context, &cluster.resource, &ctx, original_dst, Some(&parts.headers));
         let Some(host) = picked else {
-            return local(manager, LocalReply::NoHealthyUpstream, is_grpc);
+            if let Some(lb) = context.balancers.get(&cluster.resource.name) {
+                lb.stats.upstream_cx_none_healthy.inc();
+            }
+            return local(manager, stream, LocalReply::NoHealthyUpstream, is_grpc);
         };
+        let request_slot = match resources.as_ref().map(|r| r.try_request(limits, Priority::Default)) {
+            Some(None) => return overflow(manager, stream, is_grpc),
+            Some(slot) => slot,
+            None => None,
+        };
+        if let Some(log) = pending.as_mut() {
+            log.upstream_host = Some(host.address().to_string());
+        }
+        if let Some(span) = &stream.span {
+            span.set(KeyValue::new("upstream_address", host.address().to_string()));
+        }
         let body: RequestBody = match (&buffered, streamed.take()) {
             (Some(bytes), _) => Full::new(bytes.clone()).map_err(|never| match never {}).boxed(),
             (None, Some(body)) => body,
-            (None, None) => return reset_reply(manager, last_failure, true, is_grpc),
+            (None, None) => return reset_reply(manager, stream, last_failure, true, is_grpc),
         };
         let mut attempt_parts = parts.clone();
         router::set_attempt_headers(
@@ -157,7 +263,15 @@ async fn handle(
             (Some(per_try), Some(remaining)) => Some(per_try.min(remaining)),
             (per_try, remaining) => per_try.or(remaining),
         };
-        let send = context.upstreams.forward(&host, &cluster.resource, downstream_is_h2, upstream_request);
+        let tls = match context.tls.upstream(&cluster, &host.endpoint, &snapshot) {
+            Ok(tls) => tls,
+            Err(error) => {
+                let failure =
+                    UpstreamError::ConnectFailure { address: host.address().to_string(), reason: error.to_string() };
+                return reset_reply(manager, stream, Some(failure), retry.attempts() > 0, is_grpc);
+            }
+        };
+        let send = context.upstreams.forward_over(&host, &cluster.resource, downstream_is_h2, upstream_request, tls);
         let result = match try_timeout {
             Some(limit) => tokio::time::timeout(limit, send).await.map_err(|_| Attempt::Timeout),
             None => Ok(send.await),
@@ -170,25 +284,59 @@ async fn handle(
                 retry.on_outcome(&outcome)
             }
             Ok(Err(error)) => retry.on_outcome(&classify(error)),
-            Err(Attempt::Timeout) => retry.on_outcome(&Outcome::Timeout),
+            Err(Attempt::Timeout) => {
+                if let Some(config) = &cluster.resource.outlier_detection {
+                    let thresholds = crate::lb::outlier::Thresholds::of(config);
+                    host.stats.outlier().record(crate::lb::outlier::OutlierResult::Timeout, &thresholds);
+                }
+                retry.on_outcome(&Outcome::Timeout)
+            }
         };
+        let cluster_stats = &host.cluster_stats;
+        if result.is_err() {
+            // The attempt's future was dropped by the timeout: count it here.
+            let per_try = forward.per_try_timeout.is_some_and(|p| remaining.is_none_or(|r| p < r));
+            let counter =
+                if per_try { &cluster_stats.upstream_rq_per_try_timeout } else { &cluster_stats.upstream_rq_timeout };
+            counter.inc();
+            cluster_stats.charge(504);
+            cluster_stats.upstream_rq_completed.inc();
+        }
         let can_resend = buffered.is_some();
+        let mut outcome_decision = outcome_decision;
+        if matches!(outcome_decision, Decision::Retry { .. }) && can_resend {
+            match resources.as_ref().map(|r| r.try_retry(limits, Priority::Default)) {
+                // max_retries (or the budget) is reached: the client gets this outcome.
+                Some(None) => outcome_decision = Decision::Done,
+                Some(slot) => _retry_slot = slot,
+                None => {}
+            }
+        }
+        if retry.limit_reached() {
+            stream.flags.insert(ResponseFlags::UPSTREAM_RETRY_LIMIT_EXCEEDED);
+            cluster_stats.upstream_rq_retry_limit_exceeded.inc();
+        }
         match (outcome_decision, result) {
             (Decision::Retry { backoff }, _) if can_resend => {
+                cluster_stats.upstream_rq_retry.inc();
+                stream.retries += 1;
                 previous.push(host);
                 let wake = Instant::now() + backoff;
                 if deadline.is_some_and(|d| wake >= d) {
-                    return local(manager, LocalReply::UpstreamTimeout, is_grpc);
+                    return local(manager, stream, LocalReply::UpstreamTimeout, is_grpc);
                 }
                 tokio::time::sleep(backoff).await;
                 continue;
             }
-            (_, Ok(Ok(response))) => return respond(manager, &forward, response, started, retry.attempts(), &options),
+            (_, Ok(Ok(response))) => {
+                let response = respond(manager, &forward, response, started, retry.attempts(), &options);
+                return hold_until_body_ends(response, request_slot);
+            }
             (_, Ok(Err(error))) => {
                 last_failure = Some(error);
-                return reset_reply(manager, last_failure, retry.attempts() > 1, is_grpc);
+                return reset_reply(manager, stream, last_failure, retry.attempts() > 1, is_grpc);
             }
-            (_, Err(Attempt::Timeout)) => return local(manager, LocalReply::UpstreamTimeout, is_grpc),
+            (_, Err(Attempt::Timeout)) => return local(manager, stream, LocalReply::UpstreamTimeout, is_grpc),
         }
     }
 }
@@ -250,6 +398,7 @@ fn respond(
 
 fn reset_reply(
     manager: &HttpConnectionManager,
+    info: &mut StreamInfo,
     failure: Option<UpstreamError>,
     retried: bool,
     is_grpc: bool,
@@ -261,11 +410,38 @@ fn reset_reply(
         Some(UpstreamError::Protocol(_)) => ResetReason::ProtocolError,
         _ => ResetReason::ConnectionTermination,
     };
-    local(manager, LocalReply::UpstreamReset { reason, retried }, is_grpc)
+    local(manager, info, LocalReply::UpstreamReset { reason, retried }, is_grpc)
+}
+
+/// Keeps `slot` (a circuit-breaker request slot) until the response body ends or drops:
+/// a streaming response counts as an active request for as long as it streams.
+fn hold_until_body_ends(response: Response<ProxyBody>, slot: Option<Slot>) -> Response<ProxyBody> {
+    let Some(slot) = slot else { return response };
+    response.map(|body| {
+        body.map_frame(move |frame| {
+            let _held = &slot;
+            frame
+        })
+        .boxed_unsync()
+    })
+}
+
+/// A circuit breaker refused the request: 503 `… reset reason: overflow` with
+/// `x-envoy-overloaded: true`, as Envoy answers (response flag UO).
+fn overflow(manager: &HttpConnectionManager, stream: &mut StreamInfo, is_grpc: bool) -> Response<ProxyBody> {
+    let mut response = local(manager, stream, LocalReply::Overflow, is_grpc);
+    response.headers_mut().insert("x-envoy-overloaded", HeaderValue::from_static("true"));
+    response
 }
 
 /// A local reply (gRPC requests get a trailers-only gRPC status instead).
-fn local(manager: &HttpConnectionManager, reply: LocalReply, is_grpc: bool) -> Response<ProxyBody> {
+fn local(
+    manager: &HttpConnectionManager,
+    info: &mut StreamInfo,
+    reply: LocalReply,
+    is_grpc: bool,
+) -> Response<ProxyBody> {
+    info.flags.insert(ResponseFlags::for_local_reply(&reply));
     let (status, headers, body) =
         if is_grpc { headers::grpc_local_reply(reply.status(), &reply.message()) } else { reply.build() };
     let mut response = Response::new(Full::new(body).map_err(|never| match never {}).boxed_unsync());

@@ -1,7 +1,10 @@
-//! A worker's listeners: bound, rebound and closed as LDS changes them. A changed listener
-//! gets a new socket (SO_REUSEPORT lets it bind beside the old one) before the old one
-//! stops accepting; connections already accepted finish on the old configuration.
+//! A worker's listeners: bound, updated and closed as LDS changes them. A changed listener
+//! on the same addresses keeps its sockets, and new connections get the new configuration;
+//! one whose addresses change gets new sockets (SO_REUSEPORT lets them bind beside the old
+//! ones) before the old ones stop accepting. Connections already accepted finish on the
+//! configuration they were accepted with.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -21,8 +24,14 @@ const BACKLOG: i32 = 1024;
 
 struct Active {
     config: Arc<Versioned<Listener>>,
+    addresses: Vec<SocketAddr>,
+    /// The configuration the accept loops hand to each new connection.
+    current: Current,
     _stop: Trigger,
 }
+
+/// A listener's configuration as its accept loops see it; shared within one worker.
+type Current = Rc<RefCell<Arc<Versioned<Listener>>>>;
 
 /// The listeners one worker serves.
 #[derive(Default)]
@@ -38,21 +47,43 @@ impl ListenerManager {
             if self.active.get(name).is_some_and(|a| Arc::ptr_eq(&a.config, listener)) {
                 continue;
             }
-            let Some(address) = bind_address(&listener.resource) else {
+            let addresses = bind_addresses(&listener.resource);
+            if let Some(active) = self.active.get_mut(name)
+                && !addresses.is_empty()
+                && active.addresses == addresses
+            {
+                // Same addresses: the bound sockets stay and take the new configuration for
+                // new connections, as Envoy passes a listener's socket to its replacement.
+                // Binding anew and closing the old sockets would reset connections that
+                // were in the old sockets' accept queues.
+                active.config = listener.clone();
+                *active.current.borrow_mut() = listener.clone();
+                tracing::debug!(worker = context.id, listener = %name, "listener updated in place");
+                continue;
+            }
+            if addresses.is_empty() {
                 // Not bound (bind_to_port false, pipes, internal): reached through others.
                 self.active.remove(name);
                 continue;
-            };
-            match bind(address) {
-                Ok(socket) => {
+            }
+            // Every address or none, as Envoy: a listener is not served half bound.
+            let bound: std::io::Result<Vec<TcpListener>> = addresses.iter().map(|a| bind(*a)).collect();
+            match bound {
+                Ok(sockets) => {
                     let (stop, stopped) = shutdown::channel();
-                    tokio::task::spawn_local(accept_loop(socket, listener.clone(), context.clone(), stopped));
-                    // Replacing the entry drops the old trigger: the old socket stops accepting.
-                    self.active.insert(name.clone(), Active { config: listener.clone(), _stop: stop });
-                    tracing::debug!(worker = context.id, listener = %name, %address, "listening");
+                    let current = Rc::new(RefCell::new(listener.clone()));
+                    for socket in sockets {
+                        let task = accept_loop(socket, current.clone(), context.clone(), stopped.clone());
+                        tokio::task::spawn_local(task);
+                    }
+                    // Replacing the entry drops the old trigger: the old sockets stop accepting.
+                    let active =
+                        Active { config: listener.clone(), addresses: addresses.clone(), current, _stop: stop };
+                    self.active.insert(name.clone(), active);
+                    tracing::debug!(worker = context.id, listener = %name, ?addresses, "listening");
                 }
                 Err(e) => {
-                    tracing::error!(worker = context.id, listener = %name, %address, error = %e, "cannot bind listener")
+                    tracing::error!(worker = context.id, listener = %name, ?addresses, error = %e, "cannot bind listener")
                 }
             }
         }
@@ -63,16 +94,28 @@ impl ListenerManager {
     }
 }
 
-fn bind_address(listener: &Listener) -> Option<SocketAddr> {
-    match &listener.address {
-        Address::Socket(address) if listener.bind_to_port && !listener.internal => Some(*address),
-        _ => None,
+/// The IP addresses a listener binds: `address` and `additional_addresses` (Istio's
+/// dual-stack listeners put `[::]` there), none when it does not bind.
+fn bind_addresses(listener: &Listener) -> Vec<SocketAddr> {
+    if !listener.bind_to_port || listener.internal {
+        return Vec::new();
     }
+    listener
+        .addresses()
+        .filter_map(|a| match a {
+            Address::Socket(address) => Some(*address),
+            _ => None,
+        })
+        .collect()
 }
 
-/// A non-blocking listening socket with SO_REUSEADDR and SO_REUSEPORT.
+/// A non-blocking listening socket with SO_REUSEADDR and SO_REUSEPORT. IPv6 sockets accept
+/// IPv6 only (Envoy's default), so `[::]:p` and `0.0.0.0:p` can both be bound.
 fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
+    if address.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
     socket.set_nonblocking(true)?;
@@ -81,12 +124,9 @@ fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::from_std(socket.into())
 }
 
-async fn accept_loop(
-    socket: TcpListener,
-    listener: Arc<Versioned<Listener>>,
-    context: Rc<WorkerContext>,
-    stopped: shutdown::Signal,
-) {
+async fn accept_loop(socket: TcpListener, current: Current, context: Rc<WorkerContext>, stopped: shutdown::Signal) {
+    // Listener stats are per address, which an update in place keeps.
+    let stats = context.telemetry.listener(&current.borrow().resource);
     loop {
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,
@@ -94,9 +134,16 @@ async fn accept_loop(
         };
         match accepted {
             Ok((stream, peer)) => {
-                tokio::task::spawn_local(connection::serve(stream, peer, listener.clone(), context.clone()));
+                let listener = current.borrow().clone();
+                // Counted until the connection ends: listener stats and the worker's drain.
+                let counted = (stats.accepted(), context.connections.open());
+                let serve = connection::serve(stream, peer, listener, context.clone());
+                tokio::task::spawn_local(async move {
+                    serve.await;
+                    drop(counted);
+                });
             }
-            Err(e) => tracing::warn!(listener = %listener.resource.name, error = %e, "accept failed"),
+            Err(e) => tracing::warn!(listener = %current.borrow().resource.name, error = %e, "accept failed"),
         }
     }
 }

@@ -1,16 +1,26 @@
-//! The data path: workers, listeners, the HTTP connection manager, routing, retries and
-//! timeouts, upstream connection pools, the TCP proxy.
+//! The data path: workers, listeners, original-destination hand-off, the HTTP connection
+//! manager, routing, retries and timeouts, upstream connection pools, the TCP proxy, TLS on
+//! both sides.
 
+pub mod access_log;
+pub mod completion;
 pub mod connection;
+pub mod drain;
 pub mod exec;
 pub mod filter_chain;
 pub mod hcm;
 pub mod headers;
 pub mod listener;
+pub mod observe;
+pub mod original_dst;
+pub mod request_trace;
+pub mod response_flags;
 pub mod retry;
 pub mod router;
 pub mod tcp_proxy;
+pub mod transport;
 pub mod upstream;
 pub mod worker;
 
-pub use worker::Workers;
+pub use transport::HandshakeStats;
+pub use worker::{WorkerOptions, Workers};

@@ -59,6 +59,8 @@ pub struct RetryState {
     avoid_previous_hosts: bool,
     host_selection_retry_max_attempts: u32,
     back_off: Backoff,
+    /// An outcome was retriable but no retries were left (Envoy's `URX`).
+    limit_reached: bool,
 }
 
 impl RetryState {
@@ -76,6 +78,7 @@ impl RetryState {
             avoid_previous_hosts: policy.is_some_and(|p| p.avoid_previous_hosts),
             host_selection_retry_max_attempts: policy.map_or(1, |p| p.host_selection_retry_max_attempts),
             back_off: Backoff::new(back_off, seed),
+            limit_reached: false,
         }
     }
 
@@ -117,12 +120,21 @@ impl RetryState {
 
     /// Reports how the latest attempt ended and says whether to make another.
     pub fn on_outcome(&mut self, outcome: &Outcome<'_>) -> Decision {
-        if !self.would_retry(outcome) || self.retries_left == 0 {
+        if !self.would_retry(outcome) {
+            return Decision::Done;
+        }
+        if self.retries_left == 0 {
+            self.limit_reached = true;
             return Decision::Done;
         }
         self.retries_left -= 1;
         self.attempts += 1;
         Decision::Retry { backoff: self.back_off.next() }
+    }
+
+    /// Whether the last outcome would have been retried had the limit allowed it.
+    pub fn limit_reached(&self) -> bool {
+        self.limit_reached
     }
 
     /// Whether `retry_on` covers the outcome (before counting retries).

@@ -1,19 +1,28 @@
-//! The TCP proxy filter: pick a host of the cluster, connect, copy bytes both ways.
+//! The TCP proxy filter: pick a host of the cluster (the original destination for an
+//! ORIGINAL_DST cluster), connect (originating TLS when the endpoint's transport socket
+//! says so), copy bytes both ways.
 
+use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
 
 use rand::Rng;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpSocket, TcpStream};
 
 use super::filter_chain::ConnectionInfo;
+use super::original_dst;
 use super::worker::WorkerContext;
 use crate::config::Address;
 use crate::config::listener::TcpProxy;
 use crate::config::listener::tcp_proxy::TcpCluster;
 use crate::lb::PickContext;
+use crate::tls::{ClientAlpn, Refusal};
 
-pub async fn serve(mut downstream: TcpStream, info: ConnectionInfo, proxy: &TcpProxy, context: &Rc<WorkerContext>) {
+pub async fn serve<S>(mut downstream: S, info: ConnectionInfo, proxy: &TcpProxy, context: &Rc<WorkerContext>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let cluster_name = match &proxy.cluster {
         TcpCluster::Cluster(name) => name.clone(),
         TcpCluster::Weighted(clusters) => {
@@ -31,7 +40,7 @@ pub async fn serve(mut downstream: TcpStream, info: ConnectionInfo, proxy: &TcpP
         }
     };
     let snapshot = context.store.load();
-    let Some(cluster) = snapshot.clusters.get(&cluster_name) else {
+    let Some(cluster) = snapshot.clusters.get(&cluster_name).cloned() else {
         tracing::debug!(cluster = %cluster_name, "tcp proxy: unknown cluster; closing");
         return;
     };
@@ -39,24 +48,90 @@ pub async fn serve(mut downstream: TcpStream, info: ConnectionInfo, proxy: &TcpP
     for _attempt in 0..proxy.max_connect_attempts.max(1) {
         let now = Instant::now();
         let ctx = PickContext { hash, attempt: 0, previous: &[], now };
-        let host = context.pickers.borrow_mut().pick(&context.balancers, &cluster_name, &ctx);
+        let restored = info.local_restored.then_some(info.local);
+        let host = original_dst::pick_host(context, &cluster.resource, &ctx, restored, None);
         let Some(host) = host else {
+            if let Some(lb) = context.balancers.get(&cluster_name) {
+                lb.stats.upstream_cx_none_healthy.inc();
+            }
             tracing::debug!(cluster = %cluster_name, "tcp proxy: no healthy upstream; closing");
             return;
         };
-        let Address::Socket(address) = host.address() else { return };
+        let Address::Socket(address) = *host.address() else { return };
+        let Ok(tls) = context.tls.upstream(&cluster, &host.endpoint, &snapshot) else { return };
         let _in_flight = host.stats.start();
-        let connect = tokio::time::timeout(cluster.resource.connect_timeout, TcpStream::connect(address)).await;
-        match connect {
-            Ok(Ok(mut upstream)) => {
-                let _ = upstream.set_nodelay(true);
-                host.stats.record(Instant::now(), now.elapsed(), true);
-                let _ = tokio::io::copy_bidirectional(&mut downstream, &mut upstream).await;
-                return;
+        let stats = &host.cluster_stats;
+        let connect =
+            tokio::time::timeout(cluster.resource.connect_timeout, connect(address, cluster.resource.upstream_bind))
+                .await;
+        let upstream = match connect {
+            Ok(Ok(upstream)) => upstream,
+            failed => {
+                stats.upstream_cx_connect_fail.inc();
+                if failed.is_err() {
+                    stats.upstream_cx_connect_timeout.inc();
+                }
+                host.stats.record(Instant::now(), now.elapsed(), false);
+                continue;
             }
-            _ => host.stats.record(Instant::now(), now.elapsed(), false),
+        };
+        stats.upstream_cx_total.inc();
+        let _active = stats.upstream_cx_active.track();
+        let _ = upstream.set_nodelay(true);
+        let copied = match &tls {
+            None => {
+                host.stats.record(Instant::now(), now.elapsed(), true);
+                copy(&mut downstream, upstream).await
+            }
+            Some(tls) => {
+                let handshake = tokio::time::timeout(
+                    cluster.resource.connect_timeout.saturating_sub(now.elapsed()),
+                    crate::tls::connect(upstream, tls, ClientAlpn::Tcp),
+                );
+                match handshake.await {
+                    Ok(Ok(upstream)) => {
+                        context.tls.stats.upstream.handshake();
+                        host.stats.record(Instant::now(), now.elapsed(), true);
+                        copy(&mut downstream, upstream).await
+                    }
+                    Ok(Err(refused)) => {
+                        context.tls.stats.upstream.refused(refused.refusal);
+                        tracing::info!(cluster = %cluster_name, %address, reason = %refused, "upstream TLS handshake refused");
+                        host.stats.record(Instant::now(), now.elapsed(), false);
+                        continue;
+                    }
+                    Err(_) => {
+                        context.tls.stats.upstream.refused(Refusal::Timeout);
+                        host.stats.record(Instant::now(), now.elapsed(), false);
+                        continue;
+                    }
+                }
+            }
+        };
+        if let Err(error) = copied {
+            tracing::debug!(cluster = %cluster_name, %address, %error, "tcp proxy: connection ended");
         }
+        return;
     }
+}
+
+/// Connects from the cluster's `upstream_bind_config` source address when it has one
+/// (Istio binds inbound passthrough connections to 127.0.0.6, which its iptables rules
+/// let through instead of capturing them again).
+async fn connect(address: SocketAddr, bind: Option<SocketAddr>) -> std::io::Result<TcpStream> {
+    let socket = if address.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    if let Some(source) = bind {
+        socket.bind(source)?;
+    }
+    socket.connect(address).await
+}
+
+async fn copy<D, U>(downstream: &mut D, mut upstream: U) -> std::io::Result<(u64, u64)>
+where
+    D: AsyncRead + AsyncWrite + Unpin,
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    tokio::io::copy_bidirectional(downstream, &mut upstream).await
 }
 
 /// Envoy hashes the source IP as a string with xxHash64 (seed 0).

@@ -28,10 +28,14 @@ pub use error::UpstreamError;
 pub use feedback::{Feedback, ObservedBody};
 
 use connect::Dial;
-use pool::{Http1Conn, Pools};
+use pool::{Http1Conn, Membership, Pools};
 
+use super::transport::HandshakeStats;
+use crate::config::cluster::DiscoveryType;
 use crate::config::cluster::{Cluster, UpstreamProtocol};
 use crate::lb::Host;
+use crate::store::Snapshot;
+use crate::tls::ClientTls;
 
 /// The error type of request bodies sent upstream.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -64,6 +68,7 @@ impl Protocol {
 #[derive(Debug, Clone, Default)]
 pub struct Upstreams {
     pools: Arc<Pools>,
+    tls_stats: Arc<HandshakeStats>,
 }
 
 impl Upstreams {
@@ -71,8 +76,13 @@ impl Upstreams {
         Self::default()
     }
 
-    /// Sends `request` to `host` and feeds the outcome back into the host's stats: the
-    /// request counts as in flight until the returned body ends or is dropped.
+    /// Upstreams whose TLS handshakes are counted in `stats`.
+    pub fn with_tls_stats(stats: Arc<HandshakeStats>) -> Self {
+        Self { pools: Arc::default(), tls_stats: stats }
+    }
+
+    /// Sends `request` to `host` in plaintext and feeds the outcome back into the host's
+    /// stats: the request counts as in flight until the returned body ends or is dropped.
     pub async fn forward(
         &self,
         host: &Host,
@@ -80,14 +90,25 @@ impl Upstreams {
         downstream_is_h2: bool,
         request: Request<RequestBody>,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
-        let feedback = Feedback::start(host, Instant::now());
-        let result = self.send(host, cluster, downstream_is_h2, request).await;
+        self.forward_over(host, cluster, downstream_is_h2, request, None).await
+    }
+
+    /// [`forward`](Self::forward) over TLS when `tls` is given (see
+    /// `WorkerTls::upstream` for the endpoint's transport).
+    pub async fn forward_over(
+        &self,
+        host: &Host,
+        cluster: &Cluster,
+        downstream_is_h2: bool,
+        request: Request<RequestBody>,
+        tls: Option<Arc<ClientTls>>,
+    ) -> Result<Response<ResponseBody>, UpstreamError> {
+        let feedback = Feedback::start(host, Instant::now()).with_outlier(cluster.outlier_detection.as_ref());
+        let result = self.send_over(host, cluster, downstream_is_h2, request, tls).await;
         feedback.observe(result, Instant::now())
     }
 
-    /// Sends `request` to `host` on a pooled or new connection, without touching the
-    /// host's stats (see [`forward`](Self::forward) and [`Feedback`]). The request URI may
-    /// be origin-form; the authority comes from it, the `Host` header or the address.
+    /// Sends `request` to `host` in plaintext; see [`send_over`](Self::send_over).
     pub async fn send(
         &self,
         host: &Host,
@@ -95,7 +116,23 @@ impl Upstreams {
         downstream_is_h2: bool,
         request: Request<RequestBody>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        let dial = Dial::new(host.address(), cluster);
+        self.send_over(host, cluster, downstream_is_h2, request, None).await
+    }
+
+    /// Sends `request` to `host` on a pooled or new connection (TLS when `tls` is given),
+    /// without touching the host's stats (see [`forward`](Self::forward) and
+    /// [`Feedback`]). The request URI may be origin-form; the authority comes from it, the
+    /// `Host` header or the address.
+    pub async fn send_over(
+        &self,
+        host: &Host,
+        cluster: &Cluster,
+        downstream_is_h2: bool,
+        request: Request<RequestBody>,
+        tls: Option<Arc<ClientTls>>,
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        let dial =
+            Dial::new(host.address(), cluster, &host.cluster_stats, tls.map(|tls| (tls, self.tls_stats.clone())));
         let max_requests = cluster.http.max_requests_per_connection;
         match Protocol::for_request(cluster, downstream_is_h2) {
             Protocol::Http1 => {
@@ -117,10 +154,16 @@ impl Upstreams {
         self.pools.counts()
     }
 
-    /// Forgets closed connections and endpoints left without connections; call it now and
-    /// then (e.g. when the configuration changes).
+    /// Forgets connections found closed.
     pub fn prune(&self) {
         self.pools.prune();
+    }
+
+    /// Drains the connections of endpoints and clusters that `snapshot` no longer has (see
+    /// [`Pools::retain_endpoints`]); returns how many left the pools. Called by the worker
+    /// on every configuration change.
+    pub fn drain_removed(&self, snapshot: &Snapshot) -> usize {
+        self.pools.retain_endpoints(|cluster| membership(snapshot, cluster))
     }
 
     async fn send_http1(
@@ -138,7 +181,7 @@ impl Upstreams {
                 Some(conn) => (conn, true),
                 None => {
                     let (sender, activity) = dial.http1().await?;
-                    (Http1Conn { sender, activity, requests: 0 }, false)
+                    (Http1Conn { sender, activity, requests: 0, transport: dial.transport_id() }, false)
                 }
             };
             conn.requests += 1;
@@ -166,4 +209,17 @@ impl Upstreams {
         }
         None
     }
+}
+
+/// The endpoints of `cluster` in `snapshot`, as far as the snapshot knows them.
+fn membership<'a>(snapshot: &'a Snapshot, name: &str) -> Membership<'a> {
+    let Some(cluster) = snapshot.clusters.get(name) else { return Membership::Removed };
+    if cluster.resource.discovery == DiscoveryType::OriginalDst {
+        return Membership::Open; // hosts come from connections, not from configuration
+    }
+    snapshot.endpoints.get(name).map_or(Membership::Open, |assignment| {
+        Membership::Endpoints(
+            assignment.resource.localities.iter().flat_map(|l| &l.endpoints).map(|e| &e.address).collect(),
+        )
+    })
 }

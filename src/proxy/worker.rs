@@ -7,14 +7,19 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tokio::sync::watch;
 
+use super::drain::Connections;
 use super::listener::ListenerManager;
+use super::observe::{ProxyTelemetry, WorkerTelemetry};
+use super::original_dst::ListenerIndex;
+use super::transport::{HandshakeStats, WorkerTls};
 use super::upstream::Upstreams;
-use crate::core::shutdown::Signal;
+use crate::core::shutdown::{self, Signal};
 use crate::lb::{Balancers, WorkerPickers};
 use crate::store::Store;
 
@@ -26,6 +31,29 @@ pub struct WorkerContext {
     pub pickers: RefCell<WorkerPickers>,
     pub upstreams: Upstreams,
     pub rng: RefCell<SmallRng>,
+    pub tls: WorkerTls,
+    /// Listeners by address, for `use_original_dst` hand-offs.
+    pub listener_index: RefCell<ListenerIndex>,
+    pub telemetry: WorkerTelemetry,
+    /// Accepted connections not yet ended (a drain waits for them).
+    pub connections: Rc<Connections>,
+    /// Triggered when the worker drains: HTTP connections close once their requests are
+    /// answered.
+    pub draining: Signal,
+}
+
+/// How workers run and stop.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// Stop accepting and close connections gracefully (`/drain_listeners`, or the first
+    /// step of shutdown); the process keeps running.
+    pub drain: Signal,
+    /// Drain (if not yet), wait for open connections up to `drain_time`, then stop.
+    pub shutdown: Signal,
+    pub drain_time: Duration,
+    pub telemetry: ProxyTelemetry,
+    /// TLS handshakes completed and refused, by reason, summed over workers.
+    pub tls: Arc<HandshakeStats>,
 }
 
 /// The running workers.
@@ -41,14 +69,14 @@ impl Workers {
         count: usize,
         store: Arc<Store>,
         balancers: Arc<Balancers>,
-        shutdown: Signal,
+        options: WorkerOptions,
     ) -> std::io::Result<Self> {
         let count = count.max(1);
         let synced = Arc::new(watch::Sender::new(vec![0; count]));
         let mut threads = Vec::with_capacity(count);
         for id in 0..count {
-            let (store, balancers, shutdown, synced) =
-                (store.clone(), balancers.clone(), shutdown.clone(), synced.clone());
+            let (store, balancers, options, synced) =
+                (store.clone(), balancers.clone(), options.clone(), synced.clone());
             let thread = std::thread::Builder::new().name(format!("outrider-worker-{id}")).spawn(move || {
                 let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(runtime) => runtime,
@@ -58,7 +86,7 @@ impl Workers {
                     }
                 };
                 let local = tokio::task::LocalSet::new();
-                local.block_on(&runtime, run(id, store, balancers, shutdown, synced));
+                local.block_on(&runtime, run(id, store, balancers, options, synced));
             })?;
             threads.push(thread);
         }
@@ -79,34 +107,56 @@ impl Workers {
     }
 }
 
-/// One worker: follows the store's listeners until shutdown.
+/// One worker: follows the store's listeners until drained, then waits for shutdown.
 async fn run(
     id: usize,
     store: Arc<Store>,
     balancers: Arc<Balancers>,
-    shutdown: Signal,
+    options: WorkerOptions,
     synced: Arc<watch::Sender<Vec<u64>>>,
 ) {
     let seed = 0x5eed_0000_u64 + id as u64;
+    let (drain, draining) = shutdown::channel();
     let context = Rc::new(WorkerContext {
         id,
         store: store.clone(),
         balancers,
         pickers: RefCell::new(WorkerPickers::new(seed)),
-        upstreams: Upstreams::default(),
+        upstreams: Upstreams::with_tls_stats(options.tls.clone()),
         rng: RefCell::new(SmallRng::seed_from_u64(seed ^ 0xa5a5)),
+        tls: WorkerTls::new(options.tls.clone()),
+        listener_index: RefCell::default(),
+        telemetry: WorkerTelemetry::new(options.telemetry.clone()),
+        connections: Rc::default(),
+        draining,
     });
     let mut listeners = ListenerManager::default();
     let mut changes = store.subscribe();
+    let mut shutting_down = false;
     loop {
         let snapshot = store.load();
         listeners.sync(&snapshot, &context);
+        let drained = context.upstreams.drain_removed(&snapshot);
+        if drained > 0 {
+            tracing::debug!(worker = id, drained, "drained pooled connections of removed endpoints");
+        }
         synced.send_modify(|generations| generations[id] = snapshot.generation);
         tokio::select! {
             changed = changes.changed() => if changed.is_err() { break },
-            _ = shutdown.clone().triggered() => break,
+            _ = options.drain.clone().triggered() => break,
+            _ = options.shutdown.clone().triggered() => { shutting_down = true; break },
         }
     }
+    // Stop accepting first (closing the sockets refuses new connections), then ask open
+    // HTTP connections to finish their requests and close.
     listeners.stop_all();
+    drain.trigger();
+    tracing::info!(worker = id, open = context.connections.count(), "stopped accepting; draining connections");
+    if !shutting_down {
+        options.shutdown.clone().triggered().await;
+    }
+    if tokio::time::timeout(options.drain_time, context.connections.all_ended()).await.is_err() {
+        tracing::warn!(worker = id, open = context.connections.count(), "drain time over; closing open connections");
+    }
     tracing::debug!(worker = id, "worker stopped");
 }

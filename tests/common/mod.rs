@@ -83,6 +83,9 @@ pub fn pack(resource_type: ResourceType, yaml: &str) -> (String, Any) {
 }
 
 fn encode<M: Message + Default>(full_name: &str, value: serde_json::Value) -> Vec<u8> {
+    // Tests convert resources all the time: keep Envoy's descriptor pool decoded once.
+    static DESCRIPTORS: std::sync::OnceLock<std::sync::Arc<prost_reflect::DescriptorPool>> = std::sync::OnceLock::new();
+    DESCRIPTORS.get_or_init(|| outrider::pb::json::pool().unwrap());
     let (message, dropped): (M, _) = outrider::pb::json::from_value(full_name, value).unwrap();
     assert!(dropped.is_empty(), "test resource has unknown fields: {dropped:?}");
     message.encode_to_vec()

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+mod tracer;
+
 use super::common;
 use crate::config::address::Address;
 use crate::config::bootstrap::{
@@ -80,7 +82,7 @@ pub fn bootstrap(document: serde_json::Value, warnings: &mut Warnings) -> Result
         stats_sinks, deferred_stat_options, stats_config, stats_flush_interval, enable_dispatcher_stats,
         stats_server_version_override, stats_flush, stats_eviction);
     ignore_set!(warnings, "not used by Outrider";
-        node_context_params, cluster_manager, flags_path, watchdog, watchdogs, tracing, overload_manager,
+        node_context_params, cluster_manager, flags_path, watchdog, watchdogs, overload_manager,
         use_tcp_for_dns_lookups, dns_resolution_config, typed_dns_resolver_config, bootstrap_extensions,
         fatal_actions, config_sources, default_config_source, default_socket_interface, inline_headers,
         perf_tracing_file_path, default_regex_engine, xds_config_tracker_extension, application_log_config,
@@ -102,6 +104,10 @@ pub fn bootstrap(document: serde_json::Value, warnings: &mut Warnings) -> Result
     }
 
     let node = node.map(|n| warnings.within("node", |w| convert_node(n, w))).transpose().map_err(|e| e.at("node"))?;
+    let tracing = match tracing {
+        Some(t) => warnings.within("tracing", |w| tracer::tracing(t, w)).map_err(|e| e.at("tracing"))?,
+        None => None,
+    };
     let admin_address = match admin {
         None => Address::Socket(DEFAULT_ADMIN_ADDRESS),
         Some(admin) => warnings.within("admin", |w| admin_address(admin, w)).map_err(|e| e.at("admin"))?,
@@ -165,6 +171,7 @@ pub fn bootstrap(document: serde_json::Value, warnings: &mut Warnings) -> Result
         static_listeners,
         static_clusters,
         static_secrets,
+        tracing,
         ignored: Vec::new(),
         document,
     })

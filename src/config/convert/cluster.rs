@@ -120,7 +120,6 @@ pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster
             BUFFERS,
         ),
         ("wait_for_warm_on_init", wait_for_warm_on_init.is_some(), "clusters are always used once converted"),
-        ("cleanup_interval", cleanup_interval.is_some(), "original destination hosts are not cached"),
         ("metadata", metadata.is_some(), "cluster metadata is not read"),
         (
             "upstream_connection_options",
@@ -168,13 +167,16 @@ pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster
         other => (None, other),
     };
     let original_dst = match (kind, original_dst_lb_config) {
-        (D::OriginalDst, config) => Some(original_dst_config(config).at_field("original_dst_lb_config")?),
+        (D::OriginalDst, config) => Some(original_dst_config(config, &cleanup_interval)?),
         (_, Some(_)) => {
             warnings.ignored("original_dst_lb_config", "only ORIGINAL_DST clusters read it");
             None
         }
         (_, None) => None,
     };
+    if kind != D::OriginalDst && cleanup_interval.is_some() {
+        warnings.ignored("cleanup_interval", "only ORIGINAL_DST clusters read it");
+    }
 
     let load_assignment = load_assignment
         .map(|cla| warnings.within("load_assignment", |w| super::endpoint::cluster_load_assignment(cla, w)))
@@ -211,6 +213,9 @@ pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster
             warnings.within(&at, |w| health_check::health_check(check, w)).at_field(&at)
         })
         .collect::<Result<Vec<_>>>()?;
+    if !health_checks.is_empty() {
+        warnings.ignored("health_checks", "active health checks are validated but not run yet");
+    }
     let circuit_breakers = match circuit_breakers {
         None => CircuitBreakers::default(),
         Some(cb) => warnings

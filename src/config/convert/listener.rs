@@ -1,6 +1,7 @@
 //! `envoy.config.listener.v3.Listener` → [`Listener`]: address, listener filters, filter
 //! chains and their matches, downstream TLS, and the terminal network filter.
 
+mod access_log;
 mod chain_matcher;
 mod filter_chain;
 mod filter_kind;
@@ -145,12 +146,10 @@ pub fn listener(proto: proto::Listener, warnings: &mut Warnings) -> Result<Liste
             common::address(&address, false).map_err(|e| e.at(format!("{at}.address")))
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut original_dst_filter = false;
     let mut filters = Vec::new();
     for (i, filter) in listener_filters.into_iter().enumerate() {
         let at = format!("listener_filters[{i}]");
         if let Some(f) = listener_filter(filter, &at, warnings).map_err(|e| e.at(&at))? {
-            original_dst_filter |= f.kind == ListenerFilterKind::OriginalDst;
             filters.push(f);
         }
     }
@@ -167,7 +166,7 @@ pub fn listener(proto: proto::Listener, warnings: &mut Warnings) -> Result<Liste
         additional_addresses,
         internal,
         bind_to_port: !internal && common::bool_or(&bind_to_port, true),
-        use_original_dst: common::bool_or(&use_original_dst, false) || original_dst_filter,
+        use_original_dst: common::bool_or(&use_original_dst, false),
         listener_filters: filters,
         listener_filters_timeout,
         continue_on_listener_filters_timeout,

@@ -67,6 +67,30 @@ pub struct HttpConnectionManager {
     pub set_current_client_cert_details: ClientCertDetails,
     pub proxy_100_continue: bool,
     pub append_x_forwarded_port: bool,
+    /// Access logs (none by default): one line per request in Envoy's default format.
+    pub access_log: Vec<AccessLog>,
+    /// A `tracing` block is set: requests get a span when a tracer is configured.
+    pub tracing: bool,
+    /// `tracing.random_sampling`, percent of requests without a trace that start one
+    /// (default 100; requests that carry a `traceparent` follow its sampled flag).
+    pub trace_sampling: f64,
+}
+
+/// One access logger of a connection manager.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AccessLog {
+    pub sink: AccessLogSink,
+}
+
+/// Where an access logger writes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum AccessLogSink {
+    /// `envoy.access_loggers.stdout`.
+    Stdout,
+    /// `envoy.access_loggers.stderr`.
+    Stderr,
+    /// `envoy.access_loggers.file`.
+    File(std::path::PathBuf),
 }
 
 /// Where an HTTP connection manager gets its routes.

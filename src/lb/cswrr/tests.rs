@@ -25,6 +25,7 @@ fn hosts(n: usize, now: Instant) -> Vec<Arc<Host>> {
                 stats: Arc::new(EndpointStats::new(now)),
                 priority: 0,
                 locality: 0,
+                cluster_stats: Default::default(),
             })
         })
         .collect()

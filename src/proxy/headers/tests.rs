@@ -13,6 +13,9 @@ use crate::config::listener::http_connection_manager::{
 /// Envoy's defaults.
 fn hcm() -> HttpConnectionManager {
     HttpConnectionManager {
+        access_log: Vec::new(),
+        tracing: false,
+        trace_sampling: 100.0,
         stat_prefix: "ingress".into(),
         codec_type: CodecType::Auto,
         route_source: RouteSource::Rds("r".into()),

@@ -1,11 +1,14 @@
 //! Opening one upstream connection: the socket (TCP with `TCP_NODELAY`, optionally bound
-//! to the cluster's source address; a Unix socket for `pipe` endpoints), the cluster's
-//! connect timeout, the HTTP/1.1 or HTTP/2 handshake, and the task that drives the
-//! connection until it fails, is dropped by the pool, or stays idle too long.
+//! to the cluster's source address; a Unix socket for `pipe` endpoints), TLS when the
+//! endpoint's transport socket asks for it, the cluster's connect timeout (over both), the
+//! HTTP/1.1 or HTTP/2 handshake, and the task that drives the connection until it fails,
+//! is dropped by the pool, or stays idle too long.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -17,6 +20,9 @@ use super::activity::Activity;
 use super::error::UpstreamError;
 use crate::config::Address;
 use crate::config::cluster::{Cluster, Http2Settings};
+use crate::proxy::transport::HandshakeStats;
+use crate::telemetry::ClusterStats;
+use crate::tls::{ClientAlpn, ClientTls, Refusal};
 
 /// What a connection needs from its cluster, copied so that a connect in progress owns it.
 #[derive(Debug, Clone)]
@@ -26,30 +32,87 @@ pub(crate) struct Dial {
     pub idle_timeout: Option<Duration>,
     pub bind: Option<SocketAddr>,
     pub http2: Http2Settings,
+    /// TLS to originate, with the counters its handshakes go to; `None` is plaintext.
+    pub tls: Option<(Arc<ClientTls>, Arc<HandshakeStats>)>,
+    /// `upstream_cx_*` of the cluster.
+    pub stats: Arc<ClusterStats>,
+}
+
+/// Opens the socket, runs the TLS handshake if any, then the HTTP handshake `$then`.
+macro_rules! over_transport {
+    ($dial:expr, $alpn:expr, $then:ident) => {{
+        let started = Instant::now();
+        match ($dial.socket().await?, &$dial.tls) {
+            (Socket::Tcp(stream), None) => $dial.$then(stream).await,
+            (Socket::Unix(stream), None) => $dial.$then(stream).await,
+            (Socket::Tcp(stream), Some(tls)) => {
+                $dial.$then($dial.handshake_tls(stream, tls, $alpn, started).await?).await
+            }
+            (Socket::Unix(stream), Some(tls)) => {
+                $dial.$then($dial.handshake_tls(stream, tls, $alpn, started).await?).await
+            }
+        }
+    }};
 }
 
 impl Dial {
-    pub(crate) fn new(address: &Address, cluster: &Cluster) -> Self {
+    pub(crate) fn new(
+        address: &Address,
+        cluster: &Cluster,
+        stats: &Arc<ClusterStats>,
+        tls: Option<(Arc<ClientTls>, Arc<HandshakeStats>)>,
+    ) -> Self {
         Self {
+            stats: stats.clone(),
             address: address.clone(),
             connect_timeout: cluster.connect_timeout,
             idle_timeout: cluster.http.idle_timeout,
             bind: cluster.upstream_bind,
             http2: cluster.http.http2.clone(),
+            tls,
         }
+    }
+
+    /// Which transport a pooled connection was made with: 0 for plaintext, else the TLS
+    /// context's id (the same across secret versions, so rotation keeps the pool).
+    pub(crate) fn transport_id(&self) -> u64 {
+        self.tls.as_ref().map_or(0, |(tls, _)| tls.transport_id)
     }
 
     pub(crate) async fn http1(&self) -> Result<(http1::SendRequest<RequestBody>, Arc<Activity>), UpstreamError> {
-        match self.socket().await? {
-            Socket::Tcp(stream) => self.handshake1(stream).await,
-            Socket::Unix(stream) => self.handshake1(stream).await,
-        }
+        over_transport!(self, ClientAlpn::Http1, handshake1)
     }
 
     pub(crate) async fn http2(&self) -> Result<(http2::SendRequest<RequestBody>, Arc<Activity>), UpstreamError> {
-        match self.socket().await? {
-            Socket::Tcp(stream) => self.handshake2(stream).await,
-            Socket::Unix(stream) => self.handshake2(stream).await,
+        over_transport!(self, ClientAlpn::Http2, handshake2)
+    }
+
+    /// The TLS handshake, within what the connect timeout leaves.
+    async fn handshake_tls<T>(
+        &self,
+        io: T,
+        (tls, stats): &(Arc<ClientTls>, Arc<HandshakeStats>),
+        alpn: ClientAlpn,
+        started: Instant,
+    ) -> Result<tokio_rustls::client::TlsStream<T>, UpstreamError>
+    where
+        T: AsyncRead + AsyncWrite + Unpin,
+    {
+        let left = self.connect_timeout.saturating_sub(started.elapsed());
+        match tokio::time::timeout(left, crate::tls::connect(io, tls, alpn)).await {
+            Ok(Ok(stream)) => {
+                stats.upstream.handshake();
+                Ok(stream)
+            }
+            Ok(Err(refused)) => {
+                stats.upstream.refused(refused.refusal);
+                tracing::info!(address = %self.address, reason = %refused, "upstream TLS handshake refused");
+                Err(self.failure(format_args!("TLS error: {}", refused.reason)))
+            }
+            Err(_) => {
+                stats.upstream.refused(Refusal::Timeout);
+                Err(UpstreamError::ConnectTimeout { address: self.address.to_string(), timeout: self.connect_timeout })
+            }
         }
     }
 
@@ -96,7 +159,10 @@ impl Dial {
     {
         let idle_timeout = self.idle_timeout;
         let address = self.address.clone();
+        self.stats.upstream_cx_total.inc();
+        let active = self.stats.upstream_cx_active.track();
         tokio::spawn(async move {
+            let _active = active;
             let idle = async move {
                 match idle_timeout {
                     Some(timeout) => activity.idle_timeout(timeout).await,
@@ -131,12 +197,15 @@ impl Dial {
             Ok(Ok(socket)) => Ok(socket),
             Ok(Err(error)) => Err(self.failure(error)),
             Err(_) => {
+                self.stats.upstream_cx_connect_timeout.inc();
+                self.stats.upstream_cx_connect_fail.inc();
                 Err(UpstreamError::ConnectTimeout { address: self.address.to_string(), timeout: self.connect_timeout })
             }
         }
     }
 
     fn failure(&self, error: impl std::fmt::Display) -> UpstreamError {
+        self.stats.upstream_cx_connect_fail.inc();
         UpstreamError::ConnectFailure { address: self.address.to_string(), reason: error.to_string() }
     }
 }

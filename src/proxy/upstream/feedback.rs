@@ -22,21 +22,53 @@ use http::{HeaderMap, Response};
 use hyper::body::{Body, Frame, SizeHint};
 
 use super::error::UpstreamError;
+use crate::config::cluster::OutlierDetection;
 use crate::lb::Host;
+use crate::lb::outlier::{OutlierResult, Thresholds};
 use crate::lb::stats::{EndpointStats, InFlight};
 use crate::orca;
+use crate::telemetry::{ClusterStats, GaugeGuard};
 
 /// One request to one endpoint, from before its connection is chosen to its response.
 #[derive(Debug)]
 pub struct Feedback {
     in_flight: InFlight,
     started: Instant,
+    /// The cluster's consecutive-failure thresholds, when it has outlier detection.
+    outlier: Option<Thresholds>,
+    cluster: Timing,
+}
+
+/// The cluster's view of one upstream request: `upstream_rq_active` while it lasts,
+/// `upstream_rq_time` and `upstream_rq_completed` when it ends.
+#[derive(Debug)]
+struct Timing {
+    stats: Arc<ClusterStats>,
+    started: Instant,
+    _active: GaugeGuard,
+}
+
+impl Timing {
+    fn complete(self, now: Instant) {
+        self.stats.upstream_rq_completed.inc();
+        self.stats.upstream_rq_time.record(now.saturating_duration_since(self.started));
+    }
 }
 
 impl Feedback {
     /// Counts the request as in flight on `host` from `now`.
     pub fn start(host: &Host, now: Instant) -> Self {
-        Self { in_flight: host.stats.start(), started: now }
+        let stats = host.cluster_stats.clone();
+        stats.upstream_rq_total.inc();
+        let active = stats.upstream_rq_active.track();
+        let cluster = Timing { stats, started: now, _active: active };
+        Self { in_flight: host.stats.start(), started: now, outlier: None, cluster }
+    }
+
+    /// Also feeds the outcome to outlier detection, when the cluster has it.
+    pub fn with_outlier(mut self, config: Option<&OutlierDetection>) -> Self {
+        self.outlier = config.map(Thresholds::of);
+        self
     }
 
     /// Records what the upstream answered (`now` is when the headers or the error came) and
@@ -53,26 +85,41 @@ impl Feedback {
             Ok(response) => response,
             Err(error) => {
                 stats.record(now, latency, false);
+                let result = match error {
+                    UpstreamError::ConnectFailure { .. } | UpstreamError::ConnectTimeout { .. } => {
+                        OutlierResult::ConnectFailed
+                    }
+                    _ => OutlierResult::Reset,
+                };
+                record_outlier(&stats, self.outlier.as_ref(), result);
+                self.cluster.stats.charge(503);
+                self.cluster.complete(now);
                 return Err(error);
             }
         };
+        self.cluster.stats.charge(response.status().as_u16());
         let (mut parts, body) = response.into_parts();
         take_load_report(&mut parts.headers, &stats, now);
+        let outlier = self.outlier;
         let outcome = if parts.status.is_server_error() {
             stats.record(now, latency, false);
+            record_outlier(&stats, outlier.as_ref(), OutlierResult::Status(parts.status.as_u16()));
             Outcome::Recorded
         } else if is_grpc(&parts.headers) {
             match parts.headers.get("grpc-status") {
                 Some(status) => {
                     stats.record(now, latency, grpc_success(Some(status.as_bytes())));
+                    record_outlier(&stats, outlier.as_ref(), grpc_outlier_result(Some(status.as_bytes())));
                     Outcome::Recorded
                 }
                 None => Outcome::Grpc(latency),
             }
         } else {
+            record_outlier(&stats, outlier.as_ref(), OutlierResult::Status(parts.status.as_u16()));
             Outcome::Http(latency)
         };
-        let body = ObservedBody { inner: body, in_flight: Some(self.in_flight), outcome };
+        let body =
+            ObservedBody { inner: body, in_flight: Some(self.in_flight), outcome, outlier, timing: Some(self.cluster) };
         Ok(Response::from_parts(parts, body))
     }
 }
@@ -94,12 +141,17 @@ pub struct ObservedBody<B> {
     inner: B,
     in_flight: Option<InFlight>,
     outcome: Outcome,
+    outlier: Option<Thresholds>,
+    timing: Option<Timing>,
 }
 
 impl<B> ObservedBody<B> {
     /// Releases the in-flight count and records the outcome `success` decides from the
     /// pending rule (`None`: nothing to record).
     fn finish(&mut self, success: impl FnOnce(Outcome) -> Option<bool>) {
+        if let Some(timing) = self.timing.take() {
+            timing.complete(Instant::now());
+        }
         let Some(in_flight) = self.in_flight.take() else { return };
         let outcome = std::mem::replace(&mut self.outcome, Outcome::Recorded);
         if let Outcome::Http(latency) | Outcome::Grpc(latency) = outcome
@@ -114,6 +166,9 @@ impl<B> ObservedBody<B> {
             take_load_report(trailers, in_flight.stats(), Instant::now());
         }
         let status = trailers.get("grpc-status").map(|v| v.as_bytes().to_vec());
+        if let (Outcome::Grpc(_), Some(in_flight)) = (self.outcome, &self.in_flight) {
+            record_outlier(in_flight.stats(), self.outlier.as_ref(), grpc_outlier_result(status.as_deref()));
+        }
         self.finish(|outcome| match outcome {
             Outcome::Grpc(_) => Some(grpc_success(status.as_deref())),
             _ => Some(true),
@@ -194,6 +249,32 @@ fn take_load_report(headers: &mut HeaderMap, stats: &Arc<EndpointStats>, now: In
     }
     headers.remove(orca::ENDPOINT_LOAD_METRICS);
     headers.remove(orca::ENDPOINT_LOAD_METRICS_BIN);
+}
+
+fn record_outlier(stats: &EndpointStats, thresholds: Option<&Thresholds>, result: OutlierResult) {
+    if let Some(thresholds) = thresholds {
+        stats.outlier().record(result, thresholds);
+    }
+}
+
+/// A `grpc-status` as the HTTP status Envoy's outlier detection sees
+/// (`Grpc::Utility::grpcToHttpStatus`); missing or unparsable is Unknown (500).
+fn grpc_outlier_result(status: Option<&[u8]>) -> OutlierResult {
+    let code = status.and_then(|s| std::str::from_utf8(s).ok()).and_then(|s| s.trim().parse::<u32>().ok());
+    OutlierResult::Status(match code {
+        Some(0) => 200,
+        Some(1) => 499,
+        Some(3 | 9 | 11) => 400,
+        Some(4) => 504,
+        Some(5) => 404,
+        Some(6 | 10) => 409,
+        Some(7) => 403,
+        Some(8) => 429,
+        Some(12) => 501,
+        Some(14) => 503,
+        Some(16) => 401,
+        _ => 500,
+    })
 }
 
 fn is_grpc(headers: &HeaderMap) -> bool {

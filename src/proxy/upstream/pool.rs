@@ -22,6 +22,26 @@ use super::connect::Dial;
 use super::error::UpstreamError;
 use crate::config::Address;
 
+/// Which endpoints of a cluster may keep pooled connections.
+#[derive(Debug)]
+pub(crate) enum Membership<'a> {
+    /// The cluster is gone: every connection drains.
+    Removed,
+    /// Endpoints are not known in advance (DNS, original destination): idle timeouts decide.
+    Open,
+    Endpoints(std::collections::HashSet<&'a Address>),
+}
+
+impl Membership<'_> {
+    fn keeps(&self, address: &Address) -> bool {
+        match self {
+            Self::Removed => false,
+            Self::Open => true,
+            Self::Endpoints(endpoints) => endpoints.contains(address),
+        }
+    }
+}
+
 /// The pools of one worker.
 #[derive(Debug, Default)]
 pub(crate) struct Pools {
@@ -40,6 +60,8 @@ pub(crate) struct Http1Conn {
     pub sender: http1::SendRequest<RequestBody>,
     pub activity: Arc<Activity>,
     pub requests: u32,
+    /// See [`Dial::transport_id`]: a connection serves only requests of its transport.
+    pub transport: u64,
 }
 
 /// An HTTP/2 connection; clones share it.
@@ -47,19 +69,20 @@ pub(crate) struct Http1Conn {
 pub(crate) struct Http2Conn {
     pub sender: http2::SendRequest<RequestBody>,
     pub activity: Arc<Activity>,
+    pub transport: u64,
 }
 
 type Connecting = Shared<BoxFuture<'static, Result<Http2Conn, UpstreamError>>>;
 
 enum Http2Entry {
-    Connecting(Connecting),
+    Connecting(Connecting, u64),
     Ready { conn: Http2Conn, requests: u32 },
 }
 
 impl std::fmt::Debug for Http2Entry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::Connecting(_) => f.write_str("Connecting"),
+            Self::Connecting(..) => f.write_str("Connecting"),
             Self::Ready { requests, .. } => f.debug_struct("Ready").field("requests", requests).finish(),
         }
     }
@@ -77,9 +100,11 @@ pub(crate) struct Checkin {
 impl Checkin {
     pub(crate) fn put(self) {
         if let Some(pools) = self.pools.upgrade() {
+            // No entry: the endpoint was drained while this connection carried a response.
             let mut clusters = pools.lock();
-            let idle = clusters.entry(self.cluster).or_default().http1.entry(self.address).or_default();
-            idle.push(self.conn);
+            if let Some(idle) = clusters.get_mut(&self.cluster).and_then(|p| p.http1.get_mut(&self.address)) {
+                idle.push(self.conn);
+            }
         }
     }
 }
@@ -89,33 +114,43 @@ impl Pools {
         self.clusters.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// An idle HTTP/1.1 connection that is still open and not past `idle_timeout`; the
-    /// ones found closed or stale on the way are dropped.
+    /// An idle HTTP/1.1 connection that is still open, not past `idle_timeout` and of the
+    /// dial's transport; the ones found closed, stale or of another transport (the
+    /// cluster's TLS changed) on the way are dropped.
     pub(crate) fn take_http1(&self, cluster: &str, address: &Address, dial: &Dial) -> Option<Http1Conn> {
         let mut clusters = self.lock();
         let idle = clusters.get_mut(cluster)?.http1.get_mut(address)?;
         let now = tokio::time::Instant::now();
         while let Some(conn) = idle.pop() {
             let stale = dial.idle_timeout.is_some_and(|timeout| conn.activity.idle_for(timeout, now));
-            if !conn.sender.is_closed() && !stale {
+            if !conn.sender.is_closed() && !stale && conn.transport == dial.transport_id() {
                 return Some(conn);
             }
         }
         None
     }
 
-    /// The cluster's key as stored, so a check-in needs no allocation.
+    /// Where `conn` returns once its response has ended. The endpoint's idle stack is made
+    /// here, when the response starts: a drain between now and then removes it, and the
+    /// connection then closes instead of returning. The cluster's key is shared, so a
+    /// check-in needs no allocation.
     pub(crate) fn checkin(self: &Arc<Self>, cluster: &str, address: &Address, conn: Http1Conn) -> Checkin {
         let key = {
             let mut clusters = self.lock();
-            match clusters.get_key_value(cluster) {
+            let key = match clusters.get_key_value(cluster) {
                 Some((key, _)) => key.clone(),
                 None => {
                     let key: Arc<str> = Arc::from(cluster);
                     clusters.insert(key.clone(), ClusterPools::default());
                     key
                 }
+            };
+            if let Some(pools) = clusters.get_mut(cluster)
+                && !pools.http1.contains_key(address)
+            {
+                pools.http1.insert(address.clone(), Vec::new());
             }
+            key
         };
         Checkin { pools: Arc::downgrade(self), cluster: key, address: address.clone(), conn }
     }
@@ -135,8 +170,11 @@ impl Pools {
                 Some(pools) => pools,
                 None => clusters.entry(Arc::from(cluster)).or_default(),
             };
+            let transport = dial.transport_id();
             match pools.http2.get_mut(&dial.address) {
-                Some(Http2Entry::Ready { conn, requests }) if !conn.sender.is_closed() => {
+                Some(Http2Entry::Ready { conn, requests })
+                    if !conn.sender.is_closed() && conn.transport == transport =>
+                {
                     *requests += 1;
                     let conn = conn.clone();
                     if max_requests.is_some_and(|max| *requests >= max) {
@@ -144,16 +182,16 @@ impl Pools {
                     }
                     return Ok(conn);
                 }
-                Some(Http2Entry::Connecting(connecting)) => connecting.clone(),
+                Some(Http2Entry::Connecting(connecting, of)) if *of == transport => connecting.clone(),
                 _ => {
                     let owned = dial.clone();
                     let connecting = async move {
                         let (sender, activity) = owned.http2().await?;
-                        Ok(Http2Conn { sender, activity })
+                        Ok(Http2Conn { sender, activity, transport })
                     }
                     .boxed()
                     .shared();
-                    pools.http2.insert(dial.address.clone(), Http2Entry::Connecting(connecting.clone()));
+                    pools.http2.insert(dial.address.clone(), Http2Entry::Connecting(connecting.clone(), transport));
                     connecting
                 }
             }
@@ -162,7 +200,7 @@ impl Pools {
         let mut clusters = self.lock();
         let pools = clusters.get_mut(cluster);
         let entry = pools.as_ref().and_then(|p| p.http2.get(&dial.address));
-        let still_connecting = matches!(entry, Some(Http2Entry::Connecting(_)));
+        let still_connecting = matches!(entry, Some(Http2Entry::Connecting(..)));
         match (&result, pools) {
             (Ok(conn), Some(pools)) => match pools.http2.get_mut(&dial.address) {
                 Some(Http2Entry::Ready { conn: ready, requests }) if ready.activity_is(conn) => *requests += 1,
@@ -179,21 +217,45 @@ impl Pools {
         result
     }
 
-    /// Forgets connections found closed and endpoints left without any. Connections close
-    /// themselves when idle; this only bounds the bookkeeping of endpoints that went away.
+    /// Forgets connections found closed. Endpoints that went away are forgotten by
+    /// [`retain_endpoints`](Self::retain_endpoints).
     pub(crate) fn prune(&self) {
         let mut clusters = self.lock();
         for pools in clusters.values_mut() {
-            pools.http1.retain(|_, idle| {
+            for idle in pools.http1.values_mut() {
                 idle.retain(|conn| !conn.sender.is_closed());
-                !idle.is_empty()
-            });
+            }
             pools.http2.retain(|_, entry| match entry {
                 Http2Entry::Ready { conn, .. } => !conn.sender.is_closed(),
-                Http2Entry::Connecting(_) => true,
+                Http2Entry::Connecting(..) => true,
             });
         }
         clusters.retain(|_, pools| !pools.http1.is_empty() || !pools.http2.is_empty());
+    }
+
+    /// Drains the pools of endpoints and clusters that left the configuration, as Envoy
+    /// drains a removed host's pools: idle HTTP/1.1 connections close now, an HTTP/2
+    /// connection leaves the pool and closes once the streams still on it have finished,
+    /// and an HTTP/1.1 connection carrying a response is not checked back in. Returns how
+    /// many connections left the pools.
+    pub(crate) fn retain_endpoints<'a>(&self, mut endpoints_of: impl FnMut(&str) -> Membership<'a>) -> usize {
+        let mut clusters = self.lock();
+        let mut drained = 0;
+        for (cluster, pools) in clusters.iter_mut() {
+            let membership = endpoints_of(cluster);
+            pools.http1.retain(|address, idle| {
+                let kept = membership.keeps(address);
+                drained += if kept { 0 } else { idle.len() };
+                kept
+            });
+            pools.http2.retain(|address, _| {
+                let kept = membership.keeps(address);
+                drained += usize::from(!kept);
+                kept
+            });
+        }
+        clusters.retain(|_, pools| !pools.http1.is_empty() || !pools.http2.is_empty());
+        drained
     }
 
     /// Idle HTTP/1.1 connections and HTTP/2 connections held, for tests and stats.

@@ -118,6 +118,7 @@ impl Stream<'_> {
             }
             Err(detail) => {
                 tracing::warn!(resource = resource_type.short_name(), version = %system_version_info, %detail, "rejected (NACK)");
+                session.stats.rejected(resource_type);
                 let error = Status { code: tonic::Code::InvalidArgument as i32, message: detail, details: Vec::new() };
                 self.send(
                     resource_type,

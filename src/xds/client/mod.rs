@@ -11,6 +11,7 @@ mod node;
 mod sds;
 mod session;
 mod sotw;
+mod stats;
 pub mod status;
 mod timers;
 mod transport;
@@ -111,6 +112,13 @@ impl AdsClient {
         Self { config, session }
     }
 
+    /// Counts updates and the stream's state in `stats` (Envoy's `cluster_manager.cds.*`,
+    /// `listener_manager.lds.*`, `control_plane.connected_state`, …).
+    pub fn with_stats(mut self, stats: Arc<crate::telemetry::Stats>) -> Self {
+        self.session.stats = stats::XdsStats::new(stats);
+        self
+    }
+
     /// Runs until `shutdown` or until the control plane refuses this client for good.
     pub async fn run(mut self, shutdown: Signal) {
         let mut backoff = Backoff::xds(self.config.seed);
@@ -149,9 +157,13 @@ impl AdsClient {
             .await
             .map_err(|e| tonic::Status::unavailable(format!("cannot connect: {e}")))?;
         tracing::info!(server = %self.config.server, api = ?self.config.api_type, "ADS stream connecting");
-        match self.config.api_type {
+        let connected = self.session.stats.control_plane.connected_state.clone();
+        connected.set(1);
+        let result = match self.config.api_type {
             ApiType::Sotw => sotw::run(&mut self.session, &self.config, channel, backoff).await,
             ApiType::Delta => delta::run(&mut self.session, &self.config, channel, backoff).await,
-        }
+        };
+        connected.set(0);
+        result
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::AdsClientConfig;
 use super::sds::{SdsStreams, SdsUpdate};
+use super::stats::XdsStats;
 use super::timers::Timers;
 use crate::config::{Ignored, Resource, ResourceType};
 use crate::core::shutdown::Signal;
@@ -21,6 +22,7 @@ pub struct Session {
     wildcard_types: Vec<ResourceType>,
     /// Streams for secrets served by other clusters than the ADS server.
     sds: SdsStreams,
+    pub stats: XdsStats,
 }
 
 impl Session {
@@ -36,7 +38,8 @@ impl Session {
             }
         }
         let sds = SdsStreams::new(config.node.clone(), shutdown, config.seed);
-        let mut session = Self { state, store, timers, warned: HashSet::new(), wildcard_types, sds };
+        let mut session =
+            Self { state, store, timers, warned: HashSet::new(), wildcard_types, sds, stats: XdsStats::default() };
         session.arm_dependants();
         session
     }
@@ -61,6 +64,7 @@ impl Session {
         full_state: bool,
     ) {
         let count = accepted.len();
+        self.stats.accepted(resource_type, version_info, &accepted, removed);
         self.state.apply(resource_type, version_info, accepted, removed, full_state);
         tracing::info!(
             resource = resource_type.short_name(),

@@ -104,6 +104,7 @@ impl Stream<'_> {
             }
             Err(detail) => {
                 tracing::warn!(resource = resource_type.short_name(), version = %version_info, %detail, "rejected (NACK)");
+                session.stats.rejected(resource_type);
                 let previous = session.state.version_info(resource_type).to_owned();
                 let error = Status { code: tonic::Code::InvalidArgument as i32, message: detail, details: Vec::new() };
                 self.send(resource_type, previous, names, nonce, Some(error));

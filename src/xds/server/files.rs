@@ -128,6 +128,8 @@ fn read(path: &Path) -> Result<Vec<(PathBuf, String)>, FileError> {
 }
 
 fn parse(files: &[(PathBuf, String)]) -> Result<ResourceSet, FileError> {
+    // One descriptor pool for every resource of the set, not one decode per resource.
+    let _descriptors = crate::pb::json::pool();
     let mut set: ResourceSet = ResourceType::ALL.into_iter().map(|t| (t, Vec::new())).collect();
     for (path, text) in files {
         let invalid = |reason: String| FileError::Invalid { path: path.clone(), reason };

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use crate::config::address::Address;
 use crate::config::cluster::{
-    DEFAULT_DNS_REFRESH_RATE, DEFAULT_INITIAL_FETCH_TIMEOUT, DEFAULT_ORIGINAL_DST_HEADER, DnsLookupFamily, DnsSettings,
-    EdsConfig, OriginalDstConfig,
+    DEFAULT_DNS_REFRESH_RATE, DEFAULT_INITIAL_FETCH_TIMEOUT, DEFAULT_ORIGINAL_DST_CLEANUP_INTERVAL,
+    DEFAULT_ORIGINAL_DST_HEADER, DnsLookupFamily, DnsSettings, EdsConfig, OriginalDstConfig,
 };
 use crate::config::convert::common;
 use crate::config::endpoint::ClusterLoadAssignment;
@@ -175,18 +175,30 @@ pub(super) fn check_load_assignment(
     }
 }
 
-pub(super) fn original_dst_config(proto: Option<c::OriginalDstLbConfig>) -> Result<OriginalDstConfig> {
+/// An ORIGINAL_DST cluster's `original_dst_lb_config` and `cleanup_interval` (Envoy: 5 s
+/// by default, and it must be positive).
+pub(super) fn original_dst_config(
+    proto: Option<c::OriginalDstLbConfig>,
+    cleanup_interval: &Option<gpb::Duration>,
+) -> Result<OriginalDstConfig> {
     let c::OriginalDstLbConfig { use_http_header, http_header_name, upstream_port_override, metadata_key } =
         proto.unwrap_or_default();
+    let at = "original_dst_lb_config";
     if metadata_key.is_some() {
-        return Err(ConfigError::new("metadata_key", "destinations from metadata are not supported"));
+        return Err(ConfigError::new("metadata_key", "destinations from metadata are not supported").at(at));
     }
     let upstream_port_override = upstream_port_override
         .map(|p| u16::try_from(p.value).map_err(|_| ConfigError::new("upstream_port_override", "is not a port")))
-        .transpose()?;
+        .transpose()
+        .map_err(|e| e.at(at))?;
     let http_header_name =
         if http_header_name.is_empty() { DEFAULT_ORIGINAL_DST_HEADER.to_owned() } else { http_header_name };
-    Ok(OriginalDstConfig { use_http_header, http_header_name, upstream_port_override })
+    let cleanup_interval = match common::opt_duration(cleanup_interval, "cleanup_interval")? {
+        None => DEFAULT_ORIGINAL_DST_CLEANUP_INTERVAL,
+        Some(Duration::ZERO) => return Err(ConfigError::new("cleanup_interval", "must be greater than 0s")),
+        Some(interval) => interval,
+    };
+    Ok(OriginalDstConfig { use_http_header, http_header_name, upstream_port_override, cleanup_interval })
 }
 
 pub(super) fn upstream_bind(proto: core::BindConfig, warnings: &mut Warnings) -> Result<Option<SocketAddr>> {

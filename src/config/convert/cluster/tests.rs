@@ -129,11 +129,26 @@ fn istio_inbound_original_dst_cluster() {
     let (c, _) = convert(value).unwrap();
     assert_eq!(c.discovery, DiscoveryType::OriginalDst);
     assert_eq!(c.load_balancing, None);
-    assert_eq!(c.original_dst.unwrap().http_header_name, "x-envoy-original-dst-host");
+    let original_dst = c.original_dst.unwrap();
+    assert_eq!(original_dst.http_header_name, "x-envoy-original-dst-host");
+    assert_eq!(original_dst.cleanup_interval, Duration::from_secs(60));
     assert_eq!(c.upstream_bind, Some("127.0.0.6:0".parse().unwrap()));
     assert_eq!(c.circuit_breakers.default.max_requests, u32::MAX);
     assert_eq!(c.http.protocol, UpstreamProtocol::UseDownstream);
     assert_eq!(c.http.idle_timeout, None);
+}
+
+#[test]
+fn original_dst_cleanup_interval_defaults_and_must_be_positive() {
+    let (c, _) = convert(json!({"name": "p", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED"})).unwrap();
+    assert_eq!(c.original_dst.unwrap().cleanup_interval, Duration::from_secs(5));
+    let zero = json!({"name": "p", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED", "cleanup_interval": "0s"});
+    assert_eq!(error_path(zero), "cleanup_interval");
+    let header = json!({"name": "p", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
+        "original_dst_lb_config": {"metadata_key": {"key": "k", "path": [{"key": "p"}]}}});
+    assert_eq!(error_path(header), "original_dst_lb_config.metadata_key");
+    let (_, warnings) = convert(json!({"name": "s", "type": "STATIC", "cleanup_interval": "1s"})).unwrap();
+    assert!(warnings.items().iter().any(|w| w.path == "cleanup_interval"));
 }
 
 #[test]

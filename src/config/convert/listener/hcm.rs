@@ -108,7 +108,11 @@ pub fn http_connection_manager(
         warnings,
         &[
             (add_user_agent.is_some(), "add_user_agent", "user agent headers are not added"),
-            (tracing.is_some(), "tracing", "tracing is not configured from listeners"),
+            (
+                tracing.as_ref().is_some_and(|t| t.provider.is_some()),
+                "tracing.provider",
+                "spans go to the bootstrap's tracer",
+            ),
             (
                 http1_safe_max_connection_duration,
                 "http1_safe_max_connection_duration",
@@ -119,12 +123,9 @@ pub fn http_connection_manager(
             (stream_flush_timeout.is_some(), "stream_flush_timeout", "stream_idle_timeout bounds flushing"),
             (drain_timeout_jitter.is_some(), "drain_timeout_jitter", "no jitter is applied"),
             (
-                !access_log.is_empty()
-                    || access_log_flush_interval.is_some()
-                    || flush_access_log_on_new_request
-                    || access_log_options.is_some(),
-                "access_log",
-                "access logs are written by Outrider's own telemetry",
+                access_log_flush_interval.is_some() || flush_access_log_on_new_request || access_log_options.is_some(),
+                "access_log_options",
+                "access logs are written when each request ends",
             ),
             (
                 internal_address_config.is_some(),
@@ -200,7 +201,15 @@ pub fn http_connection_manager(
         (false, Some(hcm::StripPortMode::StripAnyHostPort(true))) => StripPort::Any,
         (false, _) => StripPort::None,
     };
+    let access_log = super::access_log::access_logs(access_log, warnings)?;
+    let trace_sampling = match &tracing {
+        Some(t) => common::percent_or(&t.random_sampling, 100.0, "tracing.random_sampling")?,
+        None => 100.0,
+    };
     Ok(HttpConnectionManager {
+        tracing: tracing.is_some(),
+        trace_sampling,
+        access_log,
         stat_prefix,
         codec_type,
         route_source,

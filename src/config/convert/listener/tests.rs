@@ -180,7 +180,7 @@ fn listener_filters_and_original_dst() {
         ],
         "filter_chains": [{"filters": tcp}]}), &mut warnings)
     .unwrap();
-    assert!(l.use_original_dst && !l.bind_to_port);
+    assert!(!l.use_original_dst && l.restores_original_dst() && !l.bind_to_port);
     assert_eq!(l.listener_filters_timeout, None);
     assert!(l.has_listener_filter(ListenerFilterKind::TlsInspector));
     assert!(!l.has_listener_filter(ListenerFilterKind::HttpInspector));
@@ -194,7 +194,7 @@ fn listener_filters_and_original_dst() {
     let l = convert(json!({"name": "l", "address": {"socket_address": {"address": "0.0.0.0", "port_value": 1}},
         "use_original_dst": true, "filter_chains": [{"filters": tcp}]}))
     .unwrap();
-    assert!(l.use_original_dst);
+    assert!(l.use_original_dst && l.restores_original_dst());
 }
 
 #[test]

@@ -106,7 +106,9 @@ fn sidecar_listeners_convert() {
     assert_eq!(listeners.len(), 2 + 27);
 
     let inbound = by_name(&listeners, "virtualInbound");
-    assert!(inbound.use_original_dst && inbound.bind_to_port);
+    // The original_dst listener filter restores the destination for chain matching; only
+    // `use_original_dst` (virtualOutbound) hands connections to other listeners.
+    assert!(!inbound.use_original_dst && inbound.restores_original_dst() && inbound.bind_to_port);
     assert!(inbound.has_listener_filter(ListenerFilterKind::OriginalDst));
     assert!(inbound.has_listener_filter(ListenerFilterKind::TlsInspector));
     assert_eq!(inbound.traffic_direction, TrafficDirection::Inbound);
@@ -121,7 +123,7 @@ fn sidecar_listeners_convert() {
     assert!(inbound.all_filter_chains().any(|c| c.skipped_filters.iter().any(|f| f.kind == SkippedKind::Policy)));
 
     let outbound = by_name(&listeners, "virtualOutbound");
-    assert!(outbound.use_original_dst && outbound.bind_to_port);
+    assert!(outbound.use_original_dst && outbound.restores_original_dst() && outbound.bind_to_port);
     let passthrough = outbound.all_filter_chains().any(|c| matches!(&c.terminal, TerminalFilter::TcpProxy(_)));
     assert!(passthrough);
 

@@ -1,0 +1,102 @@
+//! Outlier detection on the control runtime: one [`Detector`] per cluster that configures
+//! it, fed by the workers' events (woken at once) and swept every `interval`. A change of
+//! ejections rebuilds that cluster's balancer, so workers stop (or resume) picking the host
+//! with their next request.
+
+use std::collections::HashMap;
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::lb::outlier::Detector;
+use crate::lb::{Balancers, ClusterLb};
+use crate::store::Snapshot;
+
+/// The detectors of every cluster with outlier detection.
+#[derive(Debug, Default)]
+pub struct OutlierDetectors {
+    clusters: HashMap<String, Tracked>,
+}
+
+#[derive(Debug)]
+struct Tracked {
+    detector: Detector,
+    next_sweep: Instant,
+    /// The balancer whose hosts the detector follows (rebuilt balancer ⇒ resync).
+    synced: Arc<ClusterLb>,
+}
+
+impl OutlierDetectors {
+    /// Follows the configuration and the published balancers: detectors appear, change
+    /// their configuration, follow membership, and go with their cluster.
+    pub fn sync(&mut self, snapshot: &Snapshot, balancers: &Balancers) {
+        let all = balancers.all();
+        let now = Instant::now();
+        self.clusters.retain(|name, _| {
+            let config = snapshot.clusters.get(name).and_then(|c| c.resource.outlier_detection.as_ref());
+            config.is_some() && all.contains_key(name)
+        });
+        for (name, lb) in all.iter() {
+            let Some(config) = snapshot.clusters.get(name).and_then(|c| c.resource.outlier_detection.as_ref()) else {
+                continue;
+            };
+            if lb.original_dst().is_some() {
+                continue; // hosts made per connection: nothing to eject in favour of
+            }
+            let tracked = self.clusters.entry(name.clone()).or_insert_with(|| {
+                let mut detector = Detector::new(config.clone(), seed(name));
+                detector.sync_hosts(lb.hosts());
+                Tracked { detector, next_sweep: now + config.interval, synced: lb.clone() }
+            });
+            if tracked.detector.config() != config {
+                if tracked.detector.config().interval != config.interval {
+                    tracked.next_sweep = now + config.interval;
+                }
+                tracked.detector.set_config(config.clone());
+            }
+            if !Arc::ptr_eq(&tracked.synced, lb) {
+                tracked.detector.sync_hosts(lb.hosts());
+                tracked.synced = lb.clone();
+            }
+        }
+    }
+
+    /// Handles pending events and the sweeps that came due; returns the clusters whose
+    /// ejections changed.
+    pub fn run(&mut self) -> Vec<String> {
+        let now = Instant::now();
+        let mut changed = Vec::new();
+        for (name, tracked) in &mut self.clusters {
+            let mut any = tracked.detector.on_events(now.into_std());
+            if tracked.next_sweep <= now {
+                any |= tracked.detector.sweep(now.into_std());
+                tracked.next_sweep = now + tracked.detector.config().interval;
+            }
+            if any {
+                changed.push(name.clone());
+            }
+        }
+        changed
+    }
+
+    /// When the next sweep is due, if any cluster has outlier detection.
+    pub fn next_sweep(&self) -> Option<Instant> {
+        self.clusters.values().map(|t| t.next_sweep).min()
+    }
+
+    /// An active health check of `address` in `cluster` passed: unejects it if configured
+    /// so; true if the balancer must be rebuilt.
+    pub fn on_health_check_pass(&mut self, cluster: &str, address: &crate::config::Address) -> bool {
+        self.clusters.get_mut(cluster).is_some_and(|t| t.detector.on_health_check_pass(address))
+    }
+}
+
+/// A per-cluster seed, stable across runs, so enforcement and jitter draws differ per
+/// cluster but are reproducible.
+fn seed(name: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    name.hash(&mut hasher);
+    hasher.finish()
+}

@@ -1,0 +1,171 @@
+//! What injection adds to a pod: the `outrider-init` container that installs capture, the
+//! `outrider` native sidecar (an init container with `restartPolicy: Always`, Kubernetes
+//! 1.29+), and the volumes Istio's injection gives its proxy (the agent's sockets, the
+//! istio-token, the mesh's root certificate). Shapes follow Istio's injection template.
+
+use serde_json::{Map, Value, json};
+
+use super::bootstrap::{PROMETHEUS_PORT, STATUS_PORT};
+
+/// Names of the two containers injection adds (also how it recognises an injected pod).
+pub const INIT_NAME: &str = "outrider-init";
+pub const SIDECAR_NAME: &str = "outrider";
+/// The proxy's user and group: capture leaves their traffic alone.
+pub const PROXY_UID: u64 = 1337;
+/// Where the sidecar writes the bootstrap it builds from the environment.
+pub const BOOTSTRAP_PATH: &str = "/etc/istio/proxy/outrider-bootstrap.json";
+
+/// Injection settings (from the command line).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub image: String,
+    /// The capture init container's image (it needs iptables).
+    pub init_image: String,
+    /// `OUTRIDER_XDS_ADDRESS` for the sidecar; `None`: the agent's socket.
+    pub xds_address: Option<String>,
+    pub cluster_id: String,
+    pub mesh_id: String,
+}
+
+/// What the sidecar's metadata needs to know about the workload.
+pub struct Workload<'a> {
+    /// `deployments`, `statefulsets`, … (Istio's `OWNER` URL segment), with its API group.
+    pub owner_kind: Option<(&'a str, &'a str)>,
+    pub name: &'a str,
+    pub labels: &'a Map<String, Value>,
+    pub app_containers: Vec<String>,
+    pub ports: Vec<Value>,
+}
+
+/// The init container that installs the capture rules, with Istio's `istio-iptables` flags.
+pub fn init_container(settings: &Settings) -> Value {
+    json!({
+        "name": INIT_NAME,
+        "image": settings.init_image,
+        "args": ["capture", "-p", "15001", "-z", "15006", "-u", "1337", "-g", "1337", "-m", "REDIRECT",
+                 "-i", "*", "-x", "", "-b", "*", "-d", "15090,15021,15020"],
+        "resources": resources(),
+        "securityContext": {
+            "allowPrivilegeEscalation": false,
+            "capabilities": { "add": ["NET_ADMIN", "NET_RAW"], "drop": ["ALL"] },
+            "privileged": false,
+            "readOnlyRootFilesystem": false,
+            "runAsGroup": 0,
+            "runAsNonRoot": false,
+            "runAsUser": 0,
+        },
+    })
+}
+
+/// The proxy, as a native sidecar: started before the application's containers, ready
+/// before they start (startup probe), stopped after them.
+pub fn sidecar_container(settings: &Settings, workload: &Workload) -> Value {
+    let probe = |period: u64, failures: u64| {
+        json!({
+            "httpGet": { "path": "/healthz/ready", "port": STATUS_PORT },
+            "periodSeconds": period,
+            "timeoutSeconds": 3,
+            "failureThreshold": failures,
+        })
+    };
+    json!({
+        "name": SIDECAR_NAME,
+        "image": settings.image,
+        "restartPolicy": "Always",
+        "args": ["sidecar", "--bootstrap", BOOTSTRAP_PATH],
+        "workingDir": "/",
+        "ports": [{ "containerPort": PROMETHEUS_PORT, "name": "http-envoy-prom", "protocol": "TCP" }],
+        "env": env(settings, workload),
+        "startupProbe": probe(1, 600),
+        "readinessProbe": probe(15, 4),
+        "resources": resources(),
+        "securityContext": {
+            "allowPrivilegeEscalation": false,
+            "capabilities": { "drop": ["ALL"] },
+            "privileged": false,
+            "readOnlyRootFilesystem": true,
+            "runAsGroup": PROXY_UID,
+            "runAsNonRoot": true,
+            "runAsUser": PROXY_UID,
+        },
+        "volumeMounts": [
+            { "name": "workload-socket", "mountPath": "/var/run/secrets/workload-spiffe-uds" },
+            { "name": "credential-socket", "mountPath": "/var/run/secrets/credential-uds" },
+            { "name": "workload-certs", "mountPath": "/var/run/secrets/workload-spiffe-credentials" },
+            { "name": "istiod-ca-cert", "mountPath": "/var/run/secrets/istio" },
+            { "name": "istio-data", "mountPath": "/var/lib/istio/data" },
+            { "name": "istio-envoy", "mountPath": "/etc/istio/proxy" },
+            { "name": "istio-token", "mountPath": "/var/run/secrets/tokens" },
+            { "name": "istio-podinfo", "mountPath": "/etc/istio/pod" },
+        ],
+    })
+}
+
+/// Istio's default proxy resources.
+fn resources() -> Value {
+    json!({ "limits": { "cpu": "2", "memory": "1Gi" }, "requests": { "cpu": "100m", "memory": "128Mi" } })
+}
+
+fn field(name: &str, path: &str) -> Value {
+    json!({ "name": name, "valueFrom": { "fieldRef": { "apiVersion": "v1", "fieldPath": path } } })
+}
+
+fn value(name: &str, value: impl Into<String>) -> Value {
+    json!({ "name": name, "value": value.into() })
+}
+
+/// The downward-API variables `outrider sidecar` builds its bootstrap from.
+fn env(settings: &Settings, workload: &Workload) -> Value {
+    let mut env = vec![
+        field("POD_NAME", "metadata.name"),
+        field("POD_NAMESPACE", "metadata.namespace"),
+        field("INSTANCE_IP", "status.podIP"),
+        field("SERVICE_ACCOUNT", "spec.serviceAccountName"),
+        field("HOST_IP", "status.hostIP"),
+        field("ISTIO_META_NODE_NAME", "spec.nodeName"),
+        value("ISTIO_META_CLUSTER_ID", settings.cluster_id.clone()),
+        value("ISTIO_META_MESH_ID", settings.mesh_id.clone()),
+        value("ISTIO_META_INTERCEPTION_MODE", "REDIRECT"),
+        value("ISTIO_META_WORKLOAD_NAME", workload.name),
+        value("ISTIO_META_APP_CONTAINERS", workload.app_containers.join(",")),
+        value("ISTIO_METAJSON_LABELS", Value::Object(workload.labels.clone()).to_string()),
+        value("ISTIO_META_POD_PORTS", Value::Array(workload.ports.clone()).to_string()),
+    ];
+    if let Some((group, kind)) = workload.owner_kind {
+        // `$(POD_NAMESPACE)` is expanded by the kubelet from the variable above.
+        let owner = format!("kubernetes://apis/{group}/namespaces/$(POD_NAMESPACE)/{kind}/{}", workload.name);
+        env.push(value("ISTIO_META_OWNER", owner));
+    }
+    if let Some(address) = &settings.xds_address {
+        env.push(value("OUTRIDER_XDS_ADDRESS", address.clone()));
+    }
+    Value::Array(env)
+}
+
+/// The pod volumes the sidecar mounts, as Istio's injection declares them.
+pub fn volumes() -> Vec<Value> {
+    vec![
+        json!({ "name": "workload-socket", "emptyDir": {} }),
+        json!({ "name": "credential-socket", "emptyDir": {} }),
+        json!({ "name": "workload-certs", "emptyDir": {} }),
+        json!({ "name": "istio-envoy", "emptyDir": { "medium": "Memory" } }),
+        json!({ "name": "istio-data", "emptyDir": {} }),
+        json!({ "name": "istio-podinfo", "downwardAPI": { "items": [
+            { "path": "labels", "fieldRef": { "fieldPath": "metadata.labels" } },
+            { "path": "annotations", "fieldRef": { "fieldPath": "metadata.annotations" } },
+        ] } }),
+        json!({ "name": "istio-token", "projected": { "sources": [{ "serviceAccountToken": {
+            "audience": "istio-ca", "expirationSeconds": 43200, "path": "istio-token",
+        } }] } }),
+        json!({ "name": "istiod-ca-cert", "configMap": { "name": "istio-ca-root-cert" } }),
+    ]
+}
+
+/// Pod annotations: Prometheus scrapes the sidecar's 15090.
+pub fn annotations() -> [(&'static str, String); 3] {
+    [
+        ("prometheus.io/scrape", "true".to_owned()),
+        ("prometheus.io/port", PROMETHEUS_PORT.to_string()),
+        ("prometheus.io/path", "/stats/prometheus".to_owned()),
+    ]
+}

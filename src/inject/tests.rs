@@ -1,0 +1,177 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+}
+
+fn pod_env() -> BTreeMap<String, String> {
+    env(&[
+        ("POD_NAME", "reviews-v1-7f9c"),
+        ("POD_NAMESPACE", "shop"),
+        ("INSTANCE_IP", "10.1.2.3"),
+        ("SERVICE_ACCOUNT", "reviews"),
+        ("ISTIO_META_CLUSTER_ID", "east"),
+        ("ISTIO_METAJSON_LABELS", r#"{"app":"reviews","version":"v1"}"#),
+        ("PATH", "/usr/bin"),
+    ])
+}
+
+fn settings() -> Settings {
+    Settings {
+        image: "outrider:test".into(),
+        init_image: "outrider-init:test".into(),
+        xds_address: None,
+        cluster_id: "Kubernetes".into(),
+        mesh_id: "cluster.local".into(),
+    }
+}
+
+#[test]
+fn node_id_is_istios_sidecar_format() {
+    let pod = PodInfo::from_env(&pod_env()).unwrap();
+    assert_eq!(pod.node_id(), "sidecar~10.1.2.3~reviews-v1-7f9c.shop~shop.svc.cluster.local");
+}
+
+#[test]
+fn node_metadata_comes_from_the_downward_api_and_istio_meta() {
+    let document = PodInfo::from_env(&pod_env()).unwrap().bootstrap();
+    let node = &document["node"];
+    assert_eq!(node["cluster"], "reviews.shop");
+    let metadata = &node["metadata"];
+    assert_eq!(metadata["NAME"], "reviews-v1-7f9c");
+    assert_eq!(metadata["NAMESPACE"], "shop");
+    assert_eq!(metadata["INSTANCE_IPS"], "10.1.2.3");
+    assert_eq!(metadata["SERVICE_ACCOUNT"], "reviews");
+    assert_eq!(metadata["CLUSTER_ID"], "east", "ISTIO_META_* wins over the default");
+    assert_eq!(metadata["MESH_ID"], "cluster.local");
+    assert_eq!(metadata["LABELS"], json!({"app": "reviews", "version": "v1"}), "ISTIO_METAJSON_* is JSON");
+    assert_eq!(metadata["ISTIO_VERSION"], bootstrap::DEFAULT_ISTIO_VERSION);
+    assert!(metadata.get("PATH").is_none());
+}
+
+#[test]
+fn xds_goes_to_the_agent_socket_with_delta_ads_unless_an_address_is_given() {
+    let document = PodInfo::from_env(&pod_env()).unwrap().bootstrap();
+    assert_eq!(document["dynamic_resources"]["ads_config"]["api_type"], "DELTA_GRPC");
+    let clusters = document["static_resources"]["clusters"].as_array().unwrap();
+    let endpoint = |name: &str| {
+        let cluster = clusters.iter().find(|c| c["name"] == name).unwrap();
+        cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"].clone()
+    };
+    assert_eq!(endpoint("xds-grpc")["pipe"]["path"], "./etc/istio/proxy/XDS");
+    assert_eq!(endpoint("sds-grpc")["pipe"]["path"], "./var/run/secrets/workload-spiffe-uds/socket");
+
+    let mut direct = pod_env();
+    direct.insert("OUTRIDER_XDS_ADDRESS".into(), "istiod.istio-system.svc:15010".into());
+    let document = PodInfo::from_env(&direct).unwrap().bootstrap();
+    let xds = &document["static_resources"]["clusters"][2];
+    assert_eq!(xds["type"], "STRICT_DNS");
+    let address = &xds["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"];
+    assert_eq!(address["address"], "istiod.istio-system.svc");
+    assert_eq!(address["port_value"], 15010);
+}
+
+#[test]
+fn missing_or_malformed_environment_is_an_error_naming_the_variable() {
+    let mut pod = pod_env();
+    pod.remove("INSTANCE_IP");
+    let e = PodInfo::from_env(&pod).unwrap_err().to_string();
+    assert!(e.contains("INSTANCE_IP"), "{e}");
+    let mut pod = pod_env();
+    pod.insert("ISTIO_METAJSON_LABELS".into(), "{not json".into());
+    let e = PodInfo::from_env(&pod).unwrap_err().to_string();
+    assert!(e.contains("ISTIO_METAJSON_LABELS"), "{e}");
+}
+
+#[test]
+fn documents_split_at_markers_and_keep_their_text() {
+    assert_eq!(documents("a: 1\n"), ["a: 1\n"]);
+    assert_eq!(documents("---\na: 1\n---\nb: 2\n"), ["a: 1\n", "b: 2\n"]);
+    assert_eq!(documents("a: 1\n--- # two\nb: |\n  ---x\n"), ["a: 1\n", "b: |\n  ---x\n"]);
+    assert_eq!(documents("--- {a: 1}\n"), [" {a: 1}\n"]);
+}
+
+const FIXTURE: &str = include_str!("../../tests/data/k8s/app.yaml");
+
+fn parsed(text: &str) -> Vec<Value> {
+    documents(text).into_iter().map(|d| serde_saphyr::from_str(d).unwrap()).collect()
+}
+
+#[test]
+fn workloads_get_the_init_container_and_the_native_sidecar() {
+    let (out, outcomes) = inject_text(FIXTURE, &settings()).unwrap();
+    let injected = outcomes.iter().filter(|o| **o == Outcome::Injected).count();
+    assert_eq!(injected, 4, "Deployment, Pod, StatefulSet, Job: {outcomes:?}");
+    let docs = parsed(&out);
+    let deployment = &docs[1]["spec"]["template"];
+    let init = deployment["spec"]["initContainers"].as_array().unwrap();
+    let names: Vec<_> = init.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["outrider-init", "outrider", "migrate"], "the proxy starts before the app's init containers");
+
+    let capture = &init[0];
+    assert_eq!(capture["args"][0], "capture");
+    assert_eq!(capture["image"], "outrider-init:test");
+    assert_eq!(capture["securityContext"]["runAsUser"], 0);
+    assert_eq!(capture["securityContext"]["capabilities"]["add"], json!(["NET_ADMIN", "NET_RAW"]));
+
+    let proxy = &init[1];
+    assert_eq!(proxy["restartPolicy"], "Always");
+    assert_eq!(proxy["securityContext"]["runAsUser"], 1337);
+    assert_eq!(proxy["securityContext"]["runAsGroup"], 1337);
+    assert_eq!(proxy["readinessProbe"]["httpGet"], json!({"path": "/healthz/ready", "port": 15021}));
+    let env: Vec<_> = proxy["env"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    for name in ["POD_NAME", "POD_NAMESPACE", "INSTANCE_IP", "SERVICE_ACCOUNT", "ISTIO_METAJSON_LABELS"] {
+        assert!(env.contains(&name), "{name} in {env:?}");
+    }
+    let owner = proxy["env"].as_array().unwrap().iter().find(|e| e["name"] == "ISTIO_META_OWNER").unwrap();
+    assert_eq!(owner["value"], "kubernetes://apis/apps/v1/namespaces/$(POD_NAMESPACE)/deployments/reviews-v1");
+
+    let metadata = &deployment["metadata"];
+    assert_eq!(metadata["annotations"]["prometheus.io/port"], "15090");
+    assert_eq!(metadata["labels"]["security.istio.io/tlsMode"], "istio");
+    assert_eq!(metadata["labels"]["service.istio.io/canonical-revision"], "v1");
+    let volumes: Vec<_> =
+        deployment["spec"]["volumes"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
+    for name in ["workload-socket", "istio-envoy", "istio-token", "istiod-ca-cert", "istio-podinfo"] {
+        assert!(volumes.contains(&name), "{name} in {volumes:?}");
+    }
+    // Strings that look like other scalars stay strings through the YAML writer.
+    let app_env = &deployment["spec"]["containers"][0]["env"][1];
+    assert_eq!(app_env["value"], "true");
+}
+
+#[test]
+fn other_kinds_opted_out_and_host_network_pods_pass_through_byte_for_byte() {
+    let (out, outcomes) = inject_text(FIXTURE, &settings()).unwrap();
+    let before = documents(FIXTURE);
+    let after = documents(&out);
+    assert_eq!(before.len(), after.len());
+    for index in [0, 4, 6, 7] {
+        assert_eq!(before[index], after[index], "document {index}");
+    }
+    assert!(outcomes.iter().any(|o| matches!(o, Outcome::Skipped(why) if why.contains("hostNetwork"))));
+    assert!(outcomes.iter().any(|o| matches!(o, Outcome::Skipped(why) if why.contains("sidecar.istio.io/inject"))));
+}
+
+#[test]
+fn injecting_twice_changes_nothing() {
+    let (once, _) = inject_text(FIXTURE, &settings()).unwrap();
+    let (twice, outcomes) = inject_text(&once, &settings()).unwrap();
+    assert_eq!(once, twice);
+    assert!(!outcomes.contains(&Outcome::Injected));
+}
+
+#[test]
+fn broken_manifests_are_errors_naming_the_document() {
+    let e = inject_text("kind: Pod\n---\nkind: Deployment\nspec: {}\n", &settings()).unwrap_err().to_string();
+    assert!(e.starts_with("document 0"), "{e}");
+    let e = inject_text("kind: ConfigMap\n---\nkind: Deployment\nmetadata: {name: x}\n", &settings()).unwrap_err();
+    assert!(e.to_string().contains("document 1"), "{e}");
+    assert!(inject_text("kind: [\n", &settings()).is_err());
+}

@@ -1,0 +1,80 @@
+//! Around each request: the connection manager's `http.<stat_prefix>.*` stats, the
+//! access log line and the span, all completed when the response ends
+//! ([`crate::proxy::completion`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use http::{Request, Response, Version};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+
+use super::super::completion::{Completed, Completion, PendingSpan};
+use super::super::headers::Downstream;
+use super::super::response_flags::ResponseFlags;
+use super::super::worker::WorkerContext;
+use super::{ProxyBody, forward_request};
+use crate::config::listener::HttpConnectionManager;
+use crate::telemetry::{HttpStats, LineWriter, RequestSpan};
+
+/// Counts, times and logs one request around [`forward_request`].
+pub(super) async fn handle(
+    request: Request<Incoming>,
+    downstream: Downstream,
+    original_dst: Option<SocketAddr>,
+    manager: &HttpConnectionManager,
+    context: &WorkerContext,
+    stats: Arc<HttpStats>,
+    access_logs: &[LineWriter],
+) -> Response<ProxyBody> {
+    let started = Instant::now();
+    match request.version() {
+        Version::HTTP_2 => stats.downstream_rq_http2_total.inc(),
+        _ => stats.downstream_rq_http1_total.inc(),
+    }
+    let mut completion = Completion::start(stats, started);
+    let mut stream = StreamInfo::default();
+    if !access_logs.is_empty() {
+        // Captured after the connection manager's header handling (see `forward_request`).
+        stream.log = Some(access_logs.to_vec());
+    }
+    let mut pending = None;
+    let response =
+        forward_request(request, downstream, original_dst, manager, context, &mut stream, &mut pending).await;
+    let status = response.status().as_u16();
+    let stats = completion.stats();
+    stats.charge(status);
+    if stream.flags.contains(ResponseFlags::NO_ROUTE_FOUND) {
+        stats.no_route.inc();
+    } else if stream.flags.contains(ResponseFlags::NO_CLUSTER_FOUND) {
+        stats.no_cluster.inc();
+    } else if stream.direct_response {
+        stats.rq_direct_response.inc();
+    } else if stream.redirect {
+        stats.rq_redirect.inc();
+    }
+    if let Some(mut log) = pending {
+        log.respond(status, response.headers(), stream.flags);
+        completion.log_with(Some(log));
+    }
+    if let Some(span) = stream.span.take() {
+        let pending = PendingSpan { span, status, flags: stream.flags, retries: stream.retries };
+        completion.trace_with(Some(Box::new(pending)));
+    }
+    let (parts, body) = response.into_parts();
+    Response::from_parts(parts, Completed::new(body, completion).boxed_unsync())
+}
+
+/// What the forwarding path tells the caller about a request besides its response.
+#[derive(Default)]
+pub(super) struct StreamInfo {
+    /// Access log writers, when the connection manager logs.
+    pub(super) log: Option<Vec<LineWriter>>,
+    pub(super) flags: ResponseFlags,
+    pub(super) direct_response: bool,
+    pub(super) redirect: bool,
+    /// The request's span, when its connection manager traces and a tracer is set.
+    pub(super) span: Option<RequestSpan>,
+    pub(super) retries: u32,
+}

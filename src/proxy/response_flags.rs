@@ -1,0 +1,116 @@
+//! Envoy's response flags: why a request ended the way it did, as `%RESPONSE_FLAGS%`
+//! prints them in access logs and spans (`UH`, `UF`, `UT`, `URX`, …; `-` for none).
+
+use std::fmt;
+
+use super::headers::{LocalReply, ResetReason};
+
+/// A set of response flags.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResponseFlags(u16);
+
+/// Each flag and its short name, in the order Envoy prints them.
+const NAMES: [(ResponseFlags, &str); 11] = [
+    (ResponseFlags::FAILED_LOCAL_HEALTH_CHECK, "LH"),
+    (ResponseFlags::NO_HEALTHY_UPSTREAM, "UH"),
+    (ResponseFlags::UPSTREAM_REQUEST_TIMEOUT, "UT"),
+    (ResponseFlags::LOCAL_RESET, "LR"),
+    (ResponseFlags::UPSTREAM_REMOTE_RESET, "UR"),
+    (ResponseFlags::UPSTREAM_CONNECTION_FAILURE, "UF"),
+    (ResponseFlags::UPSTREAM_CONNECTION_TERMINATION, "UC"),
+    (ResponseFlags::UPSTREAM_OVERFLOW, "UO"),
+    (ResponseFlags::NO_ROUTE_FOUND, "NR"),
+    (ResponseFlags::UPSTREAM_RETRY_LIMIT_EXCEEDED, "URX"),
+    (ResponseFlags::DOWNSTREAM_CONNECTION_TERMINATION, "DC"),
+];
+
+impl ResponseFlags {
+    pub const NONE: Self = Self(0);
+    pub const FAILED_LOCAL_HEALTH_CHECK: Self = Self(1);
+    pub const NO_HEALTHY_UPSTREAM: Self = Self(1 << 1);
+    pub const UPSTREAM_REQUEST_TIMEOUT: Self = Self(1 << 2);
+    pub const LOCAL_RESET: Self = Self(1 << 3);
+    pub const UPSTREAM_REMOTE_RESET: Self = Self(1 << 4);
+    pub const UPSTREAM_CONNECTION_FAILURE: Self = Self(1 << 5);
+    pub const UPSTREAM_CONNECTION_TERMINATION: Self = Self(1 << 6);
+    pub const UPSTREAM_OVERFLOW: Self = Self(1 << 7);
+    pub const NO_ROUTE_FOUND: Self = Self(1 << 8);
+    pub const UPSTREAM_RETRY_LIMIT_EXCEEDED: Self = Self(1 << 9);
+    pub const DOWNSTREAM_CONNECTION_TERMINATION: Self = Self(1 << 10);
+    /// `NC`: the route's cluster does not exist.
+    pub const NO_CLUSTER_FOUND: Self = Self(1 << 11);
+    /// `UPE`: the upstream broke the protocol.
+    pub const UPSTREAM_PROTOCOL_ERROR: Self = Self(1 << 12);
+
+    pub fn insert(&mut self, other: Self) {
+        self.0 |= other.0;
+    }
+
+    pub fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The flag a local reply stands for.
+    pub fn for_local_reply(reply: &LocalReply) -> Self {
+        match reply {
+            LocalReply::NoRoute => Self::NO_ROUTE_FOUND,
+            LocalReply::ClusterNotFound(_) => Self::NO_CLUSTER_FOUND,
+            LocalReply::NoHealthyUpstream => Self::NO_HEALTHY_UPSTREAM,
+            LocalReply::UpstreamTimeout => Self::UPSTREAM_REQUEST_TIMEOUT,
+            LocalReply::Overflow => Self::UPSTREAM_OVERFLOW,
+            LocalReply::UpstreamReset { reason, .. } => match reason {
+                ResetReason::RemoteConnectionFailure | ResetReason::ConnectionTimeout => {
+                    Self::UPSTREAM_CONNECTION_FAILURE
+                }
+                ResetReason::ConnectionTermination => Self::UPSTREAM_CONNECTION_TERMINATION,
+                ResetReason::ProtocolError => Self::UPSTREAM_PROTOCOL_ERROR,
+                ResetReason::LocalReset => Self::LOCAL_RESET,
+                ResetReason::LocalConnectionFailure => Self::UPSTREAM_CONNECTION_FAILURE,
+                ResetReason::Overflow => Self::UPSTREAM_OVERFLOW,
+                ResetReason::LocalRefusedStreamReset
+                | ResetReason::RemoteReset
+                | ResetReason::RemoteRefusedStreamReset => Self::UPSTREAM_REMOTE_RESET,
+            },
+        }
+    }
+}
+
+impl fmt::Display for ResponseFlags {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return f.write_str("-");
+        }
+        let extra = [(Self::NO_CLUSTER_FOUND, "NC"), (Self::UPSTREAM_PROTOCOL_ERROR, "UPE")];
+        let mut first = true;
+        for (flag, name) in NAMES.iter().chain(extra.iter()) {
+            if self.contains(*flag) {
+                if !first {
+                    f.write_str(",")?;
+                }
+                f.write_str(name)?;
+                first = false;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prints_like_envoy() {
+        assert_eq!(ResponseFlags::NONE.to_string(), "-");
+        let mut flags = ResponseFlags::UPSTREAM_CONNECTION_FAILURE;
+        flags.insert(ResponseFlags::UPSTREAM_RETRY_LIMIT_EXCEEDED);
+        assert_eq!(flags.to_string(), "UF,URX");
+        let timeout = ResponseFlags::for_local_reply(&LocalReply::UpstreamTimeout);
+        assert_eq!(timeout.to_string(), "UT");
+        assert_eq!(ResponseFlags::for_local_reply(&LocalReply::NoHealthyUpstream).to_string(), "UH");
+    }
+}

@@ -1,0 +1,90 @@
+//! A cluster's stats, with Envoy's names (`cluster.<name>.…`, Prometheus label
+//! `envoy_cluster_name`). Resolved once when the cluster is first built and kept across
+//! rebuilds; every host of the cluster carries the handle, so the request path updates
+//! them without a look-up.
+
+use super::metrics::{Counter, Gauge, Histogram};
+use super::stats::{Scope, Stats};
+
+/// `cluster.<name>.*`. `Default` gives cells registered nowhere (for tests and tools).
+#[derive(Debug, Clone, Default)]
+pub struct ClusterStats {
+    /// Upstream requests started, retries included.
+    pub upstream_rq_total: Counter,
+    /// Upstream requests that ended (with a response, an error or a timeout).
+    pub upstream_rq_completed: Counter,
+    pub upstream_rq_active: Gauge,
+    /// `upstream_rq_1xx` … `upstream_rq_5xx`: by response class; a reset or connect
+    /// failure counts as 503 and a timeout as 504, as Envoy charges them.
+    upstream_rq_class: [Counter; 5],
+    /// Milliseconds from sending the request to the end of the response.
+    pub upstream_rq_time: Histogram,
+    pub upstream_rq_timeout: Counter,
+    pub upstream_rq_per_try_timeout: Counter,
+    pub upstream_rq_retry: Counter,
+    pub upstream_rq_retry_limit_exceeded: Counter,
+    pub upstream_cx_total: Counter,
+    pub upstream_cx_active: Gauge,
+    pub upstream_cx_connect_fail: Counter,
+    pub upstream_cx_connect_timeout: Counter,
+    /// Requests that found no healthy host.
+    pub upstream_cx_none_healthy: Counter,
+    /// Picks made while a priority level was in panic.
+    pub lb_healthy_panic: Counter,
+    pub membership_healthy: Gauge,
+    pub membership_degraded: Gauge,
+    pub membership_total: Gauge,
+    pub membership_change: Counter,
+    /// EDS updates accepted for this cluster.
+    pub update_success: Counter,
+}
+
+impl ClusterStats {
+    pub fn scope(cluster: &str) -> Scope {
+        Scope::envoy().child("cluster").tagged("envoy_cluster_name", cluster)
+    }
+
+    pub fn register(stats: &Stats, cluster: &str) -> Self {
+        let scope = Self::scope(cluster);
+        let counter = |name: &str| stats.counter(scope.name(name));
+        let gauge = |name: &str| stats.gauge(scope.name(name));
+        let class = |n: usize| {
+            let class = (n + 1).to_string();
+            let flat = format!("upstream_rq_{class}xx");
+            stats.counter(scope.name_tagged(&flat, "upstream_rq_xx", "envoy_response_code_class", &class))
+        };
+        Self {
+            upstream_rq_total: counter("upstream_rq_total"),
+            upstream_rq_completed: counter("upstream_rq_completed"),
+            upstream_rq_active: gauge("upstream_rq_active"),
+            upstream_rq_class: std::array::from_fn(class),
+            upstream_rq_time: stats.histogram(scope.name("upstream_rq_time")),
+            upstream_rq_timeout: counter("upstream_rq_timeout"),
+            upstream_rq_per_try_timeout: counter("upstream_rq_per_try_timeout"),
+            upstream_rq_retry: counter("upstream_rq_retry"),
+            upstream_rq_retry_limit_exceeded: counter("upstream_rq_retry_limit_exceeded"),
+            upstream_cx_total: counter("upstream_cx_total"),
+            upstream_cx_active: gauge("upstream_cx_active"),
+            upstream_cx_connect_fail: counter("upstream_cx_connect_fail"),
+            upstream_cx_connect_timeout: counter("upstream_cx_connect_timeout"),
+            upstream_cx_none_healthy: counter("upstream_cx_none_healthy"),
+            lb_healthy_panic: counter("lb_healthy_panic"),
+            membership_healthy: gauge("membership_healthy"),
+            membership_degraded: gauge("membership_degraded"),
+            membership_total: gauge("membership_total"),
+            membership_change: counter("membership_change"),
+            update_success: counter("update_success"),
+        }
+    }
+
+    /// Counts a response (or a local 503/504 standing for one) by its class.
+    pub fn charge(&self, status: u16) {
+        if let Some(counter) = (status / 100).checked_sub(1).and_then(|i| self.upstream_rq_class.get(usize::from(i))) {
+            counter.inc();
+        }
+    }
+
+    pub fn upstream_rq_class(&self, class: u16) -> u64 {
+        class.checked_sub(1).and_then(|i| self.upstream_rq_class.get(usize::from(i))).map_or(0, Counter::get)
+    }
+}

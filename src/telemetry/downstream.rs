@@ -1,0 +1,88 @@
+//! Downstream stats with Envoy's names: per listener (`listener.<address>.…`, label
+//! `envoy_listener_address`) and per HTTP connection manager (`http.<stat_prefix>.…`,
+//! label `envoy_http_conn_manager_prefix`).
+
+use super::metrics::{Counter, Gauge, GaugeGuard, Histogram};
+use super::stats::{Scope, Stats};
+
+/// `listener.<address>.*`; the address as Envoy spells it (`127.0.0.1_10000`).
+#[derive(Debug, Clone, Default)]
+pub struct ListenerStats {
+    pub downstream_cx_total: Counter,
+    pub downstream_cx_active: Gauge,
+}
+
+impl ListenerStats {
+    pub fn register(stats: &Stats, address: &str) -> Self {
+        let address = address.replace(':', "_");
+        let scope = Scope::envoy().child("listener").tagged("envoy_listener_address", &address);
+        Self {
+            downstream_cx_total: stats.counter(scope.name("downstream_cx_total")),
+            downstream_cx_active: stats.gauge(scope.name("downstream_cx_active")),
+        }
+    }
+
+    /// Counts an accepted connection, active until the guard drops.
+    pub fn accepted(&self) -> GaugeGuard {
+        self.downstream_cx_total.inc();
+        self.downstream_cx_active.track()
+    }
+}
+
+/// `http.<stat_prefix>.*`.
+#[derive(Debug, Clone, Default)]
+pub struct HttpStats {
+    pub downstream_cx_total: Counter,
+    pub downstream_cx_active: Gauge,
+    pub downstream_rq_total: Counter,
+    pub downstream_rq_active: Gauge,
+    pub downstream_rq_http1_total: Counter,
+    pub downstream_rq_http2_total: Counter,
+    downstream_rq_class: [Counter; 5],
+    /// Milliseconds from the request's arrival to the end of the response.
+    pub downstream_rq_time: Histogram,
+    /// Requests no route matched.
+    pub no_route: Counter,
+    /// Requests whose route named a cluster that does not exist.
+    pub no_cluster: Counter,
+    pub rq_direct_response: Counter,
+    pub rq_redirect: Counter,
+}
+
+impl HttpStats {
+    pub fn register(stats: &Stats, stat_prefix: &str) -> Self {
+        let scope = Scope::envoy().child("http").tagged("envoy_http_conn_manager_prefix", stat_prefix);
+        let counter = |name: &str| stats.counter(scope.name(name));
+        let class = |n: usize| {
+            let class = (n + 1).to_string();
+            let flat = format!("downstream_rq_{class}xx");
+            stats.counter(scope.name_tagged(&flat, "downstream_rq_xx", "envoy_response_code_class", &class))
+        };
+        Self {
+            downstream_cx_total: counter("downstream_cx_total"),
+            downstream_cx_active: stats.gauge(scope.name("downstream_cx_active")),
+            downstream_rq_total: counter("downstream_rq_total"),
+            downstream_rq_active: stats.gauge(scope.name("downstream_rq_active")),
+            downstream_rq_http1_total: counter("downstream_rq_http1_total"),
+            downstream_rq_http2_total: counter("downstream_rq_http2_total"),
+            downstream_rq_class: std::array::from_fn(class),
+            downstream_rq_time: stats.histogram(scope.name("downstream_rq_time")),
+            no_route: counter("no_route"),
+            no_cluster: counter("no_cluster"),
+            rq_direct_response: counter("rq_direct_response"),
+            rq_redirect: counter("rq_redirect"),
+        }
+    }
+
+    /// Counts a response sent downstream by its class.
+    pub fn charge(&self, status: u16) {
+        if let Some(counter) = (status / 100).checked_sub(1).and_then(|i| self.downstream_rq_class.get(usize::from(i)))
+        {
+            counter.inc();
+        }
+    }
+
+    pub fn downstream_rq_class(&self, class: u16) -> u64 {
+        class.checked_sub(1).and_then(|i| self.downstream_rq_class.get(usize::from(i))).map_or(0, Counter::get)
+    }
+}

@@ -1,0 +1,206 @@
+//! The stats store: every named metric cell, registered once and scraped by the admin
+//! server.
+//!
+//! A stat has two spellings, as in Envoy: the flat name `/stats` prints
+//! (`cluster.backend.upstream_rq_2xx`) and the Prometheus family with the labels Envoy's
+//! tag extraction gives it (`envoy_cluster_upstream_rq_xx{envoy_response_code_class="2",
+//! envoy_cluster_name="backend"}`). [`Scope`] builds both from the same parts.
+//!
+//! Registration (get-or-create by flat name) and scraping take the store's lock; the
+//! request path only ever holds handles. A cell nobody holds any more (its cluster or
+//! listener is gone) is dropped at the next scrape, as Envoy drops a removed cluster's
+//! scope.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+use super::metrics::{Counter, Gauge, Histogram, HistogramSnapshot, TextReadout};
+
+/// A stat's flat name and its Prometheus family and labels.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct StatName {
+    pub flat: String,
+    pub family: String,
+    pub labels: Vec<(String, String)>,
+}
+
+/// A prefix of stat names and the tags it carries: `cluster.<name>.` with
+/// `envoy_cluster_name`, for instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    flat: String,
+    family: String,
+    labels: Vec<(String, String)>,
+}
+
+impl Scope {
+    /// The root of Envoy's stats (Prometheus families start with `envoy_`).
+    pub fn envoy() -> Self {
+        Self { flat: String::new(), family: "envoy".to_owned(), labels: Vec::new() }
+    }
+
+    /// The root of stats only Outrider has (families start with `outrider_`).
+    pub fn outrider() -> Self {
+        Self { flat: "outrider.".to_owned(), family: "outrider".to_owned(), labels: Vec::new() }
+    }
+
+    /// A fixed segment: part of the flat name and of the family.
+    pub fn child(&self, segment: &str) -> Self {
+        Self {
+            flat: format!("{}{segment}.", self.flat),
+            family: format!("{}_{}", self.family, sanitize(segment)),
+            labels: self.labels.clone(),
+        }
+    }
+
+    /// A variable segment: part of the flat name, a label in Prometheus.
+    pub fn tagged(&self, tag: &str, value: &str) -> Self {
+        let mut labels = self.labels.clone();
+        labels.push((tag.to_owned(), value.to_owned()));
+        Self { flat: format!("{}{value}.", self.flat), family: self.family.clone(), labels }
+    }
+
+    pub fn name(&self, stat: &str) -> StatName {
+        StatName {
+            flat: format!("{}{stat}", self.flat),
+            family: format!("{}_{}", self.family, sanitize(stat)),
+            labels: self.labels.clone(),
+        }
+    }
+
+    /// A stat whose last segment holds a tag, such as `upstream_rq_2xx` (family
+    /// `upstream_rq_xx`, label `envoy_response_code_class="2"`).
+    pub fn name_tagged(&self, stat: &str, family_stat: &str, tag: &str, value: &str) -> StatName {
+        let mut labels = vec![(tag.to_owned(), value.to_owned())];
+        labels.extend(self.labels.iter().cloned());
+        StatName {
+            flat: format!("{}{stat}", self.flat),
+            family: format!("{}_{}", self.family, sanitize(family_stat)),
+            labels,
+        }
+    }
+}
+
+/// Prometheus metric names allow `[a-zA-Z0-9_:]`; Envoy turns anything else into `_`.
+pub fn sanitize(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == ':' { c } else { '_' }).collect()
+}
+
+/// One registered cell.
+#[derive(Debug, Clone)]
+enum Cell {
+    Counter(Counter),
+    Gauge(Gauge),
+    Histogram(Histogram),
+    Text(TextReadout),
+}
+
+impl Cell {
+    fn shared(&self) -> bool {
+        match self {
+            Cell::Counter(c) => c.shared(),
+            Cell::Gauge(g) => g.shared(),
+            Cell::Histogram(h) => h.shared(),
+            Cell::Text(t) => t.shared(),
+        }
+    }
+
+    fn value(&self) -> Value {
+        match self {
+            Cell::Counter(c) => Value::Counter(c.get()),
+            Cell::Gauge(g) => Value::Gauge(g.get() as f64),
+            Cell::Histogram(h) => Value::Histogram(h.snapshot()),
+            Cell::Text(t) => Value::Text(t.get()),
+        }
+    }
+}
+
+/// A stat's value at scrape time.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Counter(u64),
+    Gauge(f64),
+    Histogram(HistogramSnapshot),
+    Text(String),
+}
+
+/// A scraped stat.
+pub type Sample = (StatName, Value);
+
+/// Every registered stat. Shared by `Arc`; handed explicitly to whoever registers.
+#[derive(Debug, Default)]
+pub struct Stats {
+    cells: Mutex<BTreeMap<String, (StatName, Cell)>>,
+}
+
+macro_rules! get_or_create {
+    ($fn:ident, $ty:ident, $variant:ident) => {
+        /// The cell named `name`, created on first use. The same name always gives the
+        /// same cell (a name registered as another kind gets a fresh, unlisted cell).
+        pub fn $fn(&self, name: StatName) -> $ty {
+            let mut cells = self.lock();
+            match cells.get(&name.flat) {
+                Some((_, Cell::$variant(cell))) => cell.clone(),
+                Some(_) => $ty::default(),
+                None => {
+                    let cell = $ty::default();
+                    cells.insert(name.flat.clone(), (name, Cell::$variant(cell.clone())));
+                    cell
+                }
+            }
+        }
+    };
+}
+
+impl Stats {
+    get_or_create!(counter, Counter, Counter);
+    get_or_create!(gauge, Gauge, Gauge);
+    get_or_create!(histogram, Histogram, Histogram);
+    get_or_create!(text, TextReadout, Text);
+
+    /// Every live stat's value, by flat name; cells nobody holds are forgotten.
+    pub fn samples(&self) -> Vec<Sample> {
+        let mut cells = self.lock();
+        cells.retain(|_, (_, cell)| cell.shared());
+        cells.values().map(|(name, cell)| (name.clone(), cell.value())).collect()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, (StatName, Cell)>> {
+        // Registration cannot panic midway; a poisoned lock still holds consistent data.
+        self.cells.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_spell_envoy_names_and_prometheus_labels() {
+        let cluster = Scope::envoy().child("cluster").tagged("envoy_cluster_name", "outbound|80||a.b");
+        let total = cluster.name("upstream_rq_total");
+        assert_eq!(total.flat, "cluster.outbound|80||a.b.upstream_rq_total");
+        assert_eq!(total.family, "envoy_cluster_upstream_rq_total");
+        assert_eq!(total.labels, vec![("envoy_cluster_name".to_owned(), "outbound|80||a.b".to_owned())]);
+        let class = cluster.name_tagged("upstream_rq_2xx", "upstream_rq_xx", "envoy_response_code_class", "2");
+        assert_eq!(class.flat, "cluster.outbound|80||a.b.upstream_rq_2xx");
+        assert_eq!(class.family, "envoy_cluster_upstream_rq_xx");
+        assert_eq!(class.labels[0], ("envoy_response_code_class".to_owned(), "2".to_owned()));
+        assert_eq!(
+            Scope::envoy().child("cluster_manager").child("cds").name("version").family,
+            "envoy_cluster_manager_cds_version"
+        );
+    }
+
+    #[test]
+    fn same_name_same_cell_and_unheld_cells_are_dropped() {
+        let stats = Stats::default();
+        let name = Scope::envoy().child("server").name("live");
+        let a = stats.counter(name.clone());
+        stats.counter(name.clone()).inc();
+        assert_eq!(a.get(), 1);
+        assert_eq!(stats.samples().len(), 1);
+        drop(a);
+        assert!(stats.samples().is_empty());
+    }
+}

@@ -1,0 +1,89 @@
+//! Certificates made in the test: a CA, and workload leaves whose identity is a SPIFFE URI
+//! SAN (with `server.test` as DNS SAN so that plain TLS clients accept them too).
+
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose, SanType,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+/// The trust domain of every identity here.
+pub const TRUST_DOMAIN: &str = "spiffe://cluster.local";
+
+pub fn spiffe(service_account: &str) -> String {
+    format!("{TRUST_DOMAIN}/ns/default/sa/{service_account}")
+}
+
+/// A certificate authority.
+pub struct Ca {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+/// A workload certificate and its key.
+pub struct Leaf {
+    pub cert_pem: String,
+    pub key_pem: String,
+    der: CertificateDer<'static>,
+    key_der: Vec<u8>,
+}
+
+impl Ca {
+    pub fn new(name: &str) -> Self {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, name);
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        Self { issuer }
+    }
+
+    pub fn pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    pub fn der(&self) -> CertificateDer<'static> {
+        self.issuer.der().clone()
+    }
+
+    /// A certificate for `spiffe_id`, valid from 1975 to 4096.
+    pub fn leaf(&self, spiffe_id: &str) -> Leaf {
+        self.leaf_with(spiffe_id, |_| {})
+    }
+
+    /// A certificate for `spiffe_id` that expired in 2001.
+    pub fn expired_leaf(&self, spiffe_id: &str) -> Leaf {
+        self.leaf_with(spiffe_id, |params| {
+            params.not_before = rcgen::date_time_ymd(2000, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2001, 1, 1);
+        })
+    }
+
+    fn leaf_with(&self, spiffe_id: &str, adjust: impl FnOnce(&mut CertificateParams)) -> Leaf {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.subject_alt_names =
+            vec![SanType::URI(spiffe_id.try_into().unwrap()), SanType::DnsName("server.test".try_into().unwrap())];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        adjust(&mut params);
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Leaf {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            der: cert.der().clone(),
+            key_der: key.serialize_der(),
+        }
+    }
+}
+
+impl Leaf {
+    pub fn der(&self) -> CertificateDer<'static> {
+        self.der.clone()
+    }
+
+    pub fn key_der(&self) -> PrivateKeyDer<'static> {
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()))
+    }
+}
