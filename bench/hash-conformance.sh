@@ -2,7 +2,8 @@
 # Ring hash and maglev conformance with Envoy 1.40: the same bootstrap (a listener hashing
 # the `x-key` header onto a cluster of 10 nginx backends, each answering with its port),
 # the same 1 000 keys through Envoy and through Outrider; the key→backend mappings must be
-# identical. Also reports the share of keys that move when one backend is removed.
+# identical, with all 10 backends and with one removed. Also reports the share of keys that
+# move when one backend is removed, for each proxy.
 #
 #   bench/hash-conformance.sh
 set -euo pipefail
@@ -11,8 +12,8 @@ root="$(dirname "$here")"
 command -v nginx >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light >/dev/null
 bash "$here/install-envoy.sh" >/dev/null
 envoy="$here/.envoy/bin/envoy"
-(cd "$root" && cargo build --release --quiet)
-outrider="$root/target/release/outrider"
+[[ -n "${OUTRIDER_SKIP_BUILD:-}" ]] || (cd "$root" && cargo build --release --quiet)
+outrider="${OUTRIDER_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/outrider}"
 work="$(mktemp -d)"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
@@ -91,11 +92,18 @@ PY
     kill "$pid"; wait "$pid" 2>/dev/null || true
 }
 
+echo "| policy | same backend in Envoy 1.40 and Outrider, 10 backends | same, 1 removed | keys moved by the removal: Envoy | Outrider |"
+echo "| --- | --- | --- | --- | --- |"
 for policy in RING_HASH MAGLEV; do
-    mapping envoy "$policy" $ports > "$work/envoy.$policy"
-    mapping outrider "$policy" $ports > "$work/outrider.$policy"
-    same=$(paste -d' ' "$work/envoy.$policy" "$work/outrider.$policy" | awk '$2 == $4' | wc -l)
-    mapping outrider "$policy" $(echo $ports | cut -d' ' -f2-) > "$work/outrider.$policy.minus1"
-    moved=$(paste -d' ' "$work/outrider.$policy" "$work/outrider.$policy.minus1" | awk '$2 != $4' | wc -l)
-    echo "| $policy | $same of 1000 keys reach the same backend in Envoy 1.40 and Outrider | removing 1 of 10 backends moves $moved of 1000 keys |"
+    minus1=$(echo $ports | cut -d' ' -f2-)
+    for proxy in envoy outrider; do
+        mapping "$proxy" "$policy" $ports > "$work/$proxy.$policy"
+        mapping "$proxy" "$policy" $minus1 > "$work/$proxy.$policy.minus1"
+    done
+    same() { paste -d' ' "$1" "$2" | awk '$2 == $4' | wc -l; }
+    moved() { paste -d' ' "$1" "$2" | awk '$2 != $4' | wc -l; }
+    echo "| $policy | $(same "$work/envoy.$policy" "$work/outrider.$policy") of 1000 keys" \
+        "| $(same "$work/envoy.$policy.minus1" "$work/outrider.$policy.minus1") of 1000" \
+        "| $(moved "$work/envoy.$policy" "$work/envoy.$policy.minus1") of 1000" \
+        "| $(moved "$work/outrider.$policy" "$work/outrider.$policy.minus1") of 1000 |"
 done

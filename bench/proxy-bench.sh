@@ -19,8 +19,8 @@ fi
 bash "$here/install-envoy.sh" >/dev/null
 command -v oha >/dev/null || cargo install oha --locked --quiet
 envoy="$here/.envoy/bin/envoy"
-(cd "$root" && cargo build --release --quiet)
-outrider="$root/target/release/outrider"
+[[ -n "${OUTRIDER_SKIP_BUILD:-}" ]] || (cd "$root" && cargo build --release --quiet)
+outrider="${OUTRIDER_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/outrider}"
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }

@@ -54,6 +54,22 @@ enum Command {
         #[arg(long)]
         no_backends: bool,
     },
+    /// Serve the scenario lab's backends (bench/scenarios/*.yaml), optionally with the
+    /// control plane both proxies are pointed at.
+    LabBackend {
+        /// Scenario file; its `backends` section is read.
+        #[arg(long)]
+        scenario: PathBuf,
+        /// Serve ADS on this address from `--resources` (watched for changes).
+        #[arg(long, requires = "resources")]
+        xds_address: Option<std::net::SocketAddr>,
+        /// Resources file (Envoy's file-based xDS format) for `--xds-address`.
+        #[arg(long, requires = "xds_address")]
+        resources: Option<PathBuf>,
+        /// Write what each backend served, per second, here (JSON) on exit.
+        #[arg(long)]
+        report: Option<PathBuf>,
+    },
     /// Install the iptables rules that send a pod's TCP traffic through the sidecar
     /// (run in the pod's network namespace, as an init container would); `--clean` removes them.
     Capture(outrider::capture::CaptureArgs),
@@ -114,6 +130,16 @@ fn main() -> ExitCode {
             let options =
                 app::demo::DemoOptions { xds_address, admin_address, resources, policy, backends: !no_backends };
             match app::demo::run(options) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("outrider: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::LabBackend { scenario, xds_address, resources, report } => {
+            let options = app::lab::LabOptions { scenario, xds: xds_address.zip(resources), report };
+            match app::lab::run(options) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("outrider: {e}");

@@ -2,17 +2,22 @@
 //! gRPC echo service (`outrider.echo.v1.Echo/Echo`), with a configured latency, error
 //! rate and capacity, and ORCA load reports computed from what the backend really does.
 //!
-//! Load model: up to `capacity` requests are served at once, each taking `latency`; more
-//! wait for a free slot, so an overloaded backend gets slower, as real ones do. The load
-//! report says `application_utilization` = requests inside the backend (served or
-//! waiting) / capacity, and `rps_fractional` / `eps` = requests / errors completed in the
-//! last second. Errors are spread evenly (every `1/error_rate`-th request fails), so runs
-//! are repeatable.
+//! Load model: up to `capacity` requests are served at once, each taking `latency` (plus
+//! an exponential tail, more while warming up or during a scripted stall: see `timing`);
+//! more wait for a free slot, so an overloaded backend gets slower, as real ones do. The
+//! load report says `application_utilization` (see [`Utilization`]), and `rps_fractional`
+//! / `eps` = requests / errors completed in the last second, per request (headers or
+//! trailers) and out of band (`OpenRcaService`, served on the same port). Errors are
+//! spread evenly (every `1/error_rate`-th request fails), so runs are repeatable.
 
-use std::collections::VecDeque;
+mod load;
+mod oob;
+mod tally;
+mod timing;
+mod trailer;
+
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -20,7 +25,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::body::{Body, Frame, Incoming};
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -33,6 +38,11 @@ use crate::orca::{ENDPOINT_LOAD_METRICS, ENDPOINT_LOAD_METRICS_BIN};
 use crate::pb::echo::echo_server::{Echo, EchoServer};
 use crate::pb::echo::{EchoRequest, EchoResponse};
 use crate::pb::orca::OrcaLoadReport;
+use crate::pb::orca_service::open_rca_service_server::OpenRcaServiceServer;
+
+pub use load::Utilization;
+pub use tally::Tally;
+pub use timing::{Epoch, Stall, Warmup};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type ResponseBody = UnsyncBoxBody<Bytes, BoxError>;
@@ -52,6 +62,16 @@ pub struct BackendBehaviour {
     pub capacity: u32,
     /// Whether and how load reports are attached to responses.
     pub orca: Option<OrcaMode>,
+    /// Mean of an exponential tail added to `latency`; zero for a fixed latency.
+    pub jitter: Duration,
+    /// Time-scripted stalls, on the lab's clock ([`Epoch`]).
+    pub stalls: Vec<Stall>,
+    /// A cold start: the first requests cost more.
+    pub warmup: Option<Warmup>,
+    /// Failed requests answer at once, without a slot or the latency: a black hole.
+    pub fail_fast: bool,
+    /// What `application_utilization` measures.
+    pub utilization: Utilization,
 }
 
 /// Where a backend puts its ORCA load report.
@@ -75,13 +95,31 @@ impl BackendBehaviour {
             error_status: StatusCode::SERVICE_UNAVAILABLE,
             capacity: 100,
             orca: None,
+            jitter: Duration::ZERO,
+            stalls: Vec::new(),
+            warmup: None,
+            fail_fast: false,
+            utilization: Utilization::Inside,
         }
     }
 }
 
+/// What a lab observes of its backends: the clock they share and each one's tally.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    pub epoch: Arc<Epoch>,
+    pub tally: Arc<Tally>,
+}
+
 /// Serves `listener` until `shutdown`, then lets open connections finish gracefully.
 pub async fn serve_backend(listener: TcpListener, behaviour: BackendBehaviour, shutdown: Signal) {
-    let backend = Arc::new(Backend::new(behaviour));
+    serve_observed(listener, behaviour, Observed::default(), shutdown).await;
+}
+
+/// [`serve_backend`] on a lab's clock, counting completions in `observed.tally`.
+pub async fn serve_observed(listener: TcpListener, behaviour: BackendBehaviour, observed: Observed, shutdown: Signal) {
+    let seed = listener.local_addr().map_or(0, |a| u64::from(a.port()));
+    let backend = Arc::new(Backend::new(behaviour, observed, seed));
     let graceful = GracefulShutdown::new();
     let stop = shutdown.triggered();
     tokio::pin!(stop);
@@ -120,50 +158,53 @@ pub async fn serve_backend(listener: TcpListener, behaviour: BackendBehaviour, s
 struct Backend {
     behaviour: BackendBehaviour,
     slots: Semaphore,
-    /// Requests inside the backend, served or waiting.
-    inside: AtomicU32,
-    recent: Mutex<Recent>,
+    load: Arc<load::Load>,
+    timing: timing::Timing,
+    observed: Observed,
     grpc: tonic::service::Routes,
 }
 
-/// Completions of the last second, and the even spreading of injected errors.
-#[derive(Default)]
-struct Recent {
-    completions: VecDeque<(Instant, bool)>,
-    error_credit: f64,
-}
-
-/// Counts a request as inside the backend until dropped.
-struct Inside<'a>(&'a AtomicU32);
-
-impl Drop for Inside<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 impl Backend {
-    fn new(behaviour: BackendBehaviour) -> Self {
+    fn new(behaviour: BackendBehaviour, observed: Observed, seed: u64) -> Self {
         let capacity = behaviour.capacity.max(1);
+        let load = Arc::new(load::Load::new(capacity, behaviour.utilization));
         let echo = EchoService { name: behaviour.name.clone() };
+        let grpc = tonic::service::Routes::new(EchoServer::new(echo))
+            .add_service(OpenRcaServiceServer::new(oob::OobReports(load.clone())));
+        let b = &behaviour;
+        let timing = timing::Timing::new(b.latency, b.jitter, b.stalls.clone(), b.warmup, seed);
         Self {
             slots: Semaphore::new(capacity as usize),
-            inside: AtomicU32::new(0),
-            recent: Mutex::default(),
-            grpc: tonic::service::Routes::new(EchoServer::new(echo)),
+            load,
+            timing,
+            observed,
+            grpc,
             behaviour: BackendBehaviour { capacity, ..behaviour },
         }
     }
 
     async fn handle(&self, request: Request<Incoming>) -> Response<ResponseBody> {
-        self.inside.fetch_add(1, Ordering::Relaxed);
-        let _inside = Inside(&self.inside);
-        let _slot = self.slots.acquire().await;
-        if !self.behaviour.latency.is_zero() {
-            tokio::time::sleep(self.behaviour.latency).await;
+        if request.uri().path().starts_with(oob::PATH_PREFIX) {
+            return self.grpc(request).await;
         }
+        self.observed.epoch.since(Instant::now());
+        let _inside = self.load.enter();
+        let fails = self.load.injects_error(self.behaviour.error_rate);
         let grpc = is_grpc(request.headers());
-        let mut response = match (self.injects_error(), grpc) {
+        let mut busy = Duration::ZERO;
+        let _slot = if fails && self.behaviour.fail_fast {
+            None
+        } else {
+            let slot = self.slots.acquire().await;
+            let started = Instant::now();
+            let service = self.timing.next(self.observed.epoch.since(started));
+            if !service.is_zero() {
+                tokio::time::sleep(service).await;
+            }
+            busy = started.elapsed();
+            Some(slot)
+        };
+        let mut response = match (fails, grpc) {
             (true, true) => grpc_unavailable(),
             (true, false) => self.text(self.behaviour.error_status, "injected failure"),
             (false, true) => self.grpc(request).await,
@@ -171,7 +212,8 @@ impl Backend {
         };
         let failed = response.status().is_server_error()
             || response.headers().get("grpc-status").is_some_and(|status| status != "0");
-        let report = self.completed(failed);
+        self.observed.tally.record(self.observed.epoch.since(Instant::now()), failed);
+        let report = self.load.completed(failed, busy);
         match self.behaviour.orca {
             None => {}
             Some(OrcaMode::TextHeader) => {
@@ -183,7 +225,7 @@ impl Backend {
                 response.headers_mut().insert(ENDPOINT_LOAD_METRICS_BIN, binary_report(&report));
             }
             Some(OrcaMode::Trailer) => {
-                response = response.map(|body| WithTrailer::new(body, binary_report(&report)).boxed_unsync());
+                response = response.map(|body| trailer::WithTrailer::new(body, binary_report(&report)).boxed_unsync());
             }
         }
         response
@@ -201,42 +243,6 @@ impl Backend {
         match self.grpc.clone().oneshot(request).await {
             Ok(response) => response.map(|body| body.map_err(BoxError::from).boxed_unsync()),
             Err(never) => match never {},
-        }
-    }
-
-    /// Whether this request fails: error credit accrues by `error_rate` per request and
-    /// each whole unit is one failure.
-    fn injects_error(&self) -> bool {
-        let rate = self.behaviour.error_rate.clamp(0.0, 1.0);
-        if rate == 0.0 {
-            return false;
-        }
-        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-        recent.error_credit += rate;
-        if recent.error_credit >= 1.0 - 1e-9 {
-            recent.error_credit -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-
-    /// Records a completion and returns the load report as of now.
-    fn completed(&self, failed: bool) -> OrcaLoadReport {
-        let now = Instant::now();
-        let mut recent = self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-        recent.completions.push_back((now, failed));
-        while recent.completions.front().is_some_and(|(at, _)| now.duration_since(*at) > Duration::from_secs(1)) {
-            recent.completions.pop_front();
-        }
-        let requests = recent.completions.len() as f64;
-        let errors = recent.completions.iter().filter(|(_, failed)| *failed).count() as f64;
-        let inside = f64::from(self.inside.load(Ordering::Relaxed));
-        OrcaLoadReport {
-            application_utilization: inside / f64::from(self.behaviour.capacity),
-            rps_fractional: requests,
-            eps: errors,
-            ..Default::default()
         }
     }
 }
@@ -261,58 +267,6 @@ fn text_report(report: &OrcaLoadReport) -> String {
 fn binary_report(report: &OrcaLoadReport) -> HeaderValue {
     let encoded = base64::engine::general_purpose::STANDARD.encode(prost::Message::encode_to_vec(report));
     HeaderValue::from_str(&encoded).unwrap_or_else(|_| HeaderValue::from_static(""))
-}
-
-// === impl WithTrailer ===
-
-/// A body with one more trailer: added to the body's own trailers, or sent as trailers
-/// when the body has none.
-struct WithTrailer {
-    inner: ResponseBody,
-    trailer: Option<HeaderValue>,
-}
-
-impl WithTrailer {
-    fn new(inner: ResponseBody, trailer: HeaderValue) -> Self {
-        Self { inner, trailer: Some(trailer) }
-    }
-}
-
-impl Body for WithTrailer {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        use std::task::Poll;
-        let frame = std::task::ready!(std::pin::Pin::new(&mut self.inner).poll_frame(cx));
-        match frame {
-            Some(Ok(frame)) => match frame.into_trailers() {
-                Ok(mut trailers) => {
-                    if let Some(value) = self.trailer.take() {
-                        trailers.insert(ENDPOINT_LOAD_METRICS_BIN, value);
-                    }
-                    Poll::Ready(Some(Ok(Frame::trailers(trailers))))
-                }
-                Err(frame) => Poll::Ready(Some(Ok(frame))),
-            },
-            None => match self.trailer.take() {
-                Some(value) => {
-                    let mut trailers = HeaderMap::new();
-                    trailers.insert(ENDPOINT_LOAD_METRICS_BIN, value);
-                    Poll::Ready(Some(Ok(Frame::trailers(trailers))))
-                }
-                None => Poll::Ready(None),
-            },
-            Some(Err(error)) => Poll::Ready(Some(Err(error))),
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.trailer.is_none() && self.inner.is_end_stream()
-    }
 }
 
 // === impl EchoService ===

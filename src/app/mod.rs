@@ -4,6 +4,7 @@
 pub mod backends;
 pub mod balancing;
 pub mod demo;
+pub mod lab;
 pub mod oob;
 pub mod outlier;
 
@@ -65,6 +66,8 @@ pub enum AppError {
     Runtime(std::io::Error),
     #[error("demo: {0}")]
     Demo(String),
+    #[error("lab: {0}")]
+    Lab(String),
 }
 
 /// A started Outrider: what tests and the demo need to reach it.

@@ -128,3 +128,49 @@ async fn requests_beyond_capacity_wait_for_a_slot() {
     assert_eq!((a.status(), b.status()), (StatusCode::OK, StatusCode::OK));
     assert!(started.elapsed() >= Duration::from_millis(200), "{:?}", started.elapsed());
 }
+
+#[tokio::test]
+async fn streams_load_reports_out_of_band_without_counting_them() {
+    use crate::pb::orca_service::OrcaLoadReportRequest;
+    use crate::pb::orca_service::open_rca_service_client::OpenRcaServiceClient;
+    let (address, _trigger, _serving) = start(BackendBehaviour::new("oob")).await;
+    assert_eq!(h1_get(address).await.status(), StatusCode::OK);
+    let mut client = OpenRcaServiceClient::connect(format!("http://{address}")).await.unwrap();
+    let interval = crate::pb::google::protobuf::Duration { seconds: 0, nanos: 100_000_000 };
+    let request = OrcaLoadReportRequest { report_interval: Some(interval), ..Default::default() };
+    let mut stream = client.stream_core_metrics(request).await.unwrap().into_inner();
+    for _ in 0..2 {
+        let report = tokio::time::timeout(Duration::from_secs(10), stream.message()).await.unwrap().unwrap().unwrap();
+        assert!(report.rps_fractional <= 1.0, "the stream itself is not a request: {report:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_fail_fast_backend_answers_errors_without_its_latency() {
+    let behaviour = BackendBehaviour {
+        latency: Duration::from_secs(600),
+        error_rate: 1.0,
+        error_status: StatusCode::INTERNAL_SERVER_ERROR,
+        fail_fast: true,
+        ..BackendBehaviour::new("hole")
+    };
+    let (address, _trigger, _serving) = start(behaviour).await;
+    let response = tokio::time::timeout(Duration::from_secs(10), h1_get(address)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+}
+
+#[tokio::test]
+async fn an_observed_backend_tallies_what_it_served_on_the_labs_clock() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let observed = Observed::default();
+    let (_trigger, signal) = shutdown::channel();
+    let behaviour = BackendBehaviour { error_rate: 0.5, ..BackendBehaviour::new("counted") };
+    tokio::spawn(serve_observed(listener, behaviour, observed.clone(), signal));
+    for _ in 0..4 {
+        h1_get(address).await;
+    }
+    let seconds = observed.tally.seconds();
+    let total = seconds.iter().fold([0, 0], |a, s| [a[0] + s[0], a[1] + s[1]]);
+    assert_eq!(total, [2, 2]);
+}

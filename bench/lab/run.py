@@ -1,0 +1,109 @@
+"""One lab run: the scenario's backends and control plane, one proxy with one policy, and
+the load, on one machine. The backends and the load generator share CPU 0, the proxy has
+CPU 1 to itself (taskset), when the machine has two CPUs or more.
+"""
+
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+
+import config
+
+
+def cpus(which):
+    """taskset prefix for CPU `which` (0: backends and load, 1: proxy), if there is one."""
+    if os.cpu_count() and os.cpu_count() >= 2:
+        return ["taskset", "-c", str(which)]
+    return []
+
+
+def wait_ready(url, seconds=30):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def stop(process, seconds=15):
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(seconds)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def proxy_command(proxy, tools, bootstrap_path):
+    if proxy == "envoy":
+        return [tools["envoy"], "-c", bootstrap_path, "--concurrency", "1", "--log-level", "error",
+                "--disable-hot-restart", "--use-dynamic-base-id"]
+    return [tools["outrider"], "run", "--config", bootstrap_path, "--concurrency", "1"]
+
+
+def load_command(tools, load, csv_path):
+    """oha: open loop at a fixed rate with latency correction, or closed loop at a fixed
+    number of connections."""
+    url = f"http://127.0.0.1:{config.LISTEN_PORT}/"
+    command = [tools["oha"], "--no-tui", "--worker-threads", "1", "-z", f"{load['seconds']}s",
+               "--output-format", "csv", "-o", csv_path]
+    if load["mode"] == "open":
+        command += ["-q", str(load["rate"]), "--latency-correction", "-c", str(load.get("connections", 200))]
+    else:
+        command += ["-c", str(load["connections"])]
+    return command + [url]
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def run_once(scenario, scenario_path, proxy, policy, tools, out):
+    """Runs one (proxy, policy) of `scenario`; leaves requests.csv and served.json in `out`.
+    Returns the machine's 1-minute load average before and after the load."""
+    os.makedirs(out, exist_ok=True)
+    resources = os.path.join(out, "resources.json")
+    config.write_json(resources, config.resources(scenario, policy, joined=False))
+    bootstrap_path = os.path.join(out, "bootstrap.yaml")
+    with open(bootstrap_path, "w") as f:
+        f.write(config.bootstrap())
+    logs = open(os.path.join(out, "processes.log"), "w")
+    lab = subprocess.Popen(
+        cpus(0) + [tools["outrider"], "lab-backend", "--scenario", scenario_path,
+                   "--xds-address", f"127.0.0.1:{config.XDS_PORT}", "--resources", resources,
+                   "--report", os.path.join(out, "served.json")],
+        stdout=subprocess.PIPE, stderr=logs, text=True, env=dict(os.environ, RUST_LOG="warn"))
+    proxy_process = None
+    try:
+        if not lab.stdout.readline().startswith("ready"):
+            raise RuntimeError(f"lab-backend did not start; see {out}/processes.log")
+        proxy_process = subprocess.Popen(
+            cpus(1) + proxy_command(proxy, tools, bootstrap_path),
+            stdout=logs, stderr=logs, env=dict(os.environ, RUST_LOG="error"))
+        if not wait_ready(f"http://127.0.0.1:{config.ADMIN_PORT}/ready"):
+            raise RuntimeError(f"{proxy} did not become ready; see {out}/processes.log")
+        time.sleep(1)
+        before = loadavg()
+        load = subprocess.Popen(cpus(0) + load_command(tools, scenario["load"], os.path.join(out, "requests.csv")),
+                                stdout=logs, stderr=logs)
+        joins = sorted({b["join_at"] for b in scenario["backends"] if "join_at" in b})
+        started = time.time()
+        for at in joins:
+            time.sleep(max(0.0, at - (time.time() - started)))
+            config.write_json(resources, config.resources(scenario, policy, joined=True))
+        load.wait()
+        return before, loadavg()
+    finally:
+        if proxy_process:
+            stop(proxy_process)
+        stop(lab)
+        logs.close()
