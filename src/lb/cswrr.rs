@@ -263,16 +263,25 @@ fn scale(weights: &[f64]) -> Weights {
     Weights::Stride(scaled)
 }
 
-/// The weight a report gives, or `None` when it must be ignored (no traffic or no
-/// utilization reported): `qps / (utilization + eps/qps × penalty)`.
+/// The weight a report gives, or `None` when it must be ignored (no traffic, or neither
+/// utilization nor errors reported): `qps / (utilization + eps/qps × penalty)`.
+///
+/// The error penalty is added before the check, as Envoy does: an endpoint that fails
+/// every request at once does no work and reports utilization 0, and must still get the
+/// small weight its errors earn, not the mean weight of an endpoint without a report
+/// (gRPC's A58 ignores such a report, which leaves a black hole its round-robin share).
 pub fn report_weight(report: &LoadReport, config: &CswrrConfig) -> Option<f64> {
     let qps = report.rps_fractional;
-    let utilization = utilization(report, &config.metric_names_for_computing_utilization);
-    if !(qps > 0.0 && utilization > 0.0) {
+    if qps <= 0.0 || !qps.is_finite() {
         return None;
     }
-    let penalty = report.eps / qps * config.error_utilization_penalty;
-    let weight = qps / (utilization + penalty.max(0.0));
+    let utilization = utilization(report, &config.metric_names_for_computing_utilization);
+    let penalty = (report.eps / qps * config.error_utilization_penalty).max(0.0);
+    let loaded = utilization + penalty;
+    if loaded <= 0.0 || !loaded.is_finite() {
+        return None;
+    }
+    let weight = qps / loaded;
     (weight.is_finite() && weight > 0.0).then_some(weight)
 }
 

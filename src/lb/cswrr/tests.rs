@@ -56,6 +56,10 @@ fn weight_is_qps_over_utilization_plus_error_penalty() {
     assert_eq!(report_weight(&report(100.0, 0.5, 50.0), &no_penalty), Some(200.0));
     assert_eq!(report_weight(&report(0.0, 0.5, 0.0), &config), None, "no qps");
     assert_eq!(report_weight(&report(100.0, 0.0, 0.0), &config), None, "no utilization");
+    // A black hole: no work, every request failed. 100 / (0 + 100/100 × 1.0) = 100, far
+    // below a healthy endpoint's 100 / 0.1 = 1000 (Envoy's order; gRPC would ignore it).
+    assert_eq!(report_weight(&report(100.0, 0.0, 100.0), &config), Some(100.0));
+    assert_eq!(report_weight(&report(100.0, 0.0, 100.0), &no_penalty), None, "no penalty, no utilization");
 }
 
 #[test]
