@@ -28,6 +28,8 @@ struct Active {
     /// The configuration the accept loops hand to each new connection.
     current: Current,
     _stop: Trigger,
+    /// The accept loops, one per socket.
+    accepting: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// A listener's configuration as its accept loops see it; shared within one worker.
@@ -72,13 +74,16 @@ impl ListenerManager {
                 Ok(sockets) => {
                     let (stop, stopped) = shutdown::channel();
                     let current = Rc::new(RefCell::new(listener.clone()));
-                    for socket in sockets {
-                        let task = accept_loop(socket, current.clone(), context.clone(), stopped.clone());
-                        tokio::task::spawn_local(task);
-                    }
+                    let accepting = sockets
+                        .into_iter()
+                        .map(|socket| {
+                            let task = accept_loop(socket, current.clone(), context.clone(), stopped.clone());
+                            tokio::task::spawn_local(task)
+                        })
+                        .collect();
                     // Replacing the entry drops the old trigger: the old sockets stop accepting.
-                    let active =
-                        Active { config: listener.clone(), addresses: addresses.clone(), current, _stop: stop };
+                    let bound = addresses.clone();
+                    let active = Active { config: listener.clone(), addresses: bound, current, _stop: stop, accepting };
                     self.active.insert(name.clone(), active);
                     tracing::debug!(worker = context.id, listener = %name, ?addresses, "listening");
                 }
@@ -89,8 +94,15 @@ impl ListenerManager {
         }
     }
 
-    pub fn stop_all(&mut self) {
-        self.active.clear();
+    /// Closes every listening socket, and returns once they are closed: from then on new
+    /// connections are refused.
+    pub async fn stop_all(&mut self) {
+        for (_, active) in self.active.drain() {
+            for task in active.accepting {
+                task.abort();
+                let _ = task.await; // the loop, and with it the socket, is dropped
+            }
+        }
     }
 }
 

@@ -149,7 +149,7 @@ async fn run(
     }
     // Stop accepting first (closing the sockets refuses new connections), then ask open
     // HTTP connections to finish their requests and close.
-    listeners.stop_all();
+    listeners.stop_all().await;
     drain.trigger();
     tracing::info!(worker = id, open = context.connections.count(), "stopped accepting; draining connections");
     if !shutting_down {
