@@ -36,7 +36,7 @@ POLICIES = {
     "least_request": ({"lb_policy": "LEAST_REQUEST"}, ("envoy", "outrider"), "LEAST_REQUEST (P2C)"),
     "least_request+outlier": (
         {"lb_policy": "LEAST_REQUEST", "outlier_detection": {"consecutive_5xx": 5, "max_ejection_percent": 50}},
-        ("envoy",),
+        ("envoy", "outrider"),
         "LEAST_REQUEST with outlier detection: 5 consecutive 5xx eject for 30 s; max_ejection_percent 50 "
         "(Envoy's default 10 % ejects nothing among 5 hosts)",
     ),
