@@ -73,6 +73,9 @@ def targets(scenario, results):
                    f"{mark} ({(o_p99 / e_p99 - 1) * 100:+.0f} %)")
         if o_err == 0 and e_err == 0:
             out.append("- Best error rate: both 0 %: a tie (nothing to beat)")
+        elif round(o_err, 3) == round(e_err, 3):
+            out.append(f"- Best error rate: Outrider {o_err:.3f} % ({o_epol}) vs Envoy {e_err:.3f} % ({e_epol}): "
+                       "a tie, not beaten ✘")
         else:
             mark = "✔" if o_err < e_err else "✘"
             out.append(f"- Best error rate: Outrider {o_err:.3f} % ({o_epol}) vs Envoy {e_err:.3f} % ({e_epol}): {mark}")
