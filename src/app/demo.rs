@@ -149,7 +149,7 @@ fn with_policy(resources: &std::path::Path, policy: &str) -> Result<(PathBuf, te
             "ROUND_ROBIN",
             Some((
                 crate::config::cluster::lb_policy::PEAK_EWMA_POLICY_NAME,
-                serde_json::json!({ "@type": "type.googleapis.com/google.protobuf.Struct" }),
+                serde_json::json!({ "@type": "type.googleapis.com/google.protobuf.Struct", "value": {} }),
             )),
         ),
         other => {
