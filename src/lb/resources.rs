@@ -5,10 +5,18 @@
 //! limits are read from the cluster's configuration at each acquisition, so a changed
 //! limit applies at once; the counts survive balancer rebuilds (they live in the
 //! cluster's stats registry).
+//!
+//! Connections and pending requests follow Envoy's connection pools: a request that finds
+//! no ready connection waits as *pending* (bounded by `max_pending_requests`) while a
+//! connection is opened for it or one is handed back; a new connection needs room under
+//! the cluster's `max_connections` and the host's `per_host_thresholds` `max_connections`,
+//! except that a pool with no connection at all to its host always gets one, so pending
+//! requests are never stranded (the count may then exceed the limit, as Envoy's does).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use super::stats::EndpointStats;
 use crate::config::cluster::{CircuitBreakers, RetryBudget};
 
 /// Routing priority (Envoy's `RoutingPriority`).
@@ -29,12 +37,17 @@ pub struct ClusterResources {
     /// `upstream_rq_retry_overflow`: retries not made because of `max_retries` or the
     /// retry budget.
     pub rq_retry_overflow: AtomicU64,
+    /// `upstream_cx_overflow`: times a pool wanted a connection that `max_connections`
+    /// (the cluster's or the host's) did not allow.
+    pub cx_overflow: AtomicU64,
 }
 
 #[derive(Debug, Default)]
 struct PriorityResources {
     requests: AtomicU32,
     retries: AtomicU32,
+    connections: AtomicU32,
+    pending: AtomicU32,
 }
 
 /// Which counter a [`Slot`] holds.
@@ -42,6 +55,30 @@ struct PriorityResources {
 enum Kind {
     Request(Priority),
     Retry(Priority),
+    Connection(Priority),
+    Pending(Priority),
+}
+
+/// One upstream connection, counted against the cluster's and its host's
+/// `max_connections` until it drops.
+#[derive(Debug)]
+pub struct ConnectionSlot {
+    _cluster: Slot,
+    host: Arc<EndpointStats>,
+    over_limit: bool,
+}
+
+impl ConnectionSlot {
+    /// Whether it was granted past the limit (to a pool with no connection to its host).
+    pub fn over_limit(&self) -> bool {
+        self.over_limit
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.host.connection_count().fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// One unit of a resource, released on drop.
@@ -63,7 +100,61 @@ impl ClusterResources {
         match kind {
             Kind::Request(p) => &self.of(p).requests,
             Kind::Retry(p) => &self.of(p).retries,
+            Kind::Connection(p) => &self.of(p).connections,
+            Kind::Pending(p) => &self.of(p).pending,
         }
+    }
+
+    /// A pending-request slot under `max_pending_requests`, held while a request waits for
+    /// a connection; `None` (and one `upstream_rq_pending_overflow`) when full.
+    pub fn try_pending(self: &Arc<Self>, limits: &CircuitBreakers, priority: Priority) -> Option<Slot> {
+        let max = thresholds(limits, priority).max_pending_requests;
+        let slot = self.try_acquire(Kind::Pending(priority), max);
+        if slot.is_none() {
+            self.rq_pending_overflow.fetch_add(1, Ordering::Relaxed);
+        }
+        slot
+    }
+
+    /// Room for one more connection to `host`, under the cluster's `max_connections` and
+    /// the host's per-host limit. Without room, one `upstream_cx_overflow` is counted and
+    /// `None` returned, unless `pool_is_empty` (the asking pool has no connection to the
+    /// host): that pool gets its connection anyway, over the limit, as in Envoy.
+    pub fn try_connection(
+        self: &Arc<Self>,
+        limits: &CircuitBreakers,
+        priority: Priority,
+        host: &Arc<EndpointStats>,
+        pool_is_empty: bool,
+    ) -> Option<ConnectionSlot> {
+        let kind = Kind::Connection(priority);
+        let max = thresholds(limits, priority).max_connections;
+        let per_host = limits.per_host_max_connections.unwrap_or(u32::MAX);
+        let host_count = host.connection_count();
+        let host_room =
+            host_count.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| (n < per_host).then_some(n + 1)).is_ok();
+        let cluster = if host_room { self.try_acquire(kind, max) } else { None };
+        if let Some(cluster) = cluster {
+            return Some(ConnectionSlot { _cluster: cluster, host: host.clone(), over_limit: false });
+        }
+        if host_room {
+            host_count.fetch_sub(1, Ordering::AcqRel);
+        }
+        self.cx_overflow.fetch_add(1, Ordering::Relaxed);
+        if !pool_is_empty {
+            return None;
+        }
+        self.counter(kind).fetch_add(1, Ordering::AcqRel);
+        host_count.fetch_add(1, Ordering::AcqRel);
+        Some(ConnectionSlot { _cluster: Slot { resources: self.clone(), kind }, host: host.clone(), over_limit: true })
+    }
+
+    pub fn active_connections(&self, priority: Priority) -> u32 {
+        self.of(priority).connections.load(Ordering::Relaxed)
+    }
+
+    pub fn pending_requests(&self, priority: Priority) -> u32 {
+        self.of(priority).pending.load(Ordering::Relaxed)
     }
 
     /// A request slot under `max_requests`; `None` (and one overflow counted) when full.
@@ -158,5 +249,56 @@ mod tests {
         drop(requests);
         assert_eq!(budget_limit(limits.default.retry_budget.as_ref().unwrap(), 0), 1, "the floor");
         assert_eq!(resources.rq_retry_overflow.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn pending_requests_overflow_at_max_pending_requests() {
+        let resources = Arc::new(ClusterResources::default());
+        let mut limits = CircuitBreakers::default();
+        limits.default.max_pending_requests = 2;
+        let held: Vec<_> = (0..2).map(|_| resources.try_pending(&limits, Priority::Default).unwrap()).collect();
+        assert!(resources.try_pending(&limits, Priority::Default).is_none());
+        assert_eq!(resources.rq_pending_overflow.load(Ordering::Relaxed), 1);
+        assert_eq!(resources.pending_requests(Priority::Default), 2);
+        drop(held);
+        assert_eq!(resources.pending_requests(Priority::Default), 0);
+    }
+
+    #[test]
+    fn connections_stop_at_max_connections_unless_the_pool_has_none() {
+        let resources = Arc::new(ClusterResources::default());
+        let (a, b) = (
+            Arc::new(EndpointStats::new(std::time::Instant::now())),
+            Arc::new(EndpointStats::new(std::time::Instant::now())),
+        );
+        let mut limits = CircuitBreakers::default();
+        limits.default.max_connections = 1;
+        let first = resources.try_connection(&limits, Priority::Default, &a, false).unwrap();
+        assert!(resources.try_connection(&limits, Priority::Default, &a, false).is_none());
+        assert_eq!(resources.cx_overflow.load(Ordering::Relaxed), 1);
+        // A pool without any connection to its host gets one over the limit.
+        let forced = resources.try_connection(&limits, Priority::Default, &b, true).unwrap();
+        assert_eq!(resources.active_connections(Priority::Default), 2);
+        assert_eq!(resources.cx_overflow.load(Ordering::Relaxed), 2);
+        drop((first, forced));
+        assert_eq!(resources.active_connections(Priority::Default), 0);
+        assert_eq!((a.connections(), b.connections()), (0, 0));
+    }
+
+    #[test]
+    fn the_per_host_limit_counts_the_host_connections() {
+        let resources = Arc::new(ClusterResources::default());
+        let (a, b) = (
+            Arc::new(EndpointStats::new(std::time::Instant::now())),
+            Arc::new(EndpointStats::new(std::time::Instant::now())),
+        );
+        let limits = CircuitBreakers { per_host_max_connections: Some(1), ..CircuitBreakers::default() };
+        let held = resources.try_connection(&limits, Priority::Default, &a, false).unwrap();
+        assert!(resources.try_connection(&limits, Priority::Default, &a, false).is_none());
+        assert_eq!(a.connections(), 1, "a refused connection leaves no count behind");
+        let other = resources.try_connection(&limits, Priority::Default, &b, false).unwrap();
+        assert_eq!(resources.active_connections(Priority::Default), 2);
+        drop((held, other));
+        assert_eq!(a.connections(), 0);
     }
 }

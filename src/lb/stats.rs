@@ -32,6 +32,9 @@ pub struct EndpointStats {
     /// Origin of the nanosecond timestamps stored below.
     epoch: Instant,
     in_flight: AtomicU32,
+    /// Upstream connections open (or opening) to the endpoint, every worker's: the count
+    /// `per_host_thresholds` `max_connections` limits (see `resources`).
+    connections: AtomicU32,
     successes: AtomicU64,
     errors: AtomicU64,
     /// Peak-EWMA round-trip estimate, f64 nanoseconds as bits; 0 = no sample yet.
@@ -61,6 +64,7 @@ impl EndpointStats {
         Self {
             epoch: now,
             in_flight: AtomicU32::new(0),
+            connections: AtomicU32::new(0),
             successes: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             rtt_estimate: AtomicU64::new(0),
@@ -97,6 +101,15 @@ impl EndpointStats {
 
     pub fn in_flight(&self) -> u32 {
         self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Upstream connections open or opening to the endpoint, across workers.
+    pub fn connections(&self) -> u32 {
+        self.connections.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn connection_count(&self) -> &AtomicU32 {
+        &self.connections
     }
 
     pub fn successes(&self) -> u64 {

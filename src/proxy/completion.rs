@@ -54,20 +54,21 @@ impl Completion {
         &self.stats
     }
 
-    fn finish(self, bytes_sent: u64, complete: bool) {
+    fn finish(self, bytes_sent: u64, end: End) {
         let now = Instant::now();
         self.stats.downstream_rq_time.record(now.saturating_duration_since(self.started));
+        let cut = match end {
+            End::Complete => ResponseFlags::NONE,
+            End::DownstreamGone => ResponseFlags::DOWNSTREAM_CONNECTION_TERMINATION,
+            End::UpstreamFailed => ResponseFlags::UPSTREAM_CONNECTION_TERMINATION,
+        };
         if let Some(mut log) = self.log {
-            if !complete {
-                log.flags.insert(ResponseFlags::DOWNSTREAM_CONNECTION_TERMINATION);
-            }
+            log.flags.insert(cut);
             log.write(bytes_sent, now.saturating_duration_since(self.started));
         }
         if let Some(pending) = self.span {
             let PendingSpan { span, status, mut flags, retries } = *pending;
-            if !complete {
-                flags.insert(ResponseFlags::DOWNSTREAM_CONNECTION_TERMINATION);
-            }
+            flags.insert(cut);
             span.end(
                 status,
                 vec![
@@ -78,6 +79,17 @@ impl Completion {
             );
         }
     }
+}
+
+/// How a response ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    Complete,
+    /// Dropped before its end: the client went away (`DC`).
+    DownstreamGone,
+    /// The body failed midway: the upstream connection died or reset the stream after
+    /// the headers were sent, which Envoy flags `UC` (nothing can be retried then).
+    UpstreamFailed,
 }
 
 /// A response body that completes its request when it ends or is dropped.
@@ -94,16 +106,16 @@ impl<B: Body> Completed<B> {
     pub fn new(inner: B, completion: Completion) -> Self {
         let mut completed = Self { inner, completion: Some(completion), bytes_sent: 0 };
         if completed.inner.is_end_stream() {
-            completed.finish(true);
+            completed.finish(End::Complete);
         }
         completed
     }
 }
 
 impl<B> Completed<B> {
-    fn finish(&mut self, complete: bool) {
+    fn finish(&mut self, end: End) {
         if let Some(completion) = self.completion.take() {
-            completion.finish(self.bytes_sent, complete);
+            completion.finish(self.bytes_sent, end);
         }
     }
 }
@@ -124,11 +136,11 @@ where
                     this.bytes_sent += data.remaining() as u64;
                 }
                 if this.inner.is_end_stream() {
-                    this.finish(true);
+                    this.finish(End::Complete);
                 }
             }
-            Some(Err(_)) => this.finish(false),
-            None => this.finish(true),
+            Some(Err(_)) => this.finish(End::UpstreamFailed),
+            None => this.finish(End::Complete),
         }
         Poll::Ready(frame)
     }
@@ -145,6 +157,6 @@ where
 impl<B> Drop for Completed<B> {
     /// Dropped before its end: the client went away (`DC`).
     fn drop(&mut self) {
-        self.finish(false);
+        self.finish(End::DownstreamGone);
     }
 }

@@ -234,7 +234,10 @@ async fn forward_request(
             return local(manager, stream, LocalReply::NoHealthyUpstream, is_grpc);
         };
         let request_slot = match resources.as_ref().map(|r| r.try_request(limits, Priority::Default)) {
-            Some(None) => return overflow(manager, stream, is_grpc),
+            Some(None) => {
+                host.cluster_stats.upstream_rq_pending_overflow.inc();
+                return overflow(manager, stream, is_grpc);
+            }
             Some(slot) => slot,
             None => None,
         };
@@ -271,11 +274,22 @@ async fn forward_request(
                 return reset_reply(manager, stream, Some(failure), retry.attempts() > 0, is_grpc);
             }
         };
-        let send = context.upstreams.forward_over(&host, &cluster.resource, downstream_is_h2, upstream_request, tls);
+        let send = context.upstreams.forward_over(
+            &host,
+            &cluster.resource,
+            downstream_is_h2,
+            upstream_request,
+            tls,
+            resources.as_ref(),
+        );
         let result = match try_timeout {
             Some(limit) => tokio::time::timeout(limit, send).await.map_err(|_| Attempt::Timeout),
             None => Ok(send.await),
         };
+        if let Ok(Err(UpstreamError::Overflow)) = result {
+            // max_pending_requests: Envoy never retries an overflow.
+            return overflow(manager, stream, is_grpc);
+        }
         let outcome_decision = match &result {
             Ok(Ok(response)) => {
                 let grpc_status = grpc_status(response.headers());
@@ -307,7 +321,10 @@ async fn forward_request(
         if matches!(outcome_decision, Decision::Retry { .. }) && can_resend {
             match resources.as_ref().map(|r| r.try_retry(limits, Priority::Default)) {
                 // max_retries (or the budget) is reached: the client gets this outcome.
-                Some(None) => outcome_decision = Decision::Done,
+                Some(None) => {
+                    host.cluster_stats.upstream_rq_retry_overflow.inc();
+                    outcome_decision = Decision::Done;
+                }
                 Some(slot) => _retry_slot = slot,
                 None => {}
             }
@@ -407,6 +424,7 @@ fn reset_reply(
         Some(UpstreamError::ConnectFailure { .. }) => ResetReason::RemoteConnectionFailure,
         Some(UpstreamError::ConnectTimeout { .. }) => ResetReason::ConnectionTimeout,
         Some(UpstreamError::RefusedStream) => ResetReason::RemoteRefusedStreamReset,
+        Some(UpstreamError::RemoteReset(_)) => ResetReason::RemoteReset,
         Some(UpstreamError::Protocol(_)) => ResetReason::ProtocolError,
         _ => ResetReason::ConnectionTermination,
     };

@@ -13,6 +13,7 @@ mod body;
 mod connect;
 mod error;
 mod feedback;
+mod limits;
 mod pool;
 mod request;
 
@@ -28,12 +29,14 @@ pub use error::UpstreamError;
 pub use feedback::{Feedback, ObservedBody};
 
 use connect::Dial;
-use pool::{Http1Conn, Membership, Pools};
+use limits::Breakers;
+use pool::{Membership, Pools};
 
 use super::transport::HandshakeStats;
 use crate::config::cluster::DiscoveryType;
 use crate::config::cluster::{Cluster, UpstreamProtocol};
 use crate::lb::Host;
+use crate::lb::resources::ClusterResources;
 use crate::store::Snapshot;
 use crate::tls::ClientTls;
 
@@ -90,11 +93,13 @@ impl Upstreams {
         downstream_is_h2: bool,
         request: Request<RequestBody>,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
-        self.forward_over(host, cluster, downstream_is_h2, request, None).await
+        self.forward_over(host, cluster, downstream_is_h2, request, None, None).await
     }
 
     /// [`forward`](Self::forward) over TLS when `tls` is given (see
-    /// `WorkerTls::upstream` for the endpoint's transport).
+    /// `WorkerTls::upstream` for the endpoint's transport), under the cluster's circuit
+    /// breakers (`max_connections`, `max_pending_requests`) when `resources` holds its
+    /// counts.
     pub async fn forward_over(
         &self,
         host: &Host,
@@ -102,9 +107,16 @@ impl Upstreams {
         downstream_is_h2: bool,
         request: Request<RequestBody>,
         tls: Option<Arc<ClientTls>>,
+        resources: Option<&Arc<ClusterResources>>,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
         let feedback = Feedback::start(host, Instant::now()).with_outlier(cluster.outlier_detection.as_ref());
-        let result = self.send_over(host, cluster, downstream_is_h2, request, tls).await;
+        let breakers = resources.map(|resources| Breakers {
+            resources,
+            limits: &cluster.circuit_breakers,
+            host: &host.stats,
+            stats: &host.cluster_stats,
+        });
+        let result = self.send_limited(host, cluster, downstream_is_h2, request, tls, breakers.as_ref()).await;
         feedback.observe(result, Instant::now())
     }
 
@@ -131,17 +143,29 @@ impl Upstreams {
         request: Request<RequestBody>,
         tls: Option<Arc<ClientTls>>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        self.send_limited(host, cluster, downstream_is_h2, request, tls, None).await
+    }
+
+    async fn send_limited(
+        &self,
+        host: &Host,
+        cluster: &Cluster,
+        downstream_is_h2: bool,
+        request: Request<RequestBody>,
+        tls: Option<Arc<ClientTls>>,
+        breakers: Option<&Breakers<'_>>,
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
         let dial =
             Dial::new(host.address(), cluster, &host.cluster_stats, tls.map(|tls| (tls, self.tls_stats.clone())));
         let max_requests = cluster.http.max_requests_per_connection;
         match Protocol::for_request(cluster, downstream_is_h2) {
             Protocol::Http1 => {
                 let request = request::http1(request, host.address())?;
-                self.send_http1(&cluster.name, &dial, max_requests, request).await
+                self.send_http1(&cluster.name, &dial, max_requests, request, breakers).await
             }
             Protocol::Http2 => {
                 let request = request::http2(request, host.address())?;
-                let mut conn = self.pools.http2(&cluster.name, &dial, max_requests).await?;
+                let mut conn = self.pools.http2(&cluster.name, &dial, max_requests, breakers).await?;
                 let lease = conn.activity.lease();
                 let response = conn.sender.send_request(request).await.map_err(|e| UpstreamError::from_hyper(&e))?;
                 Ok(response.map(|body| UpstreamBody::new(body, lease, None)))
@@ -172,18 +196,13 @@ impl Upstreams {
         dial: &Dial,
         max_requests: Option<u32>,
         mut request: Request<RequestBody>,
+        breakers: Option<&Breakers<'_>>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         // A pooled connection may have been closed by the upstream just now. When that
         // happens before the request was written, hyper hands the request back and it goes
         // out on a fresh connection: nothing reached the upstream, so this is not a retry.
         loop {
-            let (mut conn, reused) = match self.idle_http1(cluster, dial).await {
-                Some(conn) => (conn, true),
-                None => {
-                    let (sender, activity) = dial.http1().await?;
-                    (Http1Conn { sender, activity, requests: 0, transport: dial.transport_id() }, false)
-                }
-            };
+            let (mut conn, reused) = self.pools.http1(cluster, dial, breakers).await?;
             conn.requests += 1;
             let lease = conn.activity.lease();
             match conn.sender.try_send_request(request).await {
@@ -198,16 +217,6 @@ impl Upstreams {
                 },
             }
         }
-    }
-
-    /// An idle connection ready for a request, if the pool has one.
-    async fn idle_http1(&self, cluster: &str, dial: &Dial) -> Option<Http1Conn> {
-        while let Some(mut conn) = self.pools.take_http1(cluster, &dial.address, dial) {
-            if conn.sender.ready().await.is_ok() {
-                return Some(conn);
-            }
-        }
-        None
     }
 }
 

@@ -201,3 +201,6 @@ pub async fn admin_get(address: std::net::SocketAddr, path: &str) -> (u16, Strin
     let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
     (status, body)
 }
+
+pub mod backends;
+pub mod lab;

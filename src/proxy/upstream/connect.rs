@@ -18,6 +18,7 @@ use tokio::net::{TcpSocket, TcpStream, UnixStream};
 use super::RequestBody;
 use super::activity::Activity;
 use super::error::UpstreamError;
+use super::limits::ConnectionPermit;
 use crate::config::Address;
 use crate::config::cluster::{Cluster, Http2Settings};
 use crate::proxy::transport::HandshakeStats;
@@ -40,16 +41,16 @@ pub(crate) struct Dial {
 
 /// Opens the socket, runs the TLS handshake if any, then the HTTP handshake `$then`.
 macro_rules! over_transport {
-    ($dial:expr, $alpn:expr, $then:ident) => {{
+    ($dial:expr, $alpn:expr, $then:ident, $permit:expr) => {{
         let started = Instant::now();
         match ($dial.socket().await?, &$dial.tls) {
-            (Socket::Tcp(stream), None) => $dial.$then(stream).await,
-            (Socket::Unix(stream), None) => $dial.$then(stream).await,
+            (Socket::Tcp(stream), None) => $dial.$then(stream, $permit).await,
+            (Socket::Unix(stream), None) => $dial.$then(stream, $permit).await,
             (Socket::Tcp(stream), Some(tls)) => {
-                $dial.$then($dial.handshake_tls(stream, tls, $alpn, started).await?).await
+                $dial.$then($dial.handshake_tls(stream, tls, $alpn, started).await?, $permit).await
             }
             (Socket::Unix(stream), Some(tls)) => {
-                $dial.$then($dial.handshake_tls(stream, tls, $alpn, started).await?).await
+                $dial.$then($dial.handshake_tls(stream, tls, $alpn, started).await?, $permit).await
             }
         }
     }};
@@ -79,12 +80,21 @@ impl Dial {
         self.tls.as_ref().map_or(0, |(tls, _)| tls.transport_id)
     }
 
-    pub(crate) async fn http1(&self) -> Result<(http1::SendRequest<RequestBody>, Arc<Activity>), UpstreamError> {
-        over_transport!(self, ClientAlpn::Http1, handshake1)
+    /// Opens an HTTP/1.1 connection; `permit` is its place in the pool, held until the
+    /// connection ends.
+    pub(crate) async fn http1(
+        &self,
+        permit: ConnectionPermit,
+    ) -> Result<(http1::SendRequest<RequestBody>, Arc<Activity>), UpstreamError> {
+        over_transport!(self, ClientAlpn::Http1, handshake1, permit)
     }
 
-    pub(crate) async fn http2(&self) -> Result<(http2::SendRequest<RequestBody>, Arc<Activity>), UpstreamError> {
-        over_transport!(self, ClientAlpn::Http2, handshake2)
+    /// Opens an HTTP/2 connection, as [`http1`](Self::http1).
+    pub(crate) async fn http2(
+        &self,
+        permit: ConnectionPermit,
+    ) -> Result<(http2::SendRequest<RequestBody>, Arc<Activity>), UpstreamError> {
+        over_transport!(self, ClientAlpn::Http2, handshake2, permit)
     }
 
     /// The TLS handshake, within what the connect timeout leaves.
@@ -116,18 +126,26 @@ impl Dial {
         }
     }
 
-    async fn handshake1<T>(&self, io: T) -> Result<(http1::SendRequest<RequestBody>, Arc<Activity>), UpstreamError>
+    async fn handshake1<T>(
+        &self,
+        io: T,
+        permit: ConnectionPermit,
+    ) -> Result<(http1::SendRequest<RequestBody>, Arc<Activity>), UpstreamError>
     where
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
         let (sender, connection) =
             http1::Builder::new().handshake(TokioIo::new(io)).await.map_err(|e| self.failure(e))?;
         let activity = Activity::new();
-        self.drive(connection, activity.clone());
+        self.drive(connection, activity.clone(), permit);
         Ok((sender, activity))
     }
 
-    async fn handshake2<T>(&self, io: T) -> Result<(http2::SendRequest<RequestBody>, Arc<Activity>), UpstreamError>
+    async fn handshake2<T>(
+        &self,
+        io: T,
+        permit: ConnectionPermit,
+    ) -> Result<(http2::SendRequest<RequestBody>, Arc<Activity>), UpstreamError>
     where
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
@@ -146,14 +164,15 @@ impl Dial {
         }
         let (sender, connection) = builder.handshake(TokioIo::new(io)).await.map_err(|e| self.failure(e))?;
         let activity = Activity::new();
-        self.drive(connection, activity.clone());
+        self.drive(connection, activity.clone(), permit);
         Ok((sender, activity))
     }
 
     /// Runs the connection on the current runtime (the worker's) until it ends or has been
     /// idle for the idle timeout; dropping it closes the socket, and the pool sees the
-    /// sender closed.
-    fn drive<C>(&self, connection: C, activity: Arc<Activity>)
+    /// sender closed. The permit goes with the connection: its end frees the circuit
+    /// breaker's slot and wakes a request pending for a connection.
+    fn drive<C>(&self, connection: C, activity: Arc<Activity>, permit: ConnectionPermit)
     where
         C: Future<Output = hyper::Result<()>> + Send + 'static,
     {
@@ -163,6 +182,7 @@ impl Dial {
         let active = self.stats.upstream_cx_active.track();
         tokio::spawn(async move {
             let _active = active;
+            let _permit = permit;
             let idle = async move {
                 match idle_timeout {
                     Some(timeout) => activity.idle_timeout(timeout).await,

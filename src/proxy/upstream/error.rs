@@ -16,6 +16,10 @@ pub enum UpstreamError {
     /// The connection was closed or reset before the response headers arrived.
     #[error("upstream reset before response headers: {0}")]
     Reset(String),
+    /// The upstream reset the HTTP/2 stream (`RST_STREAM` other than `REFUSED_STREAM`)
+    /// before the response headers: Envoy's `remote reset` (flag UR).
+    #[error("upstream reset the stream: {0}")]
+    RemoteReset(String),
     /// HTTP/2 `REFUSED_STREAM`: the upstream did not process the request, so it is always
     /// safe to retry.
     #[error("upstream refused the stream")]
@@ -23,6 +27,10 @@ pub enum UpstreamError {
     /// The upstream spoke malformed HTTP.
     #[error("upstream protocol error: {0}")]
     Protocol(String),
+    /// A circuit breaker refused the request: `max_pending_requests` was reached while it
+    /// needed a connection (Envoy's `overflow` reset reason; never retried).
+    #[error("upstream circuit breaker overflow")]
+    Overflow,
     /// The request cannot be sent as it is (no usable authority, bad URI).
     #[error("request cannot be sent upstream: {0}")]
     InvalidRequest(String),
@@ -36,7 +44,7 @@ impl UpstreamError {
 
     /// Envoy's `reset` retry condition: no response headers came back.
     pub fn is_reset(&self) -> bool {
-        matches!(self, Self::Reset(_) | Self::RefusedStream | Self::Protocol(_))
+        matches!(self, Self::Reset(_) | Self::RemoteReset(_) | Self::RefusedStream | Self::Protocol(_))
     }
 
     /// Classifies an error of a request that was handed to a connection.
@@ -46,6 +54,9 @@ impl UpstreamError {
             if let Some(h2) = cause.downcast_ref::<h2::Error>() {
                 if h2.reason() == Some(h2::Reason::REFUSED_STREAM) {
                     return Self::RefusedStream;
+                }
+                if h2.is_reset() && h2.is_remote() {
+                    return Self::RemoteReset(h2.to_string());
                 }
                 return Self::Reset(h2.to_string());
             }

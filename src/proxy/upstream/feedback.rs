@@ -83,6 +83,8 @@ impl Feedback {
         let stats = self.in_flight.stats().clone();
         let response = match result {
             Ok(response) => response,
+            // A circuit breaker refused it before the endpoint saw it: nothing to learn.
+            Err(UpstreamError::Overflow) => return Err(UpstreamError::Overflow),
             Err(error) => {
                 stats.record(now, latency, false);
                 let result = match error {

@@ -6,6 +6,9 @@
 //! - HTTP/2: one multiplexed connection per endpoint. Concurrent first requests share one
 //!   connect (a shared future) instead of racing to open several.
 //!
+//! A request that finds no ready connection is pending until it has one, and new
+//! connections need room under the cluster's `max_connections` (see `limits`).
+//!
 //! The pools sit behind a `Mutex` only so that `Upstreams` is `Send` and the worker can
 //! spawn request futures with plain `tokio::spawn`: each worker owns its own pools and one
 //! thread uses them, so the lock is never contended and never held across an `.await`.
@@ -20,6 +23,7 @@ use super::RequestBody;
 use super::activity::Activity;
 use super::connect::Dial;
 use super::error::UpstreamError;
+use super::limits::{self, Breakers, EndpointConns};
 use crate::config::Address;
 
 /// Which endpoints of a cluster may keep pooled connections.
@@ -52,6 +56,14 @@ pub(crate) struct Pools {
 struct ClusterPools {
     http1: HashMap<Address, Vec<Http1Conn>>,
     http2: HashMap<Address, Http2Entry>,
+    /// This worker's connections per endpoint, for the circuit breakers.
+    endpoints: HashMap<Address, Arc<EndpointConns>>,
+}
+
+impl ClusterPools {
+    fn is_empty(&self) -> bool {
+        self.http1.is_empty() && self.http2.is_empty() && self.endpoints.is_empty()
+    }
 }
 
 /// An HTTP/1.1 connection and how many requests it has carried.
@@ -102,8 +114,12 @@ impl Checkin {
         if let Some(pools) = self.pools.upgrade() {
             // No entry: the endpoint was drained while this connection carried a response.
             let mut clusters = pools.lock();
-            if let Some(idle) = clusters.get_mut(&self.cluster).and_then(|p| p.http1.get_mut(&self.address)) {
+            let Some(pools) = clusters.get_mut(&self.cluster) else { return };
+            if let Some(idle) = pools.http1.get_mut(&self.address) {
                 idle.push(self.conn);
+                if let Some(endpoint) = pools.endpoints.get(&self.address) {
+                    endpoint.release_one();
+                }
             }
         }
     }
@@ -117,7 +133,7 @@ impl Pools {
     /// An idle HTTP/1.1 connection that is still open, not past `idle_timeout` and of the
     /// dial's transport; the ones found closed, stale or of another transport (the
     /// cluster's TLS changed) on the way are dropped.
-    pub(crate) fn take_http1(&self, cluster: &str, address: &Address, dial: &Dial) -> Option<Http1Conn> {
+    fn take_http1(&self, cluster: &str, address: &Address, dial: &Dial) -> Option<Http1Conn> {
         let mut clusters = self.lock();
         let idle = clusters.get_mut(cluster)?.http1.get_mut(address)?;
         let now = tokio::time::Instant::now();
@@ -155,48 +171,121 @@ impl Pools {
         Checkin { pools: Arc::downgrade(self), cluster: key, address: address.clone(), conn }
     }
 
+    /// This worker's connection count of an endpoint (made on first use).
+    fn endpoint(&self, cluster: &str, address: &Address) -> Arc<EndpointConns> {
+        let mut clusters = self.lock();
+        let pools = match clusters.get_mut(cluster) {
+            Some(pools) => pools,
+            None => clusters.entry(Arc::from(cluster)).or_default(),
+        };
+        pools.endpoints.entry(address.clone()).or_default().clone()
+    }
+
+    /// An HTTP/1.1 connection for one request, and whether it was reused: an idle one;
+    /// else, pending, a new one once the circuit breakers allow it or the next one handed
+    /// back, whichever comes first.
+    pub(crate) async fn http1(
+        &self,
+        cluster: &str,
+        dial: &Dial,
+        breakers: Option<&Breakers<'_>>,
+    ) -> Result<(Http1Conn, bool), UpstreamError> {
+        if let Some(conn) = self.idle_http1(cluster, dial).await {
+            return Ok((conn, true));
+        }
+        let _pending = limits::pending(breakers)?;
+        let endpoint = self.endpoint(cluster, &dial.address);
+        loop {
+            if let Some(permit) = limits::connection(breakers, &endpoint) {
+                let (sender, activity) = dial.http1(permit).await?;
+                return Ok((Http1Conn { sender, activity, requests: 0, transport: dial.transport_id() }, false));
+            }
+            // Bounded by the route's timeouts, which drop this future.
+            endpoint.released().await;
+            if let Some(conn) = self.idle_http1(cluster, dial).await {
+                return Ok((conn, true));
+            }
+        }
+    }
+
+    /// An idle connection ready for a request, if the pool has one.
+    async fn idle_http1(&self, cluster: &str, dial: &Dial) -> Option<Http1Conn> {
+        while let Some(mut conn) = self.take_http1(cluster, &dial.address, dial) {
+            if conn.sender.ready().await.is_ok() {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
     /// The endpoint's HTTP/2 connection, connecting (once, shared) when there is none or it
-    /// closed. `max_requests` retires a connection from the pool after that many requests;
-    /// its open streams finish on it.
+    /// closed; the request is pending while it waits for the connect. `max_requests`
+    /// retires a connection from the pool after that many requests; its open streams
+    /// finish on it.
     pub(crate) async fn http2(
         &self,
         cluster: &str,
         dial: &Dial,
         max_requests: Option<u32>,
+        breakers: Option<&Breakers<'_>>,
     ) -> Result<Http2Conn, UpstreamError> {
-        let connecting = {
-            let mut clusters = self.lock();
-            let pools = match clusters.get_mut(cluster) {
-                Some(pools) => pools,
-                None => clusters.entry(Arc::from(cluster)).or_default(),
+        let transport = dial.transport_id();
+        let mut pending = None;
+        let connecting = loop {
+            let (connecting, endpoint) = {
+                let mut clusters = self.lock();
+                let pools = match clusters.get_mut(cluster) {
+                    Some(pools) => pools,
+                    None => clusters.entry(Arc::from(cluster)).or_default(),
+                };
+                let endpoint = pools.endpoints.entry(dial.address.clone()).or_default().clone();
+                match pools.http2.get_mut(&dial.address) {
+                    Some(Http2Entry::Ready { conn, requests })
+                        if !conn.sender.is_closed() && conn.transport == transport =>
+                    {
+                        *requests += 1;
+                        let conn = conn.clone();
+                        if max_requests.is_some_and(|max| *requests >= max) {
+                            pools.http2.remove(&dial.address);
+                        }
+                        return Ok(conn);
+                    }
+                    Some(Http2Entry::Connecting(connecting, of)) if *of == transport => {
+                        (Some(connecting.clone()), endpoint)
+                    }
+                    _ => {
+                        if pending.is_none() {
+                            pending = Some(limits::pending(breakers)?);
+                        }
+                        match limits::connection(breakers, &endpoint) {
+                            Some(permit) => {
+                                let owned = dial.clone();
+                                let connecting = async move {
+                                    let (sender, activity) = owned.http2(permit).await?;
+                                    Ok(Http2Conn { sender, activity, transport })
+                                }
+                                .boxed()
+                                .shared();
+                                let entry = Http2Entry::Connecting(connecting.clone(), transport);
+                                pools.http2.insert(dial.address.clone(), entry);
+                                (Some(connecting), endpoint)
+                            }
+                            None => (None, endpoint),
+                        }
+                    }
+                }
             };
-            let transport = dial.transport_id();
-            match pools.http2.get_mut(&dial.address) {
-                Some(Http2Entry::Ready { conn, requests })
-                    if !conn.sender.is_closed() && conn.transport == transport =>
-                {
-                    *requests += 1;
-                    let conn = conn.clone();
-                    if max_requests.is_some_and(|max| *requests >= max) {
-                        pools.http2.remove(&dial.address);
-                    }
-                    return Ok(conn);
-                }
-                Some(Http2Entry::Connecting(connecting, of)) if *of == transport => connecting.clone(),
-                _ => {
-                    let owned = dial.clone();
-                    let connecting = async move {
-                        let (sender, activity) = owned.http2().await?;
-                        Ok(Http2Conn { sender, activity, transport })
-                    }
-                    .boxed()
-                    .shared();
-                    pools.http2.insert(dial.address.clone(), Http2Entry::Connecting(connecting.clone(), transport));
-                    connecting
-                }
+            match connecting {
+                Some(connecting) => break connecting,
+                // Only a retired connection still finishing its streams is open: wait for it.
+                None => endpoint.released().await,
             }
         };
+        if pending.is_none() {
+            pending = Some(limits::pending(breakers)?);
+        }
         let result = connecting.await;
+        drop(pending);
         let mut clusters = self.lock();
         let pools = clusters.get_mut(cluster);
         let entry = pools.as_ref().and_then(|p| p.http2.get(&dial.address));
@@ -229,8 +318,10 @@ impl Pools {
                 Http2Entry::Ready { conn, .. } => !conn.sender.is_closed(),
                 Http2Entry::Connecting(..) => true,
             });
+            // Kept while a connection or a pending request holds it.
+            pools.endpoints.retain(|_, endpoint| Arc::strong_count(endpoint) > 1);
         }
-        clusters.retain(|_, pools| !pools.http1.is_empty() || !pools.http2.is_empty());
+        clusters.retain(|_, pools| !pools.is_empty());
     }
 
     /// Drains the pools of endpoints and clusters that left the configuration, as Envoy
@@ -253,8 +344,9 @@ impl Pools {
                 drained += usize::from(!kept);
                 kept
             });
+            pools.endpoints.retain(|address, _| membership.keeps(address));
         }
-        clusters.retain(|_, pools| !pools.http1.is_empty() || !pools.http2.is_empty());
+        clusters.retain(|_, pools| !pools.is_empty());
         drained
     }
 
