@@ -173,7 +173,8 @@ async fn refused_streams_are_retried_on_another_host_under_refused_stream() {
     );
     assert_eq!(tally.ok, n, "{:?}", tally.other);
     assert!(resetting.seen.requests() > 0);
-    lab.outrider.stop();
+    // Drained, not stopped: the HTTP/2 client on this runtime answers the GOAWAY.
+    lab.outrider.drain_and_stop().await;
 }
 
 #[tokio::test]
@@ -189,7 +190,8 @@ async fn reset_streams_are_retried_on_another_host_under_reset() {
     );
     assert_eq!(tally.ok, n, "{:?}", tally.other);
     assert!(resetting.seen.requests() > 0);
-    lab.outrider.stop();
+    // Drained, not stopped: the HTTP/2 client on this runtime answers the GOAWAY.
+    lab.outrider.drain_and_stop().await;
 }
 
 #[tokio::test]
@@ -212,6 +214,7 @@ async fn without_a_retry_policy_a_reset_stream_answers_503_in_envoys_words() {
         for (status, body) in &tally.other {
             assert_eq!((*status, body.as_str()), (StatusCode::SERVICE_UNAVAILABLE, expected.as_str()));
         }
-        lab.outrider.stop();
+        // Drained, not stopped: the HTTP/2 client on this runtime answers the GOAWAY.
+        lab.outrider.drain_and_stop().await;
     }
 }
