@@ -57,7 +57,6 @@ async fn control_plane_restart_under_load(api_type: &str) {
     wait_until("the ADS stream is reported lost", || connected(&lab) == Some(0.0)).await;
     let lost_after = stopped.elapsed();
     // Requests keep flowing on the last good configuration while the control plane is away.
-    let during_outage = lab.control_plane.server.journal().requests.len();
     load.wait_answered(target / 3).await;
 
     let old = last_stream(&lab.control_plane.server.journal());
@@ -66,15 +65,15 @@ async fn control_plane_restart_under_load(api_type: &str) {
     lab.control_plane.server.wait_until(WAIT, |j| resynced(j, old)).await.expect("no resync in time");
     wait_until("the ADS stream is reported up", || connected(&lab) == Some(1.0)).await;
     let recovered = restarted.elapsed();
+    let outage = restarted.duration_since(stopped);
     load.wait_answered(20).await;
     let (sent, succeeded, failed, errors) = load.finish().await;
 
     eprintln!(
         "fault control plane restart ({api_type}): sent {sent} succeeded {succeeded} failed {failed}; \
-         stream reported lost {lost_after:?} after the stop; re-synced and ACKed {recovered:?} after the restart \
-         (reconnect backoff included)"
+         stream reported lost {lost_after:?} after the stop; outage {outage:?}; re-synced and ACKed \
+         {recovered:?} after the restart (the reconnect backoff grown during the outage included)"
     );
-    assert!(during_outage > 0);
     assert_eq!(failed, 0, "{failed} of {sent} failed: {errors:?}");
     assert_eq!(succeeded, sent);
     assert_eq!(served_config(&lab.outrider.store.load()), before, "the configuration is the one served before");
@@ -129,8 +128,11 @@ async fn xds_churn_under_load(api_type: &str) {
         let prefix = format!("http{}", round % 2);
         cp.set(ResourceType::Listener, &[&lab::listener(lab.proxy_port, &prefix, "")]);
         pushes += 4;
-        for t in TYPES {
-            cp.wait_acked(t).await;
+        // Bursts of five rounds, faster than the ACKs come back, then settle.
+        if round % 5 == 4 || round + 1 == rounds {
+            for t in TYPES {
+                cp.wait_acked(t).await;
+            }
         }
         load.wait_answered(2).await;
     }
@@ -143,6 +145,11 @@ async fn xds_churn_under_load(api_type: &str) {
     let nacks: usize = TYPES.iter().map(|t| cp.server.journal().nacks(t.type_url()).len()).sum();
     assert_eq!(nacks, 0, "every update was valid");
     assert_eq!(failed, 0, "{failed} of {sent} failed during xDS churn: {errors:?}");
+    // Both listener versions served: the listener really changed under the load.
+    for prefix in ["http0", "http1"] {
+        let served = lab::stat(&lab.outrider, &format!("http.{prefix}.downstream_rq_total")).unwrap_or(0.0);
+        assert!(served > 0.0, "no request served under stat_prefix {prefix}");
+    }
     lab.outrider.stop();
 }
 

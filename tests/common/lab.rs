@@ -146,6 +146,62 @@ pub async fn get(port: u16, path: &str) -> Result<Answer, String> {
     Ok(Answer { status: parts.status, headers: parts.headers, body })
 }
 
+/// A client that keeps its HTTP/1.1 connection to the proxy across requests, as pooling
+/// clients do: a connection found closed before the request was written is replaced
+/// (nothing was sent, so that is no retry); any other error is the request's failure.
+#[derive(Default)]
+pub struct KeepAlive {
+    sender: Option<hyper::client::conn::http1::SendRequest<Full<Bytes>>>,
+    /// Connections opened so far.
+    pub connections: u64,
+}
+
+impl KeepAlive {
+    pub async fn get(&mut self, port: u16, path: &str) -> Result<Answer, String> {
+        let mut request = http::Request::get(path).header("host", "example.com").body(Full::new(Bytes::new())).unwrap();
+        // Bounded: a fresh connection that cannot take the request is a failure.
+        for _ in 0..3 {
+            let sender = match self.sender.as_mut() {
+                Some(sender) if !sender.is_closed() => sender,
+                _ => {
+                    let stream =
+                        tokio::net::TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| e.to_string())?;
+                    let (sender, connection) =
+                        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+                    tokio::spawn(connection);
+                    self.connections += 1;
+                    self.sender.insert(sender)
+                }
+            };
+            if sender.ready().await.is_err() {
+                self.sender = None;
+                continue;
+            }
+            let sent = tokio::time::timeout(WAIT, sender.try_send_request(request)).await;
+            let response = match sent {
+                Err(_) => return Err("no response head in time".to_owned()),
+                Ok(Ok(response)) => response,
+                Ok(Err(mut error)) => match error.take_message() {
+                    Some(unsent) => {
+                        self.sender = None;
+                        request = unsent;
+                        continue;
+                    }
+                    None => return Err(error.into_error().to_string()),
+                },
+            };
+            let (parts, body) = response.into_parts();
+            let body = match tokio::time::timeout(WAIT, body.collect()).await {
+                Ok(Ok(collected)) => Ok(collected.to_bytes()),
+                Ok(Err(error)) => Err(error.to_string()),
+                Err(_) => Err("body not ended in time".to_owned()),
+            };
+            return Ok(Answer { status: parts.status, headers: parts.headers, body });
+        }
+        Err("no connection could take the request".to_owned())
+    }
+}
+
 /// An HTTP/2 (prior knowledge) client connection to the proxy.
 pub async fn h2_client(port: u16) -> hyper::client::conn::http2::SendRequest<Full<Bytes>> {
     let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
@@ -183,7 +239,8 @@ impl Counts {
 
 /// Clients sending GETs through the proxy, one at a time each, until asked to finish:
 /// then they go on until at least `target` requests were sent in all. A hard bound of
-/// `100 × target` requests ends them in any case, so no test loops forever.
+/// `100 × target` requests ends them in any case, so no test loops forever. Odd-numbered
+/// clients keep their connection ([`KeepAlive`]); even ones open one per request.
 pub struct Load {
     pub counts: Arc<Counts>,
     finish: Arc<AtomicBool>,
@@ -197,8 +254,9 @@ impl Load {
         let finish = Arc::new(AtomicBool::new(false));
         let bound = target.saturating_mul(100);
         let clients = (0..clients)
-            .map(|_| {
+            .map(|i| {
                 let (counts, finish) = (counts.clone(), finish.clone());
+                let mut keep_alive = (i % 2 == 1).then(KeepAlive::default);
                 tokio::spawn(async move {
                     let mut errors = Vec::new();
                     loop {
@@ -207,7 +265,11 @@ impl Load {
                             counts.sent.fetch_sub(1, Ordering::SeqCst);
                             return errors;
                         }
-                        match get(port, "/").await {
+                        let outcome = match keep_alive.as_mut() {
+                            Some(client) => client.get(port, "/").await,
+                            None => get(port, "/").await,
+                        };
+                        match outcome {
                             Ok(answer) if answer.ok() => {
                                 counts.succeeded.fetch_add(1, Ordering::SeqCst);
                             }
