@@ -119,6 +119,7 @@ pub fn skip(
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
