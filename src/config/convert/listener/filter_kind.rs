@@ -56,6 +56,9 @@ const HARMLESS: &[&str] = &[
     "envoy.extensions.filters.network.set_filter_state.v3.Config",
     "envoy.extensions.filters.http.set_filter_state.v3.Config",
     // Envoy filters that only add statistics or need per-route configuration to act.
+    // (Istio puts the Mongo and MySQL sniffers before the TCP proxy of such ports.)
+    "envoy.extensions.filters.network.mongo_proxy.v3.MongoProxy",
+    "envoy.extensions.filters.network.mysql_proxy.v3.MySQLProxy",
     "envoy.extensions.filters.http.grpc_stats.v3.FilterConfig",
     "envoy.extensions.filters.http.fault.v3.HTTPFault",
     "envoy.extensions.filters.http.cors.v3.Cors",
