@@ -145,6 +145,12 @@ fn picked_ports(lb: &Arc<ClusterLb>) -> BTreeSet<u16> {
         .collect()
 }
 
+/// Every host passes its checks and the published balancer picks them all (in panic, a
+/// balancer picks failed hosts too, so the picks alone do not say the checks passed).
+fn all_passing(lb: &Arc<ClusterLb>, ports: &BTreeSet<u16>) -> bool {
+    lb.hosts().iter().all(|h| !h.stats.health().failed()) && picked_ports(lb) == *ports
+}
+
 async fn get_body(port: u16) -> String {
     let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
@@ -189,7 +195,7 @@ async fn a_host_failing_its_http_check_gets_no_traffic_until_it_passes_again() {
     );
     let lab = lab(&format!("\n{check}\n"), &assignment(&[good.port, flaky.port])).await;
     let both = BTreeSet::from([good.port, flaky.port]);
-    wait_balancer(&lab.outrider, |lb| picked_ports(lb) == both).await;
+    wait_balancer(&lab.outrider, |lb| all_passing(lb, &both)).await;
     assert_eq!(reached(lab.proxy_port, 8).await, BTreeSet::from(["flaky".to_owned(), "good".to_owned()]));
     assert_eq!(flags(&lab, flaky.port).await, "healthy");
 
@@ -203,7 +209,7 @@ async fn a_host_failing_its_http_check_gets_no_traffic_until_it_passes_again() {
 
     // Two passes in a row (healthy_threshold) return it.
     flaky.health.store(200, Ordering::Relaxed);
-    wait_balancer(&lab.outrider, |lb| picked_ports(lb) == both).await;
+    wait_balancer(&lab.outrider, |lb| all_passing(lb, &both)).await;
     assert!(reached(lab.proxy_port, 8).await.contains("flaky"));
     assert_eq!(flags(&lab, flaky.port).await, "healthy");
     assert!(stat(&lab, "success").await >= 3);
@@ -241,7 +247,7 @@ async fn a_grpc_check_follows_the_serving_status() {
     );
     let lab = lab(&format!("\n{check}\n"), &assignment(&[steady, flaky])).await;
     let both = BTreeSet::from([steady, flaky]);
-    wait_balancer(&lab.outrider, |lb| picked_ports(lb) == both).await;
+    wait_balancer(&lab.outrider, |lb| all_passing(lb, &both)).await;
     assert_eq!(flags(&lab, flaky).await, "healthy");
     // NOT_SERVING fails the host at once, whatever unhealthy_threshold says.
     serving.store(2, Ordering::Relaxed);
@@ -249,7 +255,7 @@ async fn a_grpc_check_follows_the_serving_status() {
     assert_eq!(flags(&lab, flaky).await, "/failed_active_hc");
     assert_eq!(flags(&lab, steady).await, "healthy");
     serving.store(SERVING, Ordering::Relaxed);
-    wait_balancer(&lab.outrider, |lb| picked_ports(lb) == both).await;
+    wait_balancer(&lab.outrider, |lb| all_passing(lb, &both)).await;
     assert_eq!(flags(&lab, flaky).await, "healthy");
     lab.outrider.stop();
 }

@@ -77,7 +77,11 @@ impl HealthCheckers {
                 // A changed cluster starts its sessions again; verdicts stay with the hosts.
                 self.clusters.remove(name);
                 let checks = cluster.resource.health_checks.len().min(MAX_CHECKS);
-                if lb.hosts().iter().fold(false, |any, h| h.stats.health().keep_checks(checks) || any) {
+                let mut any = false;
+                for host in lb.hosts() {
+                    any |= host.stats.health().keep_checks(checks); // every host, no short cut
+                }
+                if any {
                     changed.push(name.clone());
                 }
             }

@@ -168,8 +168,8 @@ mod tests {
             path: "/healthz".into(),
             method: http::Method::GET,
             http2: false,
-            expected_statuses: vec![200..201],
-            retriable_statuses: vec![500..502],
+            expected_statuses: std::iter::once(200..201).collect(),
+            retriable_statuses: std::iter::once(500..502).collect(),
             request_headers_to_add: Vec::new(),
             request_headers_to_remove: Vec::new(),
         }

@@ -1,7 +1,7 @@
 //! Active health checking, the pure half: what one probe result does to a host (Envoy's
 //! `ActiveHealthCheckSession::handleSuccess` / `handleFailure`) and when the next probe is
 //! due (`HealthCheckerImplBase::interval`). The probes themselves (sockets, HTTP, gRPC) live
-//! in `crate::health`, on the control runtime.
+//! in the `health` module, on the control runtime.
 //!
 //! A host's verdicts are written into its [`HealthFlags`] (shared atomics in its
 //! `EndpointStats`), one bit per configured health check, so the balancer sees a host
