@@ -28,19 +28,22 @@ use prost::Message;
 struct HttpBackend {
     port: u16,
     health: Arc<AtomicU16>,
+    /// What every other path answers.
+    serve: Arc<AtomicU16>,
 }
 
 async fn http_backend(name: &'static str) -> HttpBackend {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let health = Arc::new(AtomicU16::new(200));
-    let status = health.clone();
+    let (health, serve) = (Arc::new(AtomicU16::new(200)), Arc::new(AtomicU16::new(200)));
+    let (status, serving) = (health.clone(), serve.clone());
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else { return };
-            let status = status.clone();
+            let (status, serving) = (status.clone(), serving.clone());
             let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let code = if request.uri().path() == "/healthz" { status.load(Ordering::Relaxed) } else { 200 };
+                let answer = if request.uri().path() == "/healthz" { &status } else { &serving };
+                let code = answer.load(Ordering::Relaxed);
                 let response = Response::builder().status(code).body(Full::new(Bytes::from(name))).unwrap();
                 async move { Ok::<_, Infallible>(response) }
             });
@@ -50,7 +53,7 @@ async fn http_backend(name: &'static str) -> HttpBackend {
             });
         }
     });
-    HttpBackend { port, health }
+    HttpBackend { port, health, serve }
 }
 
 /// A gRPC backend implementing `grpc.health.v1.Health/Check` with the serving status the
@@ -277,5 +280,39 @@ async fn eds_unhealthy_overrides_a_passing_check() {
     wait_balancer(&lab.outrider, |lb| picked_ports(lb) == BTreeSet::from([good.port])).await;
     assert_eq!(flags(&lab, marked.port).await, "/failed_eds_health");
     assert_eq!(reached(lab.proxy_port, 10).await, BTreeSet::from(["good".to_owned()]));
+    lab.outrider.stop();
+}
+
+#[tokio::test]
+async fn a_passing_check_returns_a_host_outlier_detection_ejected() {
+    let (good, bad) = (http_backend("good").await, http_backend("bad").await);
+    // 429 is retriable and the threshold far away: the bad host's checks fail without
+    // failing it, and without passing (which would return it) until the test says so.
+    let extra = format!(
+        "\nhealth_checks: [{{ {FAST}, unhealthy_threshold: 1000, healthy_threshold: 1, \
+         http_health_check: {{ path: /healthz, retriable_statuses: [{{ start: 429, end: 430 }}] }} }}]\n\
+         outlier_detection: {{ consecutive_5xx: 1, interval: 300s, base_ejection_time: 300s }}\n"
+    );
+    let lab = lab(&extra, &assignment(&[good.port, bad.port])).await;
+    let both = BTreeSet::from([good.port, bad.port]);
+    wait_balancer(&lab.outrider, |lb| all_passing(lb, &both)).await;
+    bad.health.store(429, Ordering::Relaxed);
+    // Once a failure is counted, every later probe of the bad host sees 429.
+    let wait = async {
+        while stat(&lab, "failure").await == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, wait).await.expect("no failed check counted");
+    bad.serve.store(500, Ordering::Relaxed);
+    let ejected = |lb: &Arc<ClusterLb>| lb.hosts().iter().filter(|h| h.stats.is_ejected(Instant::now())).count();
+    // Round robin reaches the bad host within two requests; its 500 ejects it.
+    reached(lab.proxy_port, 2).await;
+    wait_balancer(&lab.outrider, |lb| ejected(lb) == 1 && picked_ports(lb) == BTreeSet::from([good.port])).await;
+    assert_eq!(flags(&lab, bad.port).await, "/failed_outlier_check");
+    // Its next passing check returns it long before the 300 s ejection time.
+    bad.health.store(200, Ordering::Relaxed);
+    wait_balancer(&lab.outrider, |lb| ejected(lb) == 0 && picked_ports(lb) == both).await;
+    assert_eq!(flags(&lab, bad.port).await, "healthy");
     lab.outrider.stop();
 }
