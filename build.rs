@@ -33,9 +33,53 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for file in &mut set.file {
         file.source_code_info = None;
     }
+    add_typed_structs(&mut set);
     std::fs::write(out.join("envoy_descriptors.bin"), prost::Message::encode_to_vec(&set))?;
     println!("cargo:rerun-if-changed={}", descriptors.display());
     Ok(())
+}
+
+/// `udpa.type.v1.TypedStruct` and `xds.type.v3.TypedStruct` (an extension's config as a
+/// `Struct`, with its real type in `type_url`; Istio wraps its own filters in them) are
+/// not in the `envoy-types` set. Without them the JSON reader would drop every such
+/// `typed_config`, and with it the type Outrider needs to classify the filter. Both are two
+/// fields: `string type_url = 1; google.protobuf.Struct value = 2;`.
+fn add_typed_structs(set: &mut prost_types::FileDescriptorSet) {
+    use prost_types::field_descriptor_proto::{Label, Type};
+    use prost_types::{DescriptorProto, FieldDescriptorProto, FileDescriptorProto};
+    for (file, package) in
+        [("udpa/type/v1/typed_struct.proto", "udpa.type.v1"), ("xds/type/v3/typed_struct.proto", "xds.type.v3")]
+    {
+        let known =
+            set.file.iter().any(|f| f.package() == package && f.message_type.iter().any(|m| m.name() == "TypedStruct"));
+        if known {
+            continue;
+        }
+        let field = |name: &str, number: i32, kind: Type, type_name: Option<&str>| FieldDescriptorProto {
+            name: Some(name.into()),
+            number: Some(number),
+            label: Some(Label::Optional as i32),
+            r#type: Some(kind as i32),
+            type_name: type_name.map(Into::into),
+            json_name: Some(name.into()),
+            ..Default::default()
+        };
+        set.file.push(FileDescriptorProto {
+            name: Some(file.into()),
+            package: Some(package.into()),
+            dependency: vec!["google/protobuf/struct.proto".into()],
+            message_type: vec![DescriptorProto {
+                name: Some("TypedStruct".into()),
+                field: vec![
+                    field("type_url", 1, Type::String, None),
+                    field("value", 2, Type::Message, Some(".google.protobuf.Struct")),
+                ],
+                ..Default::default()
+            }],
+            syntax: Some("proto3".into()),
+            ..Default::default()
+        });
+    }
 }
 
 /// Finds `src/generated/types.bin` of the resolved `envoy-types` package through

@@ -6,6 +6,7 @@ pub mod app;
 pub mod capture;
 pub mod config;
 pub mod core;
+pub mod health;
 pub mod inject;
 pub mod lb;
 pub mod orca;

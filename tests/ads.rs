@@ -289,3 +289,43 @@ async fn ten_thousand_endpoints_in_one_eds_push() {
     control_plane.wait_acked(ResourceType::ClusterLoadAssignment).await;
     outrider.stop();
 }
+
+/// A listener whose HTTP filter chain has an unknown filter before the router.
+fn listener_with_unknown_filter(optional: bool) -> String {
+    let filter = format!(
+        r#"      - name: acme.rewrite
+        is_optional: {optional}
+        typed_config:
+          "@type": type.googleapis.com/udpa.type.v1.TypedStruct
+          type_url: type.googleapis.com/acme.filters.Rewrite
+          value: {{ prefix: /v2 }}
+      - name: envoy.filters.http.router"#
+    );
+    LISTENER.replace("      - name: envoy.filters.http.router", &filter)
+}
+
+/// As Envoy: an HTTP filter Outrider cannot run is refused unless marked `is_optional`,
+/// and an optional one is skipped.
+#[tokio::test]
+async fn a_required_unknown_http_filter_is_nacked_and_an_optional_one_skipped() {
+    let control_plane = ControlPlane::start().await;
+    serve_everything(&control_plane).await;
+    let outrider = start_outrider(&control_plane, DELTA).await;
+    let before = wait_snapshot(&outrider.store, complete).await;
+    control_plane.wait_acked(ResourceType::Listener).await;
+
+    control_plane.set(ResourceType::Listener, &[&listener_with_unknown_filter(false)]);
+    let type_url = ResourceType::Listener.type_url();
+    control_plane.server.wait_until(WAIT, |j| !j.nacks(type_url).is_empty()).await.unwrap();
+    let detail = control_plane.server.journal().nacks(type_url)[0].clone().error_detail.unwrap();
+    assert!(detail.message.contains("http_filters[0]"), "names the field path: {}", detail.message);
+    assert!(detail.message.contains("acme.filters.Rewrite"), "names the type: {}", detail.message);
+    assert_eq!(outrider.store.load().listeners["http"].resource, before.listeners["http"].resource);
+
+    control_plane.set(ResourceType::Listener, &[&listener_with_unknown_filter(true)]);
+    let snapshot =
+        wait_snapshot(&outrider.store, |s| s.listeners["http"].resource != before.listeners["http"].resource).await;
+    let skipped = format!("{:?}", snapshot.listeners["http"].resource);
+    assert!(skipped.contains("acme.rewrite"), "the optional filter is recorded as skipped");
+    outrider.stop();
+}

@@ -21,8 +21,12 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ("orca", &["lb", "telemetry", "core", "pb"][..]),
         ("tls", &["config", "telemetry", "core"][..]),
         ("proxy", &["store", "config", "lb", "orca", "tls", "telemetry", "core"][..]),
+        ("health", &["store", "config", "lb", "tls", "telemetry", "core"][..]),
         ("admin", &["store", "config", "lb", "telemetry", "core", "pb"][..]),
-        ("app", &["core", "telemetry", "config", "store", "xds", "lb", "orca", "tls", "proxy", "admin", "pb"][..]),
+        (
+            "app",
+            &["core", "telemetry", "config", "store", "xds", "lb", "orca", "tls", "proxy", "health", "admin", "pb"][..],
+        ),
     ])
 }
 

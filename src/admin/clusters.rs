@@ -1,6 +1,6 @@
 //! `/clusters`: every served cluster and its hosts, in Envoy's text or JSON form, with
 //! each host's live state (Envoy's `rq_active`, `rq_success`, `rq_error`, `rq_total`,
-//! `/failed_outlier_check`) and what only Outrider knows (EWMA latency, the last ORCA
+//! `health_flags` with `/failed_active_hc`, `/failed_outlier_check`, …) and what only Outrider knows (EWMA latency, the last ORCA
 //! report, the utilization and weight taken from it).
 
 use std::collections::HashMap;
@@ -30,6 +30,7 @@ pub fn text(snapshot: &Snapshot, balancers: &Balancers) -> String {
     for (name, assignment) in &snapshot.endpoints {
         let _ = writeln!(out, "{name}::observability_name::{name}");
         let live = live_hosts(balancers, name);
+        let checked = health_checked(snapshot, name);
         for locality in &assignment.resource.localities {
             for endpoint in &locality.endpoints {
                 let host = format!("{name}::{}", endpoint.address);
@@ -40,8 +41,8 @@ pub fn text(snapshot: &Snapshot, balancers: &Balancers) -> String {
                     let _ = writeln!(out, "{host}::rq_error::{}", view.errors);
                     let _ = writeln!(out, "{host}::rq_total::{}", view.successes + view.errors);
                 }
-                let ejected = view.as_ref().is_some_and(|v| v.ejected);
-                let _ = writeln!(out, "{host}::health_flags::{}", health(endpoint.health, ejected));
+                let flags = Flags::of(endpoint.health, view.as_ref(), checked);
+                let _ = writeln!(out, "{host}::health_flags::{}", flags.text());
                 let _ = writeln!(out, "{host}::weight::{}", endpoint.weight);
                 let _ = writeln!(out, "{host}::region::{}", locality.locality.region);
                 let _ = writeln!(out, "{host}::zone::{}", locality.locality.zone);
@@ -70,6 +71,7 @@ pub fn json(snapshot: &Snapshot, balancers: &Balancers) -> Value {
         .iter()
         .map(|(name, assignment)| {
             let live = live_hosts(balancers, name);
+            let checked = health_checked(snapshot, name);
             let hosts: Vec<Value> = assignment
                 .resource
                 .localities
@@ -77,12 +79,16 @@ pub fn json(snapshot: &Snapshot, balancers: &Balancers) -> Value {
                 .flat_map(|l| l.endpoints.iter().map(move |e| (l, e)))
                 .map(|(locality, endpoint)| {
                     let view = live.get(&endpoint.address).map(|h| EndpointView::of(h, now));
-                    let ejected = view.as_ref().is_some_and(|v| v.ejected);
+                    let flags = Flags::of(endpoint.health, view.as_ref(), checked);
+                    let ejected = flags.failed_outlier_check;
                     let mut host = json!({
                         "address": address(&endpoint.address),
                         "health_status": {
                             "eds_health_status": eds_health(endpoint.health),
                             "failed_outlier_check": ejected,
+                            "failed_active_health_check": flags.failed_active_hc,
+                            "failed_active_degraded_check": flags.degraded_active_hc,
+                            "active_hc_timeout": flags.active_hc_timeout,
                         },
                         "weight": endpoint.weight,
                         "locality": {
@@ -140,17 +146,47 @@ fn address(address: &Address) -> Value {
     }
 }
 
-/// Envoy's `health_flags`: `healthy`, or the reasons a host is not, joined.
-fn health(status: HealthStatus, ejected: bool) -> String {
-    let mut flags = match status {
-        HealthStatus::Healthy => String::new(),
-        HealthStatus::Degraded => "/degraded_eds_health".to_owned(),
-        HealthStatus::Unhealthy => "/failed_eds_health".to_owned(),
-    };
-    if ejected {
-        flags.push_str("/failed_outlier_check");
+/// Whether `cluster` runs active health checks (its hosts' check flags mean something).
+fn health_checked(snapshot: &Snapshot, cluster: &str) -> bool {
+    snapshot.clusters.get(cluster).is_some_and(|c| !c.resource.health_checks.is_empty())
+}
+
+/// A host's health flags, as Envoy names them.
+#[derive(Debug, Default)]
+struct Flags {
+    failed_active_hc: bool,
+    failed_outlier_check: bool,
+    eds: Option<HealthStatus>,
+    degraded_active_hc: bool,
+    active_hc_timeout: bool,
+}
+
+impl Flags {
+    fn of(eds: HealthStatus, view: Option<&EndpointView>, checked: bool) -> Self {
+        let active = |flag: fn(&EndpointView) -> bool| checked && view.is_some_and(flag);
+        Self {
+            failed_active_hc: active(|v| v.failed_active_hc),
+            failed_outlier_check: view.is_some_and(|v| v.ejected),
+            eds: Some(eds),
+            degraded_active_hc: active(|v| v.degraded_active_hc),
+            active_hc_timeout: active(|v| v.active_hc_timeout),
+        }
     }
-    if flags.is_empty() { "healthy".to_owned() } else { flags }
+
+    /// Envoy's `health_flags`: `healthy`, or the reasons a host is not, joined in Envoy's
+    /// order.
+    fn text(&self) -> String {
+        let flags = [
+            (self.failed_active_hc, "/failed_active_hc"),
+            (self.failed_outlier_check, "/failed_outlier_check"),
+            (self.eds == Some(HealthStatus::Unhealthy), "/failed_eds_health"),
+            (self.degraded_active_hc, "/degraded_active_hc"),
+            (self.eds == Some(HealthStatus::Degraded), "/degraded_eds_health"),
+            (self.active_hc_timeout, "/active_hc_timeout"),
+        ];
+        let joined: String = flags.iter().filter(|(on, _)| *on).map(|(_, name)| *name).collect();
+        if joined.is_empty() { "healthy".to_owned() } else { joined }
+    }
 }
 
 fn eds_health(status: HealthStatus) -> &'static str {

@@ -1,7 +1,7 @@
 //! What Outrider knows about each endpoint beyond Envoy's stats, read from the shared
 //! per-endpoint stats at scrape time: in-flight requests, peak-EWMA latency, outcomes,
 //! the latest ORCA report and the utilization taken from it, the weight client-side
-//! weighted round robin derived from it, and outlier ejection.
+//! weighted round robin derived from it, outlier ejection and active health check flags.
 
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,10 @@ pub struct EndpointView {
     /// The weight derived from the last usable ORCA report (CSWRR); 0 = none.
     pub reported_weight: f64,
     pub ejected: bool,
+    /// Active health checking's flags (meaningful when the cluster has health checks).
+    pub failed_active_hc: bool,
+    pub degraded_active_hc: bool,
+    pub active_hc_timeout: bool,
 }
 
 impl EndpointView {
@@ -38,6 +42,9 @@ impl EndpointView {
             last_report: report.map(|r| (r.report.clone(), now.saturating_duration_since(r.received))),
             reported_weight: stats.weight_state().reported_weight(),
             ejected: stats.is_ejected(now),
+            failed_active_hc: stats.health().failed(),
+            degraded_active_hc: stats.health().degraded(),
+            active_hc_timeout: stats.health().timed_out(),
         }
     }
 }

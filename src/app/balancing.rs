@@ -1,11 +1,15 @@
 //! Keeps the published balancers in step with the served configuration: a control-runtime
-//! task that rebuilds a cluster's balancer whenever its cluster or endpoints change.
+//! task that rebuilds a cluster's balancer whenever its cluster or endpoints change, or a
+//! host's health changes (outlier detection, active health checks).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::sync::mpsc::UnboundedReceiver;
+
 use crate::core::shutdown::Signal;
+use crate::health::{HealthCheckers, HealthEvent};
 use crate::lb::{BalancerBuilder, Balancers};
 use crate::store::{Snapshot, Store};
 use crate::telemetry::Stats;
@@ -13,17 +17,23 @@ use crate::telemetry::Stats;
 /// Rebuilds balancers on every published snapshot, and recomputes client-side weighted
 /// round robin weights from the endpoints' load reports, until `shutdown`.
 pub async fn keep_balancers(store: Arc<Store>, balancers: Arc<Balancers>, stats: Arc<Stats>, shutdown: Signal) {
-    let mut builder = BalancerBuilder::new(stats);
+    let mut builder = BalancerBuilder::new(stats.clone());
     let mut changes = store.subscribe();
     let mut next_update: HashMap<String, tokio::time::Instant> = HashMap::new();
     let mut next_cleanup: HashMap<String, tokio::time::Instant> = HashMap::new();
     let mut oob = super::oob::OobStreams::default();
     let mut outliers = super::outlier::OutlierDetectors::default();
     let outlier_events = builder.outlier_wake();
+    let (mut checkers, mut health_events) = HealthCheckers::new(Some(stats));
+    // Clusters whose balancer must be rebuilt after this turn (each once).
+    let mut refresh: BTreeSet<String> = BTreeSet::new();
     update(&mut builder, &store.load(), &balancers);
     oob.sync(&balancers, &shutdown);
     loop {
         outliers.sync(&store.load(), &balancers);
+        for cluster in checkers.sync(&store.load(), &balancers) {
+            builder.refresh_cluster(&cluster, &balancers, Instant::now());
+        }
         let wake = next_update
             .values()
             .chain(next_cleanup.values())
@@ -41,14 +51,36 @@ pub async fn keep_balancers(store: Arc<Store>, balancers: Arc<Balancers>, stats:
             }
             _ = tokio::time::sleep_until(wake) => {}
             _ = outlier_events.notified() => {}
+            Some(event) = health_events.recv() => {
+                on_health_events(event, &mut health_events, &mut outliers, &mut refresh);
+            }
             _ = shutdown.clone().triggered() => return,
         }
         outliers.sync(&store.load(), &balancers);
-        for cluster in outliers.run() {
+        refresh.extend(outliers.run());
+        for cluster in std::mem::take(&mut refresh) {
             builder.refresh_cluster(&cluster, &balancers, Instant::now());
         }
         update_weights(&balancers, &mut next_update);
         clean_original_dst_hosts(&balancers, &mut next_cleanup);
+    }
+}
+
+/// Takes `event` and every other health event already queued: a host whose health changed
+/// rebuilds its cluster's balancer; a pass may return a host outlier detection ejected.
+fn on_health_events(
+    event: HealthEvent,
+    queued: &mut UnboundedReceiver<HealthEvent>,
+    outliers: &mut super::outlier::OutlierDetectors,
+    refresh: &mut BTreeSet<String>,
+) {
+    let mut next = Some(event);
+    while let Some(event) = next {
+        let unejected = event.passed && outliers.on_health_check_pass(&event.cluster, &event.address);
+        if event.changed || unejected {
+            refresh.insert(event.cluster);
+        }
+        next = queued.try_recv().ok();
     }
 }
 

@@ -74,7 +74,8 @@ pub struct ClusterLb {
 
 impl ClusterLb {
     /// Builds the balancer of `cluster` over `assignment`, reusing per-endpoint stats from
-    /// `registry`. Ejected hosts (outlier detection) count as unhealthy at `now`.
+    /// `registry`. Hosts failed by an active health check or ejected by outlier detection
+    /// count as unhealthy at `now` (see [`Host::coarse_health`]).
     pub fn build(
         cluster: &Cluster,
         assignment: &ClusterLoadAssignment,
@@ -87,6 +88,8 @@ impl ClusterLb {
             None => (&default_policy, false, DEFAULT_HEALTHY_PANIC_THRESHOLD),
         };
         let hash_based = SharedPolicy::is_hash_based(policy);
+        let health_checked = !cluster.health_checks.is_empty();
+        registry.set_health_checks(cluster.health_checks.len());
         let hosts: Vec<Arc<Host>> = registry.hosts(assignment, now).into_iter().map(Arc::new).collect();
         let locality_weights = locality_weights(assignment);
 
@@ -100,7 +103,7 @@ impl ClusterLb {
         let mut counts = Vec::new();
         for priority in 0..=top {
             let all = by_level.remove(&priority).unwrap_or_default();
-            let usable = |h: &&Arc<Host>, status: HealthStatus| h.health() == status && !h.stats.is_ejected(now);
+            let usable = |h: &&Arc<Host>, status: HealthStatus| h.coarse_health(now, health_checked) == status;
             let healthy: Vec<_> = all.iter().filter(|h| usable(h, HealthStatus::Healthy)).cloned().collect();
             let degraded: Vec<_> = all.iter().filter(|h| usable(h, HealthStatus::Degraded)).cloned().collect();
             counts.push(if assignment.weighted_priority_health {
@@ -141,7 +144,7 @@ impl ClusterLb {
         let resources = registry.resources();
         let stats = registry.cluster_stats().clone();
         let usable = |status: HealthStatus| {
-            hosts.iter().filter(|h| h.health() == status && !h.stats.is_ejected(now)).count() as i64
+            hosts.iter().filter(|h| h.coarse_health(now, health_checked) == status).count() as i64
         };
         stats.membership_healthy.set(usable(HealthStatus::Healthy));
         stats.membership_degraded.set(usable(HealthStatus::Degraded));

@@ -31,8 +31,26 @@ impl Host {
         self.endpoint.weight
     }
 
+    /// The EDS health status.
     pub fn health(&self) -> HealthStatus {
         self.endpoint.health
+    }
+
+    /// Envoy's `coarseHealth`: unhealthy when EDS says so, an active health check failed
+    /// it (`health_checked`: its cluster has checks) or outlier detection ejected it at
+    /// `now`; degraded when EDS or an active check says so; else healthy.
+    pub fn coarse_health(&self, now: Instant, health_checked: bool) -> HealthStatus {
+        let active = self.stats.health();
+        if self.endpoint.health == HealthStatus::Unhealthy
+            || (health_checked && active.failed())
+            || self.stats.is_ejected(now)
+        {
+            return HealthStatus::Unhealthy;
+        }
+        if self.endpoint.health == HealthStatus::Degraded || (health_checked && active.degraded()) {
+            return HealthStatus::Degraded;
+        }
+        HealthStatus::Healthy
     }
 
     /// The key ring hash and maglev place the host by: `envoy.lb` `hash_key` metadata if
@@ -57,6 +75,8 @@ pub struct StatsRegistry {
     /// The cluster's circuit-breaker counts, kept across rebuilds.
     resources: Arc<super::resources::ClusterResources>,
     cluster: Arc<ClusterStats>,
+    /// Active health checks of the cluster: new endpoints start failed by each.
+    health_checks: usize,
 }
 
 impl StatsRegistry {
@@ -72,12 +92,18 @@ impl StatsRegistry {
         self
     }
 
+    /// The number of active health checks the cluster has now (see [`Self::hosts`]).
+    pub fn set_health_checks(&mut self, checks: usize) {
+        self.health_checks = checks;
+    }
+
     pub fn cluster_stats(&self) -> &Arc<ClusterStats> {
         &self.cluster
     }
 
     /// The hosts of `assignment`, reusing the stats of addresses already known and
-    /// forgetting addresses that left. Linear in the number of endpoints.
+    /// forgetting addresses that left (new ones start failed by the cluster's active
+    /// health checks, if any). Linear in the number of endpoints.
     pub fn hosts(&mut self, assignment: &ClusterLoadAssignment, now: Instant) -> Vec<Host> {
         let mut next = HashMap::with_capacity(assignment.endpoint_count());
         let mut hosts = Vec::with_capacity(assignment.endpoint_count());
@@ -116,10 +142,11 @@ impl StatsRegistry {
     }
 
     fn new_stats(&self, now: Instant) -> EndpointStats {
-        match &self.outlier_wake {
+        let stats = match &self.outlier_wake {
             Some(wake) => EndpointStats::with_outlier_wake(now, wake.clone()),
             None => EndpointStats::new(now),
-        }
+        };
+        if self.health_checks > 0 { stats.failed_by_health_checks(self.health_checks) } else { stats }
     }
 
     /// The on-demand hosts of an ORIGINAL_DST cluster, the same across rebuilds.

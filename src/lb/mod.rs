@@ -10,6 +10,7 @@ pub mod cswrr;
 pub mod edf;
 pub mod hash_policy;
 pub mod hashing;
+pub mod health_check;
 pub mod host;
 pub mod least_request;
 pub mod load;

@@ -1,5 +1,5 @@
 //! Per-endpoint statistics shared by every worker: in-flight requests, latency, outcomes,
-//! the latest load report, outlier state.
+//! the latest load report, outlier state, active health check verdicts.
 //!
 //! All fields are atomics (or an `ArcSwap` for the load report): workers update them on
 //! the request path without locks, and the control runtime reads them to compute weights.
@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwapOption;
 
 use super::cswrr::WeightState;
+use super::health_check::HealthFlags;
 use super::load::{LoadReport, LoadSink};
 use super::outlier::OutlierCounters;
 
@@ -48,6 +49,8 @@ pub struct EndpointStats {
     ejected_until: AtomicU64,
     /// Outlier detection's consecutive-failure and success-rate counters.
     outlier: OutlierCounters,
+    /// Active health checking's verdicts (set on the control runtime).
+    health: HealthFlags,
     load: ArcSwapOption<TimedReport>,
     /// CSWRR's weight state, here so that blackout and expiry survive balancer rebuilds.
     weight: WeightState,
@@ -73,6 +76,7 @@ impl EndpointStats {
             error_updated: AtomicU64::new(0),
             ejected_until: AtomicU64::new(0),
             outlier: OutlierCounters::default(),
+            health: HealthFlags::default(),
             load: ArcSwapOption::empty(),
             weight: WeightState::default(),
         }
@@ -86,6 +90,17 @@ impl EndpointStats {
 
     pub fn outlier(&self) -> &OutlierCounters {
         &self.outlier
+    }
+
+    /// The same stats for a new host of a cluster with `checks` active health checks: it
+    /// starts failed by each, as Envoy starts new hosts, until its first check passes.
+    pub fn failed_by_health_checks(self, checks: usize) -> Self {
+        Self { health: HealthFlags::failed_by_first(checks), ..self }
+    }
+
+    /// Active health checking's verdicts on the endpoint.
+    pub fn health(&self) -> &HealthFlags {
+        &self.health
     }
 
     /// When the endpoint was first seen (slow start counts from here).

@@ -245,7 +245,7 @@ fn network_filters(
                 ))
             }
             (_, any) => {
-                skipped.push(filter_kind::skip(&name, any.as_ref(), &at, warnings));
+                skipped.push(filter_kind::skip(&name, any.as_ref(), false, &at, warnings)?);
                 None
             }
         };

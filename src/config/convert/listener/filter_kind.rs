@@ -1,9 +1,11 @@
 //! Names and types of the network and HTTP filters Outrider meets in real configurations,
-//! and what it does with the ones it does not run: skip harmless ones with a warning, and
-//! skip policy filters with a louder one (see [`SkippedKind::Policy`]).
+//! and what it does with the ones it does not run: skip harmless ones with a warning, skip
+//! policy filters with a louder one (see [`SkippedKind::Policy`]), skip unknown ones only
+//! when the configuration says they are optional, and refuse the rest — as Envoy refuses
+//! a filter it has no factory for unless the filter is marked `is_optional`.
 
 use super::super::common::type_name;
-use crate::config::error::Warnings;
+use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::listener::{SkippedFilter, SkippedKind};
 use crate::pb::google::protobuf::Any;
 
@@ -54,6 +56,9 @@ const HARMLESS: &[&str] = &[
     "envoy.extensions.filters.network.set_filter_state.v3.Config",
     "envoy.extensions.filters.http.set_filter_state.v3.Config",
     // Envoy filters that only add statistics or need per-route configuration to act.
+    // (Istio puts the Mongo and MySQL sniffers before the TCP proxy of such ports.)
+    "envoy.extensions.filters.network.mongo_proxy.v3.MongoProxy",
+    "envoy.extensions.filters.network.mysql_proxy.v3.MySQLProxy",
     "envoy.extensions.filters.http.grpc_stats.v3.FilterConfig",
     "envoy.extensions.filters.http.fault.v3.HTTPFault",
     "envoy.extensions.filters.http.cors.v3.Cors",
@@ -77,8 +82,17 @@ const POLICY: &[&str] = &[
     "envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit",
 ];
 
-/// Classifies a filter Outrider does not run and records the warning at `path`.
-pub fn skip(name: &str, config: Option<&Any>, path: &str, warnings: &mut Warnings) -> SkippedFilter {
+/// Classifies a filter Outrider does not run and records the warning at `path`. An
+/// unknown filter is an error unless `optional` (HTTP filters' `is_optional`; network
+/// filters have no such flag): running the listener without it could change what the
+/// configuration means.
+pub fn skip(
+    name: &str,
+    config: Option<&Any>,
+    optional: bool,
+    path: &str,
+    warnings: &mut Warnings,
+) -> Result<SkippedFilter> {
     let type_name = config.map(config_type).unwrap_or_default();
     let known = |list: &[&str]| list.contains(&type_name.as_str()) || list.contains(&name);
     let kind = if known(POLICY) {
@@ -88,6 +102,13 @@ pub fn skip(name: &str, config: Option<&Any>, path: &str, warnings: &mut Warning
     } else {
         SkippedKind::Unknown
     };
+    if kind == SkippedKind::Unknown && !optional {
+        let what = if type_name.is_empty() { "no typed_config".to_owned() } else { format!("type {type_name}") };
+        return Err(ConfigError::new(
+            path,
+            format!("filter {name:?} ({what}) is not supported and not marked is_optional"),
+        ));
+    }
     let what = match kind {
         SkippedKind::Harmless => format!("filter {name:?} only adds telemetry or metadata; not run"),
         SkippedKind::Policy => {
@@ -97,10 +118,11 @@ pub fn skip(name: &str, config: Option<&Any>, path: &str, warnings: &mut Warning
         SkippedKind::Unknown => format!("filter {name:?} of unknown type {type_name} is not run"),
     };
     warnings.ignored(path, what);
-    SkippedFilter { name: name.to_owned(), kind }
+    Ok(SkippedFilter { name: name.to_owned(), kind })
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -113,8 +135,19 @@ mod tests {
         };
         assert_eq!(config_type(&any), "stats.PluginConfig");
         let mut warnings = Warnings::new();
-        let skipped = skip("whatever", Some(&any), "filters[0]", &mut warnings);
+        let skipped = skip("whatever", Some(&any), false, "filters[0]", &mut warnings).unwrap();
         assert_eq!(skipped.kind, SkippedKind::Harmless);
         assert_eq!(warnings.items()[0].path, "filters[0]");
+    }
+
+    #[test]
+    fn an_unknown_filter_is_skipped_only_when_optional() {
+        let any = Any { type_url: "type.googleapis.com/acme.Secret".into(), value: Vec::new() };
+        let mut warnings = Warnings::new();
+        let skipped = skip("acme", Some(&any), true, "[1]", &mut warnings).unwrap();
+        assert_eq!(skipped.kind, SkippedKind::Unknown);
+        let error = skip("acme", Some(&any), false, "[1]", &mut warnings).unwrap_err();
+        assert!(error.to_string().contains("acme.Secret"), "{error}");
+        assert!(error.to_string().contains("[1]"), "{error}");
     }
 }

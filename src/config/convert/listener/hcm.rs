@@ -320,7 +320,7 @@ fn check_http_filters(filters: Vec<proto::HttpFilter>, warnings: &mut Warnings) 
     let mut skipped = Vec::new();
     let mut suppress_envoy_headers = false;
     for (i, filter) in filters.into_iter().enumerate() {
-        let proto::HttpFilter { name, is_optional: _, disabled, config_type } = filter;
+        let proto::HttpFilter { name, is_optional, disabled, config_type } = filter;
         let any = match &config_type {
             Some(ConfigType::TypedConfig(any)) => Some(any),
             _ => None,
@@ -343,11 +343,19 @@ fn check_http_filters(filters: Vec<proto::HttpFilter>, warnings: &mut Warnings) 
             return Ok((skipped, suppress_envoy_headers));
         }
         if matches!(config_type, Some(ConfigType::ConfigDiscovery(_))) {
+            if !is_optional {
+                return Err(ConfigError::new(
+                    format!("{at}.config_discovery"),
+                    format!(
+                        "filter {name:?}: extension config discovery is not supported and the filter is not is_optional"
+                    ),
+                ));
+            }
             warnings.ignored(at.clone(), format!("filter {name:?} from extension config discovery is not run"));
             skipped.push(SkippedFilter { name, kind: crate::config::listener::SkippedKind::Unknown });
             continue;
         }
-        skipped.push(filter_kind::skip(&name, any, &at, warnings));
+        skipped.push(filter_kind::skip(&name, any, is_optional, &at, warnings)?);
     }
     Err(ConfigError::new("", "the last HTTP filter must be envoy.filters.http.router"))
 }

@@ -1,0 +1,145 @@
+//! How a probe reaches its host: the endpoint's address (or the check's `alt_port`), from
+//! the cluster's source address, within its `connect_timeout`, over TLS when the endpoint's
+//! transport socket is TLS (as Envoy probes through the host's transport socket).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpSocket, TcpStream, UnixStream};
+
+use crate::config::cluster::UpstreamTransport;
+use crate::config::endpoint::LbEndpoint;
+use crate::config::tls::UpstreamTlsContext;
+use crate::config::{Address, Cluster};
+use crate::store::Snapshot;
+use crate::tls::{ClientAlpn, ClientTls, SecretRef, SecretSource, TlsCache};
+
+/// A probe's byte stream: TCP, Unix or TLS over either.
+pub(super) trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
+pub(super) type BoxIo = Box<dyn Io>;
+
+/// Where and how one host is probed.
+#[derive(Debug, Clone)]
+pub(super) struct Target {
+    pub address: Address,
+    /// TLS to originate; `Err` when the context could not be built (every probe fails).
+    pub tls: Result<Option<Arc<ClientTls>>, String>,
+    pub connect_timeout: Duration,
+    pub bind: Option<SocketAddr>,
+    /// `:authority` when the check names none: the cluster's name, as in Envoy.
+    pub cluster: String,
+}
+
+impl Target {
+    pub fn new(
+        cluster: &Arc<crate::store::Versioned<Cluster>>,
+        endpoint: &LbEndpoint,
+        alt_port: Option<u16>,
+        snapshot: &Snapshot,
+        cache: &mut TlsCache,
+    ) -> Self {
+        let tls = match upstream_context(&cluster.resource, endpoint) {
+            None => Ok(None),
+            Some(context) => cache.client(cluster, context, &Secrets(snapshot)).map(Some).map_err(|e| e.to_string()),
+        };
+        Self {
+            address: with_port(&endpoint.address, alt_port),
+            tls,
+            connect_timeout: cluster.resource.connect_timeout,
+            bind: cluster.resource.upstream_bind,
+            cluster: cluster.resource.name.clone(),
+        }
+    }
+
+    /// Opens a connection for `use_` (which decides the ALPN offered over TLS), within the
+    /// cluster's connect timeout.
+    pub async fn connect(&self, use_: ClientAlpn) -> std::io::Result<BoxIo> {
+        tokio::time::timeout(self.connect_timeout, self.open(use_))
+            .await
+            .unwrap_or_else(|_| Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timeout")))
+    }
+
+    async fn open(&self, use_: ClientAlpn) -> std::io::Result<BoxIo> {
+        let tls = self.tls.clone().map_err(std::io::Error::other)?;
+        let io: BoxIo = match &self.address {
+            Address::Socket(addr) => Box::new(tcp(*addr, self.bind).await?),
+            Address::Dns { host, port } => {
+                let addr = tokio::net::lookup_host((host.as_str(), *port))
+                    .await?
+                    .next()
+                    .ok_or_else(|| std::io::Error::other("the name resolved to no address"))?;
+                Box::new(tcp(addr, self.bind).await?)
+            }
+            Address::Pipe(path) => Box::new(UnixStream::connect(path).await?),
+        };
+        match tls {
+            None => Ok(io),
+            Some(tls) => {
+                let stream = crate::tls::connect(io, &tls, use_).await.map_err(|e| std::io::Error::other(e.reason))?;
+                Ok(Box::new(stream))
+            }
+        }
+    }
+}
+
+fn with_port(address: &Address, port: Option<u16>) -> Address {
+    match (address, port) {
+        (Address::Socket(addr), Some(port)) => Address::Socket(SocketAddr::new(addr.ip(), port)),
+        (Address::Dns { host, .. }, Some(port)) => Address::Dns { host: host.clone(), port },
+        (other, _) => other.clone(),
+    }
+}
+
+async fn tcp(addr: SocketAddr, bind: Option<SocketAddr>) -> std::io::Result<TcpStream> {
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    socket.set_nodelay(true)?;
+    if let Some(source) = bind {
+        socket.bind(source)?;
+    }
+    socket.connect(addr).await
+}
+
+/// The endpoint's TLS context: the first transport socket match its metadata satisfies,
+/// else the cluster's transport socket (the proxy chooses the same way).
+fn upstream_context<'a>(cluster: &'a Cluster, endpoint: &LbEndpoint) -> Option<&'a UpstreamTlsContext> {
+    let transport = cluster
+        .transport_socket_matches
+        .iter()
+        .find(|m| m.criteria.iter().all(|(k, v)| endpoint.transport_socket_match.get(k) == Some(v)))
+        .map_or(&cluster.transport_socket, |m| &m.transport);
+    match transport {
+        UpstreamTransport::Plain => None,
+        UpstreamTransport::Tls(context) => Some(context),
+    }
+}
+
+/// The snapshot's secrets, for TLS contexts that name SDS secrets.
+struct Secrets<'a>(&'a Snapshot);
+
+impl SecretSource for Secrets<'_> {
+    fn secret(&self, name: &str) -> Option<SecretRef<'_>> {
+        self.0.secrets.get(name).map(|s| SecretRef {
+            secret: &s.resource,
+            version: &s.version,
+            updated: s.last_updated,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn alt_port_replaces_the_port_of_ip_and_dns_endpoints() {
+        let ip = Address::Socket("10.0.0.1:80".parse().unwrap());
+        assert_eq!(with_port(&ip, Some(9901)), Address::Socket("10.0.0.1:9901".parse().unwrap()));
+        assert_eq!(with_port(&ip, None), ip);
+        let dns = Address::Dns { host: "svc".into(), port: 80 };
+        assert_eq!(with_port(&dns, Some(8080)), Address::Dns { host: "svc".into(), port: 8080 });
+    }
+}
