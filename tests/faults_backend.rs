@@ -9,7 +9,8 @@ mod common;
 use std::time::Instant;
 
 use common::backends::{self, Backend};
-use common::lab::{self, Lab, fault_requests, get};
+use common::lab::{self, Lab, get};
+use common::load::fault_requests;
 use common::{ROUTE, WAIT};
 use http::StatusCode;
 use http_body_util::{BodyExt, Full};

@@ -9,7 +9,8 @@ mod common;
 use std::time::Instant;
 
 use common::backends;
-use common::lab::{self, Lab, Load, fault_requests, served_config, wait_until};
+use common::lab::{self, Lab, served_config, wait_until};
+use common::load::{Load, fault_requests};
 use common::{CLUSTER, ROUTE, WAIT, endpoints};
 use outrider::config::ResourceType;
 use outrider::xds::server::Journal;

@@ -204,3 +204,4 @@ pub async fn admin_get(address: std::net::SocketAddr, path: &str) -> (u16, Strin
 
 pub mod backends;
 pub mod lab;
+pub mod load;
