@@ -23,6 +23,9 @@ use crate::core::shutdown::{self, Signal};
 use crate::lb::{Balancers, WorkerPickers};
 use crate::store::Store;
 
+/// How long a worker waits for the balancers of a new snapshot before serving it anyway.
+const BALANCERS_WAIT: Duration = Duration::from_secs(5);
+
 /// What every task of one worker shares. Not `Send`: it never leaves its thread.
 pub struct WorkerContext {
     pub id: usize,
@@ -135,6 +138,18 @@ async fn run(
     let mut shutting_down = false;
     loop {
         let snapshot = store.load();
+        // The control runtime builds the balancers of a snapshot's clusters just after it
+        // is published. A listener that started accepting before them would answer "no
+        // healthy upstream" for clusters that have hosts (Envoy starts listeners after its
+        // clusters initialise); the bound only keeps a stalled control runtime from
+        // holding the listeners back forever.
+        if !context.balancers.wait_built_from(snapshot.generation, BALANCERS_WAIT).await {
+            tracing::warn!(
+                worker = id,
+                generation = snapshot.generation,
+                "balancers not built in time; serving anyway"
+            );
+        }
         listeners.sync(&snapshot, &context);
         let drained = context.upstreams.drain_removed(&snapshot);
         if drained > 0 {
