@@ -47,6 +47,10 @@ async fn backend() -> (u16, Log) {
                     let seen = seen.clone();
                     async move {
                         let (parts, body) = request.into_parts();
+                        if parts.uri.path() == "/hold" {
+                            // Never answers: for the stream timeouts.
+                            std::future::pending::<()>().await;
+                        }
                         let body = body.collect().await.map(|b| b.to_bytes().to_vec());
                         let complete = body.is_ok();
                         let body = body.unwrap_or_default();
@@ -430,4 +434,72 @@ async fn connection_limit_closes_the_connection_over_it_until_one_ends() {
     lab.assert_serves().await;
     assert_eq!(lab.stat("connection_limit.limit.limited_connections"), 1);
     lab.outrider.stop();
+}
+
+#[tokio::test]
+async fn max_requests_per_connection_closes_after_the_last_answer() {
+    let lab = Lab::start("      common_http_protocol_options: { max_requests_per_connection: 2 }", None, 1).await;
+    // HTTP/1.1: two pipelined requests answered, the second with `connection: close`, then
+    // the connection closes; a third never reaches the backend.
+    let two = "GET /1 HTTP/1.1\r\nHost: x\r\n\r\nGET /2 HTTP/1.1\r\nHost: x\r\n\r\nGET /3 HTTP/1.1\r\nHost: x\r\n\r\n";
+    let response = lab.raw(two.as_bytes()).await;
+    assert_eq!(statuses(&response), vec![200, 200], "{response:?}");
+    assert_eq!(response.matches("connection: close").count(), 1, "{response:?}");
+    assert!(lab.seen().iter().all(|s| s.path != "/3"));
+    assert_eq!(lab.stat("http.http.downstream_cx_max_requests_reached"), 1);
+
+    // HTTP/2: GOAWAY after the second request; both are answered.
+    let stream = TcpStream::connect(("127.0.0.1", lab.port)).await.unwrap();
+    let (client, connection) = h2::client::handshake(stream).await.unwrap();
+    let driver = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let mut client = client.ready().await.unwrap();
+    for path in ["/h2-1", "/h2-2"] {
+        let request = http::Request::get(format!("http://x{path}")).body(()).unwrap();
+        let (response, _) = client.send_request(request, true).unwrap();
+        assert_eq!(tokio::time::timeout(WAIT, response).await.unwrap().unwrap().status(), 200);
+        match client.clone().ready().await {
+            Ok(ready) => client = ready,
+            Err(e) => assert!(path == "/h2-2" && e.is_go_away(), "{path}: {e:?}"),
+        }
+    }
+    drop(client);
+    tokio::time::timeout(WAIT, driver).await.unwrap().unwrap();
+    assert_eq!(lab.stat("http.http.downstream_cx_max_requests_reached"), 2);
+    lab.assert_serves().await;
+    lab.outrider.stop();
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_closed_after_idle_timeout() {
+    let lab = Lab::start("      common_http_protocol_options: { idle_timeout: 0.2s }", None, 1).await;
+    // One request, then nothing: the kept-alive connection is closed by the proxy.
+    let response = lab.raw(b"GET /once HTTP/1.1\r\nHost: x\r\n\r\n").await;
+    assert_eq!(statuses(&response), vec![200]);
+    // A connection that never speaks is closed too.
+    assert_eq!(lab.raw(b"").await, "");
+    assert_eq!(lab.stat("http.http.downstream_cx_idle_timeout"), 2);
+    lab.assert_serves().await;
+    lab.outrider.stop();
+}
+
+#[tokio::test]
+async fn stream_timeouts_answer_408_before_the_response() {
+    for (extra, body, stat) in [
+        ("      stream_idle_timeout: 0.2s", "stream timeout", "http.http.downstream_rq_idle_timeout"),
+        (
+            "      common_http_protocol_options: { max_stream_duration: 0.2s }",
+            "downstream duration timeout",
+            "http.http.downstream_rq_max_duration_reached",
+        ),
+    ] {
+        let lab = Lab::start(extra, None, 1).await;
+        let response = lab.raw(b"GET /hold HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+        assert_eq!(statuses(&response), vec![408], "{response:?}");
+        assert!(response.ends_with(body), "{response:?}");
+        assert_eq!(lab.stat(stat), 1);
+        lab.assert_serves().await;
+        lab.outrider.stop();
+    }
 }
