@@ -75,12 +75,21 @@ async fn backend() -> (u16, Log) {
     (port, log)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// A loopback port held for the test: bound with SO_REUSEPORT but never listening, so no
+/// connection goes to it, the proxy can bind it beside it, and no other test's `bind(0)`
+/// is given it meanwhile (released, it could be, and two proxies would share it).
+fn reserve_port() -> (socket2::Socket, u16) {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.set_reuse_address(true).unwrap();
+    socket.set_reuse_port(true).unwrap();
+    socket.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
+    let port = socket.local_addr().unwrap().as_socket().unwrap().port();
+    (socket, port)
 }
 
 struct Lab {
     _control_plane: ControlPlane,
+    _reserved: socket2::Socket,
     outrider: outrider::app::Running,
     port: u16,
     log: Log,
@@ -91,7 +100,7 @@ impl Lab {
     /// config (6 spaces deep), `limit` a connection limit filter's `max_connections`.
     async fn start(hcm_extra: &str, limit: Option<u64>, workers: usize) -> Self {
         let (backend_port, log) = backend().await;
-        let port = free_port();
+        let (reserved, port) = reserve_port();
         let limit_filter = limit.map_or(String::new(), |max| {
             format!(
                 r#"
@@ -131,7 +140,7 @@ filter_chains:
             published.changed().await.unwrap();
         }
         outrider.listeners_ready().await;
-        Self { _control_plane: control_plane, outrider, port, log }
+        Self { _control_plane: control_plane, _reserved: reserved, outrider, port, log }
     }
 
     fn seen(&self) -> Vec<Seen> {
