@@ -13,6 +13,7 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tokio::sync::watch;
 
+use super::connection_limit::{ConnectionLimits, WorkerLimits};
 use super::drain::Connections;
 use super::listener::ListenerManager;
 use super::observe::{ProxyTelemetry, WorkerTelemetry};
@@ -43,6 +44,8 @@ pub struct WorkerContext {
     /// Triggered when the worker drains: HTTP connections close once their requests are
     /// answered.
     pub draining: Signal,
+    /// The connection limit filters' counters (shared with the other workers).
+    pub connection_limits: WorkerLimits,
 }
 
 /// How workers run and stop.
@@ -76,10 +79,11 @@ impl Workers {
     ) -> std::io::Result<Self> {
         let count = count.max(1);
         let synced = Arc::new(watch::Sender::new(vec![0; count]));
+        let limits = Arc::new(ConnectionLimits::new(options.telemetry.stats.clone()));
         let mut threads = Vec::with_capacity(count);
         for id in 0..count {
-            let (store, balancers, options, synced) =
-                (store.clone(), balancers.clone(), options.clone(), synced.clone());
+            let (store, balancers, options, synced, limits) =
+                (store.clone(), balancers.clone(), options.clone(), synced.clone(), limits.clone());
             let thread = std::thread::Builder::new().name(format!("outrider-worker-{id}")).spawn(move || {
                 let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(runtime) => runtime,
@@ -89,7 +93,7 @@ impl Workers {
                     }
                 };
                 let local = tokio::task::LocalSet::new();
-                local.block_on(&runtime, run(id, store, balancers, options, synced));
+                local.block_on(&runtime, run(id, store, balancers, options, synced, limits));
             })?;
             threads.push(thread);
         }
@@ -117,6 +121,7 @@ async fn run(
     balancers: Arc<Balancers>,
     options: WorkerOptions,
     synced: Arc<watch::Sender<Vec<u64>>>,
+    limits: Arc<ConnectionLimits>,
 ) {
     let seed = 0x5eed_0000_u64 + id as u64;
     let (drain, draining) = shutdown::channel();
@@ -132,6 +137,7 @@ async fn run(
         telemetry: WorkerTelemetry::new(options.telemetry.clone()),
         connections: Rc::default(),
         draining,
+        connection_limits: WorkerLimits::new(limits),
     });
     let mut listeners = ListenerManager::default();
     let mut changes = store.subscribe();
