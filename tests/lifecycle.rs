@@ -22,8 +22,13 @@ const WAIT: Duration = Duration::from_secs(20);
 const HTTP1_REQUESTS: usize = 12;
 const HTTP2_REQUESTS: usize = 8;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// Two distinct free ports. Both probes are held until both are known: a port released by
+/// the first could otherwise be handed out again by the second (and the admin server
+/// would then answer on the proxy's port).
+fn free_ports() -> (u16, u16) {
+    let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let second = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    (first.local_addr().unwrap().port(), second.local_addr().unwrap().port())
 }
 
 /// A backend that answers only once `release` says so, counting the requests it holds.
@@ -135,7 +140,7 @@ async fn drains_on(signal: &str) {
     let arrived = Arc::new(Notify::new());
     let (release, released) = watch::channel(false);
     let backend = holding_backend(received.clone(), arrived.clone(), released).await;
-    let (admin, proxy) = (free_port(), free_port());
+    let (admin, proxy) = free_ports();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("bootstrap.yaml");
     std::fs::write(&config, bootstrap(admin, proxy, backend)).unwrap();

@@ -138,4 +138,5 @@ pub fn update(builder: &mut BalancerBuilder, snapshot: &Snapshot, balancers: &Ba
         .iter()
         .filter_map(|(name, cluster)| snapshot.endpoints.get(name).map(|e| (&cluster.resource, &e.resource)));
     builder.update(clusters, balancers, Instant::now());
+    balancers.mark_built_from(snapshot.generation);
 }

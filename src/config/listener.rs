@@ -2,6 +2,7 @@
 //! connection, and what that chain does with it (HTTP connection manager or TCP proxy).
 
 pub mod chain_matcher;
+pub mod connection_limit;
 pub mod http_connection_manager;
 pub mod tcp_proxy;
 
@@ -11,6 +12,7 @@ use std::time::Duration;
 use super::address::Address;
 use super::tls::{DownstreamTlsContext, SdsSecretConfig};
 pub use chain_matcher::FilterChainMatcher;
+pub use connection_limit::ConnectionLimit;
 pub use http_connection_manager::{HttpConnectionManager, RouteSource};
 pub use tcp_proxy::TcpProxy;
 
@@ -135,6 +137,8 @@ pub struct FilterChain {
     pub terminal: TerminalFilter,
     /// Network filters that Outrider does not run, with why (see [`SkippedFilter`]).
     pub skipped_filters: Vec<SkippedFilter>,
+    /// `envoy.filters.network.connection_limit` filters, in their order in the chain.
+    pub connection_limits: Vec<ConnectionLimit>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

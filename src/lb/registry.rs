@@ -25,11 +25,13 @@ use crate::telemetry::{ClusterStats, Stats};
 pub struct Balancers {
     current: ArcSwap<HashMap<String, Arc<ClusterLb>>>,
     published: watch::Sender<u64>,
+    /// The generation of the latest configuration snapshot the balancers were built from.
+    built_from: watch::Sender<u64>,
 }
 
 impl Default for Balancers {
     fn default() -> Self {
-        Self { current: ArcSwap::default(), published: watch::Sender::new(0) }
+        Self { current: ArcSwap::default(), published: watch::Sender::new(0), built_from: watch::Sender::new(0) }
     }
 }
 
@@ -46,6 +48,22 @@ impl Balancers {
     /// Every published balancer (for the admin server and weight updates).
     pub fn all(&self) -> Arc<HashMap<String, Arc<ClusterLb>>> {
         self.current.load_full()
+    }
+
+    /// Records that the balancers now reflect the configuration snapshot `generation`.
+    pub fn mark_built_from(&self, generation: u64) {
+        self.built_from.send_if_modified(|built| {
+            let newer = generation > *built;
+            *built = (*built).max(generation);
+            newer
+        });
+    }
+
+    /// Waits until the balancers reflect snapshot `generation` (or a later one), at most
+    /// `limit`; returns whether they do.
+    pub async fn wait_built_from(&self, generation: u64, limit: std::time::Duration) -> bool {
+        let mut built = self.built_from.subscribe();
+        tokio::time::timeout(limit, built.wait_for(|built| *built >= generation)).await.is_ok_and(|r| r.is_ok())
     }
 
     fn publish(&self, map: HashMap<String, Arc<ClusterLb>>) {

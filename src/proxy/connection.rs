@@ -70,6 +70,22 @@ pub async fn serve(
         tracing::debug!(listener = %listener.resource.name, %peer, transport = ?info.transport_protocol, "no filter chain matches; closing");
         return;
     };
+    // Connection limit filters run first, before TLS, as Envoy's network filters see the
+    // connection as soon as its chain is chosen.
+    let _admitted = match context.connection_limits.admit(
+        &listener.resource.name,
+        &chain.name,
+        &chain.connection_limits,
+    ) {
+        Ok(admitted) => admitted,
+        Err(limit) => {
+            tracing::debug!(listener = %listener.resource.name, %peer, prefix = %limit.stat_prefix, "connection limit reached; closing");
+            if let Some(delay) = limit.delay {
+                tokio::time::sleep(delay).await;
+            }
+            return;
+        }
+    };
     match &chain.tls {
         None => terminal(stream, info, chain, Secure::Plain, context).await,
         Some(tls) => terminate_tls(stream, info, &listener, chain, tls, context).await,

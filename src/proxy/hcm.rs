@@ -3,11 +3,14 @@
 //! with retries and timeouts over the worker's pools, and answers local errors in Envoy's
 //! words.
 
+mod codec;
+mod lifetime;
+mod metered;
 mod observed;
+mod serve;
+mod stream;
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -16,17 +19,12 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
-use hyper_util::server::conn::auto;
 use rand::Rng;
-use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::access_log::PendingLog;
-use observed::{StreamInfo, handle};
+use observed::StreamInfo;
+pub use serve::serve;
 
-use super::exec::LocalExec;
-use super::filter_chain::ConnectionInfo;
 use super::headers::{self, Downstream, LocalReply, ResetReason};
 use super::original_dst;
 use super::request_trace;
@@ -57,61 +55,6 @@ pub enum Secure {
     Tls {
         alpn: Option<Vec<u8>>,
     },
-}
-
-/// Serves one downstream connection until it closes. Over TLS, ALPN decides the protocol
-/// (`h2` → HTTP/2, `http/1.1` → HTTP/1.1); otherwise the first bytes do (the HTTP/2
-/// preface or not), as Envoy's `AUTO` codec.
-pub async fn serve<S>(
-    stream: S,
-    info: ConnectionInfo,
-    secure: Secure,
-    manager: Arc<HttpConnectionManager>,
-    context: Rc<WorkerContext>,
-) where
-    S: AsyncRead + AsyncWrite + Unpin + 'static,
-{
-    let alpn = match &secure {
-        Secure::Tls { alpn } => alpn.as_deref(),
-        Secure::Plain => None,
-    };
-    let downstream = Downstream { peer: info.peer, local: info.local, tls: secure != Secure::Plain };
-    // Resolved once per connection from the worker's cache: no look-up per request.
-    let stats = context.telemetry.http(&manager.stat_prefix);
-    let access_logs: Rc<[_]> = context.telemetry.access_logs(&manager.access_log).into();
-    stats.downstream_cx_total.inc();
-    let _active = stats.downstream_cx_active.track();
-    let draining = context.draining.clone();
-    let original_dst = info.local_restored.then_some(info.local);
-    let mut builder = auto::Builder::new(LocalExec);
-    builder.http1().keep_alive(true);
-    let builder = match alpn {
-        Some(b"h2") => builder.http2_only(),
-        Some(b"http/1.1" | b"http/1.0") => builder.http1_only(),
-        _ => builder,
-    };
-    let service = service_fn(move |request| {
-        let (manager, context, stats, access_logs) =
-            (manager.clone(), context.clone(), stats.clone(), access_logs.clone());
-        async move {
-            let response = handle(request, downstream, original_dst, &manager, &context, stats, &access_logs).await;
-            Ok::<_, Infallible>(response)
-        }
-    });
-    let connection = builder.serve_connection(TokioIo::new(stream), service);
-    tokio::pin!(connection);
-    let result = tokio::select! {
-        result = connection.as_mut() => result,
-        _ = draining.triggered() => {
-            // Draining: HTTP/1.1 closes after the response in progress, HTTP/2 sends
-            // GOAWAY; requests already accepted are answered.
-            connection.as_mut().graceful_shutdown();
-            connection.await
-        }
-    };
-    if let Err(e) = result {
-        tracing::debug!(peer = %info.peer, error = %e, "downstream connection ended");
-    }
 }
 
 async fn forward_request(

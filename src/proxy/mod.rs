@@ -5,6 +5,7 @@
 pub mod access_log;
 pub mod completion;
 pub mod connection;
+pub mod connection_limit;
 pub mod drain;
 pub mod exec;
 pub mod filter_chain;

@@ -13,6 +13,7 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tokio::sync::watch;
 
+use super::connection_limit::{ConnectionLimits, WorkerLimits};
 use super::drain::Connections;
 use super::listener::ListenerManager;
 use super::observe::{ProxyTelemetry, WorkerTelemetry};
@@ -22,6 +23,9 @@ use super::upstream::Upstreams;
 use crate::core::shutdown::{self, Signal};
 use crate::lb::{Balancers, WorkerPickers};
 use crate::store::Store;
+
+/// How long a worker waits for the balancers of a new snapshot before serving it anyway.
+const BALANCERS_WAIT: Duration = Duration::from_secs(5);
 
 /// What every task of one worker shares. Not `Send`: it never leaves its thread.
 pub struct WorkerContext {
@@ -40,6 +44,8 @@ pub struct WorkerContext {
     /// Triggered when the worker drains: HTTP connections close once their requests are
     /// answered.
     pub draining: Signal,
+    /// The connection limit filters' counters (shared with the other workers).
+    pub connection_limits: WorkerLimits,
 }
 
 /// How workers run and stop.
@@ -73,10 +79,11 @@ impl Workers {
     ) -> std::io::Result<Self> {
         let count = count.max(1);
         let synced = Arc::new(watch::Sender::new(vec![0; count]));
+        let limits = Arc::new(ConnectionLimits::new(options.telemetry.stats.clone()));
         let mut threads = Vec::with_capacity(count);
         for id in 0..count {
-            let (store, balancers, options, synced) =
-                (store.clone(), balancers.clone(), options.clone(), synced.clone());
+            let (store, balancers, options, synced, limits) =
+                (store.clone(), balancers.clone(), options.clone(), synced.clone(), limits.clone());
             let thread = std::thread::Builder::new().name(format!("outrider-worker-{id}")).spawn(move || {
                 let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(runtime) => runtime,
@@ -86,7 +93,7 @@ impl Workers {
                     }
                 };
                 let local = tokio::task::LocalSet::new();
-                local.block_on(&runtime, run(id, store, balancers, options, synced));
+                local.block_on(&runtime, run(id, store, balancers, options, synced, limits));
             })?;
             threads.push(thread);
         }
@@ -114,6 +121,7 @@ async fn run(
     balancers: Arc<Balancers>,
     options: WorkerOptions,
     synced: Arc<watch::Sender<Vec<u64>>>,
+    limits: Arc<ConnectionLimits>,
 ) {
     let seed = 0x5eed_0000_u64 + id as u64;
     let (drain, draining) = shutdown::channel();
@@ -129,12 +137,25 @@ async fn run(
         telemetry: WorkerTelemetry::new(options.telemetry.clone()),
         connections: Rc::default(),
         draining,
+        connection_limits: WorkerLimits::new(limits),
     });
     let mut listeners = ListenerManager::default();
     let mut changes = store.subscribe();
     let mut shutting_down = false;
     loop {
         let snapshot = store.load();
+        // The control runtime builds the balancers of a snapshot's clusters just after it
+        // is published. A listener that started accepting before them would answer "no
+        // healthy upstream" for clusters that have hosts (Envoy starts listeners after its
+        // clusters initialise); the bound only keeps a stalled control runtime from
+        // holding the listeners back forever.
+        if !context.balancers.wait_built_from(snapshot.generation, BALANCERS_WAIT).await {
+            tracing::warn!(
+                worker = id,
+                generation = snapshot.generation,
+                "balancers not built in time; serving anyway"
+            );
+        }
         listeners.sync(&snapshot, &context);
         let drained = context.upstreams.drain_removed(&snapshot);
         if drained > 0 {

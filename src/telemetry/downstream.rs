@@ -47,6 +47,18 @@ pub struct HttpStats {
     pub no_cluster: Counter,
     pub rq_direct_response: Counter,
     pub rq_redirect: Counter,
+    /// Connections closed for a malformed request (an HTTP/1 parse error, HTTP/2 misuse).
+    pub downstream_cx_protocol_error: Counter,
+    pub downstream_cx_idle_timeout: Counter,
+    pub downstream_cx_max_duration_reached: Counter,
+    pub downstream_cx_max_requests_reached: Counter,
+    /// Requests whose headers did not arrive within `request_headers_timeout`.
+    pub downstream_rq_header_timeout: Counter,
+    pub downstream_rq_idle_timeout: Counter,
+    pub downstream_rq_max_duration_reached: Counter,
+    /// Connections closed because too many of their streams were reset early (HTTP/2
+    /// rapid reset).
+    pub downstream_rq_too_many_premature_resets: Counter,
 }
 
 impl HttpStats {
@@ -71,6 +83,14 @@ impl HttpStats {
             no_cluster: counter("no_cluster"),
             rq_direct_response: counter("rq_direct_response"),
             rq_redirect: counter("rq_redirect"),
+            downstream_cx_protocol_error: counter("downstream_cx_protocol_error"),
+            downstream_cx_idle_timeout: counter("downstream_cx_idle_timeout"),
+            downstream_cx_max_duration_reached: counter("downstream_cx_max_duration_reached"),
+            downstream_cx_max_requests_reached: counter("downstream_cx_max_requests_reached"),
+            downstream_rq_header_timeout: counter("downstream_rq_header_timeout"),
+            downstream_rq_idle_timeout: counter("downstream_rq_idle_timeout"),
+            downstream_rq_max_duration_reached: counter("downstream_rq_max_duration_reached"),
+            downstream_rq_too_many_premature_resets: counter("downstream_rq_too_many_premature_resets"),
         }
     }
 

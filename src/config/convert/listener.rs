@@ -3,6 +3,7 @@
 
 mod access_log;
 mod chain_matcher;
+mod connection_limit;
 mod filter_chain;
 mod filter_kind;
 mod hcm;

@@ -3,15 +3,17 @@
 use envoy_types::pb::xds::r#type::matcher::v3::Matcher as XdsMatcher;
 
 use super::super::{common, tls};
-use super::filter_kind::{self, HTTP_CONNECTION_MANAGER, TCP_PROXY};
-use super::{chain_matcher, cidr, hcm, tcp_proxy};
+use super::filter_kind::{self, CONNECTION_LIMIT, HTTP_CONNECTION_MANAGER, TCP_PROXY};
+use super::{chain_matcher, cidr, connection_limit, hcm, tcp_proxy};
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::listener::{
-    ConnectionSourceType, FilterChain, FilterChainMatch, FilterChainMatcher, TerminalFilter,
+    ConnectionLimit, ConnectionSourceType, FilterChain, FilterChainMatch, FilterChainMatcher, SkippedFilter,
+    TerminalFilter,
 };
 use crate::config::tls::DownstreamTlsContext;
 use crate::pb::envoy::config::core::v3 as core;
 use crate::pb::envoy::config::listener::v3 as proto;
+use crate::pb::envoy::extensions::filters::network::connection_limit::v3::ConnectionLimit as ProtoConnectionLimit;
 use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 use crate::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
 use crate::pb::envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext as ProtoDownstreamTls;
@@ -116,8 +118,16 @@ fn filter_chain(proto: proto::FilterChain, warnings: &mut Warnings) -> Result<Fi
     let transport_socket_connect_timeout =
         common::opt_duration(&transport_socket_connect_timeout, "transport_socket_connect_timeout")?
             .filter(|d| !d.is_zero());
-    let (terminal, skipped_filters) = network_filters(filters, warnings)?;
-    Ok(FilterChain { name, filter_chain_match, tls, transport_socket_connect_timeout, terminal, skipped_filters })
+    let NetworkFilters { terminal, skipped: skipped_filters, connection_limits } = network_filters(filters, warnings)?;
+    Ok(FilterChain {
+        name,
+        filter_chain_match,
+        tls,
+        transport_socket_connect_timeout,
+        terminal,
+        skipped_filters,
+        connection_limits,
+    })
 }
 
 fn chain_match(proto: proto::FilterChainMatch) -> Result<FilterChainMatch> {
@@ -205,15 +215,21 @@ fn downstream_tls(proto: core::TransportSocket, warnings: &mut Warnings) -> Resu
     }
 }
 
-/// The network filters: every filter before the last is skipped (with a warning saying
-/// what it would have done); the last must be the HTTP connection manager or TCP proxy.
-fn network_filters(
-    filters: Vec<proto::Filter>,
-    warnings: &mut Warnings,
-) -> Result<(TerminalFilter, Vec<crate::config::listener::SkippedFilter>)> {
+/// A filter chain's network filters, sorted by what Outrider does with them.
+struct NetworkFilters {
+    terminal: TerminalFilter,
+    skipped: Vec<SkippedFilter>,
+    connection_limits: Vec<ConnectionLimit>,
+}
+
+/// The network filters: connection limits are run; every other filter before the last is
+/// skipped (with a warning saying what it would have done); the last must be the HTTP
+/// connection manager or TCP proxy.
+fn network_filters(filters: Vec<proto::Filter>, warnings: &mut Warnings) -> Result<NetworkFilters> {
     use proto::filter::ConfigType;
     let count = filters.len();
     let mut skipped = Vec::new();
+    let mut connection_limits = Vec::new();
     for (i, filter) in filters.into_iter().enumerate() {
         let at = format!("filters[{i}]");
         let proto::Filter { name, config_type } = filter;
@@ -237,6 +253,15 @@ fn network_filters(
                     warnings.within(&at, |w| hcm::http_connection_manager(proto, w)).map_err(|e| e.at(&at))?,
                 )))
             }
+            (CONNECTION_LIMIT, Some(any)) => {
+                let proto =
+                    common::unpack::<ProtoConnectionLimit>(&any).map_err(|e| e.at(format!("{at}.typed_config")))?;
+                let at = format!("{at}.typed_config");
+                let limit =
+                    warnings.within(&at, |w| connection_limit::connection_limit(proto, w)).map_err(|e| e.at(&at))?;
+                connection_limits.extend(limit);
+                None
+            }
             (TCP_PROXY, Some(any)) => {
                 let proto = common::unpack::<TcpProxy>(&any).map_err(|e| e.at(format!("{at}.typed_config")))?;
                 let at = format!("{at}.typed_config");
@@ -250,7 +275,7 @@ fn network_filters(
             }
         };
         match terminal {
-            Some(terminal) if i + 1 == count => return Ok((terminal, skipped)),
+            Some(terminal) if i + 1 == count => return Ok(NetworkFilters { terminal, skipped, connection_limits }),
             Some(_) => return Err(ConfigError::new(at, format!("{name:?} is terminal and must be the last filter"))),
             None => {}
         }

@@ -12,6 +12,7 @@ use crate::pb::google::protobuf::Any;
 pub const HTTP_CONNECTION_MANAGER: &str =
     "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 pub const TCP_PROXY: &str = "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";
+pub const CONNECTION_LIMIT: &str = "envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit";
 pub const ROUTER: &str = "envoy.extensions.filters.http.router.v3.Router";
 
 /// `udpa.type.v1.TypedStruct` / `xds.type.v3.TypedStruct`: an extension's config as a
@@ -79,7 +80,6 @@ const POLICY: &[&str] = &[
     "envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
     "envoy.extensions.filters.network.ratelimit.v3.RateLimit",
     "envoy.extensions.filters.http.ratelimit.v3.RateLimit",
-    "envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit",
 ];
 
 /// Classifies a filter Outrider does not run and records the warning at `path`. An

@@ -243,3 +243,22 @@ fn terminal_filter_rules_and_internal_listeners() {
     let err = error(convert(json!({"name": "x", "filter_chains": [{"filters": [tcp]}]})));
     assert_eq!(err.path(), "address");
 }
+
+#[test]
+fn connection_limit_filter_is_converted_before_the_terminal_filter() {
+    const LIMIT: &str = "type.googleapis.com/envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit";
+    let tcp = json!({"name": "envoy.filters.network.tcp_proxy",
+        "typed_config": {"@type": TCP_PROXY, "stat_prefix": "t", "cluster": "c"}});
+    let limit = |max: u64| {
+        json!({"name": "envoy.filters.network.connection_limit",
+            "typed_config": {"@type": LIMIT, "stat_prefix": "cl", "max_connections": max, "delay": "0.1s"}})
+    };
+    let l = convert(with_filters(json!([limit(3), tcp.clone()]))).unwrap();
+    let chain = &l.filter_chains[0];
+    assert_eq!(chain.connection_limits.len(), 1);
+    assert_eq!(chain.connection_limits[0].max_connections, 3);
+    assert_eq!(chain.connection_limits[0].delay, Some(Duration::from_millis(100)));
+    assert!(chain.skipped_filters.is_empty());
+    let e = error(convert(with_filters(json!([limit(0), tcp]))));
+    assert_eq!(e.path(), "filter_chains[0].filters[0].typed_config.max_connections");
+}

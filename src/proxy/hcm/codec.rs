@@ -1,0 +1,138 @@
+//! The downstream codec: which HTTP version a connection speaks, and hyper's HTTP/1.1 and
+//! HTTP/2 servers configured from the connection manager's limits (Envoy's names and
+//! defaults; see the README's "Limits" section for how each maps).
+
+use std::time::Duration;
+
+use hyper::server::conn::{http1, http2};
+use hyper_util::rt::TokioTimer;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::super::exec::LocalExec;
+use crate::config::listener::HttpConnectionManager;
+use crate::config::listener::http_connection_manager::CodecType;
+
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// hyper's smallest read buffer: a lower `max_request_headers_kb` is still enforced on the
+/// parsed head, only the buffer cannot shrink below it.
+const MIN_READ_BUFFER: usize = 8192;
+
+/// Streams reset by the client before the server accepted them, after which the
+/// connection gets GOAWAY `ENHANCE_YOUR_CALM` (the h2 library's rapid-reset guard; its
+/// default).
+const MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 20;
+
+/// Streams the server may reset for the client's protocol errors before it closes the
+/// connection (the h2 library's default).
+const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// The protocol when it is known without reading: the codec type if it is not `AUTO`,
+/// else what ALPN chose (as Envoy's `AUTO` codec does).
+pub(super) fn known(manager: &HttpConnectionManager, alpn: Option<&[u8]>) -> Option<Protocol> {
+    match (manager.codec_type, alpn) {
+        (CodecType::Http1, _) => Some(Protocol::Http1),
+        (CodecType::Http2, _) => Some(Protocol::Http2),
+        (CodecType::Auto, Some(b"h2")) => Some(Protocol::Http2),
+        (CodecType::Auto, Some(b"http/1.1" | b"http/1.0")) => Some(Protocol::Http1),
+        (CodecType::Auto, _) => None,
+    }
+}
+
+/// Reads until the first bytes are or cannot be the HTTP/2 preface. What was read is
+/// returned so that it can be replayed to the codec.
+pub(super) async fn sniff<S: AsyncRead + Unpin>(stream: &mut S) -> std::io::Result<(Protocol, Vec<u8>)> {
+    let mut read = Vec::with_capacity(H2_PREFACE.len());
+    let mut chunk = [0u8; 24];
+    while read.len() < H2_PREFACE.len() {
+        let want = H2_PREFACE.len() - read.len();
+        let n = stream.read(&mut chunk[..want]).await?;
+        if n == 0 {
+            break;
+        }
+        read.extend_from_slice(&chunk[..n]);
+        if !H2_PREFACE.starts_with(&read) {
+            return Ok((Protocol::Http1, read));
+        }
+    }
+    let protocol = if read == H2_PREFACE { Protocol::Http2 } else { Protocol::Http1 };
+    Ok((protocol, read))
+}
+
+/// HTTP/1.1: header size and count (431 beyond them, from hyper), the header read timeout,
+/// keep-alive.
+pub(super) fn http1(manager: &HttpConnectionManager) -> http1::Builder {
+    let mut builder = http1::Builder::new();
+    let max_head = manager.max_request_headers_kb as usize * 1024;
+    builder
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        .max_header_size(max_head)
+        // The read buffer bounds a head still arriving: one over the limit is refused
+        // when the buffer fills, without waiting for its end.
+        .max_buf_size(max_head.max(MIN_READ_BUFFER))
+        // hyper's default is 30 s once a timer is set; Envoy's is none.
+        .header_read_timeout(manager.request_headers_timeout);
+    let count = manager.common.max_headers_count as usize;
+    if count != 100 {
+        // hyper's default is Envoy's 100 (and cheaper: kept on the stack).
+        builder.max_headers(count);
+    }
+    builder
+}
+
+/// HTTP/2: Envoy's stream and window settings, the header list size, keep-alive PINGs,
+/// and the h2 library's reset-flood guards.
+pub(super) fn http2(manager: &HttpConnectionManager) -> http2::Builder<LocalExec> {
+    let options = &manager.http2;
+    let mut builder = http2::Builder::new(LocalExec);
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(options.max_concurrent_streams)
+        .initial_stream_window_size(options.initial_stream_window_size)
+        .initial_connection_window_size(options.initial_connection_window_size)
+        .max_header_list_size(manager.max_request_headers_kb.saturating_mul(1024))
+        .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESET_STREAMS)
+        .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESET_STREAMS);
+    if let Some(keepalive) = options.keepalive {
+        builder.keep_alive_interval(keepalive.interval).keep_alive_timeout(keepalive.timeout);
+    }
+    builder
+}
+
+/// Envoy's local reply when `request_headers_timeout` passes with a request head begun.
+pub(super) fn header_timeout_response(server: &str) -> Vec<u8> {
+    const BODY: &str = "request header timeout";
+    format!(
+        "HTTP/1.1 408 Request Timeout\r\ncontent-length: {}\r\ncontent-type: text/plain\r\nserver: {server}\r\nconnection: close\r\n\r\n{BODY}",
+        BODY.len()
+    )
+    .into_bytes()
+}
+
+/// Never waits longer than this for the first bytes when no idle timeout is set (a
+/// connection that says nothing holds a slot; Envoy's default idle timeout is 1 h).
+pub(super) const SNIFF_LIMIT: Duration = Duration::from_secs(3600);
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[tokio::test]
+    async fn sniffs_the_preface_and_http1() {
+        let (protocol, read) = sniff(&mut &H2_PREFACE[..]).await.unwrap();
+        assert_eq!((protocol, read.as_slice()), (Protocol::Http2, H2_PREFACE));
+        let (protocol, read) = sniff(&mut &b"GET / HTTP/1.1\r\n"[..]).await.unwrap();
+        assert_eq!((protocol, read.len()), (Protocol::Http1, 16));
+        let (protocol, read) = sniff(&mut &b"PRI * HTTP/2.0\r\n"[..]).await.unwrap();
+        assert_eq!((protocol, read.len()), (Protocol::Http1, 16));
+    }
+}

@@ -1,0 +1,227 @@
+//! Serving one downstream HTTP connection: the codec (HTTP/1.1 or HTTP/2), the stream
+//! limits around each request, and the connection's end — by the client, by a drain, or
+//! by one of Envoy's connection limits (see [`super::lifetime`]).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::service::{HttpService, service_fn};
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+use super::super::exec::LocalExec;
+use super::super::filter_chain::ConnectionInfo;
+use super::super::headers::Downstream;
+use super::super::worker::WorkerContext;
+use super::codec::{self, Protocol};
+use super::lifetime::{Close, Lifetime};
+use super::metered::Metered;
+use super::observed::handle;
+use super::{ProxyBody, Secure, stream};
+use crate::config::listener::HttpConnectionManager;
+use crate::core::shutdown::Signal;
+use crate::telemetry::HttpStats;
+use crate::tls::PrefixedStream;
+
+type Served = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>>>>;
+
+/// Serves one downstream connection until it closes. The codec type decides the protocol,
+/// or with `AUTO` ALPN over TLS (`h2` → HTTP/2, `http/1.1` → HTTP/1.1), else the first
+/// bytes (the HTTP/2 preface or not), as Envoy's codecs do.
+pub async fn serve<S>(
+    stream: S,
+    info: ConnectionInfo,
+    secure: Secure,
+    manager: Arc<HttpConnectionManager>,
+    context: Rc<WorkerContext>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let alpn = match &secure {
+        Secure::Tls { alpn } => alpn.as_deref(),
+        Secure::Plain => None,
+    };
+    let downstream = Downstream { peer: info.peer, local: info.local, tls: secure != Secure::Plain };
+    // Resolved once per connection from the worker's cache: no look-up per request.
+    let stats = context.telemetry.http(&manager.stat_prefix);
+    let access_logs: Rc<[_]> = context.telemetry.access_logs(&manager.access_log).into();
+    stats.downstream_cx_total.inc();
+    let _active = stats.downstream_cx_active.track();
+    let draining = context.draining.clone();
+    let original_dst = info.local_restored.then_some(info.local);
+    let lifetime = Lifetime::new(&manager.common);
+    let mut stream = Metered::new(stream, lifetime.clone());
+    let (protocol, read) = match codec::known(&manager, alpn) {
+        Some(protocol) => (protocol, Vec::new()),
+        None => {
+            // A client that never speaks is bounded by the idle timeout, as in Envoy.
+            let limit = manager.common.idle_timeout.unwrap_or(codec::SNIFF_LIMIT);
+            match tokio::time::timeout(limit, codec::sniff(&mut stream)).await {
+                Ok(Ok(found)) => found,
+                Ok(Err(_)) => return,
+                Err(_) => {
+                    stats.downstream_cx_idle_timeout.inc();
+                    return;
+                }
+            }
+        }
+    };
+    let io = TokioIo::new(PrefixedStream::new(read, stream));
+    let service = {
+        let (manager, stats, lifetime) = (manager.clone(), stats.clone(), lifetime.clone());
+        service_fn(move |request: Request<Incoming>| -> Served {
+            let (manager, context, stats, access_logs, lifetime) =
+                (manager.clone(), context.clone(), stats.clone(), access_logs.clone(), lifetime.clone());
+            Box::pin(async move {
+                let run = |request| {
+                    handle(request, downstream, original_dst, &manager, &context, stats.clone(), &access_logs)
+                };
+                Ok(stream::limited(request, &lifetime, &manager, &stats, run).await)
+            })
+        })
+    };
+    let ends = Ends { draining, lifetime, stats: stats.clone(), peer: info.peer };
+    match protocol {
+        Protocol::Http1 => {
+            let connection = codec::http1(&manager).serve_connection(io, service);
+            serve_http1(connection, &ends, &manager).await
+        }
+        Protocol::Http2 => {
+            let connection = codec::http2(&manager).serve_connection(io, service);
+            serve_http2(connection, &ends).await
+        }
+    }
+}
+
+/// What may end a connection besides its client.
+struct Ends {
+    draining: Signal,
+    lifetime: Arc<Lifetime>,
+    stats: Arc<HttpStats>,
+    peer: std::net::SocketAddr,
+}
+
+impl Ends {
+    /// Resolves when the connection should stop taking requests: `None` to drain it,
+    /// `Some` to drop it at once.
+    async fn next(&self) -> Option<Close> {
+        let reason = tokio::select! {
+            _ = self.draining.clone().triggered() => return None,
+            reason = self.lifetime.until_close() => reason,
+        };
+        let stats = &self.stats;
+        match reason {
+            Close::Idle => stats.downstream_cx_idle_timeout.inc(),
+            Close::MaxDuration => stats.downstream_cx_max_duration_reached.inc(),
+            // Counted when the last request arrived.
+            Close::MaxRequests => {}
+            Close::PrematureResets => {
+                stats.downstream_rq_too_many_premature_resets.inc();
+                tracing::debug!(peer = %self.peer, "too many premature stream resets; closing");
+                return Some(reason);
+            }
+        }
+        None
+    }
+}
+
+type Io<S> = TokioIo<PrefixedStream<Metered<S>>>;
+
+async fn serve_http1<S, Svc>(
+    mut connection: hyper::server::conn::http1::Connection<Io<S>, Svc>,
+    ends: &Ends,
+    manager: &HttpConnectionManager,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+    Svc: HttpService<Incoming, ResBody = ProxyBody, Error = Infallible> + Unpin,
+    Svc::Future: Unpin,
+{
+    let mut draining = false;
+    let result = loop {
+        tokio::select! {
+            result = std::future::poll_fn(|cx| connection.poll_without_shutdown(cx)) => break result,
+            close = ends.next(), if !draining => {
+                if close.is_some() {
+                    return;
+                }
+                // HTTP/1.1 closes after the response in progress (at once when idle).
+                Pin::new(&mut connection).graceful_shutdown();
+                draining = true;
+            }
+        }
+    };
+    let stats = &ends.stats;
+    let error = result.err();
+    let timed_out = error.as_ref().is_some_and(hyper::Error::is_timeout);
+    let parts = connection.into_parts();
+    let mut io = parts.io.into_inner();
+    match &error {
+        Some(e) if e.is_parse() => {
+            // hyper answered 400 or 431 (too large or too many headers) and closes, as
+            // Envoy's HTTP/1 codec does; counted as the request it was.
+            stats.downstream_cx_protocol_error.inc();
+            stats.downstream_rq_total.inc();
+            stats.downstream_rq_http1_total.inc();
+            stats.charge(if e.is_parse_too_large() { 431 } else { 400 });
+        }
+        // request_headers_timeout with a head begun: Envoy's 408. Between requests (no
+        // byte of the next one yet) the connection just closes.
+        Some(_) if timed_out && !parts.read_buf.is_empty() => {
+            stats.downstream_rq_header_timeout.inc();
+            stats.downstream_rq_total.inc();
+            stats.downstream_rq_http1_total.inc();
+            stats.charge(408);
+            let _ = io.write_all(&codec::header_timeout_response(&manager.server_name)).await;
+        }
+        Some(e) => tracing::debug!(peer = %ends.peer, error = %e, "downstream connection ended"),
+        None => {}
+    }
+    let _ = io.shutdown().await;
+}
+
+async fn serve_http2<S, Svc>(connection: hyper::server::conn::http2::Connection<Io<S>, Svc, LocalExec>, ends: &Ends)
+where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+    Svc: HttpService<Incoming, ResBody = ProxyBody, Error = Infallible>,
+    Svc::Future: 'static,
+{
+    tokio::pin!(connection);
+    let mut draining = false;
+    let result = loop {
+        tokio::select! {
+            result = connection.as_mut() => break result,
+            close = ends.next(), if !draining => {
+                if close.is_some() {
+                    return;
+                }
+                // GOAWAY; streams already accepted are answered.
+                connection.as_mut().graceful_shutdown();
+                draining = true;
+            }
+        }
+    };
+    if let Err(e) = result {
+        if protocol_error(&e) {
+            ends.stats.downstream_cx_protocol_error.inc();
+        }
+        tracing::debug!(peer = %ends.peer, error = %e, "downstream connection ended");
+    }
+}
+
+/// An HTTP/2 connection the h2 library closed for the client's protocol error (it sent
+/// GOAWAY).
+fn protocol_error(error: &hyper::Error) -> bool {
+    let mut source = std::error::Error::source(error);
+    while let Some(e) = source {
+        if let Some(h2) = e.downcast_ref::<h2::Error>() {
+            return h2.is_go_away() && h2.is_library();
+        }
+        source = e.source();
+    }
+    false
+}
