@@ -131,6 +131,24 @@ pub struct OriginalDstConfig {
 }
 
 impl Cluster {
+    /// The TLS context for `endpoint`: the first transport socket match whose criteria the
+    /// endpoint's `envoy.transport_socket_match` metadata all carry, else the cluster's
+    /// transport socket. `None`: plaintext. (The proxy and health checks choose alike.)
+    pub fn upstream_tls_context(
+        &self,
+        endpoint: &super::endpoint::LbEndpoint,
+    ) -> Option<&super::tls::UpstreamTlsContext> {
+        let transport = self
+            .transport_socket_matches
+            .iter()
+            .find(|m| m.criteria.iter().all(|(k, v)| endpoint.transport_socket_match.get(k) == Some(v)))
+            .map_or(&self.transport_socket, |m| &m.transport);
+        match transport {
+            UpstreamTransport::Plain => None,
+            UpstreamTransport::Tls(context) => Some(context),
+        }
+    }
+
     /// The EDS resource this cluster needs, if it is an EDS cluster.
     pub fn eds_service_name(&self) -> Option<&str> {
         match &self.discovery {

@@ -1,5 +1,7 @@
-//! Small primitives shared by every module: the allocator, backoff, shutdown signals.
+//! Small primitives shared by every module: the allocator, backoff, outgoing TCP
+//! connections, shutdown signals.
 
 pub mod allocator;
 pub mod backoff;
+pub mod net;
 pub mod shutdown;

@@ -7,11 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpSocket, TcpStream, UnixStream};
+use tokio::net::UnixStream;
 
-use crate::config::cluster::UpstreamTransport;
 use crate::config::endpoint::LbEndpoint;
-use crate::config::tls::UpstreamTlsContext;
 use crate::config::{Address, Cluster};
 use crate::store::Snapshot;
 use crate::tls::{ClientAlpn, ClientTls, SecretRef, SecretSource, TlsCache};
@@ -41,7 +39,7 @@ impl Target {
         snapshot: &Snapshot,
         cache: &mut TlsCache,
     ) -> Self {
-        let tls = match upstream_context(&cluster.resource, endpoint) {
+        let tls = match cluster.resource.upstream_tls_context(endpoint) {
             None => Ok(None),
             Some(context) => cache.client(cluster, context, &Secrets(snapshot)).map(Some).map_err(|e| e.to_string()),
         };
@@ -65,13 +63,13 @@ impl Target {
     async fn open(&self, use_: ClientAlpn) -> std::io::Result<BoxIo> {
         let tls = self.tls.clone().map_err(std::io::Error::other)?;
         let io: BoxIo = match &self.address {
-            Address::Socket(addr) => Box::new(tcp(*addr, self.bind).await?),
+            Address::Socket(addr) => Box::new(crate::core::net::connect_tcp(*addr, self.bind).await?),
             Address::Dns { host, port } => {
                 let addr = tokio::net::lookup_host((host.as_str(), *port))
                     .await?
                     .next()
                     .ok_or_else(|| std::io::Error::other("the name resolved to no address"))?;
-                Box::new(tcp(addr, self.bind).await?)
+                Box::new(crate::core::net::connect_tcp(addr, self.bind).await?)
             }
             Address::Pipe(path) => Box::new(UnixStream::connect(path).await?),
         };
@@ -90,29 +88,6 @@ fn with_port(address: &Address, port: Option<u16>) -> Address {
         (Address::Socket(addr), Some(port)) => Address::Socket(SocketAddr::new(addr.ip(), port)),
         (Address::Dns { host, .. }, Some(port)) => Address::Dns { host: host.clone(), port },
         (other, _) => other.clone(),
-    }
-}
-
-async fn tcp(addr: SocketAddr, bind: Option<SocketAddr>) -> std::io::Result<TcpStream> {
-    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
-    socket.set_nodelay(true)?;
-    if let Some(source) = bind {
-        socket.bind(source)?;
-    }
-    socket.connect(addr).await
-}
-
-/// The endpoint's TLS context: the first transport socket match its metadata satisfies,
-/// else the cluster's transport socket (the proxy chooses the same way).
-fn upstream_context<'a>(cluster: &'a Cluster, endpoint: &LbEndpoint) -> Option<&'a UpstreamTlsContext> {
-    let transport = cluster
-        .transport_socket_matches
-        .iter()
-        .find(|m| m.criteria.iter().all(|(k, v)| endpoint.transport_socket_match.get(k) == Some(v)))
-        .map_or(&cluster.transport_socket, |m| &m.transport);
-    match transport {
-        UpstreamTransport::Plain => None,
-        UpstreamTransport::Tls(context) => Some(context),
     }
 }
 

@@ -6,9 +6,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::config::Cluster;
-use crate::config::cluster::UpstreamTransport;
 use crate::config::endpoint::LbEndpoint;
-use crate::config::tls::UpstreamTlsContext;
 use crate::store::{Snapshot, Versioned};
 use crate::tls::{ClientTls, SecretRef, SecretSource, TlsCache, TlsError, TlsStats};
 
@@ -53,26 +51,12 @@ impl WorkerTls {
         endpoint: &LbEndpoint,
         snapshot: &Snapshot,
     ) -> Result<Option<Arc<ClientTls>>, TlsError> {
-        let Some(context) = upstream_context(&cluster.resource, endpoint) else { return Ok(None) };
+        let Some(context) = cluster.resource.upstream_tls_context(endpoint) else { return Ok(None) };
         let result = self.cache.borrow_mut().client(cluster, context, &SnapshotSecrets(snapshot));
         if let Err(error) = &result {
             self.stats.upstream.refused(crate::tls::Refusal::NoConfig);
             tracing::info!(cluster = %cluster.resource.name, address = %endpoint.address, reason = %error, "upstream TLS handshake refused");
         }
         result.map(Some)
-    }
-}
-
-/// The TLS context for `endpoint`: the first transport socket match whose criteria the
-/// endpoint's `envoy.transport_socket_match` metadata all carry, else the cluster's.
-pub fn upstream_context<'a>(cluster: &'a Cluster, endpoint: &LbEndpoint) -> Option<&'a UpstreamTlsContext> {
-    let transport = cluster
-        .transport_socket_matches
-        .iter()
-        .find(|m| m.criteria.iter().all(|(k, v)| endpoint.transport_socket_match.get(k) == Some(v)))
-        .map_or(&cluster.transport_socket, |m| &m.transport);
-    match transport {
-        UpstreamTransport::Plain => None,
-        UpstreamTransport::Tls(context) => Some(context),
     }
 }

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpSocket, TcpStream, UnixStream};
+use tokio::net::{TcpStream, UnixStream};
 
 use super::RequestBody;
 use super::activity::Activity;
@@ -203,12 +203,12 @@ impl Dial {
     async fn socket(&self) -> Result<Socket, UpstreamError> {
         let connect = async {
             match &self.address {
-                Address::Socket(addr) => tcp(*addr, self.bind).await.map(Socket::Tcp),
+                Address::Socket(addr) => crate::core::net::connect_tcp(*addr, self.bind).await.map(Socket::Tcp),
                 Address::Dns { host, port } => {
                     let addr = tokio::net::lookup_host((host.as_str(), *port)).await?.next().ok_or_else(|| {
                         std::io::Error::new(std::io::ErrorKind::NotFound, "the name resolved to no address")
                     })?;
-                    tcp(addr, self.bind).await.map(Socket::Tcp)
+                    crate::core::net::connect_tcp(addr, self.bind).await.map(Socket::Tcp)
                 }
                 Address::Pipe(path) => UnixStream::connect(path).await.map(Socket::Unix),
             }
@@ -233,13 +233,4 @@ impl Dial {
 enum Socket {
     Tcp(TcpStream),
     Unix(UnixStream),
-}
-
-async fn tcp(addr: SocketAddr, bind: Option<SocketAddr>) -> std::io::Result<TcpStream> {
-    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
-    socket.set_nodelay(true)?;
-    if let Some(source) = bind {
-        socket.bind(source)?;
-    }
-    socket.connect(addr).await
 }
