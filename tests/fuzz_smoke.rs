@@ -13,7 +13,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 /// Mutated inputs per target.
-const MUTATIONS: usize = 2000;
+const MUTATIONS: usize = 4000;
 
 fn corpus_dir(target: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus").join(target)
@@ -150,7 +150,7 @@ fn write_xds_seeds() {
         outrider::pb::json::from_value::<M>(full_name, value.clone()).ok().map(|(m, _)| m.encode_to_vec())
     }
 
-    /// Seeds per type: a few, the smallest that convert, so that mutations stay fast.
+    /// Seeds per type: a few that convert, from the smallest to the largest.
     const PER_TYPE: usize = 4;
     let dir = corpus_dir("xds_convert");
     std::fs::create_dir_all(&dir).unwrap();
@@ -180,14 +180,21 @@ fn write_xds_seeds() {
             .collect();
         encoded.sort_by_key(|bytes| (bytes.len(), bytes.clone()));
         encoded.dedup();
-        // Spread over sizes: the smallest, then evenly up to the median.
         let picked: Vec<&Vec<u8>> = if encoded.len() <= PER_TYPE {
             encoded.iter().collect()
         } else {
-            (0..PER_TYPE).map(|i| &encoded[i * (encoded.len() / 2) / PER_TYPE]).collect()
+            (0..PER_TYPE).map(|i| &encoded[i * (encoded.len() - 1) / (PER_TYPE - 1)]).collect()
         };
         for (i, bytes) in picked.into_iter().enumerate() {
             std::fs::write(dir.join(format!("{}-{i}.pb", resource_type.short_name())), bytes).unwrap();
         }
+    }
+}
+
+/// The HTTP seeds are requests the target routes, not inputs it throws away.
+#[test]
+fn http_seeds_are_request_heads() {
+    for (path, bytes) in seeds("http_headers") {
+        assert!(bodies::request_head(&bytes[1..]).is_some(), "{path}");
     }
 }

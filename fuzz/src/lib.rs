@@ -64,7 +64,8 @@ pub fn http_headers(data: &[u8]) {
     let fixture = http_fixture();
     let Some(mut parts) = request_head(rest) else { return };
     let hcm = &fixture.connection_managers[usize::from(flags & 1)];
-    let peer: SocketAddr = if flags & 4 == 0 { ([10, 1, 2, 3], 41000).into() } else { ([203, 0, 113, 9], 41000).into() };
+    let peer: SocketAddr =
+        if flags & 4 == 0 { ([10, 1, 2, 3], 41000).into() } else { ([203, 0, 113, 9], 41000).into() };
     let local: SocketAddr = ([10, 0, 0, 100], 8080).into();
     let downstream = Downstream { peer, local, tls: flags & 2 != 0 };
     mutate_request_headers(hcm, &fixture.internal_only_headers, &downstream, private_address, &mut parts.headers);
@@ -109,7 +110,7 @@ fn header_block<'a>(lines: impl Iterator<Item = &'a [u8]>) -> HeaderMap {
 
 /// `METHOD URI` on the first line, header lines after it. `None` when the request line
 /// is not one hyper would have accepted.
-fn request_head(data: &[u8]) -> Option<Parts> {
+pub fn request_head(data: &[u8]) -> Option<Parts> {
     let mut lines = data.split(|b| *b == b'\n');
     let request_line = lines.next()?;
     let mut words = request_line.trim_ascii().split(|b| *b == b' ');
