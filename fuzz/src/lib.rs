@@ -20,8 +20,11 @@ use outrider::proxy::router::{
     DownstreamInfo, Routing, UpstreamRequestOptions, apply_request_mutations, apply_response_mutations, route,
 };
 
+/// A target's body: one input, no result (only a panic says something).
+pub type Body = fn(&[u8]);
+
 /// Every target, by the name of its `fuzz_targets/` file and `corpus/` directory.
-pub const TARGETS: [(&str, fn(&[u8])); 4] =
+pub const TARGETS: [(&str, Body); 4] =
     [("xds_convert", xds_convert), ("orca", orca), ("bootstrap", bootstrap), ("http_headers", http_headers)];
 
 /// One xDS resource as the ADS client receives it: protobuf bytes, decoded and converted
