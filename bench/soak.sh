@@ -59,7 +59,7 @@ if [[ $fuzz_ready == 1 ]]; then
             -max_total_time="$secs" -timeout=10 -print_final_stats=1 \
             -artifact_prefix="$out/artifacts/$t/") >"$log" 2>&1
         status=$?
-        execs=$(awk -F': *' '/stat::number_of_executed_units/ {print $2}' "$log" | tail -1)
+        execs=$(awk '/stat::number_of_executed_units/ {print $NF}' "$log" | tail -1)
         cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | awk '{print $2}')
         crashes=$(find "$out/artifacts/$t" -type f | wc -l)
         detail="${execs:-?} executions in ${secs}s, coverage ${cov:-?}, $crashes crash artifact(s)"
