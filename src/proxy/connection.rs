@@ -86,9 +86,11 @@ pub async fn serve(
             return;
         }
     };
+    // Each way on is boxed: the task of an idle connection then holds only the state of
+    // the way it took (plaintext or TLS, HTTP or TCP), not room for the largest of them.
     match &chain.tls {
-        None => terminal(stream, info, chain, Secure::Plain, context).await,
-        Some(tls) => terminate_tls(stream, info, &listener, chain, tls, context).await,
+        None => Box::pin(terminal(stream, info, chain, Secure::Plain, context)).await,
+        Some(tls) => Box::pin(terminate_tls(stream, info, &listener, chain, tls, context)).await,
     }
 }
 
@@ -155,8 +157,8 @@ where
 {
     match &chain.terminal {
         TerminalFilter::HttpConnectionManager(manager) => {
-            hcm::serve(stream, info, secure, Arc::new((**manager).clone()), context).await
+            Box::pin(hcm::serve(stream, info, secure, Arc::new((**manager).clone()), context)).await
         }
-        TerminalFilter::TcpProxy(proxy) => tcp_proxy::serve(stream, info, proxy, &context).await,
+        TerminalFilter::TcpProxy(proxy) => Box::pin(tcp_proxy::serve(stream, info, proxy, &context)).await,
     }
 }

@@ -86,15 +86,12 @@ pub async fn serve<S>(
         })
     };
     let ends = Ends { draining, lifetime, stats: stats.clone(), peer: info.peer };
+    // Boxed, so that an HTTP/1.1 connection's task holds no room for HTTP/2's state.
     match protocol {
         Protocol::Http1 => {
-            let connection = codec::http1(&manager).serve_connection(io, service);
-            serve_http1(connection, &ends, &manager).await
+            Box::pin(serve_http1(codec::http1(&manager).serve_connection(io, service), &ends, &manager)).await
         }
-        Protocol::Http2 => {
-            let connection = codec::http2(&manager).serve_connection(io, service);
-            serve_http2(connection, &ends).await
-        }
+        Protocol::Http2 => Box::pin(serve_http2(codec::http2(&manager).serve_connection(io, service), &ends)).await,
     }
 }
 
