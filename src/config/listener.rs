@@ -143,7 +143,8 @@ pub struct FilterChain {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum TerminalFilter {
-    HttpConnectionManager(Box<HttpConnectionManager>),
+    /// Shared: every connection the chain serves holds it without a copy.
+    HttpConnectionManager(std::sync::Arc<HttpConnectionManager>),
     TcpProxy(TcpProxy),
 }
 

@@ -157,7 +157,7 @@ where
 {
     match &chain.terminal {
         TerminalFilter::HttpConnectionManager(manager) => {
-            Box::pin(hcm::serve(stream, info, secure, Arc::new((**manager).clone()), context)).await
+            Box::pin(hcm::serve(stream, info, secure, manager.clone(), context)).await
         }
         TerminalFilter::TcpProxy(proxy) => Box::pin(tcp_proxy::serve(stream, info, proxy, &context)).await,
     }

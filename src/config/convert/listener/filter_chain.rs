@@ -249,7 +249,7 @@ fn network_filters(filters: Vec<proto::Filter>, warnings: &mut Warnings) -> Resu
                 let proto =
                     common::unpack::<HttpConnectionManager>(&any).map_err(|e| e.at(format!("{at}.typed_config")))?;
                 let at = format!("{at}.typed_config");
-                Some(TerminalFilter::HttpConnectionManager(Box::new(
+                Some(TerminalFilter::HttpConnectionManager(std::sync::Arc::new(
                     warnings.within(&at, |w| hcm::http_connection_manager(proto, w)).map_err(|e| e.at(&at))?,
                 )))
             }
