@@ -27,6 +27,8 @@ pub mod ring_hash;
 pub mod round_robin;
 pub mod slow_start;
 pub mod stats;
+#[cfg(test)]
+mod test_hosts;
 
 pub use balancer::{ClusterLb, Picker};
 pub use host::{Host, StatsRegistry};

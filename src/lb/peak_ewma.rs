@@ -76,31 +76,7 @@ mod tests {
     use rand::SeedableRng;
 
     use super::*;
-    use crate::config::Address;
-    use crate::config::endpoint::{HealthStatus, LbEndpoint};
-    use crate::lb::EndpointStats;
-
-    fn hosts(n: usize, now: Instant) -> Vec<Arc<Host>> {
-        (0..n)
-            .map(|i| {
-                let endpoint = LbEndpoint {
-                    address: Address::Socket(format!("10.0.0.{i}:80").parse().unwrap()),
-                    weight: 1,
-                    health: HealthStatus::Healthy,
-                    hash_key: None,
-                    transport_socket_match: Default::default(),
-                    hostname: String::new(),
-                };
-                Arc::new(Host {
-                    endpoint: Arc::new(endpoint),
-                    stats: Arc::new(EndpointStats::new(now)),
-                    priority: 0,
-                    locality: 0,
-                    cluster_stats: Default::default(),
-                })
-            })
-            .collect()
-    }
+    use crate::lb::test_hosts::hosts;
 
     #[test]
     fn unsampled_hosts_cost_the_default_rtt_and_errors_add_to_it() {

@@ -1,35 +1,10 @@
 #![allow(clippy::unwrap_used, clippy::panic)]
 
-use std::collections::BTreeMap;
-
 use rand::SeedableRng;
 
 use super::*;
-use crate::config::Address;
 use crate::config::cluster::SlowStartConfig;
-use crate::config::endpoint::{HealthStatus, LbEndpoint};
-
-fn hosts(n: usize, now: Instant) -> Vec<Arc<Host>> {
-    (0..n)
-        .map(|i| {
-            let endpoint = LbEndpoint {
-                address: Address::Socket(format!("10.0.0.{i}:80").parse().unwrap()),
-                weight: 1,
-                health: HealthStatus::Healthy,
-                hash_key: None,
-                transport_socket_match: BTreeMap::new(),
-                hostname: String::new(),
-            };
-            Arc::new(Host {
-                endpoint: Arc::new(endpoint),
-                stats: Arc::new(EndpointStats::new(now)),
-                priority: 0,
-                locality: 0,
-                cluster_stats: Default::default(),
-            })
-        })
-        .collect()
-}
+use crate::lb::test_hosts::hosts;
 
 fn report(qps: f64, utilization: f64, eps: f64) -> LoadReport {
     LoadReport { rps_fractional: qps, application_utilization: utilization, eps, ..Default::default() }

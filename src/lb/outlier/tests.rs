@@ -5,31 +5,9 @@ use std::time::{Duration, Instant};
 
 use super::rates::{self, Sample};
 use super::*;
-use crate::config::endpoint::{HealthStatus, LbEndpoint};
+use crate::lb::test_hosts::hosts;
 
 const SECOND: Duration = Duration::from_secs(1);
-
-fn hosts(n: usize, now: Instant) -> Vec<Arc<Host>> {
-    (0..n)
-        .map(|i| {
-            let endpoint = LbEndpoint {
-                address: Address::Socket(format!("10.0.0.{i}:80").parse().unwrap()),
-                weight: 1,
-                health: HealthStatus::Healthy,
-                hash_key: None,
-                transport_socket_match: Default::default(),
-                hostname: String::new(),
-            };
-            Arc::new(Host {
-                endpoint: Arc::new(endpoint),
-                stats: Arc::new(EndpointStats::new(now)),
-                priority: 0,
-                locality: 0,
-                cluster_stats: Default::default(),
-            })
-        })
-        .collect()
-}
 
 fn detector(config: OutlierDetection, hosts: &[Arc<Host>]) -> Detector {
     let mut d = Detector::new(config, 7);
