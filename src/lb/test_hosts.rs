@@ -1,0 +1,31 @@
+//! Hosts for the policies' unit tests: `10.0.0.<i>:80`, weight 1, healthy, priority 0.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{EndpointStats, Host};
+use crate::config::Address;
+use crate::config::endpoint::{HealthStatus, LbEndpoint};
+
+pub(crate) fn hosts(n: usize, now: Instant) -> Vec<Arc<Host>> {
+    (0..n)
+        .map(|i| {
+            let endpoint = LbEndpoint {
+                address: Address::Socket(format!("10.0.0.{i}:80").parse().unwrap()),
+                weight: 1,
+                health: HealthStatus::Healthy,
+                hash_key: None,
+                transport_socket_match: Default::default(),
+                hostname: String::new(),
+            };
+            Arc::new(Host {
+                endpoint: Arc::new(endpoint),
+                stats: Arc::new(EndpointStats::new(now)),
+                priority: 0,
+                locality: 0,
+                cluster_stats: Default::default(),
+            })
+        })
+        .collect()
+}
