@@ -135,7 +135,11 @@ pub struct FilterChain {
     pub transport_socket_connect_timeout: Option<Duration>,
     /// The terminal network filter, which handles the connection.
     pub terminal: TerminalFilter,
-    /// Network filters that Outrider does not run, with why (see [`SkippedFilter`]).
+    /// The network filters before the terminal one that Outrider runs, in order (shared:
+    /// the proxy builds their runtime once per chain).
+    pub network_filters: std::sync::Arc<[crate::config::filters::NetworkFilter]>,
+    /// Network filters that Outrider does not run because they only observe (see
+    /// [`SkippedFilter`]).
     pub skipped_filters: Vec<SkippedFilter>,
     /// `envoy.filters.network.connection_limit` filters, in their order in the chain.
     pub connection_limits: Vec<ConnectionLimit>,
@@ -157,14 +161,10 @@ pub struct SkippedFilter {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SkippedKind {
-    /// Only produces telemetry or metadata (stats, metadata exchange, ALPN override), or
-    /// does nothing without per-route settings Outrider also ignores (CORS, fault).
+    /// Only observes: produces telemetry or exchanges peer metadata for it (stats,
+    /// metadata exchange, ALPN override).
     Harmless,
-    /// Enforces a policy (RBAC, external authorization, ...). Outrider does not enforce
-    /// these yet: traffic they would deny is let through. Kept here so that the admin
-    /// interface and logs can say so loudly.
-    Policy,
-    /// A filter type Outrider does not know.
+    /// A filter type neither Outrider nor Envoy knows, marked `is_optional`.
     Unknown,
 }
 

@@ -10,6 +10,7 @@ pub mod cluster;
 pub mod convert;
 pub mod endpoint;
 pub mod error;
+pub mod filters;
 pub mod listener;
 pub mod route;
 pub mod secret;

@@ -8,6 +8,8 @@ pub mod retry;
 
 use std::sync::Arc;
 
+use super::filters::PerFilterConfig;
+
 pub use action::{
     ClusterNotFoundResponseCode, ClusterSpecifier, DirectResponse, HostRewrite, MaxStreamDuration, Redirect,
     RedirectPathRewrite, RouteAction, WeightedCluster, WeightedClusters, WeightedTarget,
@@ -36,6 +38,8 @@ pub struct RouteConfiguration {
     pub ignore_path_parameters_in_path_matching: bool,
     /// Select the virtual host by this header instead of `:authority`.
     pub vhost_header: Option<String>,
+    /// `typed_per_filter_config`: the HTTP filters' settings for every virtual host.
+    pub per_filter: PerFilterConfig,
 }
 
 /// Header additions and removals at one level (configuration, virtual host, route, or
@@ -83,6 +87,8 @@ pub struct VirtualHost {
     pub include_attempt_count_in_response: bool,
     /// Send `x-envoy-is-timeout-retry` upstream.
     pub include_is_timeout_retry_header: bool,
+    /// `typed_per_filter_config`: the HTTP filters' settings for this virtual host.
+    pub per_filter: PerFilterConfig,
 }
 
 /// `VirtualHost.require_tls`: requests that do not meet it get a 301 to https.
@@ -190,6 +196,8 @@ pub struct Route {
     pub route_match: RouteMatch,
     pub action: Action,
     pub headers: HeaderMutations,
+    /// `typed_per_filter_config`: the HTTP filters' settings for this route.
+    pub per_filter: PerFilterConfig,
 }
 
 /// What a matched route does.

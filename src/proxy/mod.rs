@@ -9,6 +9,7 @@ pub mod connection_limit;
 pub mod drain;
 pub mod exec;
 pub mod filter_chain;
+pub mod filters;
 pub mod hcm;
 pub mod headers;
 pub mod listener;

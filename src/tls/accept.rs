@@ -21,6 +21,8 @@ pub struct Accepted<S> {
     pub stream: TlsStream<S>,
     /// The protocol ALPN settled on, if any.
     pub alpn: Option<Vec<u8>>,
+    /// The client's certificate, when it presented one.
+    pub peer: Option<super::PeerIdentity>,
 }
 
 /// Why a handshake was refused, for the log line and the counters.
@@ -62,8 +64,10 @@ where
     let mut handshake = start.into_stream(tls.config_for(&offered)).into_fallible();
     match tokio::time::timeout_at(deadline, &mut handshake).await {
         Ok(Ok(stream)) => {
-            let alpn = stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
-            Some(Accepted { stream, alpn })
+            let session = stream.get_ref().1;
+            let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
+            let peer = session.peer_certificates().and_then(|chain| chain.first()).and_then(|c| super::PeerIdentity::of(c));
+            Some(Accepted { stream, alpn, peer })
         }
         Ok(Err((error, _io))) => refuse(on_refused, failed(error)),
         Err(_) => refuse(on_refused, timed_out()),

@@ -5,7 +5,7 @@ mod access_log;
 mod chain_matcher;
 mod connection_limit;
 mod filter_chain;
-mod filter_kind;
+pub(super) mod filter_kind;
 mod hcm;
 mod protocol_options;
 mod tcp_proxy;

@@ -9,6 +9,7 @@ pub mod bootstrap;
 pub mod cluster;
 pub mod common;
 pub mod endpoint;
+pub mod filters;
 pub mod listener;
 pub mod route;
 pub mod secret;

@@ -3,7 +3,7 @@
 
 mod action;
 mod hash_policy;
-mod matchers;
+pub(super) mod matchers;
 mod retry;
 #[cfg(test)]
 mod tests;
@@ -57,9 +57,7 @@ pub fn route_configuration(proto: proto::RouteConfiguration, warnings: &mut Warn
     if !request_mirror_policies.is_empty() {
         warnings.ignored("request_mirror_policies", "requests are not mirrored (mirrors never affect the response)");
     }
-    if !typed_per_filter_config.is_empty() {
-        warnings.ignored("typed_per_filter_config", "per-filter overrides of filters Outrider does not run");
-    }
+    let per_filter = per_filter(typed_per_filter_config, warnings)?;
     if metadata.is_some() {
         warnings.ignored("metadata", "route configuration metadata is not used");
     }
@@ -100,6 +98,7 @@ pub fn route_configuration(proto: proto::RouteConfiguration, warnings: &mut Warn
         ignore_port_in_host_matching,
         ignore_path_parameters_in_path_matching,
         vhost_header: (!vhost_header.is_empty()).then(|| vhost_header.to_ascii_lowercase()),
+        per_filter,
     })
 }
 
@@ -150,7 +149,6 @@ fn virtual_host(proto: proto::VirtualHost, max_body: u32, warnings: &mut Warning
         (!virtual_clusters.is_empty(), "virtual_clusters", "virtual clusters only add statistics"),
         (!rate_limits.is_empty(), "rate_limits", "global rate limiting is not supported"),
         (cors.is_some(), "cors", "the CORS filter is not run"),
-        (!typed_per_filter_config.is_empty(), "typed_per_filter_config", "overrides of filters Outrider does not run"),
         (per_request_buffer_limit_bytes.is_some(), "per_request_buffer_limit_bytes", "bodies are streamed"),
         (request_body_buffer_limit.is_some(), "request_body_buffer_limit", "bodies are streamed"),
         (!request_mirror_policies.is_empty(), "request_mirror_policies", "requests are not mirrored"),
@@ -205,6 +203,7 @@ fn virtual_host(proto: proto::VirtualHost, max_body: u32, warnings: &mut Warning
         include_request_attempt_count,
         include_attempt_count_in_response,
         include_is_timeout_retry_header,
+        per_filter: per_filter(typed_per_filter_config, warnings)?,
     })
 }
 
@@ -234,7 +233,6 @@ fn route(proto: proto::Route, max_body: u32, warnings: &mut Warnings) -> Result<
     for (present, field, what) in [
         (metadata.is_some(), "metadata", "route metadata is not used"),
         (decorator.is_some(), "decorator", "tracing span names are not set"),
-        (!typed_per_filter_config.is_empty(), "typed_per_filter_config", "overrides of filters Outrider does not run"),
         (tracing.is_some(), "tracing", "tracing sampling is not applied"),
         (per_request_buffer_limit_bytes.is_some(), "per_request_buffer_limit_bytes", "bodies are streamed"),
         (!stat_prefix.is_empty(), "stat_prefix", "per-route statistics are not kept"),
@@ -266,7 +264,8 @@ fn route(proto: proto::Route, max_body: u32, warnings: &mut Warnings) -> Result<
         response_headers_to_add,
         response_headers_to_remove,
     )?;
-    Ok(Route { name, route_match, action, headers })
+    let per_filter = per_filter(typed_per_filter_config, warnings)?;
+    Ok(Route { name, route_match, action, headers, per_filter })
 }
 
 /// The four header-mutation fields that route configurations, virtual hosts, routes and
@@ -336,4 +335,14 @@ fn header_name(name: &str, request: bool) -> Result<http::HeaderName> {
     }
     http::HeaderName::from_bytes(name.as_bytes())
         .map_err(|_| ConfigError::new("", format!("{name:?} is not a valid header name")))
+}
+
+/// `typed_per_filter_config` at any level, with its path.
+fn per_filter(
+    config: HashMap<String, crate::pb::google::protobuf::Any>,
+    warnings: &mut Warnings,
+) -> Result<crate::config::filters::PerFilterConfig> {
+    warnings
+        .within("typed_per_filter_config", |w| super::filters::per_filter_config(config, w))
+        .map_err(|e| e.at("typed_per_filter_config"))
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::SkippedFilter;
+use crate::config::filters::HttpFilter;
 use crate::config::route::RouteConfiguration;
 
 /// Envoy's default `stream_idle_timeout`.
@@ -26,7 +27,10 @@ pub struct HttpConnectionManager {
     pub stat_prefix: String,
     pub codec_type: CodecType,
     pub route_source: RouteSource,
-    /// HTTP filters before the router that Outrider does not run.
+    /// The HTTP filters before the router, in their configured order.
+    pub http_filters: Vec<HttpFilter>,
+    /// HTTP filters before the router that Outrider does not run: only ones that observe
+    /// traffic without changing it (telemetry, peer metadata).
     pub skipped_http_filters: Vec<SkippedFilter>,
     /// The router's `suppress_envoy_headers`: no `x-envoy-*` headers are added.
     pub suppress_envoy_headers: bool,

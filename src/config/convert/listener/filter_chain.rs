@@ -2,10 +2,11 @@
 
 use envoy_types::pb::xds::r#type::matcher::v3::Matcher as XdsMatcher;
 
-use super::super::{common, tls};
+use super::super::{common, filters, tls};
 use super::filter_kind::{self, CONNECTION_LIMIT, HTTP_CONNECTION_MANAGER, TCP_PROXY};
 use super::{chain_matcher, cidr, connection_limit, hcm, tcp_proxy};
 use crate::config::error::{ConfigError, Result, Warnings};
+use crate::config::filters::NetworkFilter;
 use crate::config::listener::{
     ConnectionLimit, ConnectionSourceType, FilterChain, FilterChainMatch, FilterChainMatcher, SkippedFilter,
     TerminalFilter,
@@ -118,13 +119,15 @@ fn filter_chain(proto: proto::FilterChain, warnings: &mut Warnings) -> Result<Fi
     let transport_socket_connect_timeout =
         common::opt_duration(&transport_socket_connect_timeout, "transport_socket_connect_timeout")?
             .filter(|d| !d.is_zero());
-    let NetworkFilters { terminal, skipped: skipped_filters, connection_limits } = network_filters(filters, warnings)?;
+    let NetworkFilters { terminal, run, skipped: skipped_filters, connection_limits } =
+        network_filters(filters, warnings)?;
     Ok(FilterChain {
         name,
         filter_chain_match,
         tls,
         transport_socket_connect_timeout,
         terminal,
+        network_filters: run.into(),
         skipped_filters,
         connection_limits,
     })
@@ -218,17 +221,19 @@ fn downstream_tls(proto: core::TransportSocket, warnings: &mut Warnings) -> Resu
 /// A filter chain's network filters, sorted by what Outrider does with them.
 struct NetworkFilters {
     terminal: TerminalFilter,
+    run: Vec<NetworkFilter>,
     skipped: Vec<SkippedFilter>,
     connection_limits: Vec<ConnectionLimit>,
 }
 
-/// The network filters: connection limits are run; every other filter before the last is
-/// skipped (with a warning saying what it would have done); the last must be the HTTP
-/// connection manager or TCP proxy.
+/// The network filters: connection limits and the filters of [`filters::network_filter`]
+/// are run; one that only observes is skipped with a warning; any other is refused. The
+/// last must be the HTTP connection manager or TCP proxy.
 fn network_filters(filters: Vec<proto::Filter>, warnings: &mut Warnings) -> Result<NetworkFilters> {
     use proto::filter::ConfigType;
     let count = filters.len();
     let mut skipped = Vec::new();
+    let mut run = Vec::new();
     let mut connection_limits = Vec::new();
     for (i, filter) in filters.into_iter().enumerate() {
         let at = format!("filters[{i}]");
@@ -269,13 +274,23 @@ fn network_filters(filters: Vec<proto::Filter>, warnings: &mut Warnings) -> Resu
                     warnings.within(&at, |w| tcp_proxy::tcp_proxy(proto, w)).map_err(|e| e.at(&at))?,
                 ))
             }
-            (_, any) => {
-                skipped.push(filter_kind::skip(&name, any.as_ref(), false, &at, warnings)?);
+            (_, Some(any)) => {
+                let at = format!("{at}.typed_config");
+                match warnings.within(&at, |w| filters::network_filter(&any, w)).map_err(|e| e.at(&at))? {
+                    Some(config) => run.push(NetworkFilter { name: name.clone(), config }),
+                    None => skipped.push(filter_kind::skip(&name, Some(&any), false, &at, warnings)?),
+                }
+                None
+            }
+            (_, None) => {
+                skipped.push(filter_kind::skip(&name, None, false, &at, warnings)?);
                 None
             }
         };
         match terminal {
-            Some(terminal) if i + 1 == count => return Ok(NetworkFilters { terminal, skipped, connection_limits }),
+            Some(terminal) if i + 1 == count => {
+                return Ok(NetworkFilters { terminal, run, skipped, connection_limits });
+            }
             Some(_) => return Err(ConfigError::new(at, format!("{name:?} is terminal and must be the last filter"))),
             None => {}
         }

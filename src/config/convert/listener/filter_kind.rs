@@ -1,8 +1,9 @@
 //! Names and types of the network and HTTP filters Outrider meets in real configurations,
-//! and what it does with the ones it does not run: skip harmless ones with a warning, skip
-//! policy filters with a louder one (see [`SkippedKind::Policy`]), skip unknown ones only
-//! when the configuration says they are optional, and refuse the rest — as Envoy refuses
-//! a filter it has no factory for unless the filter is marked `is_optional`.
+//! and what it does with the ones it does not run: skip the ones that only observe traffic
+//! with a warning, skip unknown ones only when the configuration says they are optional,
+//! and refuse the rest — as Envoy refuses a filter it has no factory for unless the filter
+//! is marked `is_optional`. A filter that allows, denies, answers, delays or rewrites
+//! requests is never skipped: until Outrider runs it, a listener that names it is refused.
 
 use super::super::common::type_name;
 use crate::config::error::{ConfigError, Result, Warnings};
@@ -36,10 +37,11 @@ pub fn config_type(any: &Any) -> String {
     outer.to_owned()
 }
 
-/// Filters (network or HTTP) that only observe, tag or decorate traffic, or that do
-/// nothing without per-route settings Outrider also ignores. Matched by config type, or
-/// by filter name when the type says nothing (Wasm, a dropped or missing config).
-const HARMLESS: &[&str] = &[
+/// Filters (network or HTTP) that only observe traffic: they count, tag or exchange
+/// telemetry metadata, and never change what a request or connection gets. Matched by
+/// config type, or by filter name when the type says nothing (Wasm, a dropped or missing
+/// config). `docs/istio.md` lists them.
+const OBSERVE_ONLY: &[&str] = &[
     // Istio telemetry and peer metadata.
     "stats.PluginConfig",
     "envoy.tcp.metadataexchange.config.MetadataExchange",
@@ -47,45 +49,23 @@ const HARMLESS: &[&str] = &[
     "io.istio.network.authn.Config",
     "istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig",
     "io.istio.http.connect_baggage.Config",
-    "io.istio.http.connect_authority.Config",
     "istio.stats",
     "istio.metadata_exchange",
     "istio.alpn",
     "istio_authn",
-    "connect_authority",
     "connect_baggage",
-    "envoy.extensions.filters.network.set_filter_state.v3.Config",
-    "envoy.extensions.filters.http.set_filter_state.v3.Config",
-    // Envoy filters that only add statistics or need per-route configuration to act.
-    // (Istio puts the Mongo and MySQL sniffers before the TCP proxy of such ports.)
+    // Envoy filters that only add statistics. (Istio puts the Mongo and MySQL sniffers
+    // before the TCP proxy of such ports.)
     "envoy.extensions.filters.network.mongo_proxy.v3.MongoProxy",
     "envoy.extensions.filters.network.mysql_proxy.v3.MySQLProxy",
     "envoy.extensions.filters.http.grpc_stats.v3.FilterConfig",
-    "envoy.extensions.filters.http.fault.v3.HTTPFault",
-    "envoy.extensions.filters.http.cors.v3.Cors",
-    "envoy.extensions.filters.http.compressor.v3.Compressor",
-    "envoy.extensions.filters.http.decompressor.v3.Decompressor",
-    "envoy.extensions.filters.http.grpc_web.v3.GrpcWeb",
-    "envoy.extensions.filters.http.health_check.v3.HealthCheck",
 ];
 
-/// Filters that allow or deny traffic. Outrider does not enforce them (yet).
-const POLICY: &[&str] = &[
-    "envoy.extensions.filters.network.rbac.v3.RBAC",
-    "envoy.extensions.filters.http.rbac.v3.RBAC",
-    "envoy.extensions.filters.network.ext_authz.v3.ExtAuthz",
-    "envoy.extensions.filters.http.ext_authz.v3.ExtAuthz",
-    "envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication",
-    "envoy.extensions.filters.network.local_ratelimit.v3.LocalRateLimit",
-    "envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
-    "envoy.extensions.filters.network.ratelimit.v3.RateLimit",
-    "envoy.extensions.filters.http.ratelimit.v3.RateLimit",
-];
-
-/// Classifies a filter Outrider does not run and records the warning at `path`. An
-/// unknown filter is an error unless `optional` (HTTP filters' `is_optional`; network
-/// filters have no such flag): running the listener without it could change what the
-/// configuration means.
+/// Classifies a filter Outrider does not run and records the warning at `path`. Only a
+/// filter that merely observes is skipped, or an unknown one marked `optional` (HTTP
+/// filters' `is_optional`; network filters have no such flag), as Envoy skips an optional
+/// filter it has no factory for. Any other is refused: running the listener without it
+/// could let through traffic it denies, or change what requests get.
 pub fn skip(
     name: &str,
     config: Option<&Any>,
@@ -94,31 +74,19 @@ pub fn skip(
     warnings: &mut Warnings,
 ) -> Result<SkippedFilter> {
     let type_name = config.map(config_type).unwrap_or_default();
-    let known = |list: &[&str]| list.contains(&type_name.as_str()) || list.contains(&name);
-    let kind = if known(POLICY) {
-        SkippedKind::Policy
-    } else if known(HARMLESS) {
-        SkippedKind::Harmless
-    } else {
-        SkippedKind::Unknown
-    };
-    if kind == SkippedKind::Unknown && !optional {
-        let what = if type_name.is_empty() { "no typed_config".to_owned() } else { format!("type {type_name}") };
-        return Err(ConfigError::new(
-            path,
-            format!("filter {name:?} ({what}) is not supported and not marked is_optional"),
-        ));
+    let observes = OBSERVE_ONLY.contains(&type_name.as_str()) || OBSERVE_ONLY.contains(&name);
+    if observes {
+        warnings.ignored(path, format!("filter {name:?} only observes traffic (telemetry, peer metadata); not run"));
+        return Ok(SkippedFilter { name: name.to_owned(), kind: SkippedKind::Harmless });
     }
-    let what = match kind {
-        SkippedKind::Harmless => format!("filter {name:?} only adds telemetry or metadata; not run"),
-        SkippedKind::Policy => {
-            format!("POLICY NOT ENFORCED: filter {name:?} ({type_name}) is not run; traffic it would deny is allowed")
-        }
-        SkippedKind::Unknown if type_name.is_empty() => format!("filter {name:?} has no known config; not run"),
-        SkippedKind::Unknown => format!("filter {name:?} of unknown type {type_name} is not run"),
-    };
-    warnings.ignored(path, what);
-    Ok(SkippedFilter { name: name.to_owned(), kind })
+    let what = if type_name.is_empty() { "no typed_config".to_owned() } else { format!("type {type_name}") };
+    // A filter Envoy itself runs is never optional to Envoy: skipping it would change
+    // what it does. Only a filter neither knows may be skipped when marked optional.
+    if optional && !type_name.starts_with("envoy.") {
+        warnings.ignored(path, format!("optional filter {name:?} ({what}) is not run"));
+        return Ok(SkippedFilter { name: name.to_owned(), kind: SkippedKind::Unknown });
+    }
+    Err(ConfigError::new(path, format!("filter {name:?} ({what}) is not supported by Outrider")))
 }
 
 #[cfg(test)]
@@ -138,6 +106,20 @@ mod tests {
         let skipped = skip("whatever", Some(&any), false, "filters[0]", &mut warnings).unwrap();
         assert_eq!(skipped.kind, SkippedKind::Harmless);
         assert_eq!(warnings.items()[0].path, "filters[0]");
+    }
+
+    #[test]
+    fn a_filter_that_changes_requests_is_refused_even_when_optional() {
+        for kind in [
+            "envoy.extensions.filters.http.compressor.v3.Compressor",
+            "envoy.extensions.filters.http.grpc_web.v3.GrpcWeb",
+            "envoy.extensions.filters.network.ratelimit.v3.RateLimit",
+        ] {
+            let any = Any { type_url: format!("type.googleapis.com/{kind}"), value: Vec::new() };
+            let error = skip("f", Some(&any), true, "[2]", &mut Warnings::new()).unwrap_err();
+            assert!(error.to_string().contains(kind), "{error}");
+            assert!(error.to_string().contains("[2]"), "{error}");
+        }
     }
 
     #[test]

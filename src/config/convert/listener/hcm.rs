@@ -2,10 +2,11 @@
 
 use std::sync::Arc;
 
-use super::super::{common, route};
+use super::super::{common, filters, route};
 use super::filter_kind::{self, ROUTER};
 use super::protocol_options::{common_options, http1_options, http2_options, ignore_all};
 use crate::config::error::{ConfigError, Result, Warnings};
+use crate::config::filters::HttpFilter;
 use crate::config::listener::SkippedFilter;
 use crate::config::listener::http_connection_manager::{
     ClientCertDetails, CodecType, DEFAULT_DELAYED_CLOSE_TIMEOUT, DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_REQUEST_HEADERS_KB,
@@ -174,7 +175,7 @@ pub fn http_connection_manager(
         Some(hcm::RouteSpecifier::ScopedRoutes(_)) => return refuse("scoped_routes", "scoped routes"),
         None => return Err(ConfigError::new("route_specifier", "one of rds and route_config is required")),
     };
-    let (skipped_http_filters, suppress_envoy_headers) =
+    let HttpFilters { run: http_filters, skipped: skipped_http_filters, suppress_envoy_headers } =
         warnings.within("http_filters", |w| check_http_filters(http_filters, w)).map_err(|e| e.at("http_filters"))?;
     let codec_type = match hcm::CodecType::try_from(codec_type) {
         Ok(hcm::CodecType::Auto) => CodecType::Auto,
@@ -213,6 +214,7 @@ pub fn http_connection_manager(
         stat_prefix,
         codec_type,
         route_source,
+        http_filters,
         skipped_http_filters,
         suppress_envoy_headers,
         use_remote_address: common::bool_or(&use_remote_address, false),
@@ -312,13 +314,20 @@ fn rds_name(proto: proto::Rds) -> Result<String> {
     }
 }
 
-/// Checks the filter list: the router must be present and last, and is the only HTTP
-/// filter Outrider runs; every other filter is skipped and recorded.
-fn check_http_filters(filters: Vec<proto::HttpFilter>, warnings: &mut Warnings) -> Result<(Vec<SkippedFilter>, bool)> {
+/// What the filter list converts to: the filters Outrider runs, the ones it skips because
+/// they only observe, and the router's `suppress_envoy_headers`.
+struct HttpFilters {
+    run: Vec<HttpFilter>,
+    skipped: Vec<SkippedFilter>,
+    suppress_envoy_headers: bool,
+}
+
+/// Converts the filter list: the router must be present and last; every filter before it
+/// is run, skipped because it only observes traffic, or refused with its path.
+fn check_http_filters(filters: Vec<proto::HttpFilter>, warnings: &mut Warnings) -> Result<HttpFilters> {
     use proto::http_filter::ConfigType;
     let last = filters.len().checked_sub(1);
-    let mut skipped = Vec::new();
-    let mut suppress_envoy_headers = false;
+    let mut out = HttpFilters { run: Vec::new(), skipped: Vec::new(), suppress_envoy_headers: false };
     for (i, filter) in filters.into_iter().enumerate() {
         let proto::HttpFilter { name, is_optional, disabled, config_type } = filter;
         let any = match &config_type {
@@ -338,9 +347,10 @@ fn check_http_filters(filters: Vec<proto::HttpFilter>, warnings: &mut Warnings) 
                 return Err(ConfigError::new(format!("{at}.disabled"), "the router may not be disabled"));
             }
             if let Some(any) = any {
-                suppress_envoy_headers = router(any, warnings).map_err(|e| e.at(format!("{at}.typed_config")))?;
+                out.suppress_envoy_headers =
+                    router(any, warnings).map_err(|e| e.at(format!("{at}.typed_config")))?;
             }
-            return Ok((skipped, suppress_envoy_headers));
+            return Ok(out);
         }
         if matches!(config_type, Some(ConfigType::ConfigDiscovery(_))) {
             if !is_optional {
@@ -352,10 +362,19 @@ fn check_http_filters(filters: Vec<proto::HttpFilter>, warnings: &mut Warnings) 
                 ));
             }
             warnings.ignored(at.clone(), format!("filter {name:?} from extension config discovery is not run"));
-            skipped.push(SkippedFilter { name, kind: crate::config::listener::SkippedKind::Unknown });
+            out.skipped.push(SkippedFilter { name, kind: crate::config::listener::SkippedKind::Unknown });
             continue;
         }
-        skipped.push(filter_kind::skip(&name, any, is_optional, &at, warnings)?);
+        if let Some(any) = any {
+            let typed_at = format!("{at}.typed_config");
+            let converted =
+                warnings.within(&typed_at, |w| filters::http_filter(any, w)).map_err(|e| e.at(typed_at.clone()))?;
+            if let Some(config) = converted {
+                out.run.push(HttpFilter { name, disabled, config });
+                continue;
+            }
+        }
+        out.skipped.push(filter_kind::skip(&name, any, is_optional, &at, warnings)?);
     }
     Err(ConfigError::new("", "the last HTTP filter must be envoy.filters.http.router"))
 }

@@ -1,0 +1,83 @@
+//! The filters Outrider runs: `typed_config` → [`HttpFilterConfig`] /
+//! [`NetworkFilterConfig`], and `typed_per_filter_config` → [`FilterOverride`].
+//!
+//! Each filter's conversion lives in its own file; this one only dispatches on the
+//! configuration's type. `Ok(None)` means "not a filter Outrider runs": the caller then
+//! skips it only if it merely observes traffic, and refuses it otherwise.
+
+mod health_check;
+
+use std::sync::Arc;
+
+use super::common::type_name;
+use super::listener::filter_kind::config_type;
+use crate::config::error::{ConfigError, Result, Warnings};
+use crate::config::filters::{FilterOverride, HttpFilterConfig, NetworkFilterConfig, PerFilterConfig};
+use crate::pb::google::protobuf::Any;
+
+/// An HTTP filter's `typed_config`, when Outrider runs filters of its type.
+pub fn http_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<HttpFilterConfig>> {
+    Ok(Some(match config_type(any).as_str() {
+        health_check::TYPE => HttpFilterConfig::HealthCheck(Arc::new(health_check::health_check(any, warnings)?)),
+        _ => return Ok(None),
+    }))
+}
+
+/// A network filter's `typed_config`, when Outrider runs filters of its type.
+pub fn network_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<NetworkFilterConfig>> {
+    let _ = (any, warnings);
+    Ok(None)
+}
+
+/// `envoy.config.route.v3.FilterConfig`: wraps another filter's per-route settings, or
+/// only enables or disables the filter.
+const FILTER_CONFIG: &str = "envoy.config.route.v3.FilterConfig";
+
+/// `typed_per_filter_config` of a virtual host, route or weighted cluster. An entry whose
+/// type Outrider does not run is refused, unless `FilterConfig.is_optional` says it may be
+/// ignored (as Envoy does).
+pub fn per_filter_config(
+    entries: std::collections::HashMap<String, Any>,
+    warnings: &mut Warnings,
+) -> Result<PerFilterConfig> {
+    let mut entries: Vec<_> = entries.into_iter().collect();
+    // A map in the proto: sorted, so the result (and any error) does not depend on order.
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out = Vec::with_capacity(entries.len());
+    for (name, any) in entries {
+        let at = format!("[{name:?}]");
+        let converted = warnings.within(&at, |w| per_filter(&any, w)).map_err(|e| e.at(at.clone()))?;
+        match converted {
+            Some(config) => out.push((name, config)),
+            None => warnings.ignored(at, "an optional per-route setting of a filter Outrider does not run"),
+        }
+    }
+    Ok(PerFilterConfig(out))
+}
+
+fn per_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<FilterOverride>> {
+    use crate::pb::envoy::config::route::v3::FilterConfig;
+    let kind = type_name(&any.type_url);
+    if kind == FILTER_CONFIG {
+        let FilterConfig { config, is_optional, disabled } = super::common::unpack::<FilterConfig>(any)?;
+        return match config {
+            None => Ok(Some(FilterOverride::Enabled(!disabled))),
+            Some(_) if disabled => Ok(Some(FilterOverride::Enabled(false))),
+            Some(inner) => match per_filter(&inner, warnings).map_err(|e| e.at("config"))? {
+                Some(config) => Ok(Some(config)),
+                None if is_optional => Ok(None),
+                None => Err(unsupported(&inner).at("config")),
+            },
+        };
+    }
+    match kind {
+        _ => Err(unsupported(any)),
+    }
+}
+
+fn unsupported(any: &Any) -> ConfigError {
+    ConfigError::new(
+        "",
+        format!("per-route settings of type {} are not supported and not marked is_optional", config_type(any)),
+    )
+}

@@ -1,0 +1,168 @@
+//! What a filter sees of a request and its connection, and what it can answer with.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+
+use super::callout::Callouts;
+use crate::config::filters::FilterOverride;
+use crate::config::route::{Route, RouteConfiguration, VirtualHost};
+use crate::tls::PeerIdentity;
+
+/// The downstream connection, as policies see it. Built once per connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DownstreamConnection {
+    /// The peer's address (Envoy's `direct_remote_ip`).
+    pub peer: SocketAddr,
+    /// The connection's local address: its original destination when restored (Envoy's
+    /// `destination_ip` / `destination_port`).
+    pub local: SocketAddr,
+    /// SNI the client sent (`requested_server_name`).
+    pub server_name: Option<String>,
+    /// Whether the connection is TLS.
+    pub tls: bool,
+    /// The client's certificate, when TLS and it presented one (`authenticated`).
+    pub peer_identity: Option<PeerIdentity>,
+}
+
+/// Per-request dynamic metadata, by filter namespace (`envoy.filters.http.jwt_authn`):
+/// what one filter leaves for a later one (JWT claims for RBAC's `metadata` matcher).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DynamicMetadata(pub BTreeMap<String, serde_json::Map<String, serde_json::Value>>);
+
+impl DynamicMetadata {
+    /// The value at `path` under `namespace` (`MetadataMatcher`'s `filter` and `path`).
+    pub fn get(&self, namespace: &str, path: &[&str]) -> Option<&serde_json::Value> {
+        let (first, rest) = path.split_first()?;
+        let mut value = self.0.get(namespace)?.get(*first)?;
+        for key in rest {
+            value = value.as_object()?.get(*key)?;
+        }
+        Some(value)
+    }
+
+    /// Sets `key` under `namespace`.
+    pub fn set(&mut self, namespace: &str, key: String, value: serde_json::Value) {
+        self.0.entry(namespace.to_owned()).or_default().insert(key, value);
+    }
+}
+
+/// A change a filter asks for on the response, applied in order to the upstream's
+/// response or to the local reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderEdit {
+    /// Replace any value of the header.
+    Set(HeaderName, HeaderValue),
+    /// Add a value, keeping the ones there.
+    Append(HeaderName, HeaderValue),
+    /// Add only when the header is absent.
+    AddIfAbsent(HeaderName, HeaderValue),
+    Remove(HeaderName),
+}
+
+impl HeaderEdit {
+    pub fn apply(&self, headers: &mut HeaderMap) {
+        match self {
+            Self::Set(name, value) => {
+                headers.insert(name.clone(), value.clone());
+            }
+            Self::Append(name, value) => {
+                headers.append(name.clone(), value.clone());
+            }
+            Self::AddIfAbsent(name, value) => {
+                if !headers.contains_key(name) {
+                    headers.insert(name.clone(), value.clone());
+                }
+            }
+            Self::Remove(name) => {
+                headers.remove(name);
+            }
+        }
+    }
+}
+
+/// A filter's answer in place of the upstream's (Envoy's `sendLocalReply`). gRPC requests
+/// get it as a trailers-only gRPC response (`grpc-status` from the HTTP status unless
+/// `grpc_status` says otherwise), as Envoy does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalResponse {
+    pub status: StatusCode,
+    pub body: Bytes,
+    /// Headers of the reply besides `content-type` (which a non-empty body gets as
+    /// `text/plain` unless set here).
+    pub headers: HeaderMap,
+    /// `grpc-status` for gRPC requests, when not the one Envoy maps from `status`.
+    pub grpc_status: Option<u32>,
+    /// Envoy's response flag for the reply (`RBAC` → none, `UAEX`, `RL`, `FI`...), as the
+    /// access log prints it; `None` when the reply has none.
+    pub flag: Option<&'static str>,
+    /// Envoy's `%RESPONSE_CODE_DETAILS%` (`rbac_access_denied_matched_policy[none]`).
+    pub details: String,
+}
+
+impl LocalResponse {
+    /// A reply with `status` and a `text/plain` body (none when empty).
+    pub fn new(status: StatusCode, body: impl Into<Bytes>, details: impl Into<String>) -> Self {
+        Self {
+            status,
+            body: body.into(),
+            headers: HeaderMap::new(),
+            grpc_status: None,
+            flag: None,
+            details: details.into(),
+        }
+    }
+}
+
+/// The route a request matched, for per-route filter settings.
+#[derive(Debug, Clone, Copy)]
+pub struct MatchedRoute<'a> {
+    pub config: &'a RouteConfiguration,
+    pub virtual_host: &'a VirtualHost,
+    /// `None` when the virtual host matched but no route in it.
+    pub route: Option<&'a Route>,
+}
+
+/// One request as a filter sees it.
+pub struct RequestContext<'a> {
+    /// Method, URI (normalized path) and headers; a filter may change them (an added
+    /// header reaches the upstream).
+    pub parts: &'a mut http::request::Parts,
+    pub connection: &'a DownstreamConnection,
+    /// The client's address: the peer, or from `x-forwarded-for` as the connection
+    /// manager's `use_remote_address` / `xff_num_trusted_hops` say (Envoy's `remote_ip`).
+    pub remote_ip: IpAddr,
+    /// The route the request matched, if any.
+    pub route: Option<MatchedRoute<'a>>,
+    /// Whether the request is gRPC (`content-type: application/grpc…`).
+    pub is_grpc: bool,
+    pub metadata: &'a mut DynamicMetadata,
+    /// Edits applied to the response, whichever way it comes.
+    pub response_headers: &'a mut Vec<HeaderEdit>,
+    /// Requests to other clusters.
+    pub callouts: &'a Callouts<'a>,
+    /// The stat prefix of the connection manager (`http.<stat_prefix>.…`).
+    pub stat_prefix: &'a str,
+    /// The proxy is draining (health checks fail).
+    pub draining: bool,
+}
+
+impl RequestContext<'_> {
+    /// This filter's per-route settings: the route's, else the virtual host's, else the
+    /// route configuration's (`typed_per_filter_config`, most specific first).
+    pub fn per_filter(&self, filter_name: &str) -> Option<&FilterOverride> {
+        let route = self.route?;
+        route
+            .route
+            .and_then(|r| r.per_filter.get(filter_name))
+            .or_else(|| route.virtual_host.per_filter.get(filter_name))
+            .or_else(|| route.config.per_filter.get(filter_name))
+    }
+
+    /// The request's `:path` with its query.
+    pub fn path(&self) -> &str {
+        self.parts.uri.path_and_query().map_or("/", |p| p.as_str())
+    }
+}

@@ -1,0 +1,106 @@
+//! The HTTP filter chain of one connection manager: the filters before the router, run in
+//! their configured order on each request's headers (after path normalization and route
+//! selection), each one free to let the request go on or answer it locally.
+
+use std::sync::Arc;
+
+use super::context::RequestContext;
+use super::{LocalResponse, health_check};
+use crate::config::filters::{FilterOverride, HttpFilterConfig};
+use crate::telemetry::Stats;
+
+/// What a filter decided about a request's headers.
+#[derive(Debug)]
+pub enum FilterHeadersStatus {
+    /// On to the next filter (the router after the last).
+    Continue,
+    /// Answer with this instead of forwarding; no later filter runs.
+    LocalReply(LocalResponse),
+}
+
+/// One HTTP filter's interface. A filter's runtime value is built once per connection
+/// manager from its configuration and shared by every worker, so it is `Send + Sync`; the
+/// futures it returns run on one worker and need not be `Send`.
+#[allow(async_fn_in_trait)]
+pub trait HttpFilter: Send + Sync {
+    /// The request's headers. May wait (an external check, a key fetch, a delay).
+    async fn decode_headers(&self, request: &mut RequestContext<'_>) -> FilterHeadersStatus;
+}
+
+/// What building a filter may use: the stats store (`http.<stat_prefix>.<filter>.…`).
+#[derive(Clone, Copy)]
+pub struct FactoryContext<'a> {
+    pub stats: &'a Arc<Stats>,
+    pub stat_prefix: &'a str,
+}
+
+/// A filter, whichever it is. (An enum rather than trait objects: each filter's
+/// `decode_headers` is an `async fn`, dispatched without a box per request.)
+enum Filter {
+    HealthCheck(health_check::HealthCheckFilter),
+}
+
+impl Filter {
+    fn build(config: &HttpFilterConfig, factory: FactoryContext<'_>) -> Self {
+        match config {
+            HttpFilterConfig::HealthCheck(config) => {
+                Self::HealthCheck(health_check::HealthCheckFilter::new(config.clone(), factory))
+            }
+        }
+    }
+
+    async fn decode_headers(&self, request: &mut RequestContext<'_>) -> FilterHeadersStatus {
+        match self {
+            Self::HealthCheck(filter) => filter.decode_headers(request).await,
+        }
+    }
+}
+
+struct Entry {
+    name: String,
+    disabled: bool,
+    filter: Filter,
+}
+
+/// The filters of one connection manager, in order, the router excluded.
+pub struct HttpFilterChain {
+    filters: Vec<Entry>,
+}
+
+impl HttpFilterChain {
+    pub fn build(configs: &[crate::config::filters::HttpFilter], factory: FactoryContext<'_>) -> Self {
+        let filters = configs
+            .iter()
+            .map(|c| Entry { name: c.name.clone(), disabled: c.disabled, filter: Filter::build(&c.config, factory) })
+            .collect();
+        Self { filters }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.filters.is_empty()
+    }
+
+    /// Runs each enabled filter on the request's headers until one answers.
+    pub async fn decode_headers(&self, request: &mut RequestContext<'_>) -> FilterHeadersStatus {
+        for entry in &self.filters {
+            if !enabled(entry, request) {
+                continue;
+            }
+            if let reply @ FilterHeadersStatus::LocalReply(_) = entry.filter.decode_headers(request).await {
+                return reply;
+            }
+        }
+        FilterHeadersStatus::Continue
+    }
+}
+
+/// Envoy's rule: a route's `FilterConfig { disabled }` turns a filter off or on; a filter
+/// `disabled` on the connection manager runs only where a route configures it.
+fn enabled(entry: &Entry, request: &RequestContext<'_>) -> bool {
+    #[allow(unreachable_patterns)] // until a filter has per-route settings of its own
+    match request.per_filter(&entry.name) {
+        Some(FilterOverride::Enabled(enabled)) => *enabled,
+        Some(_) => true,
+        None => !entry.disabled,
+    }
+}

@@ -1,0 +1,32 @@
+//! The filters of a listener, as they run: network filters between a connection's
+//! handshake and its terminal filter, HTTP filters between the connection manager's
+//! routing and the router.
+//!
+//! One mechanism for every filter (see `docs/architecture.md`, "Filters"):
+//! - each filter is one file here with a runtime type built once from its converted
+//!   configuration ([`crate::config::filters`]), shared by every worker and connection;
+//! - HTTP filters implement [`HttpFilter`]: request headers in, a [`FilterHeadersStatus`]
+//!   out (continue, or answer locally), possibly after waiting for an asynchronous check
+//!   (the method is `async`); headers to add to the response go in
+//!   [`RequestContext::response_headers`]; per-route settings come from
+//!   [`RequestContext::per_filter`];
+//! - network filters implement [`NetworkFilter`]: the connection in, continue or close;
+//! - [`http::HttpFilterChain`] and [`network::NetworkFilterChain`] run them in their
+//!   configured order; the router stays last.
+//!
+//! A filter reaches other clusters (an authorization service, a JWKS server) through
+//! [`callout::Callouts`], which picks an endpoint with the cluster's balancer and sends over
+//! the worker's pools like the router does.
+
+pub mod callout;
+pub mod context;
+pub mod health_check;
+pub mod http;
+pub mod network;
+pub mod registry;
+
+pub use callout::{CalloutError, Callouts};
+pub use context::{DownstreamConnection, DynamicMetadata, HeaderEdit, LocalResponse, RequestContext};
+pub use http::{FilterHeadersStatus, HttpFilter, HttpFilterChain};
+pub use network::{ConnectionContext, NetworkFilter, NetworkFilterChain, NetworkFilterStatus};
+pub use registry::FilterChains;

@@ -1,0 +1,70 @@
+//! The network filters of one filter chain: run once a connection's chain is chosen and
+//! its TLS handshake (if any) is done, before the terminal filter sees a byte. Each may let
+//! the connection go on or close it.
+
+use std::sync::Arc;
+
+use super::callout::Callouts;
+use super::context::DownstreamConnection;
+use super::http::FactoryContext;
+use crate::config::filters::{NetworkFilter as NetworkFilterEntry, NetworkFilterConfig};
+
+/// What a network filter decided about a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkFilterStatus {
+    Continue,
+    /// Close the connection without passing it on.
+    Close,
+}
+
+/// One connection as a network filter sees it.
+pub struct ConnectionContext<'a> {
+    pub connection: &'a DownstreamConnection,
+    pub callouts: &'a Callouts<'a>,
+}
+
+/// One network filter's interface; see [`super::HttpFilter`] for why it is `async`.
+#[allow(async_fn_in_trait)]
+pub trait NetworkFilter: Send + Sync {
+    /// A new connection, after its handshake. (Envoy runs RBAC's one-time check and
+    /// external authorization on the first bytes; the attributes they read are all known
+    /// here already, so Outrider decides before reading.)
+    async fn on_new_connection(&self, connection: &ConnectionContext<'_>) -> NetworkFilterStatus;
+}
+
+enum Filter {}
+
+impl Filter {
+    fn build(config: &NetworkFilterConfig, _factory: FactoryContext<'_>) -> Self {
+        match *config {}
+    }
+
+    async fn on_new_connection(&self, _connection: &ConnectionContext<'_>) -> NetworkFilterStatus {
+        match *self {}
+    }
+}
+
+/// The network filters of one filter chain, in order, the terminal filter excluded.
+pub struct NetworkFilterChain {
+    filters: Vec<Filter>,
+}
+
+impl NetworkFilterChain {
+    pub fn build(configs: &Arc<[NetworkFilterEntry]>, factory: FactoryContext<'_>) -> Self {
+        Self { filters: configs.iter().map(|c| Filter::build(&c.config, factory)).collect() }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.filters.is_empty()
+    }
+
+    /// Runs each filter until one closes the connection.
+    pub async fn on_new_connection(&self, connection: &ConnectionContext<'_>) -> NetworkFilterStatus {
+        for filter in &self.filters {
+            if filter.on_new_connection(connection).await == NetworkFilterStatus::Close {
+                return NetworkFilterStatus::Close;
+            }
+        }
+        NetworkFilterStatus::Continue
+    }
+}

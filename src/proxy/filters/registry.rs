@@ -1,0 +1,78 @@
+//! Where each filter chain's runtime is built and kept: once per configuration (a
+//! connection manager, a filter chain's network filters), shared by every worker, dropped
+//! when the configuration is. Looked up once per connection, never per request.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use super::http::{FactoryContext, HttpFilterChain};
+use super::network::NetworkFilterChain;
+use crate::config::filters::NetworkFilter;
+use crate::config::listener::HttpConnectionManager;
+use crate::telemetry::Stats;
+
+/// The runtime of every filter chain in use, by the address of its configuration.
+#[derive(Default)]
+pub struct FilterChains {
+    stats: Arc<Stats>,
+    http: Mutex<Cache<HttpConnectionManager, HttpFilterChain>>,
+    network: Mutex<Cache<[NetworkFilter], NetworkFilterChain>>,
+}
+
+impl std::fmt::Debug for FilterChains {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FilterChains").finish_non_exhaustive()
+    }
+}
+
+impl FilterChains {
+    pub fn new(stats: Arc<Stats>) -> Self {
+        Self { stats, ..Self::default() }
+    }
+
+    /// The HTTP filters of `manager`, built on first use.
+    pub fn http(&self, manager: &Arc<HttpConnectionManager>) -> Arc<HttpFilterChain> {
+        let factory = FactoryContext { stats: &self.stats, stat_prefix: &manager.stat_prefix };
+        lock(&self.http).get_or_build(manager, || HttpFilterChain::build(&manager.http_filters, factory))
+    }
+
+    /// The network filters of a filter chain, built on first use. `stat_prefix` is unused
+    /// by the chain itself; each filter has its own.
+    pub fn network(&self, filters: &Arc<[NetworkFilter]>) -> Arc<NetworkFilterChain> {
+        let factory = FactoryContext { stats: &self.stats, stat_prefix: "" };
+        lock(&self.network).get_or_build(filters, || NetworkFilterChain::build(filters, factory))
+    }
+}
+
+/// A poisoned lock only means another worker panicked while building; the map is still
+/// consistent (an insert is the last step), so go on with it.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runtimes by configuration address; an entry whose configuration is gone is dropped
+/// when another is added.
+struct Cache<K: ?Sized, V> {
+    entries: HashMap<usize, (Weak<K>, Arc<V>)>,
+}
+
+impl<K: ?Sized, V> Default for Cache<K, V> {
+    fn default() -> Self {
+        Self { entries: HashMap::new() }
+    }
+}
+
+impl<K: ?Sized, V> Cache<K, V> {
+    fn get_or_build(&mut self, key: &Arc<K>, build: impl FnOnce() -> V) -> Arc<V> {
+        let address = Arc::as_ptr(key).cast::<()>() as usize;
+        if let Some((weak, value)) = self.entries.get(&address)
+            && weak.upgrade().is_some_and(|live| Arc::ptr_eq(&live, key))
+        {
+            return value.clone();
+        }
+        self.entries.retain(|_, (weak, _)| weak.strong_count() > 0);
+        let value = Arc::new(build());
+        self.entries.insert(address, (Arc::downgrade(key), value.clone()));
+        value
+    }
+}
