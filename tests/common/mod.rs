@@ -203,5 +203,6 @@ pub async fn admin_get(address: std::net::SocketAddr, path: &str) -> (u16, Strin
 }
 
 pub mod backends;
+pub mod differential;
 pub mod lab;
 pub mod load;

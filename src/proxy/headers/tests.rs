@@ -19,6 +19,7 @@ fn hcm() -> HttpConnectionManager {
         stat_prefix: "ingress".into(),
         codec_type: CodecType::Auto,
         route_source: RouteSource::Rds("r".into()),
+        http_filters: Vec::new(),
         skipped_http_filters: Vec::new(),
         suppress_envoy_headers: false,
         use_remote_address: false,

@@ -347,8 +347,7 @@ fn check_http_filters(filters: Vec<proto::HttpFilter>, warnings: &mut Warnings) 
                 return Err(ConfigError::new(format!("{at}.disabled"), "the router may not be disabled"));
             }
             if let Some(any) = any {
-                out.suppress_envoy_headers =
-                    router(any, warnings).map_err(|e| e.at(format!("{at}.typed_config")))?;
+                out.suppress_envoy_headers = router(any, warnings).map_err(|e| e.at(format!("{at}.typed_config")))?;
             }
             return Ok(out);
         }

@@ -1,0 +1,204 @@
+//! Differential runs: the same bootstrap (static listeners and clusters, Envoy's format)
+//! starts a real Envoy 1.40 and Outrider side by side, each on its own listener port, so a
+//! test sends the same requests to both and compares what comes back.
+//!
+//! Envoy is found through `$OUTRIDER_ENVOY`, `PATH` or `bench/.envoy/bin/envoy`
+//! (`bench/install-envoy.sh` installs it). Without it, [`Pair::start`] still starts
+//! Outrider and prints `SKIPPED: … envoy not found` for the Envoy half; a test that only
+//! makes sense side by side checks [`Pair::envoy`] and says SKIPPED itself.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use outrider::app::{self, Running};
+use outrider::config::bootstrap::Bootstrap;
+use tokio::process::{Child, Command};
+
+use super::WAIT;
+
+/// The Envoy binary, if one is installed.
+pub fn envoy_binary() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("OUTRIDER_ENVOY") {
+        return Some(PathBuf::from(path));
+    }
+    let on_path = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|dir| dir.join("envoy")).find(|p| p.is_file()));
+    let bundled = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/.envoy/bin/envoy");
+    on_path.or_else(|| bundled.is_file().then_some(bundled))
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A running Envoy, killed when dropped.
+pub struct Envoy {
+    child: Child,
+    pub admin: std::net::SocketAddr,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Envoy {
+    /// Starts Envoy with `bootstrap` (YAML) and waits until its admin server says LIVE.
+    pub async fn start(binary: &Path, bootstrap: &str) -> Envoy {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("bootstrap.yaml");
+        std::fs::write(&config, bootstrap).unwrap();
+        let log = dir.path().join("envoy.log");
+        let admin_file = dir.path().join("admin-address");
+        let mut child = Command::new(binary)
+            .arg("-c")
+            .arg(&config)
+            .args(["--use-dynamic-base-id", "--disable-hot-restart", "--concurrency", "1", "--log-level", "info"])
+            .arg("--log-path")
+            .arg(&log)
+            .arg("--admin-address-path")
+            .arg(&admin_file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        // Bounded wait for an external process: its admin address file, then LIVE.
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let admin = loop {
+            if let Ok(text) = std::fs::read_to_string(&admin_file)
+                && let Ok(address) = text.trim().parse()
+            {
+                break address;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("envoy exited ({status}):\n{}", tail(&log));
+            }
+            assert!(tokio::time::Instant::now() < deadline, "envoy did not start:\n{}", tail(&log));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let envoy = Envoy { child, admin, log, _dir: dir };
+        loop {
+            let (status, body) = super::admin_get(envoy.admin, "/ready").await;
+            if status == 200 && body.contains("LIVE") {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "envoy not ready:\n{}", envoy.log_tail());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        envoy
+    }
+
+    /// The last lines of Envoy's log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        tail(&self.log)
+    }
+
+    /// One counter or gauge from Envoy's `/stats` (0 when absent).
+    pub async fn stat(&self, name: &str) -> u64 {
+        let (_, body) = super::admin_get(self.admin, &format!("/stats?filter=^{}$", regex_escape(name))).await;
+        stat_value(&body, name)
+    }
+
+    pub fn id(&self) -> Option<u32> {
+        self.child.id()
+    }
+}
+
+fn regex_escape(name: &str) -> String {
+    name.replace('.', "\\.")
+}
+
+/// The value of `name` in a `/stats` text body.
+pub fn stat_value(body: &str, name: &str) -> u64 {
+    body.lines()
+        .filter_map(|line| line.split_once(": "))
+        .find(|(n, _)| *n == name)
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn tail(log: &Path) -> String {
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<_> = log.lines().collect();
+    lines[lines.len().saturating_sub(60)..].join("\n")
+}
+
+/// Envoy and Outrider started from the same bootstrap.
+pub struct Pair {
+    /// `None` when no Envoy is installed.
+    pub envoy: Option<Envoy>,
+    /// Envoy's listener port (meaningless without Envoy).
+    pub envoy_port: u16,
+    pub outrider: Running,
+    pub outrider_port: u16,
+}
+
+impl Pair {
+    /// `bootstrap(port)` writes the bootstrap with the listener on `port` (call it with
+    /// each proxy's port; anything else must be the same for both). Both proxies get an
+    /// admin server on a port of their own (`admin` is added when missing).
+    pub async fn start(bootstrap: impl Fn(u16) -> String) -> Pair {
+        let (envoy_port, outrider_port) = (free_port(), free_port());
+        let with_admin = |port: u16| {
+            let text = bootstrap(port);
+            if text.contains("\nadmin:") || text.starts_with("admin:") {
+                text
+            } else {
+                format!("{text}\nadmin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}\n")
+            }
+        };
+        let envoy = match envoy_binary() {
+            Some(binary) => Some(Envoy::start(&binary, &with_admin(envoy_port)).await),
+            None => {
+                eprintln!(
+                    "SKIPPED: the Envoy half of this differential test: envoy not found (bench/install-envoy.sh)"
+                );
+                None
+            }
+        };
+        let outrider = app::start_with(Bootstrap::parse(&with_admin(outrider_port)).unwrap(), 1).await.unwrap();
+        outrider.listeners_ready().await;
+        Pair { envoy, envoy_port, outrider, outrider_port }
+    }
+
+    /// The listener ports to compare: Envoy's first (when running), then Outrider's.
+    pub fn ports(&self) -> Vec<(&'static str, u16)> {
+        let mut ports = Vec::new();
+        if self.envoy.is_some() {
+            ports.push(("envoy", self.envoy_port));
+        }
+        ports.push(("outrider", self.outrider_port));
+        ports
+    }
+
+    /// One stat of Outrider's, by its flat name (0 when absent).
+    pub async fn outrider_stat(&self, name: &str) -> u64 {
+        let (_, body) = super::admin_get(self.outrider.admin_address, "/stats").await;
+        stat_value(&body, name)
+    }
+}
+
+/// A raw HTTP/1.1 exchange: sends `request` (the whole text) on a new connection to
+/// `port` and returns (status, headers lower-cased, body). For requests a client library
+/// would refuse to send (odd paths, upgrades).
+pub async fn raw_http1(port: u16, request: &str) -> (u16, Vec<(String, String)>, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    let _ = tokio::time::timeout(WAIT, stream.read_to_end(&mut response)).await;
+    parse_response(&String::from_utf8_lossy(&response))
+}
+
+/// Splits an HTTP/1.1 response's text into (status, headers, body).
+pub fn parse_response(text: &str) -> (u16, Vec<(String, String)>, String) {
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text, ""));
+    let mut lines = head.lines();
+    let status = lines.next().and_then(|l| l.split(' ').nth(1)).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    (status, headers, body.to_owned())
+}
