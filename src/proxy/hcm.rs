@@ -9,6 +9,7 @@ mod metered;
 mod observed;
 mod serve;
 mod stream;
+mod upgrade;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -40,7 +41,9 @@ use super::router::{self, DownstreamInfo, Forward, Routing, UpstreamRequestOptio
 use super::upstream::{BoxError, RequestBody, UpstreamError};
 use super::worker::WorkerContext;
 use crate::config::RouteConfiguration;
+use crate::config::listener::upgrade::upgrade_allowed;
 use crate::config::listener::{HttpConnectionManager, RouteSource};
+use crate::config::route::Action;
 use crate::lb::resources::{Priority, Slot};
 use crate::lb::{Host, PickContext};
 use crate::store::Snapshot;
@@ -74,6 +77,8 @@ pub(super) struct Exchange<'a> {
     pub manager: &'a HttpConnectionManager,
     pub context: &'a WorkerContext,
     pub filters: &'a HttpFilterChain,
+    /// HTTP/1.1 connections: where an upgraded request leaves its upstream half.
+    pub upgrades: Option<&'a upgrade::UpgradeSlot>,
 }
 
 /// One request: path normalization, the connection manager's header handling, route
@@ -120,6 +125,17 @@ async fn forward_request(
         stream.span = Some(span);
     }
     let selection = router::select(routes, &parts);
+    if let Some(kind) = upgrade::requested(&mut parts) {
+        let route = selection.and_then(|s| s.route).and_then(|r| match &r.action {
+            Action::Route(action) => Some(action.upgrade_configs.as_slice()),
+            _ => None,
+        });
+        if exchange.upgrades.is_none() || !upgrade_allowed(&manager.upgrade_configs, route, &kind) {
+            // Envoy's answer to an upgrade nobody allowed: 403, empty body, nothing forwarded.
+            let reply = LocalResponse::new(StatusCode::FORBIDDEN, "", "upgrade_failed");
+            return filter_reply(manager, stream, reply, is_grpc);
+        }
+    }
     let mut edits = Vec::new();
     if !exchange.filters.is_empty() {
         let mut metadata = DynamicMetadata::default();
@@ -266,6 +282,11 @@ async fn route_and_forward(
     let Some(cluster) = snapshot.clusters.get(forward.cluster.as_ref()).cloned() else {
         return local(manager, stream, LocalReply::ClusterNotFound(forward.cluster_not_found_status), is_grpc);
     };
+    if let Some(slot) = exchange.upgrades
+        && headers::is_upgrade(&parts.headers)
+    {
+        return forward_upgrade(parts, body, &forward, &cluster, snapshot, exchange, stream, slot).await;
+    }
     if let Some(span) = &stream.span {
         span.set(KeyValue::new("upstream_cluster", cluster.resource.name.clone()));
         span.set(KeyValue::new("upstream_cluster.name", cluster.resource.name.clone()));
@@ -453,6 +474,56 @@ async fn route_and_forward(
 
 enum Attempt {
     Timeout,
+}
+
+/// An allowed upgrade request: one attempt (upgrades are never retried), on a connection
+/// of its own; a `101` leaves the upstream half of the tunnel in `slot`.
+#[allow(clippy::too_many_arguments)]
+async fn forward_upgrade(
+    mut parts: http::request::Parts,
+    body: Incoming,
+    forward: &Forward<'_>,
+    cluster: &Arc<crate::store::Versioned<crate::config::Cluster>>,
+    snapshot: &Snapshot,
+    exchange: Exchange<'_>,
+    stream: &mut StreamInfo,
+    slot: &upgrade::UpgradeSlot,
+) -> Response<ProxyBody> {
+    let Exchange { downstream, original_dst, manager, context, .. } = exchange;
+    let info = DownstreamInfo { remote: Some(downstream.peer), local: Some(downstream.local), protocol: "HTTP/1.1" };
+    let options = UpstreamRequestOptions { suppress_envoy_headers: false, downstream: info };
+    router::apply_request_mutations(forward, &mut parts, &options);
+    let hash = crate::lb::hash_policy::request_hash(forward.hash_policy, &parts, Some(downstream.peer.ip()));
+    let ctx = PickContext { hash, attempt: 0, previous: &[], now: Instant::now() };
+    let Some(host) = original_dst::pick_host(context, &cluster.resource, &ctx, original_dst, Some(&parts.headers))
+    else {
+        return local(manager, stream, LocalReply::NoHealthyUpstream, false);
+    };
+    let tls = match context.tls.upstream(cluster, &host.endpoint, snapshot) {
+        Ok(tls) => tls,
+        Err(error) => {
+            let failure =
+                UpstreamError::ConnectFailure { address: host.address().to_string(), reason: error.to_string() };
+            return reset_reply(manager, stream, Some(failure), false, false);
+        }
+    };
+    // Kept for the response's header handling (which keeps `upgrade` only for upgrades).
+    let request_headers = parts.headers.clone();
+    let request = Request::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed());
+    let started = Instant::now();
+    let mut response = match context.upstreams.open_upgrade(&host, &cluster.resource, request, tls).await {
+        Ok(response) => response,
+        Err(error) => return reset_reply(manager, stream, Some(error), false, false),
+    };
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        *slot.borrow_mut() = Some(hyper::upgrade::on(&mut response));
+    }
+    let (mut parts, body) = response.into_parts();
+    headers::strip_hop_by_hop(&mut parts.headers);
+    router::apply_response_mutations(&forward.headers, &mut parts.headers, &options.downstream, None);
+    headers::set_upstream_service_time(&mut parts.headers, started.elapsed(), options.suppress_envoy_headers);
+    headers::mutate_response_headers(manager, Some(&request_headers), &mut parts.headers);
+    Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed_unsync())
 }
 
 enum Buffered {
