@@ -173,7 +173,7 @@ fn normalize_path(
     parts: &mut http::request::Parts,
     is_grpc: bool,
 ) -> Option<Response<ProxyBody>> {
-    let Some(path_and_query) = parts.uri.path_and_query() else { return None };
+    let path_and_query = parts.uri.path_and_query()?;
     match path_normalization::normalize(manager, path_and_query.as_str()) {
         Normalized::Continue(None) => None,
         Normalized::Continue(Some(path)) => {

@@ -174,8 +174,9 @@ async fn serve_http1<S, Svc>(
     let timed_out = error.as_ref().is_some_and(hyper::Error::is_timeout);
     let parts = connection.into_parts();
     let mut io = parts.io.into_inner();
+    let upgraded = upgrades.borrow_mut().take();
     if error.is_none()
-        && let Some(upstream) = upgrades.borrow_mut().take()
+        && let Some(upstream) = upgraded
     {
         // hyper wrote the `101` and handed the socket back: the tunnel takes it.
         return super::upgrade::tunnel(io, parts.read_buf, upstream).await;
