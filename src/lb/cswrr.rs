@@ -11,7 +11,7 @@
 //! - [`Cswrr::pick`] runs on the workers: one lock-free load of the published weights and
 //!   gRPC's static stride scheduler over them, with a per-worker sequence.
 //!
-//! Choices where gRPC and Envoy differ , and why:
+//! Choices where gRPC and Envoy differ, and why:
 //! - Endpoints without a valid weight (new, in blackout, expired) get the **mean** of the
 //!   valid weights (gRPC), not the median (Envoy). A58 specifies the mean; it is what the
 //!   stride scheduler was designed and tested with; and a newcomer then takes exactly the
