@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -25,8 +25,14 @@ use super::access_log::PendingLog;
 use observed::StreamInfo;
 pub use serve::serve;
 
+use super::filters::context::MatchedRoute;
+use super::filters::{
+    Callouts, DownstreamConnection, DynamicMetadata, FilterHeadersStatus, HeaderEdit, HttpFilterChain, LocalResponse,
+    RequestContext,
+};
 use super::headers::{self, Downstream, LocalReply, ResetReason};
 use super::original_dst;
+use super::path_normalization::{self, Normalized};
 use super::request_trace;
 use super::response_flags::ResponseFlags;
 use super::retry::{Decision, Outcome, RetryState};
@@ -37,6 +43,7 @@ use crate::config::RouteConfiguration;
 use crate::config::listener::{HttpConnectionManager, RouteSource};
 use crate::lb::resources::{Priority, Slot};
 use crate::lb::{Host, PickContext};
+use crate::store::Snapshot;
 use crate::telemetry::KeyValue;
 
 /// What the proxy answers with: an upstream body or a local one.
@@ -51,21 +58,34 @@ const RETRY_BUFFER_LIMIT: usize = 64 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Secure {
     Plain,
-    /// Terminated TLS, with the protocol ALPN settled on.
+    /// Terminated TLS, with the protocol ALPN settled on and the client's certificate.
     Tls {
         alpn: Option<Vec<u8>>,
+        peer: Option<crate::tls::PeerIdentity>,
     },
 }
 
+/// Everything the handling of one request borrows from its connection.
+#[derive(Clone, Copy)]
+pub(super) struct Exchange<'a> {
+    pub downstream: Downstream,
+    pub connection: &'a DownstreamConnection,
+    pub original_dst: Option<SocketAddr>,
+    pub manager: &'a HttpConnectionManager,
+    pub context: &'a WorkerContext,
+    pub filters: &'a HttpFilterChain,
+}
+
+/// One request: path normalization, the connection manager's header handling, route
+/// selection, the HTTP filters, then the router. Edits the filters asked for apply to
+/// whatever response goes back.
 async fn forward_request(
     request: Request<Incoming>,
-    downstream: Downstream,
-    original_dst: Option<SocketAddr>,
-    manager: &HttpConnectionManager,
-    context: &WorkerContext,
+    exchange: Exchange<'_>,
     stream: &mut StreamInfo,
     pending: &mut Option<Box<PendingLog>>,
 ) -> Response<ProxyBody> {
+    let Exchange { downstream, manager, context, .. } = exchange;
     let snapshot = context.store.load();
     // Borrowed from the snapshot (or the listener), which this request holds: no copy.
     let routes: &RouteConfiguration = match &manager.route_source {
@@ -77,7 +97,10 @@ async fn forward_request(
     };
     let (mut parts, body) = request.into_parts();
     let is_grpc = router::is_grpc(&parts);
-    headers::mutate_request_headers(
+    if let Some(response) = normalize_path(manager, stream, &mut parts, is_grpc) {
+        return response;
+    }
+    let classification = headers::mutate_request_headers(
         manager,
         &routes.internal_only_headers,
         &downstream,
@@ -96,8 +119,135 @@ async fn forward_request(
         span.inject(&mut parts.headers);
         stream.span = Some(span);
     }
+    let selection = router::select(routes, &parts);
+    let mut edits = Vec::new();
+    if !exchange.filters.is_empty() {
+        let mut metadata = DynamicMetadata::default();
+        let callouts = Callouts::new(context);
+        let mut request = RequestContext {
+            parts: &mut parts,
+            connection: exchange.connection,
+            remote_ip: classification.client,
+            route: selection.map(|s| MatchedRoute { config: routes, virtual_host: s.virtual_host, route: s.route }),
+            is_grpc,
+            metadata: &mut metadata,
+            response_headers: &mut edits,
+            callouts: &callouts,
+            stat_prefix: &manager.stat_prefix,
+            draining: context.draining.is_triggered(),
+        };
+        if let FilterHeadersStatus::LocalReply(reply) = exchange.filters.decode_headers(&mut request).await {
+            let mut response = filter_reply(manager, stream, reply, is_grpc);
+            apply_edits(&edits, response.headers_mut());
+            return response;
+        }
+    }
+    let routed = Routed { snapshot: &snapshot, routes, selection };
+    let mut response = route_and_forward(parts, body, routed, exchange, stream, pending, is_grpc).await;
+    apply_edits(&edits, response.headers_mut());
+    response
+}
+
+/// `normalize_path`, `merge_slashes`, `path_with_escaped_slashes_action`: the new path,
+/// or the answer when the request may not go on (400, or the 307 of
+/// `UNESCAPE_AND_REDIRECT`).
+fn normalize_path(
+    manager: &HttpConnectionManager,
+    stream: &mut StreamInfo,
+    parts: &mut http::request::Parts,
+    is_grpc: bool,
+) -> Option<Response<ProxyBody>> {
+    let Some(path_and_query) = parts.uri.path_and_query() else { return None };
+    match path_normalization::normalize(manager, path_and_query.as_str()) {
+        Normalized::Continue(None) => None,
+        Normalized::Continue(Some(path)) => {
+            let mut uri = std::mem::take(&mut parts.uri).into_parts();
+            match http::uri::PathAndQuery::try_from(path.as_str()) {
+                Ok(path) => uri.path_and_query = Some(path),
+                Err(_) => return Some(bad_request(manager, stream, is_grpc)),
+            }
+            match Uri::from_parts(uri) {
+                Ok(uri) => parts.uri = uri,
+                Err(_) => return Some(bad_request(manager, stream, is_grpc)),
+            }
+            None
+        }
+        Normalized::Reject => Some(bad_request(manager, stream, is_grpc)),
+        Normalized::Redirect(location) => {
+            stream.redirect = true;
+            let mut response = direct(manager, StatusCode::TEMPORARY_REDIRECT, Bytes::new());
+            if let Ok(location) = HeaderValue::from_str(&location) {
+                response.headers_mut().insert(http::header::LOCATION, location);
+            }
+            Some(response)
+        }
+    }
+}
+
+/// Envoy's 400 for a request it will not route (`path_normalization_failed`).
+fn bad_request(manager: &HttpConnectionManager, stream: &mut StreamInfo, is_grpc: bool) -> Response<ProxyBody> {
+    let reply = LocalResponse {
+        flags: ResponseFlags::DOWNSTREAM_PROTOCOL_ERROR,
+        ..LocalResponse::new(StatusCode::BAD_REQUEST, "", "path_normalization_failed")
+    };
+    filter_reply(manager, stream, reply, is_grpc)
+}
+
+/// A filter's local reply (gRPC requests get the trailers-only gRPC form).
+fn filter_reply(
+    manager: &HttpConnectionManager,
+    info: &mut StreamInfo,
+    reply: LocalResponse,
+    is_grpc: bool,
+) -> Response<ProxyBody> {
+    info.flags.insert(reply.flags);
+    let message = String::from_utf8_lossy(&reply.body);
+    let (status, mut header_map, body) = if is_grpc {
+        headers::grpc_local_reply(reply.status, &message)
+    } else {
+        headers::local_reply(reply.status, &message)
+    };
+    if let (true, Some(code)) = (is_grpc, reply.grpc_status) {
+        header_map.insert("grpc-status", HeaderValue::from(code));
+    }
+    for (name, value) in &reply.headers {
+        header_map.append(name.clone(), value.clone());
+    }
+    let mut response = Response::new(Full::new(body).map_err(|never| match never {}).boxed_unsync());
+    *response.status_mut() = status;
+    *response.headers_mut() = header_map;
+    headers::set_server(manager, response.headers_mut());
+    response
+}
+
+fn apply_edits(edits: &[HeaderEdit], headers: &mut HeaderMap) {
+    for edit in edits {
+        edit.apply(headers);
+    }
+}
+
+/// The route configuration and what [`router::select`] found in it.
+struct Routed<'a> {
+    snapshot: &'a Snapshot,
+    routes: &'a RouteConfiguration,
+    selection: Option<router::Selection<'a>>,
+}
+
+/// The router: answers locally (no route, direct response, redirect) or forwards to the
+/// route's cluster with retries and timeouts.
+async fn route_and_forward(
+    mut parts: http::request::Parts,
+    body: Incoming,
+    routed: Routed<'_>,
+    exchange: Exchange<'_>,
+    stream: &mut StreamInfo,
+    pending: &mut Option<Box<PendingLog>>,
+    is_grpc: bool,
+) -> Response<ProxyBody> {
+    let Exchange { downstream, original_dst, manager, context, .. } = exchange;
+    let Routed { snapshot, routes, selection } = routed;
     let random = context.rng.borrow_mut().random::<u64>();
-    let forward = match router::route(routes, &parts, random) {
+    let forward = match router::route_selected(routes, selection, &parts, random) {
         Routing::Forward(forward) => forward,
         Routing::NoRoute => return local(manager, stream, LocalReply::NoRoute, is_grpc),
         Routing::DirectResponse { status, body, .. } => {
@@ -209,7 +359,7 @@ async fn forward_request(
             (Some(per_try), Some(remaining)) => Some(per_try.min(remaining)),
             (per_try, remaining) => per_try.or(remaining),
         };
-        let tls = match context.tls.upstream(&cluster, &host.endpoint, &snapshot) {
+        let tls = match context.tls.upstream(&cluster, &host.endpoint, snapshot) {
             Ok(tls) => tls,
             Err(error) => {
                 let failure =

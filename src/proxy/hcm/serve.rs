@@ -22,9 +22,10 @@ use super::codec::{self, Protocol};
 use super::lifetime::{Close, Lifetime};
 use super::metered::Metered;
 use super::observed::handle;
-use super::{ProxyBody, Secure, stream};
+use super::{Exchange, ProxyBody, Secure, stream};
 use crate::config::listener::HttpConnectionManager;
 use crate::core::shutdown::Signal;
+use crate::proxy::filters::DownstreamConnection;
 use crate::telemetry::HttpStats;
 use crate::tls::PrefixedStream;
 
@@ -35,6 +36,7 @@ type Served = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible
 /// bytes (the HTTP/2 preface or not), as Envoy's codecs do.
 pub async fn serve<S>(
     stream: S,
+    connection: Rc<DownstreamConnection>,
     info: ConnectionInfo,
     secure: Secure,
     manager: Arc<HttpConnectionManager>,
@@ -43,13 +45,15 @@ pub async fn serve<S>(
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let alpn = match &secure {
-        Secure::Tls { alpn } => alpn.as_deref(),
+        Secure::Tls { alpn, .. } => alpn.as_deref(),
         Secure::Plain => None,
     };
     let downstream = Downstream { peer: info.peer, local: info.local, tls: secure != Secure::Plain };
     // Resolved once per connection from the worker's cache: no look-up per request.
     let stats = context.telemetry.http(&manager.stat_prefix);
     let access_logs: Rc<[_]> = context.telemetry.access_logs(&manager.access_log).into();
+    // Built once per connection manager and shared; found once per connection.
+    let filters = context.filters.http(&manager);
     stats.downstream_cx_total.inc();
     let _active = stats.downstream_cx_active.track();
     let draining = context.draining.clone();
@@ -77,10 +81,17 @@ pub async fn serve<S>(
         service_fn(move |request: Request<Incoming>| -> Served {
             let (manager, context, stats, access_logs, lifetime) =
                 (manager.clone(), context.clone(), stats.clone(), access_logs.clone(), lifetime.clone());
+            let (filters, connection) = (filters.clone(), connection.clone());
             Box::pin(async move {
-                let run = |request| {
-                    handle(request, downstream, original_dst, &manager, &context, stats.clone(), &access_logs)
+                let exchange = Exchange {
+                    downstream,
+                    connection: &connection,
+                    original_dst,
+                    manager: &manager,
+                    context: &context,
+                    filters: &filters,
                 };
+                let run = |request| handle(request, exchange, stats.clone(), &access_logs);
                 Ok(stream::limited(request, &lifetime, &manager, &stats, run).await)
             })
         })
