@@ -197,7 +197,11 @@ async fn get(port: u16, path: &str, authorization: Option<&str>) -> (u16, String
 
 /// Runs each case through each proxy; returns, per proxy, its answers and how many
 /// requests reached the backend.
-async fn run(pair: &Pair, backend: &Backend, cases: &[(&str, &str, Option<String>)]) -> Vec<(&'static str, Vec<(u16, String, String)>, usize)> {
+async fn run(
+    pair: &Pair,
+    backend: &Backend,
+    cases: &[(&str, &str, Option<String>)],
+) -> Vec<(&'static str, Vec<(u16, String, String)>, usize)> {
     let mut results = Vec::new();
     for (proxy, port) in pair.ports() {
         let before = backend.seen.requests();
@@ -219,7 +223,8 @@ async fn tokens_are_judged_as_envoy_judges_them() {
     let pair = Pair::start(|port| bootstrap(port, backend.port, jwks.port, &local_jwks)).await;
 
     let t = now();
-    let claims = |iss: &str, aud: &str| serde_json::json!({"iss": iss, "sub": "alice", "aud": aud, "iat": t, "exp": t + 3600});
+    let claims =
+        |iss: &str, aud: &str| serde_json::json!({"iss": iss, "sub": "alice", "aud": aud, "iat": t, "exp": t + 3600});
     let valid = keys.rs256(claims(ISSUER, "api"));
     let bearer = |token: &str| Some(format!("Bearer {token}"));
     let expired = keys.rs256(serde_json::json!({"iss": ISSUER, "aud": "api", "exp": t - 3600}));
@@ -228,7 +233,8 @@ async fn tokens_are_judged_as_envoy_judges_them() {
     let wrong_issuer = keys.rs256(claims("https://stranger.example", "api"));
     let (signed, _) = valid.rsplit_once('.').unwrap();
     let forged = format!("{signed}.{}", b64([7u8; 256]));
-    let local = keys.es256(serde_json::json!({"iss": LOCAL_ISSUER, "sub": "bob", "scope": "read write", "exp": t + 3600}));
+    let local =
+        keys.es256(serde_json::json!({"iss": LOCAL_ISSUER, "sub": "bob", "scope": "read write", "exp": t + 3600}));
     let query_path = format!("/q?x=1&access_token={valid}");
     let cases: Vec<(&str, &str, Option<String>)> = vec![
         ("valid", "/", bearer(&valid)),
@@ -302,7 +308,9 @@ async fn tokens_are_judged_as_envoy_judges_them() {
     assert!(outrider[10].2.starts_with("path=/q?x=1 "), "the token parameter is removed: {}", outrider[10].2);
 
     let Some(envoy) = &pair.envoy else {
-        eprintln!("SKIPPED: comparison with Envoy (envoy not found); Outrider checked against the expected answers only");
+        eprintln!(
+            "SKIPPED: comparison with Envoy (envoy not found); Outrider checked against the expected answers only"
+        );
         return;
     };
     let (_, envoy_answers, envoy_reached) = &results[0];

@@ -76,7 +76,11 @@ impl HttpFilterChain {
     pub fn build(configs: &[crate::config::filters::HttpFilter], factory: FactoryContext<'_>) -> Self {
         let filters = configs
             .iter()
-            .map(|c| Entry { name: c.name.clone(), disabled: c.disabled, filter: Filter::build(&c.name, &c.config, factory) })
+            .map(|c| Entry {
+                name: c.name.clone(),
+                disabled: c.disabled,
+                filter: Filter::build(&c.name, &c.config, factory),
+            })
             .collect();
         Self { filters }
     }

@@ -79,7 +79,8 @@ impl JwtAuthnFilter {
 
     fn deny(&self, status: Status, realm: &str) -> FilterHeadersStatus {
         self.denied.inc();
-        let code = if status == Status::JwtAudienceNotAllowed { StatusCode::FORBIDDEN } else { StatusCode::UNAUTHORIZED };
+        let code =
+            if status == Status::JwtAudienceNotAllowed { StatusCode::FORBIDDEN } else { StatusCode::UNAUTHORIZED };
         let details = format!("jwt_authn_access_denied{{{}}}", status.message().replace(' ', "_"));
         if self.config.strip_failure_response {
             return FilterHeadersStatus::LocalReply(LocalResponse::new(code, "", details));
@@ -128,9 +129,7 @@ impl HttpFilter for JwtAuthnFilter {
         };
         // The realm is the URL as it arrived, before a token parameter is removed.
         let realm = original_uri(request);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let mut session = Session {
             request,
             providers: &self.providers,
@@ -160,13 +159,15 @@ fn is_cors_preflight(request: &RequestContext<'_>) -> bool {
 /// A rule's match: headers, query parameters, gRPC, then the path (its query excluded).
 fn rule_matches(m: &RouteMatch, request: &RequestContext<'_>) -> bool {
     let parts = &*request.parts;
-    let query = m.query_parameters.is_empty().then(Vec::new).unwrap_or_else(|| {
-        extract::query_params(parts.uri.query().unwrap_or_default())
-    });
+    let query = m
+        .query_parameters
+        .is_empty()
+        .then(Vec::new)
+        .unwrap_or_else(|| extract::query_params(parts.uri.query().unwrap_or_default()));
     m.headers.iter().all(|h| h.matches(request_header_value(parts, &h.name).as_deref()))
-        && m.query_parameters.iter().all(|q| {
-            q.matches(query.iter().find(|(key, _)| *key == q.name).map(|(_, value)| value.as_str()))
-        })
+        && m.query_parameters
+            .iter()
+            .all(|q| q.matches(query.iter().find(|(key, _)| *key == q.name).map(|(_, value)| value.as_str())))
         && (!m.grpc || request.is_grpc)
         && m.path.matches(parts.uri.path(), m.case_sensitive, parts.method == http::Method::CONNECT)
 }

@@ -48,7 +48,13 @@ impl Authenticator {
     /// A requirement whose provider is not configured (conversion refuses it; kept
     /// fail-closed): finds no token, so the request is refused as missing one.
     pub fn unknown_provider() -> Self {
-        Self { extractor: Extractor::default(), provider: None, audiences: None, allow_failed: false, allow_missing: false }
+        Self {
+            extractor: Extractor::default(),
+            provider: None,
+            audiences: None,
+            allow_failed: false,
+            allow_missing: false,
+        }
     }
 
     pub async fn run(&self, session: &mut Session<'_, '_>) -> Outcome {
@@ -63,7 +69,8 @@ impl Authenticator {
                 break;
             }
         }
-        let status = if self.allow_failed || (self.allow_missing && status == Status::JwtMissed) { Status::Ok } else { status };
+        let status =
+            if self.allow_failed || (self.allow_missing && status == Status::JwtMissed) { Status::Ok } else { status };
         Outcome { status, waited }
     }
 
@@ -159,7 +166,8 @@ fn normalize(payload: &Map<String, Value>, space_delimited: &[String]) -> Map<St
     let mut out = payload.clone();
     for claim in space_delimited {
         if let Some(Value::String(words)) = payload.get(claim) {
-            let list: Vec<Value> = words.split(' ').filter(|w| !w.is_empty()).map(|w| Value::String(w.to_owned())).collect();
+            let list: Vec<Value> =
+                words.split(' ').filter(|w| !w.is_empty()).map(|w| Value::String(w.to_owned())).collect();
             if !list.is_empty() {
                 out.insert(claim.clone(), Value::Array(list));
             }
@@ -197,6 +205,7 @@ fn claim_header_value(payload: &Map<String, Value>, name: &str) -> Option<String
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 

@@ -27,9 +27,15 @@ struct Jwk {
 #[derive(Debug, Clone)]
 enum Key {
     /// Modulus and exponent, big-endian without leading zeros.
-    Rsa { n: Vec<u8>, e: Vec<u8> },
+    Rsa {
+        n: Vec<u8>,
+        e: Vec<u8>,
+    },
     /// An uncompressed point (`04 || x || y`) on the curve.
-    Ec { curve: Curve, point: Vec<u8> },
+    Ec {
+        curve: Curve,
+        point: Vec<u8>,
+    },
     Hmac(Vec<u8>),
     Ed25519(Vec<u8>),
 }
@@ -104,7 +110,8 @@ impl Jwks {
                             // signature does not verify (fails closed).
                             _ => None,
                         };
-                    algorithm.is_some_and(|a| signature::UnparsedPublicKey::new(a, point).verify(message, signature).is_ok())
+                    algorithm
+                        .is_some_and(|a| signature::UnparsedPublicKey::new(a, point).verify(message, signature).is_ok())
                 }
                 Key::Rsa { n, e } => {
                     let components = signature::RsaPublicKeyComponents { n: n.as_slice(), e: e.as_slice() };
@@ -171,7 +178,7 @@ fn jwk(key: &Map<String, Value>) -> Result<Jwk, JwksError> {
     let alg = key.get("alg").and_then(Value::as_str).unwrap_or_default().to_owned();
     let key = match kty {
         "RSA" => {
-            if !alg.is_empty() && !(alg.starts_with("RS") || alg.starts_with("PS")) {
+            if !(alg.is_empty() || alg.starts_with("RS") || alg.starts_with("PS")) {
                 return Err("[alg] is not started with [RS] or [PS] for an RSA key");
             }
             let n = strip_leading_zeros(decode(required(key, "n")?)?);
@@ -262,16 +269,15 @@ fn x509_keys(set: &Map<String, Value>) -> Result<Jwks, JwksError> {
         let Ok(PublicKey::RSA(rsa)) = cert.public_key().parsed() else {
             return Err("X509 parse pubkey internal fails: get pubkey");
         };
-        let key = Key::Rsa {
-            n: strip_leading_zeros(rsa.modulus.to_vec()),
-            e: strip_leading_zeros(rsa.exponent.to_vec()),
-        };
+        let key =
+            Key::Rsa { n: strip_leading_zeros(rsa.modulus.to_vec()), e: strip_leading_zeros(rsa.exponent.to_vec()) };
         keys.push(Jwk { kid: kid.clone(), alg: String::new(), key });
     }
     Ok(Jwks { keys })
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 

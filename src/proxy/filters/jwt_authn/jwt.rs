@@ -10,12 +10,15 @@ use super::status::Status;
 /// base64url with or without padding, as absl's `WebSafeBase64Unescape` accepts.
 pub const BASE64URL: GeneralPurpose = GeneralPurpose::new(
     &base64::alphabet::URL_SAFE,
-    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent).with_decode_allow_trailing_bits(true),
+    GeneralPurposeConfig::new()
+        .with_decode_padding_mode(DecodePaddingMode::Indifferent)
+        .with_decode_allow_trailing_bits(true),
 );
 
 /// Algorithms Envoy accepts in a token's header.
-const IMPLEMENTED_ALGS: [&str; 13] =
-    ["ES256", "ES384", "ES512", "HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "EdDSA"];
+const IMPLEMENTED_ALGS: [&str; 13] = [
+    "ES256", "ES384", "ES512", "HS256", "HS384", "HS512", "RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "EdDSA",
+];
 
 #[derive(Debug, Clone)]
 pub struct Jwt {
@@ -61,7 +64,12 @@ impl Jwt {
         let payload = json_object(&payload_bytes).ok_or(Status::JwtPayloadParseErrorBadJson)?;
         let iss = string_claim(&payload, "iss", Status::JwtPayloadParseErrorIssNotString)?;
         string_claim(&payload, "sub", Status::JwtPayloadParseErrorSubNotString)?;
-        time_claim(&payload, "iat", Status::JwtPayloadParseErrorIatNotInteger, Status::JwtPayloadParseErrorIatOutOfRange)?;
+        time_claim(
+            &payload,
+            "iat",
+            Status::JwtPayloadParseErrorIatNotInteger,
+            Status::JwtPayloadParseErrorIatOutOfRange,
+        )?;
         let nbf = time_claim(
             &payload,
             "nbf",
@@ -147,6 +155,7 @@ fn time_claim(payload: &Map<String, Value>, name: &str, wrong: Status, range: St
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 

@@ -124,7 +124,10 @@ async fn fetch_once(remote: &RemoteJwks, callouts: &Callouts<'_>) -> Result<Jwks
         return Err(Attempt::Retriable(format!("HTTP status {status}")));
     }
     if status != http::StatusCode::OK || response.body().is_empty() {
-        return Err(Attempt::Final(FetchError::Failed(format!("HTTP status {status}, {} bytes", response.body().len()))));
+        return Err(Attempt::Final(FetchError::Failed(format!(
+            "HTTP status {status}, {} bytes",
+            response.body().len()
+        ))));
     }
     let text = std::str::from_utf8(response.body())
         .map_err(|_| Attempt::Final(FetchError::Failed("the JWKS is not UTF-8".to_owned())))?;
@@ -152,6 +155,7 @@ fn sanitize_audience(audience: &str) -> &str {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 

@@ -80,15 +80,14 @@ pub fn provider(proto: proto::JwtProvider, warnings: &mut Warnings) -> Result<Jw
         .enumerate()
         .map(|(i, c)| claim_to_header(c).map_err(|e| e.at(format!("claim_to_headers[{i}]"))))
         .collect::<Result<_>>()?;
-    let space_delimited_claims =
-        normalize_payload_in_metadata.map(|n| n.space_delimited_claims).unwrap_or_default();
+    let space_delimited_claims = normalize_payload_in_metadata.map(|n| n.space_delimited_claims).unwrap_or_default();
     let jwks = match jwks_source_specifier {
         Some(JwksSourceSpecifier::LocalJwks(source)) => {
             JwksSource::Local(local_jwks(source).map_err(|e| e.at("local_jwks"))?)
         }
-        Some(JwksSourceSpecifier::RemoteJwks(remote)) => {
-            JwksSource::Remote(warnings.within("remote_jwks", |w| remote_jwks(remote, w)).map_err(|e| e.at("remote_jwks"))?)
-        }
+        Some(JwksSourceSpecifier::RemoteJwks(remote)) => JwksSource::Remote(
+            warnings.within("remote_jwks", |w| remote_jwks(remote, w)).map_err(|e| e.at("remote_jwks"))?,
+        ),
         None => return Err(ConfigError::new("jwks_source_specifier", "one of remote_jwks or local_jwks is required")),
     };
     Ok(JwtProvider {
@@ -147,8 +146,9 @@ fn local_jwks(proto: core::DataSource) -> Result<String> {
         }
         Some(Specifier::Filename(path)) => std::fs::read_to_string(&path)
             .map_err(|e| ConfigError::new("filename", format!("cannot read {path:?}: {e}"))),
-        Some(Specifier::EnvironmentVariable(name)) => std::env::var(&name)
-            .map_err(|_| ConfigError::new("environment_variable", format!("{name:?} is not set"))),
+        Some(Specifier::EnvironmentVariable(name)) => {
+            std::env::var(&name).map_err(|_| ConfigError::new("environment_variable", format!("{name:?} is not set")))
+        }
         None => Err(ConfigError::new("specifier", "a filename, inline value or environment variable is required")),
     }
 }
