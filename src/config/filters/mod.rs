@@ -7,6 +7,7 @@
 //! ever skipped.
 
 pub mod health_check;
+pub mod jwt_authn;
 
 use std::sync::Arc;
 
@@ -27,6 +28,8 @@ pub struct HttpFilter {
 pub enum HttpFilterConfig {
     /// `envoy.filters.http.health_check`.
     HealthCheck(Arc<health_check::HealthCheck>),
+    /// `envoy.filters.http.jwt_authn`.
+    JwtAuthn(Arc<jwt_authn::JwtAuthentication>),
 }
 
 impl HttpFilterConfig {
@@ -34,6 +37,7 @@ impl HttpFilterConfig {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::HealthCheck(_) => "envoy.filters.http.health_check",
+            Self::JwtAuthn(_) => "envoy.filters.http.jwt_authn",
         }
     }
 }
@@ -76,4 +80,6 @@ pub enum FilterOverride {
     /// `envoy.config.route.v3.FilterConfig`: `disabled` turns the filter off (or, when
     /// false, on for a filter that is `disabled` on the connection manager).
     Enabled(bool),
+    /// `envoy.extensions.filters.http.jwt_authn.v3.PerRouteConfig`.
+    JwtAuthn(jwt_authn::JwtPerRoute),
 }

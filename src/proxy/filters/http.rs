@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::context::RequestContext;
-use super::{LocalResponse, health_check};
+use super::{LocalResponse, health_check, jwt_authn};
 use crate::config::filters::{FilterOverride, HttpFilterConfig};
 use crate::telemetry::Stats;
 
@@ -38,13 +38,17 @@ pub struct FactoryContext<'a> {
 /// `decode_headers` is an `async fn`, dispatched without a box per request.)
 enum Filter {
     HealthCheck(health_check::HealthCheckFilter),
+    JwtAuthn(jwt_authn::JwtAuthnFilter),
 }
 
 impl Filter {
-    fn build(config: &HttpFilterConfig, factory: FactoryContext<'_>) -> Self {
+    fn build(name: &str, config: &HttpFilterConfig, factory: FactoryContext<'_>) -> Self {
         match config {
             HttpFilterConfig::HealthCheck(config) => {
                 Self::HealthCheck(health_check::HealthCheckFilter::new(config.clone(), factory))
+            }
+            HttpFilterConfig::JwtAuthn(config) => {
+                Self::JwtAuthn(jwt_authn::JwtAuthnFilter::new(name, config.clone(), factory))
             }
         }
     }
@@ -52,6 +56,7 @@ impl Filter {
     async fn decode_headers(&self, request: &mut RequestContext<'_>) -> FilterHeadersStatus {
         match self {
             Self::HealthCheck(filter) => filter.decode_headers(request).await,
+            Self::JwtAuthn(filter) => filter.decode_headers(request).await,
         }
     }
 }
@@ -71,7 +76,11 @@ impl HttpFilterChain {
     pub fn build(configs: &[crate::config::filters::HttpFilter], factory: FactoryContext<'_>) -> Self {
         let filters = configs
             .iter()
-            .map(|c| Entry { name: c.name.clone(), disabled: c.disabled, filter: Filter::build(&c.config, factory) })
+            .map(|c| Entry {
+                name: c.name.clone(),
+                disabled: c.disabled,
+                filter: Filter::build(&c.name, &c.config, factory),
+            })
             .collect();
         Self { filters }
     }

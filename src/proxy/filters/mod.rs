@@ -22,6 +22,7 @@ pub mod callout;
 pub mod context;
 pub mod health_check;
 pub mod http;
+pub mod jwt_authn;
 pub mod network;
 pub mod registry;
 

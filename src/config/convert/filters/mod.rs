@@ -6,6 +6,7 @@
 //! skips it only if it merely observes traffic, and refuses it otherwise.
 
 mod health_check;
+mod jwt_authn;
 
 use std::sync::Arc;
 
@@ -19,6 +20,7 @@ use crate::pb::google::protobuf::Any;
 pub fn http_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<HttpFilterConfig>> {
     Ok(Some(match config_type(any).as_str() {
         health_check::TYPE => HttpFilterConfig::HealthCheck(Arc::new(health_check::health_check(any, warnings)?)),
+        jwt_authn::TYPE => HttpFilterConfig::JwtAuthn(Arc::new(jwt_authn::jwt_authentication(any, warnings)?)),
         _ => return Ok(None),
     }))
 }
@@ -72,6 +74,7 @@ fn per_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<FilterOverrid
         };
     }
     match kind {
+        jwt_authn::PER_ROUTE_TYPE => Ok(Some(FilterOverride::JwtAuthn(jwt_authn::per_route(any)?))),
         _ => Err(unsupported(any)),
     }
 }
