@@ -52,7 +52,7 @@ pub async fn serve(
     // The listener filters of the listener that serves the connection (after a hand-off,
     // the one bound to the original destination), as Envoy runs them.
     let (mut stream, mut read) = (stream, Vec::new());
-    if runs_tls_inspector(&listener.resource, local.port()) {
+    if runs_listener_filter(&listener.resource, ListenerFilterKind::TlsInspector, local.port()) {
         match inspect(&mut stream, &mut read, &listener.resource).await {
             Ok(Some(Inspection::Tls { server_name, application_protocols })) => {
                 info.transport_protocol = Some("tls".to_owned());
@@ -62,6 +62,17 @@ pub async fn serve(
             Ok(Some(Inspection::NotTls) | None) => {}
             Err(reason) => {
                 tracing::debug!(listener = %listener.resource.name, %peer, %reason, "TLS inspector closed the connection");
+                return;
+            }
+        }
+    }
+    let tls = info.transport_protocol.as_deref() == Some("tls");
+    if !tls && runs_listener_filter(&listener.resource, ListenerFilterKind::HttpInspector, local.port()) {
+        match inspect_http(&mut stream, &mut read, &listener.resource).await {
+            Ok(Some(protocol)) => info.application_protocols = vec![protocol.to_owned()],
+            Ok(None) => {}
+            Err(reason) => {
+                tracing::debug!(listener = %listener.resource.name, %peer, %reason, "HTTP inspector closed the connection");
                 return;
             }
         }
@@ -95,11 +106,30 @@ pub async fn serve(
     }
 }
 
-/// Whether the listener's TLS inspector runs for connections to `port`.
-fn runs_tls_inspector(listener: &Listener, port: u16) -> bool {
-    listener.listener_filters.iter().any(|f| {
-        f.kind == ListenerFilterKind::TlsInspector && !f.disabled_when.as_ref().is_some_and(|p| p.matches(port))
-    })
+/// Whether the listener has a listener filter of `kind` that runs for connections to `port`.
+fn runs_listener_filter(listener: &Listener, kind: ListenerFilterKind, port: u16) -> bool {
+    listener
+        .listener_filters
+        .iter()
+        .any(|f| f.kind == kind && !f.disabled_when.as_ref().is_some_and(|p| p.matches(port)))
+}
+
+/// The HTTP inspector within `listener_filters_timeout`, as [`inspect`]. `Ok(None)`: not
+/// HTTP, or timed out with `continue_on_listener_filters_timeout`.
+async fn inspect_http(
+    stream: &mut TcpStream,
+    read: &mut Vec<u8>,
+    listener: &Listener,
+) -> Result<Option<&'static str>, String> {
+    let inspection = super::http_inspector::inspect(stream, read);
+    let Some(limit) = listener.listener_filters_timeout else {
+        return inspection.await.map_err(|e| e.to_string());
+    };
+    match tokio::time::timeout(limit, inspection).await {
+        Ok(result) => result.map_err(|e| e.to_string()),
+        Err(_) if listener.continue_on_listener_filters_timeout => Ok(None),
+        Err(_) => Err(format!("listener filters timed out after {limit:?}")),
+    }
 }
 
 /// The TLS inspector within `listener_filters_timeout`. `Ok(None)`: it timed out and the

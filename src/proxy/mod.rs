@@ -12,6 +12,7 @@ pub mod filter_chain;
 pub mod filters;
 pub mod hcm;
 pub mod headers;
+pub mod http_inspector;
 pub mod listener;
 pub mod observe;
 pub mod original_dst;

@@ -106,7 +106,6 @@ impl HttpFilterChain {
 /// Envoy's rule: a route's `FilterConfig { disabled }` turns a filter off or on; a filter
 /// `disabled` on the connection manager runs only where a route configures it.
 fn enabled(entry: &Entry, request: &RequestContext<'_>) -> bool {
-    #[allow(unreachable_patterns)] // until a filter has per-route settings of its own
     match request.per_filter(&entry.name) {
         Some(FilterOverride::Enabled(enabled)) => *enabled,
         Some(_) => true,

@@ -57,7 +57,7 @@ pub fn per_filter_config(
     Ok(PerFilterConfig(out))
 }
 
-#[allow(clippy::match_single_binding, clippy::only_used_in_recursion)] // until filters have per-route settings
+#[allow(clippy::only_used_in_recursion)] // until a per-route conversion records warnings
 fn per_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<FilterOverride>> {
     use crate::pb::envoy::config::route::v3::FilterConfig;
     let kind = type_name(&any.type_url);
