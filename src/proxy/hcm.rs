@@ -17,7 +17,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, Version};
-use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use rand::Rng;
@@ -29,7 +28,7 @@ pub use serve::serve;
 use super::filters::context::MatchedRoute;
 use super::filters::{
     Callouts, DownstreamConnection, DynamicMetadata, FilterHeadersStatus, HeaderEdit, HttpFilterChain, LocalResponse,
-    RequestContext,
+    RequestContext, ResponseHook,
 };
 use super::headers::{self, Downstream, LocalReply, ResetReason};
 use super::original_dst;
@@ -50,7 +49,7 @@ use crate::store::Snapshot;
 use crate::telemetry::KeyValue;
 
 /// What the proxy answers with: an upstream body or a local one.
-pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+pub use super::filters::ProxyBody;
 
 /// Request bodies up to this size are kept so the request can be retried; larger ones
 /// stream through and are not retried (Envoy's default buffer limit is 1 MiB per
@@ -137,6 +136,7 @@ async fn forward_request(
         }
     }
     let mut edits = Vec::new();
+    let mut hooks: Vec<Box<dyn ResponseHook>> = Vec::new();
     if !exchange.filters.is_empty() {
         let mut metadata = DynamicMetadata::default();
         let callouts = Callouts::new(context);
@@ -148,20 +148,30 @@ async fn forward_request(
             is_grpc,
             metadata: &mut metadata,
             response_headers: &mut edits,
+            response_hooks: &mut hooks,
             callouts: &callouts,
             stat_prefix: &manager.stat_prefix,
             draining: context.draining.is_triggered(),
         };
         if let FilterHeadersStatus::LocalReply(reply) = exchange.filters.decode_headers(&mut request).await {
-            let mut response = filter_reply(manager, stream, reply, is_grpc);
-            apply_edits(&edits, response.headers_mut());
-            return response;
+            let response = filter_reply(manager, stream, reply, is_grpc);
+            return finish_response(response, &edits, hooks);
         }
     }
     let routed = Routed { snapshot: &snapshot, routes, selection };
-    let mut response = route_and_forward(parts, body, routed, exchange, stream, pending, is_grpc).await;
-    apply_edits(&edits, response.headers_mut());
-    response
+    let response = route_and_forward(parts, body, routed, exchange, stream, pending, is_grpc).await;
+    finish_response(response, &edits, hooks)
+}
+
+/// What the filters asked for on the way back: header edits, then whole-response changes
+/// from the last filter to the first.
+fn finish_response(
+    mut response: Response<ProxyBody>,
+    edits: &[HeaderEdit],
+    hooks: Vec<Box<dyn ResponseHook>>,
+) -> Response<ProxyBody> {
+    apply_edits(edits, response.headers_mut());
+    hooks.into_iter().rev().fold(response, |response, hook| hook.on_response(response))
 }
 
 /// `normalize_path`, `merge_slashes`, `path_with_escaped_slashes_action`: the new path,

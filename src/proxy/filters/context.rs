@@ -117,6 +117,16 @@ impl LocalResponse {
     }
 }
 
+/// The body of every response the proxy sends downstream (the upstream's or its own).
+pub type ProxyBody = http_body_util::combinators::UnsyncBoxBody<Bytes, crate::proxy::upstream::BoxError>;
+
+/// A change a filter makes to the whole response, body included (a compressor), decided
+/// while the request passed through it. Applied to whichever response goes downstream,
+/// after the header edits, in the reverse order of the filters, as Envoy encodes.
+pub trait ResponseHook {
+    fn on_response(&self, response: http::Response<ProxyBody>) -> http::Response<ProxyBody>;
+}
+
 /// The route a request matched, for per-route filter settings.
 #[derive(Debug, Clone, Copy)]
 pub struct MatchedRoute<'a> {
@@ -142,6 +152,8 @@ pub struct RequestContext<'a> {
     pub metadata: &'a mut DynamicMetadata,
     /// Edits applied to the response, whichever way it comes.
     pub response_headers: &'a mut Vec<HeaderEdit>,
+    /// Changes to the whole response (see [`ResponseHook`]); empty for most requests.
+    pub response_hooks: &'a mut Vec<Box<dyn ResponseHook>>,
     /// Requests to other clusters.
     pub callouts: &'a Callouts<'a>,
     /// The stat prefix of the connection manager (`http.<stat_prefix>.…`).

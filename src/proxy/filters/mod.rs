@@ -27,7 +27,9 @@ pub mod network;
 pub mod registry;
 
 pub use callout::{CalloutError, Callouts};
-pub use context::{DownstreamConnection, DynamicMetadata, HeaderEdit, LocalResponse, RequestContext};
+pub use context::{
+    DownstreamConnection, DynamicMetadata, HeaderEdit, LocalResponse, ProxyBody, RequestContext, ResponseHook,
+};
 pub use http::{FilterHeadersStatus, HttpFilter, HttpFilterChain};
 pub use network::{ConnectionContext, NetworkFilter, NetworkFilterChain, NetworkFilterStatus};
 pub use registry::FilterChains;
