@@ -6,7 +6,11 @@
 //! with its path. Nothing that allows, denies, answers, delays or rewrites requests is
 //! ever skipped.
 
+pub mod cors;
+pub mod fault;
+pub mod fractional_percent;
 pub mod health_check;
+pub mod local_ratelimit;
 
 use std::sync::Arc;
 
@@ -27,6 +31,12 @@ pub struct HttpFilter {
 pub enum HttpFilterConfig {
     /// `envoy.filters.http.health_check`.
     HealthCheck(Arc<health_check::HealthCheck>),
+    /// `envoy.filters.http.local_ratelimit`.
+    LocalRateLimit(Arc<local_ratelimit::HttpLocalRateLimit>),
+    /// `envoy.filters.http.fault`.
+    Fault(Arc<fault::HttpFault>),
+    /// `envoy.filters.http.cors` (its policies come from the routes).
+    Cors,
 }
 
 impl HttpFilterConfig {
@@ -34,6 +44,9 @@ impl HttpFilterConfig {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::HealthCheck(_) => "envoy.filters.http.health_check",
+            Self::LocalRateLimit(_) => "envoy.filters.http.local_ratelimit",
+            Self::Fault(_) => "envoy.filters.http.fault",
+            Self::Cors => "envoy.filters.http.cors",
         }
     }
 }
@@ -47,11 +60,16 @@ pub struct NetworkFilter {
 
 /// What a network filter does, by type.
 #[derive(Debug, Clone, PartialEq)]
-pub enum NetworkFilterConfig {}
+pub enum NetworkFilterConfig {
+    /// `envoy.filters.network.local_ratelimit`.
+    LocalRateLimit(Arc<local_ratelimit::NetworkLocalRateLimit>),
+}
 
 impl NetworkFilterConfig {
     pub fn kind(&self) -> &'static str {
-        match *self {}
+        match self {
+            Self::LocalRateLimit(_) => "envoy.filters.network.local_ratelimit",
+        }
     }
 }
 
@@ -76,4 +94,10 @@ pub enum FilterOverride {
     /// `envoy.config.route.v3.FilterConfig`: `disabled` turns the filter off (or, when
     /// false, on for a filter that is `disabled` on the connection manager).
     Enabled(bool),
+    /// A route's own local rate limit (and token bucket).
+    LocalRateLimit(Arc<local_ratelimit::HttpLocalRateLimit>),
+    /// A route's own faults (Istio's VirtualService `fault`).
+    Fault(Arc<fault::HttpFault>),
+    /// A CORS policy for the route or virtual host.
+    Cors(Arc<cors::CorsPolicy>),
 }

@@ -86,9 +86,6 @@ pub fn route_action(proto: proto::RouteAction, warnings: &mut Warnings) -> Resul
     if !rate_limits.is_empty() || include_vh_rate_limits.is_some() {
         warnings.ignored("rate_limits", "global rate limiting is not supported");
     }
-    if cors.is_some() {
-        warnings.ignored("cors", "the CORS filter is not run");
-    }
     if !upgrade_configs.is_empty() {
         warnings.ignored("upgrade_configs", "per-route upgrade settings are not applied");
     }
@@ -163,6 +160,7 @@ pub fn route_action(proto: proto::RouteAction, warnings: &mut Warnings) -> Resul
             .transpose()?,
         hash_policy: hashes,
         max_stream_duration: max_stream,
+        cors: super::cors_policy(cors, warnings)?,
     })
 }
 
