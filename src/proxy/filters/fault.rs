@@ -26,6 +26,7 @@ use crate::config::filters::FilterOverride;
 use crate::config::filters::fault::{AbortKind, DelayKind, FaultAbort, FaultDelay, HttpFault};
 use crate::config::filters::fractional_percent::FractionalPercent;
 use crate::config::route::{Action, ClusterSpecifier, WeightedTarget};
+use crate::proxy::response_flags::ResponseFlags;
 use crate::proxy::router::request_header_value;
 use crate::telemetry::{Counter, Gauge, GaugeGuard, Scope, Stats};
 
@@ -110,7 +111,7 @@ impl FaultFilter {
         let body = if abort.body.is_empty() { ABORT_BODY.to_owned() } else { abort.body.clone() };
         let mut reply = LocalResponse::new(status.http, body, "fault_filter_abort");
         reply.grpc_status = status.grpc;
-        reply.flag = Some("FI");
+        reply.flags = ResponseFlags::FAULT_INJECTED;
         FilterHeadersStatus::LocalReply(reply)
     }
 }

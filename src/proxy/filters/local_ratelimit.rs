@@ -28,6 +28,7 @@ use super::network::{ConnectionContext, NetworkFilter, NetworkFilterStatus};
 use super::token_bucket::TokenBucket;
 use crate::config::filters::FilterOverride;
 use crate::config::filters::local_ratelimit::{HttpLocalRateLimit, NetworkLocalRateLimit};
+use crate::proxy::response_flags::ResponseFlags;
 use crate::telemetry::{Counter, Scope, Stats};
 
 /// gRPC's RESOURCE_EXHAUSTED, for `rate_limited_as_resource_exhausted`.
@@ -90,7 +91,7 @@ impl Limiter {
         self.enforced.inc();
         let mut reply = LocalResponse::new(config.status, "local_rate_limited", "local_rate_limited");
         header_options::apply(&mut reply.headers, &config.response_headers_to_add);
-        reply.flag = Some("RL");
+        reply.flags = ResponseFlags::RATE_LIMITED;
         if config.grpc_resource_exhausted {
             reply.grpc_status = Some(GRPC_RESOURCE_EXHAUSTED);
         }
