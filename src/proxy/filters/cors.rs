@@ -231,3 +231,60 @@ fn preflight_reply(
     }
     reply
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::filters::fractional_percent::FractionalPercent;
+    use crate::config::route::StringMatcher;
+
+    fn exact(origin: &str) -> StringMatcher {
+        StringMatcher::Exact { value: origin.into(), ignore_case: false }
+    }
+
+    #[test]
+    fn each_attribute_comes_from_the_most_specific_policy_that_sets_it() {
+        let route = CorsPolicy { allow_methods: "PUT".into(), allow_credentials: Some(false), ..CorsPolicy::default() };
+        let vhost = CorsPolicy {
+            allow_origins: vec![exact("https://a.test")],
+            allow_methods: "GET".into(),
+            max_age: "60".into(),
+            allow_credentials: Some(true),
+            forward_not_matching_preflights: Some(false),
+            ..CorsPolicy::default()
+        };
+        let policies = Policies::new(vec![&route, &vhost]);
+        assert_eq!(policies.allow_methods(), "PUT");
+        assert_eq!(policies.max_age(), "60");
+        assert!(!policies.allow_credentials());
+        assert!(!policies.forward_not_matching_preflights());
+        assert!(policies.origin_allowed("https://a.test"));
+        assert!(!policies.origin_allowed("https://b.test"));
+        assert!(policies.enabled() && !policies.shadow_enabled());
+    }
+
+    #[test]
+    fn enabled_and_shadow_come_from_the_first_policy_only() {
+        let off = FractionalPercent::NONE;
+        let route = CorsPolicy {
+            filter_enabled: Some(off),
+            shadow_enabled: Some(FractionalPercent::ALL),
+            ..CorsPolicy::default()
+        };
+        let vhost = CorsPolicy { filter_enabled: Some(FractionalPercent::ALL), ..CorsPolicy::default() };
+        let policies = Policies::new(vec![&route, &vhost]);
+        assert!(!policies.enabled());
+        assert!(policies.shadow_enabled());
+        // No policy: nothing is enabled, and forwarding unmatched preflights is the default.
+        let none = Policies::new(Vec::new());
+        assert!(!none.enabled() && !none.shadow_enabled());
+        assert!(none.forward_not_matching_preflights());
+        assert!(!none.origin_allowed("https://a.test"));
+    }
+
+    #[test]
+    fn a_matcher_of_star_allows_every_origin() {
+        let policy = CorsPolicy { allow_origins: vec![exact("*")], ..CorsPolicy::default() };
+        assert!(Policies::new(vec![&policy]).origin_allowed("https://anything.test"));
+    }
+}

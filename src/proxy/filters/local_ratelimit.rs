@@ -39,8 +39,12 @@ pub struct LocalRateLimitFilter {
     limiter: Limiter,
     stats: Arc<Stats>,
     /// Routes' own limiters, by the address of their settings.
-    per_route: Mutex<HashMap<usize, (Weak<HttpLocalRateLimit>, Arc<Limiter>)>>,
+    per_route: Mutex<RouteLimiters>,
 }
+
+/// A route's limiter, by the address of its settings; the weak half tells whether the
+/// settings (and so the route configuration) are still there.
+type RouteLimiters = HashMap<usize, (Weak<HttpLocalRateLimit>, Arc<Limiter>)>;
 
 /// One configuration's bucket and `<stat_prefix>.http_local_rate_limit.*` counters.
 struct Limiter {
