@@ -9,6 +9,7 @@ pub mod retry;
 use std::sync::Arc;
 
 use super::filters::PerFilterConfig;
+use super::filters::cors::CorsPolicy;
 
 pub use action::{
     ClusterNotFoundResponseCode, ClusterSpecifier, DirectResponse, HostRewrite, MaxStreamDuration, Redirect,
@@ -89,6 +90,8 @@ pub struct VirtualHost {
     pub include_is_timeout_retry_header: bool,
     /// `typed_per_filter_config`: the HTTP filters' settings for this virtual host.
     pub per_filter: PerFilterConfig,
+    /// `cors`: the CORS filter's policy here when `typed_per_filter_config` has none.
+    pub cors: Option<Arc<CorsPolicy>>,
 }
 
 /// `VirtualHost.require_tls`: requests that do not meet it get a 301 to https.

@@ -148,7 +148,6 @@ fn virtual_host(proto: proto::VirtualHost, max_body: u32, warnings: &mut Warning
     for (present, field, what) in [
         (!virtual_clusters.is_empty(), "virtual_clusters", "virtual clusters only add statistics"),
         (!rate_limits.is_empty(), "rate_limits", "global rate limiting is not supported"),
-        (cors.is_some(), "cors", "the CORS filter is not run"),
         (per_request_buffer_limit_bytes.is_some(), "per_request_buffer_limit_bytes", "bodies are streamed"),
         (request_body_buffer_limit.is_some(), "request_body_buffer_limit", "bodies are streamed"),
         (!request_mirror_policies.is_empty(), "request_mirror_policies", "requests are not mirrored"),
@@ -204,7 +203,22 @@ fn virtual_host(proto: proto::VirtualHost, max_body: u32, warnings: &mut Warning
         include_attempt_count_in_response,
         include_is_timeout_retry_header,
         per_filter: per_filter(typed_per_filter_config, warnings)?,
+        cors: cors_policy(cors, warnings)?,
     })
+}
+
+/// A virtual host's or route's `cors` field.
+pub(crate) fn cors_policy(
+    cors: Option<proto::CorsPolicy>,
+    warnings: &mut Warnings,
+) -> Result<Option<std::sync::Arc<crate::config::filters::cors::CorsPolicy>>> {
+    cors.map(|c| {
+        warnings
+            .within("cors", |w| super::filters::cors::route_cors_policy(c, w))
+            .map(std::sync::Arc::new)
+            .map_err(|e| e.at("cors"))
+    })
+    .transpose()
 }
 
 #[allow(deprecated)]

@@ -6,8 +6,12 @@
 //! with its path. Nothing that allows, denies, answers, delays or rewrites requests is
 //! ever skipped.
 
+pub mod cors;
+pub mod fault;
+pub mod fractional_percent;
 pub mod health_check;
 pub mod jwt_authn;
+pub mod local_ratelimit;
 
 use std::sync::Arc;
 
@@ -30,6 +34,12 @@ pub enum HttpFilterConfig {
     HealthCheck(Arc<health_check::HealthCheck>),
     /// `envoy.filters.http.jwt_authn`.
     JwtAuthn(Arc<jwt_authn::JwtAuthentication>),
+    /// `envoy.filters.http.local_ratelimit`.
+    LocalRateLimit(Arc<local_ratelimit::HttpLocalRateLimit>),
+    /// `envoy.filters.http.fault`.
+    Fault(Arc<fault::HttpFault>),
+    /// `envoy.filters.http.cors` (its policies come from the routes).
+    Cors,
 }
 
 impl HttpFilterConfig {
@@ -38,6 +48,9 @@ impl HttpFilterConfig {
         match self {
             Self::HealthCheck(_) => "envoy.filters.http.health_check",
             Self::JwtAuthn(_) => "envoy.filters.http.jwt_authn",
+            Self::LocalRateLimit(_) => "envoy.filters.http.local_ratelimit",
+            Self::Fault(_) => "envoy.filters.http.fault",
+            Self::Cors => "envoy.filters.http.cors",
         }
     }
 }
@@ -51,11 +64,16 @@ pub struct NetworkFilter {
 
 /// What a network filter does, by type.
 #[derive(Debug, Clone, PartialEq)]
-pub enum NetworkFilterConfig {}
+pub enum NetworkFilterConfig {
+    /// `envoy.filters.network.local_ratelimit`.
+    LocalRateLimit(Arc<local_ratelimit::NetworkLocalRateLimit>),
+}
 
 impl NetworkFilterConfig {
     pub fn kind(&self) -> &'static str {
-        match *self {}
+        match self {
+            Self::LocalRateLimit(_) => "envoy.filters.network.local_ratelimit",
+        }
     }
 }
 
@@ -82,4 +100,10 @@ pub enum FilterOverride {
     Enabled(bool),
     /// `envoy.extensions.filters.http.jwt_authn.v3.PerRouteConfig`.
     JwtAuthn(jwt_authn::JwtPerRoute),
+    /// A route's own local rate limit (and token bucket).
+    LocalRateLimit(Arc<local_ratelimit::HttpLocalRateLimit>),
+    /// A route's own faults (Istio's VirtualService `fault`).
+    Fault(Arc<fault::HttpFault>),
+    /// A CORS policy for the route or virtual host.
+    Cors(Arc<cors::CorsPolicy>),
 }

@@ -25,6 +25,8 @@ pub struct RouteAction {
     pub retry_policy: Option<RetryPolicy>,
     pub hash_policy: Vec<HashPolicy>,
     pub max_stream_duration: MaxStreamDuration,
+    /// `cors`: the CORS filter's policy here when `typed_per_filter_config` has none.
+    pub cors: Option<std::sync::Arc<crate::config::filters::cors::CorsPolicy>>,
     /// `upgrade_configs`: this route's say on `Upgrade:` types (see
     /// [`crate::config::listener::upgrade::upgrade_allowed`]).
     pub upgrade_configs: Vec<crate::config::listener::upgrade::UpgradeConfig>,

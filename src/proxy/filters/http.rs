@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::context::RequestContext;
-use super::{LocalResponse, health_check, jwt_authn};
+use super::{LocalResponse, cors, fault, health_check, jwt_authn, local_ratelimit};
 use crate::config::filters::{FilterOverride, HttpFilterConfig};
 use crate::telemetry::Stats;
 
@@ -39,9 +39,13 @@ pub struct FactoryContext<'a> {
 enum Filter {
     HealthCheck(health_check::HealthCheckFilter),
     JwtAuthn(jwt_authn::JwtAuthnFilter),
+    LocalRateLimit(local_ratelimit::LocalRateLimitFilter),
+    Fault(fault::FaultFilter),
+    Cors(cors::CorsFilter),
 }
 
 impl Filter {
+    /// `name` is the filter's configured name, by which routes give it settings.
     fn build(name: &str, config: &HttpFilterConfig, factory: FactoryContext<'_>) -> Self {
         match config {
             HttpFilterConfig::HealthCheck(config) => {
@@ -50,6 +54,11 @@ impl Filter {
             HttpFilterConfig::JwtAuthn(config) => {
                 Self::JwtAuthn(jwt_authn::JwtAuthnFilter::new(name, config.clone(), factory))
             }
+            HttpFilterConfig::LocalRateLimit(config) => {
+                Self::LocalRateLimit(local_ratelimit::LocalRateLimitFilter::new(name, config.clone(), factory))
+            }
+            HttpFilterConfig::Fault(config) => Self::Fault(fault::FaultFilter::new(name, config.clone(), factory)),
+            HttpFilterConfig::Cors => Self::Cors(cors::CorsFilter::new(name, factory)),
         }
     }
 
@@ -57,6 +66,9 @@ impl Filter {
         match self {
             Self::HealthCheck(filter) => filter.decode_headers(request).await,
             Self::JwtAuthn(filter) => filter.decode_headers(request).await,
+            Self::LocalRateLimit(filter) => filter.decode_headers(request).await,
+            Self::Fault(filter) => filter.decode_headers(request).await,
+            Self::Cors(filter) => filter.decode_headers(request).await,
         }
     }
 }

@@ -19,12 +19,18 @@
 //! the worker's pools like the router does.
 
 pub mod callout;
+mod chance;
 pub mod context;
+pub mod cors;
+pub mod fault;
+mod header_options;
 pub mod health_check;
 pub mod http;
 pub mod jwt_authn;
+pub mod local_ratelimit;
 pub mod network;
 pub mod registry;
+pub mod token_bucket;
 
 pub use callout::{CalloutError, Callouts};
 pub use context::{

@@ -5,8 +5,12 @@
 //! configuration's type. `Ok(None)` means "not a filter Outrider runs": the caller then
 //! skips it only if it merely observes traffic, and refuses it otherwise.
 
+pub mod cors;
+mod fault;
+mod fractional_percent;
 mod health_check;
 mod jwt_authn;
+mod local_ratelimit;
 
 use std::sync::Arc;
 
@@ -21,14 +25,26 @@ pub fn http_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<HttpFilt
     Ok(Some(match config_type(any).as_str() {
         health_check::TYPE => HttpFilterConfig::HealthCheck(Arc::new(health_check::health_check(any, warnings)?)),
         jwt_authn::TYPE => HttpFilterConfig::JwtAuthn(Arc::new(jwt_authn::jwt_authentication(any, warnings)?)),
+        local_ratelimit::HTTP_TYPE => {
+            HttpFilterConfig::LocalRateLimit(Arc::new(local_ratelimit::http_local_rate_limit(any, false, warnings)?))
+        }
+        fault::TYPE => HttpFilterConfig::Fault(Arc::new(fault::http_fault(any, warnings)?)),
+        cors::FILTER_TYPE => {
+            cors::cors_filter(any)?;
+            HttpFilterConfig::Cors
+        }
         _ => return Ok(None),
     }))
 }
 
 /// A network filter's `typed_config`, when Outrider runs filters of its type.
 pub fn network_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<NetworkFilterConfig>> {
-    let _ = (any, warnings);
-    Ok(None)
+    Ok(Some(match config_type(any).as_str() {
+        local_ratelimit::NETWORK_TYPE => {
+            NetworkFilterConfig::LocalRateLimit(Arc::new(local_ratelimit::network_local_rate_limit(any, warnings)?))
+        }
+        _ => return Ok(None),
+    }))
 }
 
 /// `envoy.config.route.v3.FilterConfig`: wraps another filter's per-route settings, or
@@ -75,6 +91,11 @@ fn per_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<FilterOverrid
     }
     match kind {
         jwt_authn::PER_ROUTE_TYPE => Ok(Some(FilterOverride::JwtAuthn(jwt_authn::per_route(any)?))),
+        local_ratelimit::HTTP_TYPE => Ok(Some(FilterOverride::LocalRateLimit(Arc::new(
+            local_ratelimit::http_local_rate_limit(any, true, warnings)?,
+        )))),
+        fault::TYPE => Ok(Some(FilterOverride::Fault(Arc::new(fault::http_fault(any, warnings)?)))),
+        cors::POLICY_TYPE => Ok(Some(FilterOverride::Cors(Arc::new(cors::cors_policy(any, warnings)?)))),
         _ => Err(unsupported(any)),
     }
 }

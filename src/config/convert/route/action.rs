@@ -86,9 +86,6 @@ pub fn route_action(proto: proto::RouteAction, warnings: &mut Warnings) -> Resul
     if !rate_limits.is_empty() || include_vh_rate_limits.is_some() {
         warnings.ignored("rate_limits", "global rate limiting is not supported");
     }
-    if cors.is_some() {
-        warnings.ignored("cors", "the CORS filter is not run");
-    }
     let upgrade_configs = crate::config::convert::listener::upgrade::route_upgrades(upgrade_configs)?;
     let cluster = match cluster_specifier {
         Some(C::Cluster(name)) if !name.is_empty() => ClusterSpecifier::Cluster(name),
@@ -161,6 +158,7 @@ pub fn route_action(proto: proto::RouteAction, warnings: &mut Warnings) -> Resul
             .transpose()?,
         hash_policy: hashes,
         max_stream_duration: max_stream,
+        cors: super::cors_policy(cors, warnings)?,
         upgrade_configs,
     })
 }
