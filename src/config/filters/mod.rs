@@ -7,6 +7,7 @@
 //! ever skipped.
 
 pub mod health_check;
+pub mod rbac;
 
 use std::sync::Arc;
 
@@ -27,6 +28,8 @@ pub struct HttpFilter {
 pub enum HttpFilterConfig {
     /// `envoy.filters.http.health_check`.
     HealthCheck(Arc<health_check::HealthCheck>),
+    /// `envoy.filters.http.rbac`.
+    Rbac(Arc<rbac::HttpRbac>),
 }
 
 impl HttpFilterConfig {
@@ -34,6 +37,7 @@ impl HttpFilterConfig {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::HealthCheck(_) => "envoy.filters.http.health_check",
+            Self::Rbac(_) => "envoy.filters.http.rbac",
         }
     }
 }
@@ -47,11 +51,16 @@ pub struct NetworkFilter {
 
 /// What a network filter does, by type.
 #[derive(Debug, Clone, PartialEq)]
-pub enum NetworkFilterConfig {}
+pub enum NetworkFilterConfig {
+    /// `envoy.filters.network.rbac`.
+    Rbac(Arc<rbac::NetworkRbac>),
+}
 
 impl NetworkFilterConfig {
     pub fn kind(&self) -> &'static str {
-        match *self {}
+        match self {
+            Self::Rbac(_) => "envoy.filters.network.rbac",
+        }
     }
 }
 
@@ -76,4 +85,6 @@ pub enum FilterOverride {
     /// `envoy.config.route.v3.FilterConfig`: `disabled` turns the filter off (or, when
     /// false, on for a filter that is `disabled` on the connection manager).
     Enabled(bool),
+    /// `envoy.extensions.filters.http.rbac.v3.RBACPerRoute`.
+    Rbac(Arc<rbac::RbacPerRoute>),
 }

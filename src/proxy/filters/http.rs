@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::context::RequestContext;
-use super::{LocalResponse, health_check};
+use super::{LocalResponse, health_check, rbac};
 use crate::config::filters::{FilterOverride, HttpFilterConfig};
 use crate::telemetry::Stats;
 
@@ -38,20 +38,23 @@ pub struct FactoryContext<'a> {
 /// `decode_headers` is an `async fn`, dispatched without a box per request.)
 enum Filter {
     HealthCheck(health_check::HealthCheckFilter),
+    Rbac(rbac::RbacFilter),
 }
 
 impl Filter {
-    fn build(config: &HttpFilterConfig, factory: FactoryContext<'_>) -> Self {
+    fn build(name: &str, config: &HttpFilterConfig, factory: FactoryContext<'_>) -> Self {
         match config {
             HttpFilterConfig::HealthCheck(config) => {
                 Self::HealthCheck(health_check::HealthCheckFilter::new(config.clone(), factory))
             }
+            HttpFilterConfig::Rbac(config) => Self::Rbac(rbac::RbacFilter::new(name, config.clone(), factory)),
         }
     }
 
     async fn decode_headers(&self, request: &mut RequestContext<'_>) -> FilterHeadersStatus {
         match self {
             Self::HealthCheck(filter) => filter.decode_headers(request).await,
+            Self::Rbac(filter) => filter.decode_headers(request).await,
         }
     }
 }
@@ -71,7 +74,11 @@ impl HttpFilterChain {
     pub fn build(configs: &[crate::config::filters::HttpFilter], factory: FactoryContext<'_>) -> Self {
         let filters = configs
             .iter()
-            .map(|c| Entry { name: c.name.clone(), disabled: c.disabled, filter: Filter::build(&c.config, factory) })
+            .map(|c| Entry {
+                name: c.name.clone(),
+                disabled: c.disabled,
+                filter: Filter::build(&c.name, &c.config, factory),
+            })
             .collect();
         Self { filters }
     }
@@ -97,7 +104,6 @@ impl HttpFilterChain {
 /// Envoy's rule: a route's `FilterConfig { disabled }` turns a filter off or on; a filter
 /// `disabled` on the connection manager runs only where a route configures it.
 fn enabled(entry: &Entry, request: &RequestContext<'_>) -> bool {
-    #[allow(unreachable_patterns)] // until a filter has per-route settings of its own
     match request.per_filter(&entry.name) {
         Some(FilterOverride::Enabled(enabled)) => *enabled,
         Some(_) => true,

@@ -23,6 +23,7 @@ pub mod context;
 pub mod health_check;
 pub mod http;
 pub mod network;
+pub mod rbac;
 pub mod registry;
 
 pub use callout::{CalloutError, Callouts};

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::callout::Callouts;
 use super::context::DownstreamConnection;
 use super::http::FactoryContext;
+use super::rbac;
 use crate::config::filters::{NetworkFilter as NetworkFilterEntry, NetworkFilterConfig};
 
 /// What a network filter decided about a connection.
@@ -32,15 +33,23 @@ pub trait NetworkFilter: Send + Sync {
     async fn on_new_connection(&self, connection: &ConnectionContext<'_>) -> NetworkFilterStatus;
 }
 
-enum Filter {}
+enum Filter {
+    Rbac(rbac::network::NetworkRbacFilter),
+}
 
 impl Filter {
-    fn build(config: &NetworkFilterConfig, _factory: FactoryContext<'_>) -> Self {
-        match *config {}
+    fn build(config: &NetworkFilterConfig, factory: FactoryContext<'_>) -> Self {
+        match config {
+            NetworkFilterConfig::Rbac(config) => {
+                Self::Rbac(rbac::network::NetworkRbacFilter::new(config.clone(), factory))
+            }
+        }
     }
 
-    async fn on_new_connection(&self, _connection: &ConnectionContext<'_>) -> NetworkFilterStatus {
-        match *self {}
+    async fn on_new_connection(&self, connection: &ConnectionContext<'_>) -> NetworkFilterStatus {
+        match self {
+            Self::Rbac(filter) => filter.on_new_connection(connection).await,
+        }
     }
 }
 

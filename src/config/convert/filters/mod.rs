@@ -6,6 +6,7 @@
 //! skips it only if it merely observes traffic, and refuses it otherwise.
 
 mod health_check;
+mod rbac;
 
 use std::sync::Arc;
 
@@ -19,14 +20,17 @@ use crate::pb::google::protobuf::Any;
 pub fn http_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<HttpFilterConfig>> {
     Ok(Some(match config_type(any).as_str() {
         health_check::TYPE => HttpFilterConfig::HealthCheck(Arc::new(health_check::health_check(any, warnings)?)),
+        rbac::HTTP_TYPE => HttpFilterConfig::Rbac(Arc::new(rbac::http_rbac(any, warnings)?)),
         _ => return Ok(None),
     }))
 }
 
 /// A network filter's `typed_config`, when Outrider runs filters of its type.
 pub fn network_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<NetworkFilterConfig>> {
-    let _ = (any, warnings);
-    Ok(None)
+    Ok(Some(match config_type(any).as_str() {
+        rbac::NETWORK_TYPE => NetworkFilterConfig::Rbac(Arc::new(rbac::network_rbac(any, warnings)?)),
+        _ => return Ok(None),
+    }))
 }
 
 /// `envoy.config.route.v3.FilterConfig`: wraps another filter's per-route settings, or
@@ -71,6 +75,7 @@ fn per_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<FilterOverrid
         };
     }
     match kind {
+        rbac::PER_ROUTE_TYPE => Ok(Some(FilterOverride::Rbac(Arc::new(rbac::per_route(any, warnings)?)))),
         _ => Err(unsupported(any)),
     }
 }

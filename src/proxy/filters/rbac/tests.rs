@@ -1,0 +1,1 @@
+//! The HTTP filter on requests: verdicts, stats, metadata and per-route rules.
