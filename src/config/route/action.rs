@@ -25,6 +25,9 @@ pub struct RouteAction {
     pub retry_policy: Option<RetryPolicy>,
     pub hash_policy: Vec<HashPolicy>,
     pub max_stream_duration: MaxStreamDuration,
+    /// `upgrade_configs`: this route's say on `Upgrade:` types (see
+    /// [`crate::config::listener::upgrade::upgrade_allowed`]).
+    pub upgrade_configs: Vec<crate::config::listener::upgrade::UpgradeConfig>,
 }
 
 /// Where a route sends the request.
