@@ -106,6 +106,3 @@ impl HttpFilter for RbacFilter {
         FilterHeadersStatus::LocalReply(LocalResponse::new(StatusCode::FORBIDDEN, "RBAC: access denied", detail))
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -79,29 +79,58 @@ fn istio_claims_render_to_a_metadata_matcher() {
 #[test]
 fn refusals_name_their_field() {
     let cases = [
-        (one_policy(json!({ "header": { "name": "x", "safe_regex_match": { "regex": "(" } } }), json!({ "any": true })),
-         "rules.policies[\"p\"].permissions[0].header.safe_regex_match.regex"),
-        (one_policy(json!({ "any": true }), json!({ "filter_state": { "key": "other", "string_match": { "exact": "x" } } })),
-         "rules.policies[\"p\"].principals[0].filter_state.key"),
-        (one_policy(json!({ "and_rules": { "rules": [{ "any": true }, { "uri_template": { "name": "t", "typed_config": {
-            "@type": "type.googleapis.com/google.protobuf.Empty", "value": {} } } }] } }), json!({ "any": true })),
-         "rules.policies[\"p\"].permissions[0].and_rules.rules[1].uri_template"),
-        (one_policy(json!({ "any": true }), json!({ "or_ids": { "ids": [] } })),
-         "rules.policies[\"p\"].principals[0].or_ids.ids"),
-        (one_policy(json!({ "destination_port": 70000 }), json!({ "any": true })),
-         "rules.policies[\"p\"].permissions[0].destination_port"),
-        (one_policy(json!({ "any": true }), json!({ "metadata": { "filter": "f", "path": [{ "key": "k" }] } })),
-         "rules.policies[\"p\"].principals[0].metadata.value"),
-        (one_policy(json!({ "any": true }), json!({ "remote_ip": { "address_prefix": "not-an-ip" } })),
-         "rules.policies[\"p\"].principals[0].remote_ip.address_prefix"),
-        (json!({ "rules": { "policies": { "p": { "permissions": [{ "any": true }], "principals": [{ "any": true }],
+        (
+            one_policy(
+                json!({ "header": { "name": "x", "safe_regex_match": { "regex": "(" } } }),
+                json!({ "any": true }),
+            ),
+            "rules.policies[\"p\"].permissions[0].header.safe_regex_match.regex",
+        ),
+        (
+            one_policy(
+                json!({ "any": true }),
+                json!({ "filter_state": { "key": "other", "string_match": { "exact": "x" } } }),
+            ),
+            "rules.policies[\"p\"].principals[0].filter_state.key",
+        ),
+        (
+            one_policy(
+                json!({ "and_rules": { "rules": [{ "any": true }, { "uri_template": { "name": "t", "typed_config": {
+            "@type": "type.googleapis.com/google.protobuf.Empty", "value": {} } } }] } }),
+                json!({ "any": true }),
+            ),
+            "rules.policies[\"p\"].permissions[0].and_rules.rules[1].uri_template",
+        ),
+        (
+            one_policy(json!({ "any": true }), json!({ "or_ids": { "ids": [] } })),
+            "rules.policies[\"p\"].principals[0].or_ids.ids",
+        ),
+        (
+            one_policy(json!({ "destination_port": 70000 }), json!({ "any": true })),
+            "rules.policies[\"p\"].permissions[0].destination_port",
+        ),
+        (
+            one_policy(json!({ "any": true }), json!({ "metadata": { "filter": "f", "path": [{ "key": "k" }] } })),
+            "rules.policies[\"p\"].principals[0].metadata.value",
+        ),
+        (
+            one_policy(json!({ "any": true }), json!({ "remote_ip": { "address_prefix": "not-an-ip" } })),
+            "rules.policies[\"p\"].principals[0].remote_ip.address_prefix",
+        ),
+        (
+            json!({ "rules": { "policies": { "p": { "permissions": [{ "any": true }], "principals": [{ "any": true }],
             "condition": { "const_expr": { "bool_value": true } } } } } }),
-         "rules.policies[\"p\"].condition"),
-        (json!({ "rules": { "policies": { "p": { "permissions": [], "principals": [{ "any": true }] } } } }),
-         "rules.policies[\"p\"].permissions"),
-        (json!({ "shadow_matcher": { "on_no_match": { "action": { "name": "a", "typed_config": {
+            "rules.policies[\"p\"].condition",
+        ),
+        (
+            json!({ "rules": { "policies": { "p": { "permissions": [], "principals": [{ "any": true }] } } } }),
+            "rules.policies[\"p\"].permissions",
+        ),
+        (
+            json!({ "shadow_matcher": { "on_no_match": { "action": { "name": "a", "typed_config": {
             "@type": "type.googleapis.com/envoy.config.rbac.v3.Action", "name": "x" } } } } }),
-         "shadow_matcher"),
+            "shadow_matcher",
+        ),
     ];
     for (config, path) in cases {
         let error = refused(config.clone());
@@ -126,8 +155,9 @@ fn a_per_route_setting_without_rbac_turns_rbac_off() {
 fn network_rbac_needs_a_stat_prefix() {
     let convert = |value: Value| network_rbac(&any::<network_proto::Rbac>(NETWORK_TYPE, value), &mut Warnings::new());
     assert_eq!(convert(json!({ "rules": {} })).unwrap_err().path(), "stat_prefix");
-    let rbac = convert(json!({ "stat_prefix": "tcp.", "rules": {}, "enforcement_type": "CONTINUOUS", "delay_deny": "2s" }))
-        .unwrap();
+    let rbac =
+        convert(json!({ "stat_prefix": "tcp.", "rules": {}, "enforcement_type": "CONTINUOUS", "delay_deny": "2s" }))
+            .unwrap();
     assert_eq!(rbac.stat_prefix, "tcp");
     assert_eq!(rbac.enforcement, Enforcement::Continuous);
     assert_eq!(rbac.delay_deny, Some(std::time::Duration::from_secs(2)));

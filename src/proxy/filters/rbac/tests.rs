@@ -1,1 +1,0 @@
-//! The HTTP filter on requests: verdicts, stats, metadata and per-route rules.
