@@ -53,8 +53,8 @@ fn policy(proto: proto::Policy, warnings: &mut Warnings) -> Result<Policy> {
     if cel_config.is_some() {
         return Err(ConfigError::new("cel_config", "CEL conditions are not supported"));
     }
-    let permissions = non_empty(permissions, "permissions", |p, w| permission(p, w), warnings)?;
-    let principals = non_empty(principals, "principals", |p, w| principal(p, w), warnings)?;
+    let permissions = non_empty(permissions, "permissions", permission, warnings)?;
+    let principals = non_empty(principals, "principals", principal, warnings)?;
     Ok(Policy { permissions, principals })
 }
 
