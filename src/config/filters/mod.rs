@@ -12,6 +12,7 @@ pub mod fractional_percent;
 pub mod health_check;
 pub mod jwt_authn;
 pub mod local_ratelimit;
+pub mod rbac;
 
 use std::sync::Arc;
 
@@ -40,6 +41,8 @@ pub enum HttpFilterConfig {
     Fault(Arc<fault::HttpFault>),
     /// `envoy.filters.http.cors` (its policies come from the routes).
     Cors,
+    /// `envoy.filters.http.rbac`.
+    Rbac(Arc<rbac::HttpRbac>),
 }
 
 impl HttpFilterConfig {
@@ -51,6 +54,7 @@ impl HttpFilterConfig {
             Self::LocalRateLimit(_) => "envoy.filters.http.local_ratelimit",
             Self::Fault(_) => "envoy.filters.http.fault",
             Self::Cors => "envoy.filters.http.cors",
+            Self::Rbac(_) => "envoy.filters.http.rbac",
         }
     }
 }
@@ -67,12 +71,15 @@ pub struct NetworkFilter {
 pub enum NetworkFilterConfig {
     /// `envoy.filters.network.local_ratelimit`.
     LocalRateLimit(Arc<local_ratelimit::NetworkLocalRateLimit>),
+    /// `envoy.filters.network.rbac`.
+    Rbac(Arc<rbac::NetworkRbac>),
 }
 
 impl NetworkFilterConfig {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::LocalRateLimit(_) => "envoy.filters.network.local_ratelimit",
+            Self::Rbac(_) => "envoy.filters.network.rbac",
         }
     }
 }
@@ -106,4 +113,6 @@ pub enum FilterOverride {
     Fault(Arc<fault::HttpFault>),
     /// A CORS policy for the route or virtual host.
     Cors(Arc<cors::CorsPolicy>),
+    /// `envoy.extensions.filters.http.rbac.v3.RBACPerRoute`.
+    Rbac(Arc<rbac::RbacPerRoute>),
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::context::RequestContext;
-use super::{LocalResponse, cors, fault, health_check, jwt_authn, local_ratelimit};
+use super::{LocalResponse, cors, fault, health_check, jwt_authn, local_ratelimit, rbac};
 use crate::config::filters::{FilterOverride, HttpFilterConfig};
 use crate::telemetry::Stats;
 
@@ -42,6 +42,7 @@ enum Filter {
     LocalRateLimit(local_ratelimit::LocalRateLimitFilter),
     Fault(fault::FaultFilter),
     Cors(cors::CorsFilter),
+    Rbac(rbac::RbacFilter),
 }
 
 impl Filter {
@@ -59,6 +60,7 @@ impl Filter {
             }
             HttpFilterConfig::Fault(config) => Self::Fault(fault::FaultFilter::new(name, config.clone(), factory)),
             HttpFilterConfig::Cors => Self::Cors(cors::CorsFilter::new(name, factory)),
+            HttpFilterConfig::Rbac(config) => Self::Rbac(rbac::RbacFilter::new(name, config.clone(), factory)),
         }
     }
 
@@ -69,6 +71,7 @@ impl Filter {
             Self::LocalRateLimit(filter) => filter.decode_headers(request).await,
             Self::Fault(filter) => filter.decode_headers(request).await,
             Self::Cors(filter) => filter.decode_headers(request).await,
+            Self::Rbac(filter) => filter.decode_headers(request).await,
         }
     }
 }

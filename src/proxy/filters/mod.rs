@@ -29,6 +29,7 @@ pub mod http;
 pub mod jwt_authn;
 pub mod local_ratelimit;
 pub mod network;
+pub mod rbac;
 pub mod registry;
 pub mod token_bucket;
 

@@ -8,6 +8,7 @@ use super::callout::Callouts;
 use super::context::DownstreamConnection;
 use super::http::FactoryContext;
 use super::local_ratelimit::NetworkLocalRateLimitFilter;
+use super::rbac;
 use crate::config::filters::{NetworkFilter as NetworkFilterEntry, NetworkFilterConfig};
 
 /// What a network filter decided about a connection.
@@ -35,6 +36,7 @@ pub trait NetworkFilter: Send + Sync {
 
 enum Filter {
     LocalRateLimit(NetworkLocalRateLimitFilter),
+    Rbac(rbac::network::NetworkRbacFilter),
 }
 
 impl Filter {
@@ -43,12 +45,16 @@ impl Filter {
             NetworkFilterConfig::LocalRateLimit(config) => {
                 Self::LocalRateLimit(NetworkLocalRateLimitFilter::new(config, factory))
             }
+            NetworkFilterConfig::Rbac(config) => {
+                Self::Rbac(rbac::network::NetworkRbacFilter::new(config.clone(), factory))
+            }
         }
     }
 
     async fn on_new_connection(&self, connection: &ConnectionContext<'_>) -> NetworkFilterStatus {
         match self {
             Self::LocalRateLimit(filter) => filter.on_new_connection(connection).await,
+            Self::Rbac(filter) => filter.on_new_connection(connection).await,
         }
     }
 }

@@ -11,6 +11,7 @@ mod fractional_percent;
 mod health_check;
 mod jwt_authn;
 mod local_ratelimit;
+mod rbac;
 
 use std::sync::Arc;
 
@@ -33,6 +34,7 @@ pub fn http_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<HttpFilt
             cors::cors_filter(any)?;
             HttpFilterConfig::Cors
         }
+        rbac::HTTP_TYPE => HttpFilterConfig::Rbac(Arc::new(rbac::http_rbac(any, warnings)?)),
         _ => return Ok(None),
     }))
 }
@@ -43,6 +45,7 @@ pub fn network_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<Netwo
         local_ratelimit::NETWORK_TYPE => {
             NetworkFilterConfig::LocalRateLimit(Arc::new(local_ratelimit::network_local_rate_limit(any, warnings)?))
         }
+        rbac::NETWORK_TYPE => NetworkFilterConfig::Rbac(Arc::new(rbac::network_rbac(any, warnings)?)),
         _ => return Ok(None),
     }))
 }
@@ -96,6 +99,7 @@ fn per_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<FilterOverrid
         )))),
         fault::TYPE => Ok(Some(FilterOverride::Fault(Arc::new(fault::http_fault(any, warnings)?)))),
         cors::POLICY_TYPE => Ok(Some(FilterOverride::Cors(Arc::new(cors::cors_policy(any, warnings)?)))),
+        rbac::PER_ROUTE_TYPE => Ok(Some(FilterOverride::Rbac(Arc::new(rbac::per_route(any, warnings)?)))),
         _ => Err(unsupported(any)),
     }
 }
