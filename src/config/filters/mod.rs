@@ -6,7 +6,10 @@
 //! with its path. Nothing that allows, denies, answers, delays or rewrites requests is
 //! ever skipped.
 
+pub mod ext_authz;
+pub mod grpc_service;
 pub mod health_check;
+pub mod ratelimit;
 
 use std::sync::Arc;
 
@@ -27,6 +30,10 @@ pub struct HttpFilter {
 pub enum HttpFilterConfig {
     /// `envoy.filters.http.health_check`.
     HealthCheck(Arc<health_check::HealthCheck>),
+    /// `envoy.filters.http.ext_authz`.
+    ExtAuthz(Arc<ext_authz::ExtAuthz>),
+    /// `envoy.filters.http.ratelimit`.
+    RateLimit(Arc<ratelimit::RateLimit>),
 }
 
 impl HttpFilterConfig {
@@ -34,6 +41,8 @@ impl HttpFilterConfig {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::HealthCheck(_) => "envoy.filters.http.health_check",
+            Self::ExtAuthz(_) => "envoy.filters.http.ext_authz",
+            Self::RateLimit(_) => "envoy.filters.http.ratelimit",
         }
     }
 }
@@ -47,11 +56,16 @@ pub struct NetworkFilter {
 
 /// What a network filter does, by type.
 #[derive(Debug, Clone, PartialEq)]
-pub enum NetworkFilterConfig {}
+pub enum NetworkFilterConfig {
+    /// `envoy.filters.network.ext_authz`.
+    ExtAuthz(Arc<ext_authz::NetworkExtAuthz>),
+}
 
 impl NetworkFilterConfig {
     pub fn kind(&self) -> &'static str {
-        match *self {}
+        match self {
+            Self::ExtAuthz(_) => "envoy.filters.network.ext_authz",
+        }
     }
 }
 
@@ -76,4 +90,8 @@ pub enum FilterOverride {
     /// `envoy.config.route.v3.FilterConfig`: `disabled` turns the filter off (or, when
     /// false, on for a filter that is `disabled` on the connection manager).
     Enabled(bool),
+    /// `envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute`.
+    ExtAuthz(Arc<ext_authz::ExtAuthzPerRoute>),
+    /// `envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute`.
+    RateLimit(Arc<ratelimit::RateLimitPerRoute>),
 }

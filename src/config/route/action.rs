@@ -25,6 +25,10 @@ pub struct RouteAction {
     pub retry_policy: Option<RetryPolicy>,
     pub hash_policy: Vec<HashPolicy>,
     pub max_stream_duration: MaxStreamDuration,
+    /// `rate_limits`: descriptors for the global rate-limit filter.
+    pub rate_limits: Vec<super::RateLimitPolicy>,
+    /// `include_vh_rate_limits`: the virtual host's rate limits apply as well as these.
+    pub include_vh_rate_limits: bool,
 }
 
 /// Where a route sends the request.

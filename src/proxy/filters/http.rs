@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::context::RequestContext;
-use super::{LocalResponse, health_check};
+use super::{LocalResponse, ext_authz, health_check, ratelimit};
 use crate::config::filters::{FilterOverride, HttpFilterConfig};
 use crate::telemetry::Stats;
 
@@ -32,12 +32,16 @@ pub trait HttpFilter: Send + Sync {
 pub struct FactoryContext<'a> {
     pub stats: &'a Arc<Stats>,
     pub stat_prefix: &'a str,
+    /// The filter's name in the configuration (its per-route settings are found by it).
+    pub filter_name: &'a str,
 }
 
 /// A filter, whichever it is. (An enum rather than trait objects: each filter's
 /// `decode_headers` is an `async fn`, dispatched without a box per request.)
 enum Filter {
     HealthCheck(health_check::HealthCheckFilter),
+    ExtAuthz(ext_authz::ExtAuthzFilter),
+    RateLimit(ratelimit::RateLimitFilter),
 }
 
 impl Filter {
@@ -46,12 +50,18 @@ impl Filter {
             HttpFilterConfig::HealthCheck(config) => {
                 Self::HealthCheck(health_check::HealthCheckFilter::new(config.clone(), factory))
             }
+            HttpFilterConfig::ExtAuthz(config) => Self::ExtAuthz(ext_authz::ExtAuthzFilter::new(config.clone(), factory)),
+            HttpFilterConfig::RateLimit(config) => {
+                Self::RateLimit(ratelimit::RateLimitFilter::new(config.clone(), factory))
+            }
         }
     }
 
     async fn decode_headers(&self, request: &mut RequestContext<'_>) -> FilterHeadersStatus {
         match self {
             Self::HealthCheck(filter) => filter.decode_headers(request).await,
+            Self::ExtAuthz(filter) => filter.decode_headers(request).await,
+            Self::RateLimit(filter) => filter.decode_headers(request).await,
         }
     }
 }
@@ -71,7 +81,11 @@ impl HttpFilterChain {
     pub fn build(configs: &[crate::config::filters::HttpFilter], factory: FactoryContext<'_>) -> Self {
         let filters = configs
             .iter()
-            .map(|c| Entry { name: c.name.clone(), disabled: c.disabled, filter: Filter::build(&c.config, factory) })
+            .map(|c| Entry {
+                name: c.name.clone(),
+                disabled: c.disabled,
+                filter: Filter::build(&c.config, FactoryContext { filter_name: &c.name, ..factory }),
+            })
             .collect();
         Self { filters }
     }
@@ -97,7 +111,6 @@ impl HttpFilterChain {
 /// Envoy's rule: a route's `FilterConfig { disabled }` turns a filter off or on; a filter
 /// `disabled` on the connection manager runs only where a route configures it.
 fn enabled(entry: &Entry, request: &RequestContext<'_>) -> bool {
-    #[allow(unreachable_patterns)] // until a filter has per-route settings of its own
     match request.per_filter(&entry.name) {
         Some(FilterOverride::Enabled(enabled)) => *enabled,
         Some(_) => true,

@@ -20,10 +20,13 @@
 
 pub mod callout;
 pub mod context;
+pub mod ext_authz;
 pub mod health_check;
 pub mod http;
 pub mod network;
+pub mod ratelimit;
 pub mod registry;
+pub mod route_cluster;
 
 pub use callout::{CalloutError, Callouts};
 pub use context::{DownstreamConnection, DynamicMetadata, HeaderEdit, LocalResponse, RequestContext};

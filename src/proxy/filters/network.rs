@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::callout::Callouts;
 use super::context::DownstreamConnection;
+use super::ext_authz::network::NetworkExtAuthzFilter;
 use super::http::FactoryContext;
 use crate::config::filters::{NetworkFilter as NetworkFilterEntry, NetworkFilterConfig};
 
@@ -32,15 +33,21 @@ pub trait NetworkFilter: Send + Sync {
     async fn on_new_connection(&self, connection: &ConnectionContext<'_>) -> NetworkFilterStatus;
 }
 
-enum Filter {}
+enum Filter {
+    ExtAuthz(NetworkExtAuthzFilter),
+}
 
 impl Filter {
-    fn build(config: &NetworkFilterConfig, _factory: FactoryContext<'_>) -> Self {
-        match *config {}
+    fn build(config: &NetworkFilterConfig, factory: FactoryContext<'_>) -> Self {
+        match config {
+            NetworkFilterConfig::ExtAuthz(config) => Self::ExtAuthz(NetworkExtAuthzFilter::new(config.clone(), factory)),
+        }
     }
 
-    async fn on_new_connection(&self, _connection: &ConnectionContext<'_>) -> NetworkFilterStatus {
-        match *self {}
+    async fn on_new_connection(&self, connection: &ConnectionContext<'_>) -> NetworkFilterStatus {
+        match self {
+            Self::ExtAuthz(filter) => filter.on_new_connection(connection).await,
+        }
     }
 }
 

@@ -5,7 +5,10 @@
 //! configuration's type. `Ok(None)` means "not a filter Outrider runs": the caller then
 //! skips it only if it merely observes traffic, and refuses it otherwise.
 
+mod ext_authz;
+mod grpc_service;
 mod health_check;
+mod ratelimit;
 
 use std::sync::Arc;
 
@@ -19,14 +22,18 @@ use crate::pb::google::protobuf::Any;
 pub fn http_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<HttpFilterConfig>> {
     Ok(Some(match config_type(any).as_str() {
         health_check::TYPE => HttpFilterConfig::HealthCheck(Arc::new(health_check::health_check(any, warnings)?)),
+        ext_authz::TYPE => HttpFilterConfig::ExtAuthz(Arc::new(ext_authz::ext_authz(any, warnings)?)),
+        ratelimit::TYPE => HttpFilterConfig::RateLimit(Arc::new(ratelimit::ratelimit(any, warnings)?)),
         _ => return Ok(None),
     }))
 }
 
 /// A network filter's `typed_config`, when Outrider runs filters of its type.
 pub fn network_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<NetworkFilterConfig>> {
-    let _ = (any, warnings);
-    Ok(None)
+    Ok(Some(match config_type(any).as_str() {
+        ext_authz::NETWORK_TYPE => NetworkFilterConfig::ExtAuthz(Arc::new(ext_authz::network(any, warnings)?)),
+        _ => return Ok(None),
+    }))
 }
 
 /// `envoy.config.route.v3.FilterConfig`: wraps another filter's per-route settings, or
@@ -71,6 +78,8 @@ fn per_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<FilterOverrid
         };
     }
     match kind {
+        ext_authz::PER_ROUTE_TYPE => Ok(Some(FilterOverride::ExtAuthz(Arc::new(ext_authz::per_route(any, warnings)?)))),
+        ratelimit::PER_ROUTE_TYPE => Ok(Some(FilterOverride::RateLimit(Arc::new(ratelimit::per_route(any, warnings)?)))),
         _ => Err(unsupported(any)),
     }
 }
