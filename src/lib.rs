@@ -1,4 +1,4 @@
-//! Outrider: a service-mesh sidecar data plane. See DESIGN.md for the architecture.
+//! Outrider: a service-mesh sidecar data plane. See `docs/architecture.md` for the architecture.
 // Denied, not forbidden: `core::allocator` makes the crate's one foreign call, allowed there.
 #![deny(unsafe_code)]
 pub mod admin;

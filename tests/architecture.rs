@@ -1,4 +1,4 @@
-//! Keeps the module import rules of DESIGN.md true: each module may use only the modules
+//! Keeps the module import rules of `docs/architecture.md` true: each module may use only the modules
 #![allow(clippy::unwrap_used)]
 //! listed for it. A forbidden `crate::…` reference fails this test with file and line.
 

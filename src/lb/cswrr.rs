@@ -2,7 +2,7 @@
 //! endpoints are weighted by what they report about themselves (ORCA),
 //! `weight = qps / (utilization + eps/qps × error_utilization_penalty)`.
 //!
-//! Two halves, as DESIGN.md §3 asks:
+//! Two halves, as `docs/architecture.md` ("Threads and state") describes:
 //! - [`Cswrr::update_weights`] runs on the control runtime every `weight_update_period`:
 //!   it reads each endpoint's latest report, keeps the per-endpoint weight state (which
 //!   lives in `EndpointStats`, so blackout and expiry survive balancer rebuilds on EDS
@@ -11,7 +11,7 @@
 //! - [`Cswrr::pick`] runs on the workers: one lock-free load of the published weights and
 //!   gRPC's static stride scheduler over them, with a per-worker sequence.
 //!
-//! Choices where gRPC and Envoy differ (LB-FACTS §5), and why:
+//! Choices where gRPC and Envoy differ, and why:
 //! - Endpoints without a valid weight (new, in blackout, expired) get the **mean** of the
 //!   valid weights (gRPC), not the median (Envoy). A58 specifies the mean; it is what the
 //!   stride scheduler was designed and tested with; and a newcomer then takes exactly the

@@ -12,6 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use super::filter_chain::{self, ConnectionInfo};
+use super::filters::{Callouts, ConnectionContext, DownstreamConnection, NetworkFilterStatus};
 use super::hcm::Secure;
 use super::transport::SnapshotSecrets;
 use super::worker::WorkerContext;
@@ -146,18 +147,39 @@ async fn terminate_tls<S>(
     let accepted = tls::accept(stream, &config, timeout, |error| refused(error.refusal, &error)).await;
     if let Some(accepted) = accepted {
         stats.handshake();
-        let secure = Secure::Tls { alpn: accepted.alpn };
+        let secure = Secure::Tls { alpn: accepted.alpn, peer: accepted.peer };
         terminal(accepted.stream, info, chain, secure, context).await
     }
 }
 
+/// The chain's network filters, then its terminal filter.
 async fn terminal<S>(stream: S, info: ConnectionInfo, chain: &FilterChain, secure: Secure, context: Rc<WorkerContext>)
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
+    let connection = Rc::new(DownstreamConnection {
+        peer: info.peer,
+        local: info.local,
+        server_name: info.server_name.clone(),
+        tls: secure != Secure::Plain,
+        peer_identity: match &secure {
+            Secure::Tls { peer, .. } => peer.clone(),
+            Secure::Plain => None,
+        },
+    });
+    if !chain.network_filters.is_empty() {
+        let filters = context.filters.network(&chain.network_filters);
+        let callouts = Callouts::new(&context);
+        let status =
+            filters.on_new_connection(&ConnectionContext { connection: &connection, callouts: &callouts }).await;
+        if status == NetworkFilterStatus::Close {
+            tracing::debug!(peer = %info.peer, chain = %chain.name, "a network filter closed the connection");
+            return;
+        }
+    }
     match &chain.terminal {
         TerminalFilter::HttpConnectionManager(manager) => {
-            Box::pin(hcm::serve(stream, info, secure, manager.clone(), context)).await
+            Box::pin(hcm::serve(stream, connection, info, secure, manager.clone(), context)).await
         }
         TerminalFilter::TcpProxy(proxy) => Box::pin(tcp_proxy::serve(stream, info, proxy, &context)).await,
     }

@@ -9,13 +9,14 @@ mod metered;
 mod observed;
 mod serve;
 mod stream;
+mod upgrade;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Version};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -25,8 +26,14 @@ use super::access_log::PendingLog;
 use observed::StreamInfo;
 pub use serve::serve;
 
+use super::filters::context::MatchedRoute;
+use super::filters::{
+    Callouts, DownstreamConnection, DynamicMetadata, FilterHeadersStatus, HeaderEdit, HttpFilterChain, LocalResponse,
+    RequestContext,
+};
 use super::headers::{self, Downstream, LocalReply, ResetReason};
 use super::original_dst;
+use super::path_normalization::{self, Normalized};
 use super::request_trace;
 use super::response_flags::ResponseFlags;
 use super::retry::{Decision, Outcome, RetryState};
@@ -34,9 +41,12 @@ use super::router::{self, DownstreamInfo, Forward, Routing, UpstreamRequestOptio
 use super::upstream::{BoxError, RequestBody, UpstreamError};
 use super::worker::WorkerContext;
 use crate::config::RouteConfiguration;
+use crate::config::listener::upgrade::upgrade_allowed;
 use crate::config::listener::{HttpConnectionManager, RouteSource};
+use crate::config::route::Action;
 use crate::lb::resources::{Priority, Slot};
 use crate::lb::{Host, PickContext};
+use crate::store::Snapshot;
 use crate::telemetry::KeyValue;
 
 /// What the proxy answers with: an upstream body or a local one.
@@ -51,21 +61,36 @@ const RETRY_BUFFER_LIMIT: usize = 64 * 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Secure {
     Plain,
-    /// Terminated TLS, with the protocol ALPN settled on.
+    /// Terminated TLS, with the protocol ALPN settled on and the client's certificate.
     Tls {
         alpn: Option<Vec<u8>>,
+        peer: Option<crate::tls::PeerIdentity>,
     },
 }
 
+/// Everything the handling of one request borrows from its connection.
+#[derive(Clone, Copy)]
+pub(super) struct Exchange<'a> {
+    pub downstream: Downstream,
+    pub connection: &'a DownstreamConnection,
+    pub original_dst: Option<SocketAddr>,
+    pub manager: &'a HttpConnectionManager,
+    pub context: &'a WorkerContext,
+    pub filters: &'a HttpFilterChain,
+    /// HTTP/1.1 connections: where an upgraded request leaves its upstream half.
+    pub upgrades: Option<&'a upgrade::UpgradeSlot>,
+}
+
+/// One request: path normalization, the connection manager's header handling, route
+/// selection, the HTTP filters, then the router. Edits the filters asked for apply to
+/// whatever response goes back.
 async fn forward_request(
     request: Request<Incoming>,
-    downstream: Downstream,
-    original_dst: Option<SocketAddr>,
-    manager: &HttpConnectionManager,
-    context: &WorkerContext,
+    exchange: Exchange<'_>,
     stream: &mut StreamInfo,
     pending: &mut Option<Box<PendingLog>>,
 ) -> Response<ProxyBody> {
+    let Exchange { downstream, manager, context, .. } = exchange;
     let snapshot = context.store.load();
     // Borrowed from the snapshot (or the listener), which this request holds: no copy.
     let routes: &RouteConfiguration = match &manager.route_source {
@@ -77,7 +102,10 @@ async fn forward_request(
     };
     let (mut parts, body) = request.into_parts();
     let is_grpc = router::is_grpc(&parts);
-    headers::mutate_request_headers(
+    if let Some(response) = normalize_path(manager, stream, &mut parts, is_grpc) {
+        return response;
+    }
+    let classification = headers::mutate_request_headers(
         manager,
         &routes.internal_only_headers,
         &downstream,
@@ -96,8 +124,146 @@ async fn forward_request(
         span.inject(&mut parts.headers);
         stream.span = Some(span);
     }
+    let selection = router::select(routes, &parts);
+    if let Some(kind) = upgrade::requested(&mut parts) {
+        let route = selection.and_then(|s| s.route).and_then(|r| match &r.action {
+            Action::Route(action) => Some(action.upgrade_configs.as_slice()),
+            _ => None,
+        });
+        if exchange.upgrades.is_none() || !upgrade_allowed(&manager.upgrade_configs, route, &kind) {
+            // Envoy's answer to an upgrade nobody allowed: 403, empty body, nothing forwarded.
+            let reply = LocalResponse::new(StatusCode::FORBIDDEN, "", "upgrade_failed");
+            return filter_reply(manager, stream, reply, is_grpc);
+        }
+    }
+    let mut edits = Vec::new();
+    if !exchange.filters.is_empty() {
+        let mut metadata = DynamicMetadata::default();
+        let callouts = Callouts::new(context);
+        let mut request = RequestContext {
+            parts: &mut parts,
+            connection: exchange.connection,
+            remote_ip: classification.client,
+            route: selection.map(|s| MatchedRoute { config: routes, virtual_host: s.virtual_host, route: s.route }),
+            is_grpc,
+            metadata: &mut metadata,
+            response_headers: &mut edits,
+            callouts: &callouts,
+            stat_prefix: &manager.stat_prefix,
+            draining: context.draining.is_triggered(),
+        };
+        if let FilterHeadersStatus::LocalReply(reply) = exchange.filters.decode_headers(&mut request).await {
+            let mut response = filter_reply(manager, stream, reply, is_grpc);
+            apply_edits(&edits, response.headers_mut());
+            return response;
+        }
+    }
+    let routed = Routed { snapshot: &snapshot, routes, selection };
+    let mut response = route_and_forward(parts, body, routed, exchange, stream, pending, is_grpc).await;
+    apply_edits(&edits, response.headers_mut());
+    response
+}
+
+/// `normalize_path`, `merge_slashes`, `path_with_escaped_slashes_action`: the new path,
+/// or the answer when the request may not go on (400, or the 307 of
+/// `UNESCAPE_AND_REDIRECT`).
+fn normalize_path(
+    manager: &HttpConnectionManager,
+    stream: &mut StreamInfo,
+    parts: &mut http::request::Parts,
+    is_grpc: bool,
+) -> Option<Response<ProxyBody>> {
+    let path_and_query = parts.uri.path_and_query()?;
+    match path_normalization::normalize(manager, path_and_query.as_str()) {
+        Normalized::Continue(None) => None,
+        Normalized::Continue(Some(path)) => {
+            let mut uri = std::mem::take(&mut parts.uri).into_parts();
+            match http::uri::PathAndQuery::try_from(path.as_str()) {
+                Ok(path) => uri.path_and_query = Some(path),
+                Err(_) => return Some(bad_request(manager, stream, is_grpc)),
+            }
+            match Uri::from_parts(uri) {
+                Ok(uri) => parts.uri = uri,
+                Err(_) => return Some(bad_request(manager, stream, is_grpc)),
+            }
+            None
+        }
+        Normalized::Reject => Some(bad_request(manager, stream, is_grpc)),
+        Normalized::Redirect(location) => {
+            stream.redirect = true;
+            let mut response = direct(manager, StatusCode::TEMPORARY_REDIRECT, Bytes::new());
+            if let Ok(location) = HeaderValue::from_str(&location) {
+                response.headers_mut().insert(http::header::LOCATION, location);
+            }
+            Some(response)
+        }
+    }
+}
+
+/// Envoy's 400 for a request it will not route (`path_normalization_failed`).
+fn bad_request(manager: &HttpConnectionManager, stream: &mut StreamInfo, is_grpc: bool) -> Response<ProxyBody> {
+    let reply = LocalResponse {
+        flags: ResponseFlags::DOWNSTREAM_PROTOCOL_ERROR,
+        ..LocalResponse::new(StatusCode::BAD_REQUEST, "", "path_normalization_failed")
+    };
+    filter_reply(manager, stream, reply, is_grpc)
+}
+
+/// A filter's local reply (gRPC requests get the trailers-only gRPC form).
+fn filter_reply(
+    manager: &HttpConnectionManager,
+    info: &mut StreamInfo,
+    reply: LocalResponse,
+    is_grpc: bool,
+) -> Response<ProxyBody> {
+    info.flags.insert(reply.flags);
+    let message = String::from_utf8_lossy(&reply.body);
+    let (status, mut header_map, body) = if is_grpc {
+        headers::grpc_local_reply(reply.status, &message)
+    } else {
+        headers::local_reply(reply.status, &message)
+    };
+    if let (true, Some(code)) = (is_grpc, reply.grpc_status) {
+        header_map.insert("grpc-status", HeaderValue::from(code));
+    }
+    for (name, value) in &reply.headers {
+        header_map.append(name.clone(), value.clone());
+    }
+    let mut response = Response::new(Full::new(body).map_err(|never| match never {}).boxed_unsync());
+    *response.status_mut() = status;
+    *response.headers_mut() = header_map;
+    headers::set_server(manager, response.headers_mut());
+    response
+}
+
+fn apply_edits(edits: &[HeaderEdit], headers: &mut HeaderMap) {
+    for edit in edits {
+        edit.apply(headers);
+    }
+}
+
+/// The route configuration and what [`router::select`] found in it.
+struct Routed<'a> {
+    snapshot: &'a Snapshot,
+    routes: &'a RouteConfiguration,
+    selection: Option<router::Selection<'a>>,
+}
+
+/// The router: answers locally (no route, direct response, redirect) or forwards to the
+/// route's cluster with retries and timeouts.
+async fn route_and_forward(
+    mut parts: http::request::Parts,
+    body: Incoming,
+    routed: Routed<'_>,
+    exchange: Exchange<'_>,
+    stream: &mut StreamInfo,
+    pending: &mut Option<Box<PendingLog>>,
+    is_grpc: bool,
+) -> Response<ProxyBody> {
+    let Exchange { downstream, original_dst, manager, context, .. } = exchange;
+    let Routed { snapshot, routes, selection } = routed;
     let random = context.rng.borrow_mut().random::<u64>();
-    let forward = match router::route(routes, &parts, random) {
+    let forward = match router::route_selected(routes, selection, &parts, random) {
         Routing::Forward(forward) => forward,
         Routing::NoRoute => return local(manager, stream, LocalReply::NoRoute, is_grpc),
         Routing::DirectResponse { status, body, .. } => {
@@ -116,6 +282,11 @@ async fn forward_request(
     let Some(cluster) = snapshot.clusters.get(forward.cluster.as_ref()).cloned() else {
         return local(manager, stream, LocalReply::ClusterNotFound(forward.cluster_not_found_status), is_grpc);
     };
+    if let Some(slot) = exchange.upgrades
+        && headers::is_upgrade(&parts.headers)
+    {
+        return forward_upgrade(parts, body, &forward, &cluster, snapshot, exchange, stream, slot).await;
+    }
     if let Some(span) = &stream.span {
         span.set(KeyValue::new("upstream_cluster", cluster.resource.name.clone()));
         span.set(KeyValue::new("upstream_cluster.name", cluster.resource.name.clone()));
@@ -209,7 +380,7 @@ async fn forward_request(
             (Some(per_try), Some(remaining)) => Some(per_try.min(remaining)),
             (per_try, remaining) => per_try.or(remaining),
         };
-        let tls = match context.tls.upstream(&cluster, &host.endpoint, &snapshot) {
+        let tls = match context.tls.upstream(&cluster, &host.endpoint, snapshot) {
             Ok(tls) => tls,
             Err(error) => {
                 let failure =
@@ -303,6 +474,56 @@ async fn forward_request(
 
 enum Attempt {
     Timeout,
+}
+
+/// An allowed upgrade request: one attempt (upgrades are never retried), on a connection
+/// of its own; a `101` leaves the upstream half of the tunnel in `slot`.
+#[allow(clippy::too_many_arguments)]
+async fn forward_upgrade(
+    mut parts: http::request::Parts,
+    body: Incoming,
+    forward: &Forward<'_>,
+    cluster: &Arc<crate::store::Versioned<crate::config::Cluster>>,
+    snapshot: &Snapshot,
+    exchange: Exchange<'_>,
+    stream: &mut StreamInfo,
+    slot: &upgrade::UpgradeSlot,
+) -> Response<ProxyBody> {
+    let Exchange { downstream, original_dst, manager, context, .. } = exchange;
+    let info = DownstreamInfo { remote: Some(downstream.peer), local: Some(downstream.local), protocol: "HTTP/1.1" };
+    let options = UpstreamRequestOptions { suppress_envoy_headers: false, downstream: info };
+    router::apply_request_mutations(forward, &mut parts, &options);
+    let hash = crate::lb::hash_policy::request_hash(forward.hash_policy, &parts, Some(downstream.peer.ip()));
+    let ctx = PickContext { hash, attempt: 0, previous: &[], now: Instant::now() };
+    let Some(host) = original_dst::pick_host(context, &cluster.resource, &ctx, original_dst, Some(&parts.headers))
+    else {
+        return local(manager, stream, LocalReply::NoHealthyUpstream, false);
+    };
+    let tls = match context.tls.upstream(cluster, &host.endpoint, snapshot) {
+        Ok(tls) => tls,
+        Err(error) => {
+            let failure =
+                UpstreamError::ConnectFailure { address: host.address().to_string(), reason: error.to_string() };
+            return reset_reply(manager, stream, Some(failure), false, false);
+        }
+    };
+    // Kept for the response's header handling (which keeps `upgrade` only for upgrades).
+    let request_headers = parts.headers.clone();
+    let request = Request::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed());
+    let started = Instant::now();
+    let mut response = match context.upstreams.open_upgrade(&host, &cluster.resource, request, tls).await {
+        Ok(response) => response,
+        Err(error) => return reset_reply(manager, stream, Some(error), false, false),
+    };
+    if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+        *slot.borrow_mut() = Some(hyper::upgrade::on(&mut response));
+    }
+    let (mut parts, body) = response.into_parts();
+    headers::strip_hop_by_hop(&mut parts.headers);
+    router::apply_response_mutations(&forward.headers, &mut parts.headers, &options.downstream, None);
+    headers::set_upstream_service_time(&mut parts.headers, started.elapsed(), options.suppress_envoy_headers);
+    headers::mutate_response_headers(manager, Some(&request_headers), &mut parts.headers);
+    Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed_unsync())
 }
 
 enum Buffered {

@@ -15,6 +15,7 @@ pub mod headers;
 pub mod listener;
 pub mod observe;
 pub mod original_dst;
+pub mod path_normalization;
 pub mod request_trace;
 pub mod response_flags;
 pub mod retry;

@@ -7,7 +7,7 @@ use super::headers::{LocalReply, ResetReason};
 
 /// A set of response flags.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ResponseFlags(u16);
+pub struct ResponseFlags(u32);
 
 /// Each flag and its short name, in the order Envoy prints them.
 const NAMES: [(ResponseFlags, &str); 11] = [
@@ -41,6 +41,19 @@ impl ResponseFlags {
     pub const NO_CLUSTER_FOUND: Self = Self(1 << 11);
     /// `UPE`: the upstream broke the protocol.
     pub const UPSTREAM_PROTOCOL_ERROR: Self = Self(1 << 12);
+    /// `DI`: the fault filter delayed the request.
+    pub const DELAY_INJECTED: Self = Self(1 << 13);
+    /// `FI`: the fault filter aborted the request.
+    pub const FAULT_INJECTED: Self = Self(1 << 14);
+    /// `RL`: a rate limit filter refused the request.
+    pub const RATE_LIMITED: Self = Self(1 << 15);
+    /// `UAEX`: the external authorization service denied the request.
+    pub const UNAUTHORIZED_EXTERNAL_SERVICE: Self = Self(1 << 16);
+    /// `RLSE`: the rate limit service failed and the filter denies on failure.
+    pub const RATE_LIMIT_SERVICE_ERROR: Self = Self(1 << 17);
+    /// `DPE`: the downstream request broke the protocol (a path that cannot be
+    /// normalized, an upgrade that is not allowed).
+    pub const DOWNSTREAM_PROTOCOL_ERROR: Self = Self(1 << 18);
 
     pub fn insert(&mut self, other: Self) {
         self.0 |= other.0;
@@ -84,7 +97,16 @@ impl fmt::Display for ResponseFlags {
         if self.is_empty() {
             return f.write_str("-");
         }
-        let extra = [(Self::NO_CLUSTER_FOUND, "NC"), (Self::UPSTREAM_PROTOCOL_ERROR, "UPE")];
+        let extra = [
+            (Self::DELAY_INJECTED, "DI"),
+            (Self::FAULT_INJECTED, "FI"),
+            (Self::RATE_LIMITED, "RL"),
+            (Self::UNAUTHORIZED_EXTERNAL_SERVICE, "UAEX"),
+            (Self::RATE_LIMIT_SERVICE_ERROR, "RLSE"),
+            (Self::NO_CLUSTER_FOUND, "NC"),
+            (Self::UPSTREAM_PROTOCOL_ERROR, "UPE"),
+            (Self::DOWNSTREAM_PROTOCOL_ERROR, "DPE"),
+        ];
         let mut first = true;
         for (flag, name) in NAMES.iter().chain(extra.iter()) {
             if self.contains(*flag) {

@@ -115,10 +115,38 @@ impl<'a> HeaderLayers<'a> {
 
 /// Routes a request head. `random` picks among weighted clusters (`random % total`).
 pub fn route<'a>(config: &'a RouteConfiguration, parts: &Parts, random: u64) -> Routing<'a> {
+    route_selected(config, select(config, parts), parts, random)
+}
+
+/// The virtual host and route a request matches: what the HTTP filters see of it before
+/// the router acts on it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Selection<'a> {
+    pub virtual_host: &'a VirtualHost,
+    /// `None` when no route of the virtual host matches.
+    pub route: Option<&'a Route>,
+}
+
+/// Finds the request's virtual host and route; `None` when no virtual host matches.
+pub fn select<'a>(config: &'a RouteConfiguration, parts: &Parts) -> Option<Selection<'a>> {
     let host = request_host(config, parts);
-    let Some(vhost) = config.find_virtual_host(&host) else {
+    let virtual_host = config.find_virtual_host(&host)?;
+    let route = virtual_host.routes.iter().find(|r| matching::route_matches(config, r, parts));
+    Some(Selection { virtual_host, route })
+}
+
+/// What the router does with a request whose virtual host and route were selected by
+/// [`select`] (the HTTP filters run in between).
+pub fn route_selected<'a>(
+    config: &'a RouteConfiguration,
+    selection: Option<Selection<'a>>,
+    parts: &Parts,
+    random: u64,
+) -> Routing<'a> {
+    let Some(Selection { virtual_host: vhost, route }) = selection else {
         return Routing::NoRoute;
     };
+    let host = request_host(config, parts);
     if let Some(location) = redirect::tls_required(vhost.require_tls, parts, &host) {
         return Routing::Redirect {
             status: StatusCode::MOVED_PERMANENTLY,
@@ -126,7 +154,7 @@ pub fn route<'a>(config: &'a RouteConfiguration, parts: &Parts, random: u64) -> 
             response_headers: HeaderLayers::default(),
         };
     }
-    let Some(route) = vhost.routes.iter().find(|r| matching::route_matches(config, r, parts)) else {
+    let Some(route) = route else {
         return Routing::NoRoute;
     };
     match &route.action {

@@ -173,6 +173,26 @@ impl Upstreams {
         }
     }
 
+    /// Sends an upgrade request (`Upgrade: websocket`) to `host` on a connection of its
+    /// own, never pooled: after a `101` the connection belongs to the tunnel
+    /// (`hyper::upgrade::on` on the response takes it over). Tunnels do not count against
+    /// the cluster's `max_connections`.
+    pub async fn open_upgrade(
+        &self,
+        host: &Host,
+        cluster: &Cluster,
+        request: Request<RequestBody>,
+        tls: Option<Arc<ClientTls>>,
+    ) -> Result<Response<hyper::body::Incoming>, UpstreamError> {
+        let dial =
+            Dial::new(host.address(), cluster, &host.cluster_stats, tls.map(|tls| (tls, self.tls_stats.clone())));
+        let endpoint = Arc::new(limits::EndpointConns::default());
+        let Some(permit) = limits::connection(None, &endpoint) else { return Err(UpstreamError::Overflow) };
+        let (mut sender, _activity) = dial.http1_upgradable(permit).await?;
+        let request = request::http1(request, host.address())?;
+        sender.send_request(request).await.map_err(|e| UpstreamError::from_hyper(&e))
+    }
+
     /// Idle HTTP/1.1 connections and open HTTP/2 connections in the pools.
     pub fn pooled(&self) -> (usize, usize) {
         self.pools.counts()

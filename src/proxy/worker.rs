@@ -15,6 +15,7 @@ use tokio::sync::watch;
 
 use super::connection_limit::{ConnectionLimits, WorkerLimits};
 use super::drain::Connections;
+use super::filters::FilterChains;
 use super::listener::ListenerManager;
 use super::observe::{ProxyTelemetry, WorkerTelemetry};
 use super::original_dst::ListenerIndex;
@@ -46,6 +47,8 @@ pub struct WorkerContext {
     pub draining: Signal,
     /// The connection limit filters' counters (shared with the other workers).
     pub connection_limits: WorkerLimits,
+    /// The runtime of every filter chain (shared with the other workers).
+    pub filters: Arc<FilterChains>,
 }
 
 /// How workers run and stop.
@@ -80,10 +83,11 @@ impl Workers {
         let count = count.max(1);
         let synced = Arc::new(watch::Sender::new(vec![0; count]));
         let limits = Arc::new(ConnectionLimits::new(options.telemetry.stats.clone()));
+        let filters = Arc::new(FilterChains::new(options.telemetry.stats.clone()));
         let mut threads = Vec::with_capacity(count);
         for id in 0..count {
-            let (store, balancers, options, synced, limits) =
-                (store.clone(), balancers.clone(), options.clone(), synced.clone(), limits.clone());
+            let (store, balancers, options, synced, limits, filters) =
+                (store.clone(), balancers.clone(), options.clone(), synced.clone(), limits.clone(), filters.clone());
             let thread = std::thread::Builder::new().name(format!("outrider-worker-{id}")).spawn(move || {
                 let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(runtime) => runtime,
@@ -93,7 +97,7 @@ impl Workers {
                     }
                 };
                 let local = tokio::task::LocalSet::new();
-                local.block_on(&runtime, run(id, store, balancers, options, synced, limits));
+                local.block_on(&runtime, run(id, store, balancers, options, synced, Shared { limits, filters }));
             })?;
             threads.push(thread);
         }
@@ -114,6 +118,12 @@ impl Workers {
     }
 }
 
+/// What all workers share besides the store and balancers.
+struct Shared {
+    limits: Arc<ConnectionLimits>,
+    filters: Arc<FilterChains>,
+}
+
 /// One worker: follows the store's listeners until drained, then waits for shutdown.
 async fn run(
     id: usize,
@@ -121,7 +131,7 @@ async fn run(
     balancers: Arc<Balancers>,
     options: WorkerOptions,
     synced: Arc<watch::Sender<Vec<u64>>>,
-    limits: Arc<ConnectionLimits>,
+    shared: Shared,
 ) {
     let seed = 0x5eed_0000_u64 + id as u64;
     let (drain, draining) = shutdown::channel();
@@ -137,7 +147,8 @@ async fn run(
         telemetry: WorkerTelemetry::new(options.telemetry.clone()),
         connections: Rc::default(),
         draining,
-        connection_limits: WorkerLimits::new(limits),
+        connection_limits: WorkerLimits::new(shared.limits),
+        filters: shared.filters,
     });
     let mut listeners = ListenerManager::default();
     let mut changes = store.subscribe();

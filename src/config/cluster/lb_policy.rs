@@ -1,5 +1,5 @@
 //! How a cluster picks an endpoint: the policy, its settings, and the layers around it
-//! (locality weighting, panic threshold). Defaults are Envoy's (see `LB-FACTS.md`).
+//! (locality weighting, panic threshold). Defaults are Envoy's (see `docs/architecture.md`).
 
 use std::time::Duration;
 

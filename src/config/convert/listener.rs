@@ -13,6 +13,7 @@ mod tcp_proxy;
 mod tests;
 #[cfg(test)]
 mod tests_istio;
+pub(super) mod upgrade;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;

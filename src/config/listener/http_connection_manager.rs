@@ -73,6 +73,8 @@ pub struct HttpConnectionManager {
     pub append_x_forwarded_port: bool,
     /// Access logs (none by default): one line per request in Envoy's default format.
     pub access_log: Vec<AccessLog>,
+    /// `upgrade_configs`: the `Upgrade:` types requests may ask for.
+    pub upgrade_configs: Vec<super::upgrade::UpgradeConfig>,
     /// A `tracing` block is set: requests get a span when a tracer is configured.
     pub tracing: bool,
     /// `tracing.random_sampling`, percent of requests without a trace that start one

@@ -29,6 +29,9 @@ pub struct RouteAction {
     pub rate_limits: Vec<super::RateLimitPolicy>,
     /// `include_vh_rate_limits`: the virtual host's rate limits apply as well as these.
     pub include_vh_rate_limits: bool,
+    /// `upgrade_configs`: this route's say on `Upgrade:` types (see
+    /// [`crate::config::listener::upgrade::upgrade_allowed`]).
+    pub upgrade_configs: Vec<crate::config::listener::upgrade::UpgradeConfig>,
 }
 
 /// Where a route sends the request.

@@ -9,6 +9,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use super::callout::Callouts;
 use crate::config::filters::FilterOverride;
 use crate::config::route::{Route, RouteConfiguration, VirtualHost};
+use crate::proxy::response_flags::ResponseFlags;
 use crate::tls::PeerIdentity;
 
 /// The downstream connection, as policies see it. Built once per connection.
@@ -102,9 +103,9 @@ pub struct LocalResponse {
     pub headers: HeaderMap,
     /// `grpc-status` for gRPC requests, when not the one Envoy maps from `status`.
     pub grpc_status: Option<u32>,
-    /// Envoy's response flag for the reply (`RBAC` → none, `UAEX`, `RL`, `FI`...), as the
-    /// access log prints it; `None` when the reply has none.
-    pub flag: Option<&'static str>,
+    /// Envoy's response flags for the reply (`UAEX`, `RL`, `FI`…; none for an RBAC
+    /// denial), as the access log prints them.
+    pub flags: ResponseFlags,
     /// Envoy's `%RESPONSE_CODE_DETAILS%` (`rbac_access_denied_matched_policy[none]`).
     pub details: String,
 }
@@ -117,7 +118,7 @@ impl LocalResponse {
             body: body.into(),
             headers: HeaderMap::new(),
             grpc_status: None,
-            flag: None,
+            flags: ResponseFlags::NONE,
             details: details.into(),
         }
     }

@@ -21,6 +21,7 @@ use http::{HeaderValue, StatusCode};
 use self::decision::{Decision, Denied};
 use self::stats::{ExtAuthzStats, Outcome};
 use super::context::{LocalResponse, RequestContext};
+use crate::proxy::response_flags::ResponseFlags;
 use super::http::{FactoryContext, FilterHeadersStatus, HttpFilter};
 use crate::config::filters::FilterOverride;
 use crate::config::filters::ext_authz::{AuthzService, ExtAuthz, ExtAuthzPerRoute};
@@ -98,7 +99,7 @@ impl ExtAuthzFilter {
         }
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
         let mut reply = LocalResponse::new(status, body, "ext_authz_denied");
-        reply.flag = Some("UAEX");
+        reply.flags = ResponseFlags::UNAUTHORIZED_EXTERNAL_SERVICE;
         // Each named header replaces what the reply had, and may come more than once
         // (`set-cookie`), as Envoy sets them.
         for (name, _) in &headers {
@@ -113,7 +114,7 @@ impl ExtAuthzFilter {
     fn failed(&self, status: u16, details: &str) -> FilterHeadersStatus {
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
         let mut reply = LocalResponse::new(status, Bytes::new(), details);
-        reply.flag = Some("UAEX");
+        reply.flags = ResponseFlags::UNAUTHORIZED_EXTERNAL_SERVICE;
         FilterHeadersStatus::LocalReply(reply)
     }
 }

@@ -9,6 +9,7 @@ use http::StatusCode;
 use super::context::{LocalResponse, RequestContext};
 use super::http::{FactoryContext, FilterHeadersStatus, HttpFilter};
 use crate::config::filters::health_check::HealthCheck;
+use crate::proxy::response_flags::ResponseFlags;
 use crate::proxy::router::request_header_value;
 use crate::telemetry::{Counter, Scope};
 
@@ -45,7 +46,7 @@ impl HttpFilter for HealthCheckFilter {
         if request.draining {
             self.failed.inc();
             let mut reply = LocalResponse::new(StatusCode::SERVICE_UNAVAILABLE, "", "health_check_failed");
-            reply.flag = Some("LH");
+            reply.flags = ResponseFlags::FAILED_LOCAL_HEALTH_CHECK;
             return FilterHeadersStatus::LocalReply(reply);
         }
         FilterHeadersStatus::LocalReply(LocalResponse::new(StatusCode::OK, "", "health_check_ok"))

@@ -14,6 +14,7 @@ use http::{HeaderName, HeaderValue, StatusCode};
 
 use self::descriptors::{Descriptor, DescriptorInput, descriptors};
 use super::context::{HeaderEdit, LocalResponse, RequestContext};
+use crate::proxy::response_flags::ResponseFlags;
 use super::http::{FactoryContext, FilterHeadersStatus, HttpFilter};
 use crate::config::filters::FilterOverride;
 use crate::config::filters::ratelimit::{RateLimit, RateLimitPerRoute, RequestType, VhRateLimits};
@@ -95,7 +96,7 @@ impl RateLimitFilter {
     fn over_limit(&self, response: RateLimitResponse) -> FilterHeadersStatus {
         let status = StatusCode::from_u16(self.config.rate_limited_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
         let mut reply = LocalResponse::new(status, Bytes::from(response.raw_body), "request_rate_limited");
-        reply.flag = Some("RL");
+        reply.flags = ResponseFlags::RATE_LIMITED;
         if self.config.rate_limited_as_resource_exhausted {
             reply.grpc_status = Some(8);
         }
@@ -172,7 +173,7 @@ impl HttpFilter for RateLimitFilter {
                     let status = StatusCode::from_u16(self.config.status_on_error)
                         .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
                     let mut reply = LocalResponse::new(status, Bytes::new(), "rate_limiter_error");
-                    reply.flag = Some("RLSE");
+                    reply.flags = ResponseFlags::RATE_LIMIT_SERVICE_ERROR;
                     return FilterHeadersStatus::LocalReply(reply);
                 }
                 self.count(cluster.as_deref(), "failure_mode_allowed");

@@ -2,7 +2,6 @@
 //! access log line and the span, all completed when the response ends
 //! ([`crate::proxy::completion`]).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,20 +10,14 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::super::completion::{Completed, Completion, PendingSpan};
-use super::super::headers::Downstream;
 use super::super::response_flags::ResponseFlags;
-use super::super::worker::WorkerContext;
-use super::{ProxyBody, forward_request};
-use crate::config::listener::HttpConnectionManager;
+use super::{Exchange, ProxyBody, forward_request};
 use crate::telemetry::{HttpStats, LineWriter, RequestSpan};
 
 /// Counts, times and logs one request around [`forward_request`].
 pub(super) async fn handle(
     request: Request<Incoming>,
-    downstream: Downstream,
-    original_dst: Option<SocketAddr>,
-    manager: &HttpConnectionManager,
-    context: &WorkerContext,
+    exchange: Exchange<'_>,
     stats: Arc<HttpStats>,
     access_logs: &[LineWriter],
 ) -> Response<ProxyBody> {
@@ -40,8 +33,7 @@ pub(super) async fn handle(
         stream.log = Some(access_logs.to_vec());
     }
     let mut pending = None;
-    let response =
-        forward_request(request, downstream, original_dst, manager, context, &mut stream, &mut pending).await;
+    let response = forward_request(request, exchange, &mut stream, &mut pending).await;
     let status = response.status().as_u16();
     let stats = completion.stats();
     stats.charge(status);

@@ -22,9 +22,11 @@ use super::codec::{self, Protocol};
 use super::lifetime::{Close, Lifetime};
 use super::metered::Metered;
 use super::observed::handle;
-use super::{ProxyBody, Secure, stream};
+use super::upgrade::UpgradeSlot;
+use super::{Exchange, ProxyBody, Secure, stream};
 use crate::config::listener::HttpConnectionManager;
 use crate::core::shutdown::Signal;
+use crate::proxy::filters::DownstreamConnection;
 use crate::telemetry::HttpStats;
 use crate::tls::PrefixedStream;
 
@@ -35,6 +37,7 @@ type Served = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible
 /// bytes (the HTTP/2 preface or not), as Envoy's codecs do.
 pub async fn serve<S>(
     stream: S,
+    connection: Rc<DownstreamConnection>,
     info: ConnectionInfo,
     secure: Secure,
     manager: Arc<HttpConnectionManager>,
@@ -43,13 +46,15 @@ pub async fn serve<S>(
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let alpn = match &secure {
-        Secure::Tls { alpn } => alpn.as_deref(),
+        Secure::Tls { alpn, .. } => alpn.as_deref(),
         Secure::Plain => None,
     };
     let downstream = Downstream { peer: info.peer, local: info.local, tls: secure != Secure::Plain };
     // Resolved once per connection from the worker's cache: no look-up per request.
     let stats = context.telemetry.http(&manager.stat_prefix);
     let access_logs: Rc<[_]> = context.telemetry.access_logs(&manager.access_log).into();
+    // Built once per connection manager and shared; found once per connection.
+    let filters = context.filters.http(&manager);
     stats.downstream_cx_total.inc();
     let _active = stats.downstream_cx_active.track();
     let draining = context.draining.clone();
@@ -72,15 +77,25 @@ pub async fn serve<S>(
         }
     };
     let io = TokioIo::new(PrefixedStream::new(read, stream));
+    let upgrades: Rc<UpgradeSlot> = Rc::default();
     let service = {
-        let (manager, stats, lifetime) = (manager.clone(), stats.clone(), lifetime.clone());
+        let (manager, stats, lifetime, upgrades) = (manager.clone(), stats.clone(), lifetime.clone(), upgrades.clone());
         service_fn(move |request: Request<Incoming>| -> Served {
             let (manager, context, stats, access_logs, lifetime) =
                 (manager.clone(), context.clone(), stats.clone(), access_logs.clone(), lifetime.clone());
+            let (filters, connection, upgrades) = (filters.clone(), connection.clone(), upgrades.clone());
             Box::pin(async move {
-                let run = |request| {
-                    handle(request, downstream, original_dst, &manager, &context, stats.clone(), &access_logs)
+                let http1 = request.version() == http::Version::HTTP_11;
+                let exchange = Exchange {
+                    downstream,
+                    connection: &connection,
+                    original_dst,
+                    manager: &manager,
+                    context: &context,
+                    filters: &filters,
+                    upgrades: http1.then_some(&*upgrades),
                 };
+                let run = |request| handle(request, exchange, stats.clone(), &access_logs);
                 Ok(stream::limited(request, &lifetime, &manager, &stats, run).await)
             })
         })
@@ -89,7 +104,8 @@ pub async fn serve<S>(
     // Boxed, so that an HTTP/1.1 connection's task holds no room for HTTP/2's state.
     match protocol {
         Protocol::Http1 => {
-            Box::pin(serve_http1(codec::http1(&manager).serve_connection(io, service), &ends, &manager)).await
+            Box::pin(serve_http1(codec::http1(&manager).serve_connection(io, service), &ends, &manager, &upgrades))
+                .await
         }
         Protocol::Http2 => Box::pin(serve_http2(codec::http2(&manager).serve_connection(io, service), &ends)).await,
     }
@@ -133,6 +149,7 @@ async fn serve_http1<S, Svc>(
     mut connection: hyper::server::conn::http1::Connection<Io<S>, Svc>,
     ends: &Ends,
     manager: &HttpConnectionManager,
+    upgrades: &UpgradeSlot,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
     Svc: HttpService<Incoming, ResBody = ProxyBody, Error = Infallible> + Unpin,
@@ -157,6 +174,13 @@ async fn serve_http1<S, Svc>(
     let timed_out = error.as_ref().is_some_and(hyper::Error::is_timeout);
     let parts = connection.into_parts();
     let mut io = parts.io.into_inner();
+    let upgraded = upgrades.borrow_mut().take();
+    if error.is_none()
+        && let Some(upstream) = upgraded
+    {
+        // hyper wrote the `101` and handed the socket back: the tunnel takes it.
+        return super::upgrade::tunnel(io, parts.read_buf, upstream).await;
+    }
     match &error {
         Some(e) if e.is_parse() => {
             // hyper answered 400 or 431 (too large or too many headers) and closes, as

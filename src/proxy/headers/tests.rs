@@ -20,6 +20,7 @@ fn hcm() -> HttpConnectionManager {
         codec_type: CodecType::Auto,
         route_source: RouteSource::Rds("r".into()),
         http_filters: Vec::new(),
+        upgrade_configs: Vec::new(),
         skipped_http_filters: Vec::new(),
         suppress_envoy_headers: false,
         use_remote_address: false,

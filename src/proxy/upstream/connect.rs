@@ -89,6 +89,15 @@ impl Dial {
         over_transport!(self, ClientAlpn::Http1, handshake1, permit)
     }
 
+    /// Opens an HTTP/1.1 connection for one upgrade request (WebSocket): driven with
+    /// upgrades, so that after a `101` the connection's bytes can be taken over.
+    pub(crate) async fn http1_upgradable(
+        &self,
+        permit: ConnectionPermit,
+    ) -> Result<(http1::SendRequest<RequestBody>, Arc<Activity>), UpstreamError> {
+        over_transport!(self, ClientAlpn::Http1, handshake1_upgradable, permit)
+    }
+
     /// Opens an HTTP/2 connection, as [`http1`](Self::http1).
     pub(crate) async fn http2(
         &self,
@@ -138,6 +147,22 @@ impl Dial {
             http1::Builder::new().handshake(TokioIo::new(io)).await.map_err(|e| self.failure(e))?;
         let activity = Activity::new();
         self.drive(connection, activity.clone(), permit);
+        Ok((sender, activity))
+    }
+
+    async fn handshake1_upgradable<T>(
+        &self,
+        io: T,
+        permit: ConnectionPermit,
+    ) -> Result<(http1::SendRequest<RequestBody>, Arc<Activity>), UpstreamError>
+    where
+        T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let (sender, connection) =
+            http1::Builder::new().handshake(TokioIo::new(io)).await.map_err(|e| self.failure(e))?;
+        let activity = Activity::new();
+        // No idle timeout: the tunnel's own end closes it.
+        self.drive(connection.with_upgrades(), activity.clone(), permit);
         Ok((sender, activity))
     }
 

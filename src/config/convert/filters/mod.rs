@@ -62,6 +62,7 @@ pub fn per_filter_config(
     Ok(PerFilterConfig(out))
 }
 
+#[allow(clippy::match_single_binding, clippy::only_used_in_recursion)] // until filters have per-route settings
 fn per_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<FilterOverride>> {
     use crate::pb::envoy::config::route::v3::FilterConfig;
     let kind = type_name(&any.type_url);

@@ -138,11 +138,6 @@ pub fn http_connection_manager(
                 "represent_ipv4_remote_address_as_ipv4_mapped_ipv6",
                 "IPv4 clients are shown as IPv4",
             ),
-            (
-                !upgrade_configs.is_empty(),
-                "upgrade_configs",
-                "protocol upgrades (WebSocket, CONNECT) are not proxied yet",
-            ),
             (request_id_custom, "request_id_extension", "request IDs are UUIDs"),
             (local_reply_config.is_some(), "local_reply_config", "empty local reply configuration"),
             (
@@ -203,6 +198,7 @@ pub fn http_connection_manager(
         (false, _) => StripPort::None,
     };
     let access_log = super::access_log::access_logs(access_log, warnings)?;
+    let upgrade_configs = super::upgrade::hcm_upgrades(upgrade_configs)?;
     let trace_sampling = match &tracing {
         Some(t) => common::percent_or(&t.random_sampling, 100.0, "tracing.random_sampling")?,
         None => 100.0,
@@ -296,6 +292,7 @@ pub fn http_connection_manager(
         },
         proxy_100_continue,
         append_x_forwarded_port,
+        upgrade_configs,
     })
 }
 

@@ -86,9 +86,7 @@ pub fn route_action(proto: proto::RouteAction, warnings: &mut Warnings) -> Resul
     if cors.is_some() {
         warnings.ignored("cors", "the CORS filter is not run");
     }
-    if !upgrade_configs.is_empty() {
-        warnings.ignored("upgrade_configs", "per-route upgrade settings are not applied");
-    }
+    let upgrade_configs = crate::config::convert::listener::upgrade::route_upgrades(upgrade_configs)?;
     let cluster = match cluster_specifier {
         Some(C::Cluster(name)) if !name.is_empty() => ClusterSpecifier::Cluster(name),
         Some(C::ClusterHeader(header)) if !header.is_empty() => {
@@ -170,6 +168,7 @@ pub fn route_action(proto: proto::RouteAction, warnings: &mut Warnings) -> Resul
             .transpose()?,
         hash_policy: hashes,
         max_stream_duration: max_stream,
+        upgrade_configs,
     })
 }
 
