@@ -20,7 +20,7 @@ use http::{HeaderValue, StatusCode};
 
 use self::decision::{Decision, Denied};
 use self::stats::{ExtAuthzStats, Outcome};
-use super::context::{LocalResponse, RequestContext};
+use super::context::{HeaderEdit, LocalResponse, RequestContext};
 use crate::proxy::response_flags::ResponseFlags;
 use super::http::{FactoryContext, FilterHeadersStatus, HttpFilter};
 use crate::config::filters::FilterOverride;
@@ -91,7 +91,7 @@ impl ExtAuthzFilter {
         }
     }
 
-    fn denied(&self, denied: Denied) -> FilterHeadersStatus {
+    fn denied(&self, request: &mut RequestContext<'_>, denied: Denied) -> FilterHeadersStatus {
         let Denied { status, headers, mut body, dynamic_metadata: _ } = denied;
         let limit = self.config.max_denied_response_body_bytes as usize;
         if limit > 0 && body.len() > limit {
@@ -100,13 +100,14 @@ impl ExtAuthzFilter {
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
         let mut reply = LocalResponse::new(status, body, "ext_authz_denied");
         reply.flags = ResponseFlags::UNAUTHORIZED_EXTERNAL_SERVICE;
-        // Each named header replaces what the reply had, and may come more than once
-        // (`set-cookie`), as Envoy sets them.
+        // Each named header replaces what the reply had (its `content-type` included), and
+        // may come more than once (`set-cookie`), as Envoy sets them: as edits of the reply,
+        // which apply after its defaults.
         for (name, _) in &headers {
-            reply.headers.remove(name);
+            request.response_headers.push(HeaderEdit::Remove(name.clone()));
         }
         for (name, value) in headers {
-            reply.headers.append(name, value);
+            request.response_headers.push(HeaderEdit::Append(name, value));
         }
         FilterHeadersStatus::LocalReply(reply)
     }
@@ -160,7 +161,7 @@ impl HttpFilter for ExtAuthzFilter {
             }
             Decision::Denied(denied) => {
                 self.stats.count(Outcome::Denied, cluster.as_deref());
-                self.denied(denied)
+                self.denied(request, denied)
             }
             Decision::Invalid => {
                 self.stats.count(Outcome::Invalid, cluster.as_deref());

@@ -19,6 +19,7 @@
 //! the worker's pools like the router does.
 
 pub mod callout;
+pub mod cluster_counters;
 pub mod context;
 pub mod ext_authz;
 pub mod health_check;

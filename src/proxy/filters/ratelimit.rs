@@ -23,19 +23,20 @@ use crate::pb::envoy::config::core::v3::HeaderValue as ProtoHeader;
 use crate::pb::envoy::extensions::common::ratelimit::v3::{RateLimitDescriptor, rate_limit_descriptor::Entry};
 use crate::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use crate::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use crate::telemetry::{Scope, Stats};
+use super::cluster_counters::ClusterCounters;
+use crate::telemetry::Scope;
 
 const SHOULD_RATE_LIMIT_PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 pub struct RateLimitFilter {
     config: Arc<RateLimit>,
     name: String,
-    stats: Arc<Stats>,
+    stats: ClusterCounters,
 }
 
 impl RateLimitFilter {
     pub fn new(config: Arc<RateLimit>, factory: FactoryContext<'_>) -> Self {
-        Self { config, name: factory.filter_name.to_owned(), stats: factory.stats.clone() }
+        Self { config, name: factory.filter_name.to_owned(), stats: ClusterCounters::new(factory.stats.clone()) }
     }
 
     /// `cluster.<cluster>.[<stat_prefix>.]ratelimit.<stat>`, Envoy's names.
@@ -45,7 +46,7 @@ impl RateLimitFilter {
         if !self.config.stat_prefix.is_empty() {
             scope = scope.child(&self.config.stat_prefix);
         }
-        self.stats.counter(scope.child("ratelimit").name(stat)).inc();
+        self.stats.inc(scope.child("ratelimit").name(stat));
     }
 
     /// The domain and the descriptors of this request, per Envoy's precedence: per-route
@@ -93,19 +94,23 @@ impl RateLimitFilter {
         }
     }
 
-    fn over_limit(&self, response: RateLimitResponse) -> FilterHeadersStatus {
+    fn over_limit(&self, request: &mut RequestContext<'_>, response: RateLimitResponse) -> FilterHeadersStatus {
         let status = StatusCode::from_u16(self.config.rate_limited_status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
         let mut reply = LocalResponse::new(status, Bytes::from(response.raw_body), "request_rate_limited");
         reply.flags = ResponseFlags::RATE_LIMITED;
         if self.config.rate_limited_as_resource_exhausted {
             reply.grpc_status = Some(8);
         }
-        // The service's headers are authoritative, `content-type` included.
-        for (name, value) in headers(&response.response_headers_to_add) {
-            reply.headers.append(name, value);
+        // The service's headers are authoritative, `content-type` included: as edits of the
+        // reply, which apply after its defaults.
+        let service_headers: Vec<_> = headers(&response.response_headers_to_add).collect();
+        let edits = &mut *request.response_headers;
+        if service_headers.iter().any(|(name, _)| name == http::header::CONTENT_TYPE) {
+            edits.push(HeaderEdit::Remove(http::header::CONTENT_TYPE));
         }
+        edits.extend(service_headers.into_iter().map(|(name, value)| HeaderEdit::Append(name, value)));
         if !self.config.disable_x_envoy_ratelimited_header {
-            reply.headers.insert("x-envoy-ratelimited", HeaderValue::from_static("true"));
+            edits.push(HeaderEdit::Set(HeaderName::from_static("x-envoy-ratelimited"), HeaderValue::from_static("true")));
         }
         for option in &self.config.response_headers_to_add {
             let Ok(value) = HeaderValue::from_str(&option.value) else { continue };
@@ -115,7 +120,7 @@ impl RateLimitFilter {
                 HeaderAppendAction::OverwriteIfExistsOrAdd => HeaderEdit::Set(option.name.clone(), value),
                 HeaderAppendAction::OverwriteIfExists => HeaderEdit::OverwriteIfExists(option.name.clone(), value),
             };
-            edit.apply(&mut reply.headers);
+            edits.push(edit);
         }
         FilterHeadersStatus::LocalReply(reply)
     }
@@ -182,7 +187,7 @@ impl HttpFilter for RateLimitFilter {
         };
         if response.overall_code == Code::OverLimit as i32 {
             self.count(cluster.as_deref(), "over_limit");
-            return self.over_limit(response);
+            return self.over_limit(request, response);
         }
         self.count(cluster.as_deref(), "ok");
         for (name, value) in headers(&response.request_headers_to_add) {

@@ -2,10 +2,9 @@
 //! (and `denied`, `error`, `failure_mode_allowed`, `invalid`), and the same under
 //! `cluster.<route's cluster>.ext_authz.` for the route's cluster.
 
-use std::sync::Arc;
-
 use super::super::http::FactoryContext;
-use crate::telemetry::{Counter, Scope, Stats};
+use crate::proxy::filters::cluster_counters::ClusterCounters;
+use crate::telemetry::{Counter, Scope};
 
 #[derive(Debug, Clone, Copy)]
 pub enum Outcome {
@@ -29,7 +28,7 @@ impl Outcome {
 }
 
 pub struct ExtAuthzStats {
-    store: Arc<Stats>,
+    clusters: ClusterCounters,
     filter_prefix: String,
     ok: Counter,
     denied: Counter,
@@ -44,7 +43,7 @@ impl ExtAuthzStats {
         let scope = with_prefix(scope.child("ext_authz"), filter_prefix);
         let counter = |name| factory.stats.counter(scope.name(name));
         Self {
-            store: factory.stats.clone(),
+            clusters: ClusterCounters::new(factory.stats.clone()),
             filter_prefix: filter_prefix.to_owned(),
             ok: counter("ok"),
             denied: counter("denied"),
@@ -66,7 +65,7 @@ impl ExtAuthzStats {
         counter.inc();
         if let Some(cluster) = cluster {
             let scope = Scope::envoy().child("cluster").tagged("envoy_cluster_name", cluster).child("ext_authz");
-            self.store.counter(with_prefix(scope, &self.filter_prefix).name(outcome.name())).inc();
+            self.clusters.inc(with_prefix(scope, &self.filter_prefix).name(outcome.name()));
         }
     }
 }
