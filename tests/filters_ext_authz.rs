@@ -16,10 +16,10 @@ use common::differential::{Pair, free_port, raw_http1};
 use http::Response;
 use http_body_util::Full;
 use outrider::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
-use outrider::pb::envoy::r#type::v3::HttpStatus;
 use outrider::pb::envoy::service::auth::v3::authorization_server::{Authorization, AuthorizationServer};
 use outrider::pb::envoy::service::auth::v3::check_response::HttpResponse;
 use outrider::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse, DeniedHttpResponse, OkHttpResponse};
+use outrider::pb::envoy::r#type::v3::HttpStatus;
 use outrider::pb::google::rpc::Status;
 
 /// What the service saw of one check: method, path, host, context extensions, and
@@ -42,7 +42,10 @@ fn header(key: &str, value: &str, append: Option<bool>) -> HeaderValueOption {
 
 #[tonic::async_trait]
 impl Authorization for Authz {
-    async fn check(&self, request: tonic::Request<CheckRequest>) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
+    async fn check(
+        &self,
+        request: tonic::Request<CheckRequest>,
+    ) -> Result<tonic::Response<CheckResponse>, tonic::Status> {
         let check = request.into_inner();
         let attributes = check.attributes.unwrap_or_default();
         let http = attributes.request.unwrap_or_default().http.unwrap_or_default();
@@ -76,7 +79,10 @@ impl Authorization for Authz {
                 status: ok(7),
                 http_response: Some(HttpResponse::DeniedResponse(DeniedHttpResponse {
                     status: Some(HttpStatus { code: 401 }),
-                    headers: vec![header("x-denied-by", "authz", None), header("content-type", "application/json", None)],
+                    headers: vec![
+                        header("x-denied-by", "authz", None),
+                        header("content-type", "application/json", None),
+                    ],
                     body: r#"{"denied":true}"#.into(),
                 })),
                 ..CheckResponse::default()
@@ -267,7 +273,8 @@ async fn grpc_checks_allow_deny_and_edit_like_envoy() {
     for other in rest.chunks(checks) {
         assert_eq!(first, other, "the proxies sent different checks");
     }
-    let extensions = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
+    let extensions =
+        |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
     assert_eq!(
         first[0],
         (
@@ -330,7 +337,9 @@ async fn a_missing_service_cluster_fails_at_request_time_like_envoy() {
     // Envoy accepts an ext_authz filter whose cluster does not exist and fails each check
     // (the cluster could come later through CDS); so does Outrider.
     let backend = echo_headers().await;
-    let pair = Pair::start(|port| bootstrap(port, backend.port, free_port(), "nowhere", "status_on_error: { code: 503 }")).await;
+    let pair =
+        Pair::start(|port| bootstrap(port, backend.port, free_port(), "nowhere", "status_on_error: { code: 503 }"))
+            .await;
     let runs = run(&pair).await;
     assert_agree(&runs, &pair);
     let (_, outrider) = runs.iter().find(|(name, _)| *name == "outrider").unwrap();

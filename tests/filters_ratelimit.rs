@@ -45,12 +45,17 @@ impl RateLimitService for Limiter {
             .iter()
             .map(|d| d.entries.iter().map(|e| (e.key.clone(), e.value.clone())).collect())
             .collect();
-        let over = descriptors.iter().flatten().any(|(k, v)| (k, v) == (&"generic_key".into(), &"limited".into()) || (k, v) == (&"user".into(), &"over".into()));
+        let over = descriptors.iter().flatten().any(|(k, v)| {
+            (k, v) == (&"generic_key".into(), &"limited".into()) || (k, v) == (&"user".into(), &"over".into())
+        });
         self.calls.lock().unwrap().push((request.domain, descriptors));
         let response = if over {
             RateLimitResponse {
                 overall_code: Code::OverLimit as i32,
-                response_headers_to_add: vec![header("x-rl-service", "over"), header("content-type", "application/json")],
+                response_headers_to_add: vec![
+                    header("x-rl-service", "over"),
+                    header("content-type", "application/json"),
+                ],
                 raw_body: br#"{"limited":true}"#.to_vec(),
                 ..RateLimitResponse::default()
             }
@@ -274,7 +279,11 @@ async fn descriptors_and_over_limit_answers_match_envoy() {
     assert_eq!(
         first[4].1,
         vec![
-            vec![entry("destination_cluster", "backend"), entry("remote_address", "127.0.0.1"), entry("header_match", "tiered")],
+            vec![
+                entry("destination_cluster", "backend"),
+                entry("remote_address", "127.0.0.1"),
+                entry("header_match", "tiered")
+            ],
             vec![entry("user", "bob")]
         ]
     );

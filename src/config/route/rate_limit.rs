@@ -32,7 +32,12 @@ pub enum RateLimitAction {
     GenericKey { descriptor_key: String, descriptor_value: String },
     /// `(<descriptor_key or "header_match">, <descriptor_value>)` when the headers match
     /// (or, with `expect_match: false`, when they do not).
-    HeaderValueMatch { descriptor_key: String, descriptor_value: String, expect_match: bool, headers: Vec<HeaderMatcher> },
+    HeaderValueMatch {
+        descriptor_key: String,
+        descriptor_value: String,
+        expect_match: bool,
+        headers: Vec<HeaderMatcher>,
+    },
     /// `("masked_remote_address", "<client address masked>/<length>")`.
     MaskedRemoteAddress { v4_prefix_len: u8, v6_prefix_len: u8 },
 }

@@ -21,11 +21,11 @@ use http::{HeaderValue, StatusCode};
 use self::decision::{Decision, Denied};
 use self::stats::{ExtAuthzStats, Outcome};
 use super::context::{HeaderEdit, LocalResponse, RequestContext};
-use crate::proxy::response_flags::ResponseFlags;
 use super::http::{FactoryContext, FilterHeadersStatus, HttpFilter};
 use crate::config::filters::FilterOverride;
 use crate::config::filters::ext_authz::{AuthzService, ExtAuthz, ExtAuthzPerRoute};
 use crate::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
+use crate::proxy::response_flags::ResponseFlags;
 
 /// The namespace the service's `dynamic_metadata` is kept under.
 const METADATA_NAMESPACE: &str = "envoy.filters.http.ext_authz";

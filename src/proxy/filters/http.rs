@@ -50,7 +50,9 @@ impl Filter {
             HttpFilterConfig::HealthCheck(config) => {
                 Self::HealthCheck(health_check::HealthCheckFilter::new(config.clone(), factory))
             }
-            HttpFilterConfig::ExtAuthz(config) => Self::ExtAuthz(ext_authz::ExtAuthzFilter::new(config.clone(), factory)),
+            HttpFilterConfig::ExtAuthz(config) => {
+                Self::ExtAuthz(ext_authz::ExtAuthzFilter::new(config.clone(), factory))
+            }
             HttpFilterConfig::RateLimit(config) => {
                 Self::RateLimit(ratelimit::RateLimitFilter::new(config.clone(), factory))
             }

@@ -40,7 +40,9 @@ enum Filter {
 impl Filter {
     fn build(config: &NetworkFilterConfig, factory: FactoryContext<'_>) -> Self {
         match config {
-            NetworkFilterConfig::ExtAuthz(config) => Self::ExtAuthz(NetworkExtAuthzFilter::new(config.clone(), factory)),
+            NetworkFilterConfig::ExtAuthz(config) => {
+                Self::ExtAuthz(NetworkExtAuthzFilter::new(config.clone(), factory))
+            }
         }
     }
 

@@ -13,8 +13,8 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 
 use self::descriptors::{Descriptor, DescriptorInput, descriptors};
+use super::cluster_counters::ClusterCounters;
 use super::context::{HeaderEdit, LocalResponse, RequestContext};
-use crate::proxy::response_flags::ResponseFlags;
 use super::http::{FactoryContext, FilterHeadersStatus, HttpFilter};
 use crate::config::filters::FilterOverride;
 use crate::config::filters::ratelimit::{RateLimit, RateLimitPerRoute, RequestType, VhRateLimits};
@@ -23,7 +23,7 @@ use crate::pb::envoy::config::core::v3::HeaderValue as ProtoHeader;
 use crate::pb::envoy::extensions::common::ratelimit::v3::{RateLimitDescriptor, rate_limit_descriptor::Entry};
 use crate::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use crate::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use super::cluster_counters::ClusterCounters;
+use crate::proxy::response_flags::ResponseFlags;
 use crate::telemetry::Scope;
 
 const SHOULD_RATE_LIMIT_PATH: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -110,7 +110,10 @@ impl RateLimitFilter {
         }
         edits.extend(service_headers.into_iter().map(|(name, value)| HeaderEdit::Append(name, value)));
         if !self.config.disable_x_envoy_ratelimited_header {
-            edits.push(HeaderEdit::Set(HeaderName::from_static("x-envoy-ratelimited"), HeaderValue::from_static("true")));
+            edits.push(HeaderEdit::Set(
+                HeaderName::from_static("x-envoy-ratelimited"),
+                HeaderValue::from_static("true"),
+            ));
         }
         for option in &self.config.response_headers_to_add {
             let Ok(value) = HeaderValue::from_str(&option.value) else { continue };
@@ -131,7 +134,11 @@ impl RateLimitFilter {
 fn headers(list: &[ProtoHeader]) -> impl Iterator<Item = (HeaderName, HeaderValue)> + '_ {
     list.iter().filter_map(|h| {
         let name = HeaderName::from_bytes(h.key.as_bytes()).ok()?;
-        let value = if h.raw_value.is_empty() { HeaderValue::from_str(&h.value) } else { HeaderValue::from_bytes(&h.raw_value) };
+        let value = if h.raw_value.is_empty() {
+            HeaderValue::from_str(&h.value)
+        } else {
+            HeaderValue::from_bytes(&h.raw_value)
+        };
         Some((name, value.ok()?))
     })
 }
@@ -175,8 +182,8 @@ impl HttpFilter for RateLimitFilter {
                 tracing::debug!(%error, cluster = %service.cluster_name, "rate limit call failed");
                 self.count(cluster.as_deref(), "error");
                 if self.config.failure_mode_deny {
-                    let status = StatusCode::from_u16(self.config.status_on_error)
-                        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+                    let status =
+                        StatusCode::from_u16(self.config.status_on_error).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
                     let mut reply = LocalResponse::new(status, Bytes::new(), "rate_limiter_error");
                     reply.flags = ResponseFlags::RATE_LIMIT_SERVICE_ERROR;
                     return FilterHeadersStatus::LocalReply(reply);

@@ -96,10 +96,9 @@ pub fn ext_authz(any: &Any, warnings: &mut Warnings) -> Result<ExtAuthz> {
     if shadow_mode {
         return refuse("shadow_mode", "shadow mode");
     }
-    if validate_mutations {
-        // Outrider always refuses a header the service asks for that is not a valid HTTP
-        // header (500, `ext_authz.invalid`), which is what this turns on in Envoy.
-    }
+    // Outrider always refuses a header the service asks for that is not a valid HTTP
+    // header (500, `ext_authz.invalid`), which is what `validate_mutations` turns on.
+    let _ = validate_mutations;
     if filter_metadata.is_some() || emit_filter_state_stats {
         warnings.ignored("filter_metadata", "ext_authz logging info is not kept (access logs only)");
     }
@@ -112,9 +111,10 @@ pub fn ext_authz(any: &Any, warnings: &mut Warnings) -> Result<ExtAuthz> {
     if emit_client_span.is_some() {
         warnings.ignored("emit_client_span", "the check is not traced");
     }
-    let stats_matchers = |list: Option<ListStringMatcher>, field: &str, w: &mut Warnings| -> Result<Option<Vec<StringMatcher>>> {
-        list.map(|l| list_string_matcher(l, w).map_err(|e| e.at(field))).transpose()
-    };
+    let stats_matchers =
+        |list: Option<ListStringMatcher>, field: &str, w: &mut Warnings| -> Result<Option<Vec<StringMatcher>>> {
+            list.map(|l| list_string_matcher(l, w).map_err(|e| e.at(field))).transpose()
+        };
     let allowed_headers = stats_matchers(allowed_headers, "allowed_headers", warnings)?;
     let disallowed_headers = stats_matchers(disallowed_headers, "disallowed_headers", warnings)?.unwrap_or_default();
     let (service, allowed_headers) = match services {
@@ -134,7 +134,8 @@ pub fn ext_authz(any: &Any, warnings: &mut Warnings) -> Result<ExtAuthz> {
                 ));
             }
             let mut allowed = request_allowed.or(allowed_headers).unwrap_or_default();
-            allowed.extend(HTTP_SERVICE_HEADERS.map(|h| StringMatcher::Exact { value: h.to_owned(), ignore_case: false }));
+            allowed
+                .extend(HTTP_SERVICE_HEADERS.map(|h| StringMatcher::Exact { value: h.to_owned(), ignore_case: false }));
             (AuthzService::Http(service), Some(allowed))
         }
         None => return Err(ConfigError::new("grpc_service", "one of grpc_service and http_service is required")),
@@ -156,7 +157,10 @@ pub fn ext_authz(any: &Any, warnings: &mut Warnings) -> Result<ExtAuthz> {
 }
 
 /// The HTTP service, and its `authorization_request.allowed_headers` when set.
-fn http_service(proto: proto::HttpService, warnings: &mut Warnings) -> Result<(HttpAuthzService, Option<Vec<StringMatcher>>)> {
+fn http_service(
+    proto: proto::HttpService,
+    warnings: &mut Warnings,
+) -> Result<(HttpAuthzService, Option<Vec<StringMatcher>>)> {
     use crate::pb::envoy::config::core::v3 as core;
     let proto::HttpService {
         server_uri,
@@ -197,7 +201,8 @@ fn http_service(proto: proto::HttpService, warnings: &mut Warnings) -> Result<(H
             let value = if raw_value.is_empty() {
                 value
             } else {
-                String::from_utf8(raw_value).map_err(|_| ConfigError::new(format!("{at}.raw_value"), "must be UTF-8"))?
+                String::from_utf8(raw_value)
+                    .map_err(|_| ConfigError::new(format!("{at}.raw_value"), "must be UTF-8"))?
             };
             if value.contains('%') {
                 return Err(ConfigError::new(format!("{at}.value"), "substitution formatters are not supported"));
@@ -229,9 +234,15 @@ fn http_service(proto: proto::HttpService, warnings: &mut Warnings) -> Result<(H
         path_prefix,
         headers_to_add,
         allowed_upstream_headers: list(allowed_upstream_headers, "allowed_upstream_headers")?,
-        allowed_upstream_headers_to_append: list(allowed_upstream_headers_to_append, "allowed_upstream_headers_to_append")?,
+        allowed_upstream_headers_to_append: list(
+            allowed_upstream_headers_to_append,
+            "allowed_upstream_headers_to_append",
+        )?,
         allowed_client_headers: list(allowed_client_headers, "allowed_client_headers")?,
-        allowed_client_headers_on_success: list(allowed_client_headers_on_success, "allowed_client_headers_on_success")?,
+        allowed_client_headers_on_success: list(
+            allowed_client_headers_on_success,
+            "allowed_client_headers_on_success",
+        )?,
     };
     Ok((service, allowed))
 }
@@ -326,4 +337,87 @@ pub fn network(any: &Any, warnings: &mut Warnings) -> Result<NetworkExtAuthz> {
     let service = warnings.within("grpc_service", |w| envoy_grpc(grpc, w)).map_err(|e| e.at("grpc_service"))?;
     let timeout = service.timeout.unwrap_or(DEFAULT_GRPC_TIMEOUT);
     Ok(NetworkExtAuthz { stat_prefix, service, timeout, failure_mode_allow, include_tls_session })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::pb::envoy::config::core::v3 as core;
+
+    fn any(config: &proto::ExtAuthz) -> Any {
+        Any { type_url: format!("type.googleapis.com/{TYPE}"), value: prost::Message::encode_to_vec(config) }
+    }
+
+    fn grpc(cluster: &str) -> Option<proto::ext_authz::Services> {
+        Some(proto::ext_authz::Services::GrpcService(core::GrpcService {
+            target_specifier: Some(core::grpc_service::TargetSpecifier::EnvoyGrpc(core::grpc_service::EnvoyGrpc {
+                cluster_name: cluster.into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }))
+    }
+
+    #[test]
+    fn grpc_service_gets_envoy_defaults() {
+        let config = proto::ExtAuthz {
+            services: grpc("authz"),
+            transport_api_version: core::ApiVersion::V3 as i32,
+            ..Default::default()
+        };
+        let converted = ext_authz(&any(&config), &mut Warnings::new()).unwrap();
+        let AuthzService::Grpc { service, timeout } = &converted.service else { panic!("not gRPC") };
+        assert_eq!((service.authority.as_str(), *timeout), ("authz", Duration::from_millis(200)));
+        assert_eq!(converted.status_on_error, 403);
+        assert_eq!(converted.allowed_headers, None, "the gRPC service sees every header");
+    }
+
+    #[test]
+    fn unsupported_settings_are_refused_with_their_path() {
+        let base = proto::ExtAuthz {
+            services: grpc("authz"),
+            transport_api_version: core::ApiVersion::V3 as i32,
+            ..Default::default()
+        };
+        let cases = [
+            (proto::ExtAuthz { with_request_body: Some(Default::default()), ..base.clone() }, "with_request_body"),
+            (proto::ExtAuthz { clear_route_cache: true, ..base.clone() }, "clear_route_cache"),
+            (proto::ExtAuthz { transport_api_version: 0, ..base.clone() }, "transport_api_version"),
+            (
+                proto::ExtAuthz {
+                    services: Some(proto::ext_authz::Services::GrpcService(core::GrpcService {
+                        target_specifier: Some(core::grpc_service::TargetSpecifier::GoogleGrpc(Default::default())),
+                        ..Default::default()
+                    })),
+                    ..base.clone()
+                },
+                "grpc_service.google_grpc",
+            ),
+        ];
+        for (config, path) in cases {
+            let error = ext_authz(&any(&config), &mut Warnings::new()).unwrap_err();
+            assert!(error.to_string().contains(path), "{path}: {error}");
+        }
+    }
+
+    #[test]
+    fn per_route_settings() {
+        let settings = proto::ExtAuthzPerRoute {
+            r#override: Some(proto::ext_authz_per_route::Override::CheckSettings(proto::CheckSettings {
+                context_extensions: [("k".to_owned(), "v".to_owned())].into_iter().collect(),
+                ..Default::default()
+            })),
+        };
+        let any = Any {
+            type_url: format!("type.googleapis.com/{PER_ROUTE_TYPE}"),
+            value: prost::Message::encode_to_vec(&settings),
+        };
+        let converted = per_route(&any, &mut Warnings::new()).unwrap();
+        assert_eq!(converted.context_extensions.get("k").map(String::as_str), Some("v"));
+        let disabled_false =
+            proto::ExtAuthzPerRoute { r#override: Some(proto::ext_authz_per_route::Override::Disabled(false)) };
+        let any = Any { type_url: any.type_url, value: prost::Message::encode_to_vec(&disabled_false) };
+        assert!(per_route(&any, &mut Warnings::new()).unwrap_err().to_string().contains("disabled"));
+    }
 }

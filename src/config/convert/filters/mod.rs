@@ -80,7 +80,9 @@ fn per_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<FilterOverrid
     }
     match kind {
         ext_authz::PER_ROUTE_TYPE => Ok(Some(FilterOverride::ExtAuthz(Arc::new(ext_authz::per_route(any, warnings)?)))),
-        ratelimit::PER_ROUTE_TYPE => Ok(Some(FilterOverride::RateLimit(Arc::new(ratelimit::per_route(any, warnings)?)))),
+        ratelimit::PER_ROUTE_TYPE => {
+            Ok(Some(FilterOverride::RateLimit(Arc::new(ratelimit::per_route(any, warnings)?))))
+        }
         _ => Err(unsupported(any)),
     }
 }

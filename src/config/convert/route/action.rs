@@ -142,7 +142,8 @@ pub fn route_action(proto: proto::RouteAction, warnings: &mut Warnings) -> Resul
         max_stream.grpc_timeout_header_offset = common::opt_duration(&grpc_timeout_offset, "grpc_timeout_offset")?;
     }
     let rate_limits = super::rate_limit::rate_limits(rate_limits, "rate_limits", warnings)?;
-    if matches!(cluster, ClusterSpecifier::WeightedClusters(_)) && super::rate_limit::uses_destination_cluster(&rate_limits)
+    if matches!(cluster, ClusterSpecifier::WeightedClusters(_))
+        && super::rate_limit::uses_destination_cluster(&rate_limits)
     {
         return Err(ConfigError::new(
             "rate_limits",

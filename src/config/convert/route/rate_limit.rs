@@ -110,9 +110,7 @@ fn action(proto: proto::rate_limit::Action, warnings: &mut Warnings) -> Result<R
             let headers = headers
                 .into_iter()
                 .enumerate()
-                .map(|(i, h)| {
-                    header_matcher(h, warnings).map_err(|e| e.at(format!("header_value_match.headers[{i}]")))
-                })
+                .map(|(i, h)| header_matcher(h, warnings).map_err(|e| e.at(format!("header_value_match.headers[{i}]"))))
                 .collect::<Result<_>>()?;
             let descriptor_key = if descriptor_key.is_empty() { "header_match".to_owned() } else { descriptor_key };
             Ok(RateLimitAction::HeaderValueMatch {

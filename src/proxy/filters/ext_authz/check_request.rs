@@ -46,10 +46,12 @@ pub fn http_check(
             raw.push(core::HeaderValue { key: name, value: String::new(), raw_value: value.into_bytes() });
         } else {
             // Envoy joins the values of a repeated header with commas.
-            map.entry(name).and_modify(|joined: &mut String| {
-                joined.push(',');
-                joined.push_str(&value);
-            }).or_insert(value);
+            map.entry(name)
+                .and_modify(|joined: &mut String| {
+                    joined.push(',');
+                    joined.push_str(&value);
+                })
+                .or_insert(value);
         }
     }
     let parts = &*request.parts;
@@ -154,12 +156,9 @@ fn protocol(version: Version) -> &'static str {
 /// certificate's names per connection, so the destination's principal stays empty.
 fn peer(address: SocketAddr, connection: &DownstreamConnection, local: bool) -> Peer {
     let principal = match (&connection.peer_identity, local) {
-        (Some(identity), false) => identity
-            .uri_sans
-            .first()
-            .or(identity.dns_sans.first())
-            .cloned()
-            .unwrap_or_else(|| identity.subject.clone()),
+        (Some(identity), false) => {
+            identity.uri_sans.first().or(identity.dns_sans.first()).cloned().unwrap_or_else(|| identity.subject.clone())
+        }
         _ => String::new(),
     };
     Peer { address: Some(socket_address(address)), principal, ..Peer::default() }

@@ -90,3 +90,86 @@ pub fn decision(service: &HttpAuthzService, response: Response<Bytes>) -> Decisi
 fn hop_by_hop(name: &HeaderName) -> bool {
     matches!(name.as_str(), "connection" | "keep-alive" | "transfer-encoding" | "content-length" | "upgrade")
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    fn service(allowed_client_headers: Vec<StringMatcher>) -> HttpAuthzService {
+        let exact = |h: &str| StringMatcher::Exact { value: h.into(), ignore_case: false };
+        HttpAuthzService {
+            cluster: "authz".into(),
+            timeout: std::time::Duration::from_secs(1),
+            path_prefix: "/check".into(),
+            headers_to_add: vec![(HeaderName::from_static("x-from-proxy"), "1".into())],
+            allowed_upstream_headers: vec![exact("x-user")],
+            allowed_upstream_headers_to_append: vec![exact("x-extra")],
+            allowed_client_headers,
+            allowed_client_headers_on_success: vec![exact("x-trace")],
+        }
+    }
+
+    #[test]
+    fn ok_and_denied_answers_map_as_envoy_maps_them() {
+        let service = service(vec![StringMatcher::Exact { value: "x-reason".into(), ignore_case: false }]);
+        let ok = Response::builder()
+            .status(200)
+            .header("x-user", "alice")
+            .header("x-extra", "e")
+            .header("x-trace", "t")
+            .header("x-envoy-auth-headers-to-remove", "authorization, x-secret")
+            .body(Bytes::new())
+            .unwrap();
+        let Decision::Ok(allowed) = decision(&service, ok) else { panic!("not OK") };
+        let actions: Vec<_> = allowed.request_headers.iter().map(|m| (m.name.as_str(), m.action)).collect();
+        assert_eq!(actions, [("x-user", MutationAction::Set), ("x-extra", MutationAction::Add)]);
+        assert_eq!(allowed.response_headers[0].name, "x-trace");
+        assert_eq!(allowed.headers_to_remove, ["authorization", "x-secret"]);
+
+        let denied = Response::builder()
+            .status(401)
+            .header("x-reason", "no")
+            .header("www-authenticate", "Bearer")
+            .header("x-other", "hidden")
+            .body(Bytes::from_static(b"go away"))
+            .unwrap();
+        let Decision::Denied(denied) = decision(&service, denied) else { panic!("not denied") };
+        assert_eq!(denied.status, 401);
+        let names: Vec<_> = denied.headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["x-reason", "www-authenticate"]);
+        assert_eq!(&denied.body[..], b"go away");
+        let failed = Response::builder().status(503).body(Bytes::new()).unwrap();
+        assert!(matches!(decision(&service, failed), Decision::Error));
+    }
+
+    #[test]
+    fn the_check_request_carries_method_prefixed_path_and_host() {
+        use crate::pb::envoy::service::auth::v3::AttributeContext;
+        use crate::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Request as AttrRequest};
+        let http = HttpRequest {
+            method: "POST".into(),
+            path: "/api?x=1".into(),
+            headers: [
+                (":authority".to_owned(), "example.com".to_owned()),
+                ("authorization".to_owned(), "t".to_owned()),
+            ]
+            .into_iter()
+            .collect(),
+            ..HttpRequest::default()
+        };
+        let check = CheckRequest {
+            attributes: Some(AttributeContext {
+                request: Some(AttrRequest { time: None, http: Some(http) }),
+                ..AttributeContext::default()
+            }),
+        };
+        let request = request(&service(Vec::new()), &check).unwrap();
+        assert_eq!(request.method(), "POST");
+        assert_eq!(request.uri(), "/check/api?x=1");
+        assert_eq!(request.headers()["host"], "example.com");
+        assert_eq!(request.headers()["authorization"], "t");
+        assert_eq!(request.headers()["content-length"], "0");
+        assert_eq!(request.headers()["x-from-proxy"], "1");
+    }
+}

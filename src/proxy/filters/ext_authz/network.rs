@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use super::check_request::tcp_check;
 use super::CHECK_PATH;
+use super::check_request::tcp_check;
 use crate::config::filters::ext_authz::NetworkExtAuthz;
 use crate::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
 use crate::proxy::filters::http::FactoryContext;

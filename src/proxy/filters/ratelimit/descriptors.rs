@@ -55,7 +55,10 @@ fn descriptor(actions: &[RateLimitAction], input: &DescriptorInput<'_>) -> Optio
                 entries.push((descriptor_key.clone(), descriptor_value.clone()));
             }
             RateLimitAction::MaskedRemoteAddress { v4_prefix_len, v6_prefix_len } => {
-                entries.push(("masked_remote_address".to_owned(), masked(input.remote_ip, *v4_prefix_len, *v6_prefix_len)));
+                entries.push((
+                    "masked_remote_address".to_owned(),
+                    masked(input.remote_ip, *v4_prefix_len, *v6_prefix_len),
+                ));
             }
         }
     }
@@ -116,7 +119,10 @@ mod tests {
         let policies = vec![
             policy(vec![RateLimitAction::DestinationCluster, header("x-user", false), RateLimitAction::RemoteAddress]),
             policy(vec![header("x-missing", false), RateLimitAction::RemoteAddress]),
-            policy(vec![header("x-missing", true), RateLimitAction::MaskedRemoteAddress { v4_prefix_len: 16, v6_prefix_len: 64 }]),
+            policy(vec![
+                header("x-missing", true),
+                RateLimitAction::MaskedRemoteAddress { v4_prefix_len: 16, v6_prefix_len: 64 },
+            ]),
             policy(vec![header("x-missing", true)]),
         ];
         let got = descriptors(&policies, Some(0), &input);
@@ -124,7 +130,11 @@ mod tests {
         assert_eq!(
             got,
             vec![
-                vec![pair("destination_cluster", "backend"), pair("x-user", "alice"), pair("remote_address", "10.1.2.3")],
+                vec![
+                    pair("destination_cluster", "backend"),
+                    pair("x-user", "alice"),
+                    pair("remote_address", "10.1.2.3")
+                ],
                 vec![pair("masked_remote_address", "10.1.0.0/16")],
             ]
         );
