@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::context::RequestContext;
-use super::{LocalResponse, cors, fault, health_check, jwt_authn, local_ratelimit, rbac};
+use super::{LocalResponse, cors, ext_authz, fault, health_check, jwt_authn, local_ratelimit, ratelimit, rbac};
 use crate::config::filters::{FilterOverride, HttpFilterConfig};
 use crate::telemetry::Stats;
 
@@ -32,6 +32,8 @@ pub trait HttpFilter: Send + Sync {
 pub struct FactoryContext<'a> {
     pub stats: &'a Arc<Stats>,
     pub stat_prefix: &'a str,
+    /// The filter's name in the configuration (its per-route settings are found by it).
+    pub filter_name: &'a str,
 }
 
 /// A filter, whichever it is. (An enum rather than trait objects: each filter's
@@ -43,6 +45,8 @@ enum Filter {
     Fault(fault::FaultFilter),
     Cors(cors::CorsFilter),
     Rbac(rbac::RbacFilter),
+    ExtAuthz(ext_authz::ExtAuthzFilter),
+    RateLimit(ratelimit::RateLimitFilter),
 }
 
 impl Filter {
@@ -61,6 +65,12 @@ impl Filter {
             HttpFilterConfig::Fault(config) => Self::Fault(fault::FaultFilter::new(name, config.clone(), factory)),
             HttpFilterConfig::Cors => Self::Cors(cors::CorsFilter::new(name, factory)),
             HttpFilterConfig::Rbac(config) => Self::Rbac(rbac::RbacFilter::new(name, config.clone(), factory)),
+            HttpFilterConfig::ExtAuthz(config) => {
+                Self::ExtAuthz(ext_authz::ExtAuthzFilter::new(config.clone(), factory))
+            }
+            HttpFilterConfig::RateLimit(config) => {
+                Self::RateLimit(ratelimit::RateLimitFilter::new(config.clone(), factory))
+            }
         }
     }
 
@@ -72,6 +82,8 @@ impl Filter {
             Self::Fault(filter) => filter.decode_headers(request).await,
             Self::Cors(filter) => filter.decode_headers(request).await,
             Self::Rbac(filter) => filter.decode_headers(request).await,
+            Self::ExtAuthz(filter) => filter.decode_headers(request).await,
+            Self::RateLimit(filter) => filter.decode_headers(request).await,
         }
     }
 }
@@ -94,7 +106,7 @@ impl HttpFilterChain {
             .map(|c| Entry {
                 name: c.name.clone(),
                 disabled: c.disabled,
-                filter: Filter::build(&c.name, &c.config, factory),
+                filter: Filter::build(&c.name, &c.config, FactoryContext { filter_name: &c.name, ..factory }),
             })
             .collect();
         Self { filters }
