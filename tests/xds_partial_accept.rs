@@ -314,8 +314,11 @@ fn initial(control_plane: &ControlPlane) {
     ];
     let routes =
         [route("route_a", "{ prefix: /a1 }"), route("route_b", "{ prefix: /b1 }"), route("route_c", "{ prefix: /c1 }")];
-    let clas =
-        [assignment("eds_a", "127.0.0.1", 9001), assignment("eds_b", "127.0.0.1", 9002), assignment("eds_c", "127.0.0.1", 9003)];
+    let clas = [
+        assignment("eds_a", "127.0.0.1", 9001),
+        assignment("eds_b", "127.0.0.1", 9002),
+        assignment("eds_c", "127.0.0.1", 9003),
+    ];
     set(control_plane, ResourceType::Cluster, &clusters);
     set(control_plane, ResourceType::ClusterLoadAssignment, &clas);
     set(control_plane, ResourceType::Listener, &listeners);
@@ -575,16 +578,26 @@ async fn partial_acceptance(api_type: &str) {
         .wait_until(WAIT * 3, |j| {
             nodes.iter().all(|n| {
                 streams_of(j, n).len() > streams_before[n]
-                    && [ResourceType::Cluster, ResourceType::Listener, ResourceType::RouteConfiguration, ResourceType::ClusterLoadAssignment]
-                        .iter()
-                        .all(|t| resumed(j, n).contains_key(t.type_url()))
+                    && [
+                        ResourceType::Cluster,
+                        ResourceType::Listener,
+                        ResourceType::RouteConfiguration,
+                        ResourceType::ClusterLoadAssignment,
+                    ]
+                    .iter()
+                    .all(|t| resumed(j, n).contains_key(t.type_url()))
             })
         })
         .await
         .unwrap();
     let journal = control_plane.server.journal();
     let outrider_resumed = resumed(&journal, OUTRIDER_NODE);
-    for t in [ResourceType::Cluster, ResourceType::Listener, ResourceType::RouteConfiguration, ResourceType::ClusterLoadAssignment] {
+    for t in [
+        ResourceType::Cluster,
+        ResourceType::Listener,
+        ResourceType::RouteConfiguration,
+        ResourceType::ClusterLoadAssignment,
+    ] {
         let request = &outrider_resumed[t.type_url()];
         if api_type == "GRPC" {
             assert_eq!(request.version_info, initial_versions[&t], "outrider resumes {t:?}");

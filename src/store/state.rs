@@ -376,7 +376,7 @@ impl ConfigState {
 
     /// Removes a held resource; returns whether it was held.
     fn remove(&mut self, resource_type: ResourceType, name: &str) -> bool {
-        let held = match resource_type {
+        match resource_type {
             ResourceType::Listener => {
                 self.served_listeners.remove(name);
                 self.listeners.remove(name).is_some()
@@ -388,8 +388,7 @@ impl ConfigState {
             }
             ResourceType::ClusterLoadAssignment => self.endpoints.remove(name).is_some(),
             ResourceType::Secret => self.secrets.remove(name).is_some(),
-        };
-        held
+        }
     }
 }
 

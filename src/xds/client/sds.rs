@@ -11,8 +11,8 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::status::{self, Recovery};
 use super::sotw::nack_status;
+use super::status::{self, Recovery};
 use super::transport;
 use super::validate::{Incoming, validate};
 use crate::config::{Address, Resource, ResourceType};

@@ -75,7 +75,10 @@ fn endpoints_stop_at_the_first_failure() {
     assert_eq!(names(&verdict), ["a"], "what follows the failure is not applied");
     assert_eq!(rejected(&verdict), ["bad"], "only the first failure is reported");
     let detail = verdict.error_detail(ResourceType::ClusterLoadAssignment).unwrap();
-    assert!(detail.starts_with("bad: endpoints[0].lb_endpoints[0].endpoint.address.socket_address.port_value"), "{detail}");
+    assert!(
+        detail.starts_with("bad: endpoints[0].lb_endpoints[0].endpoint.address.socket_address.port_value"),
+        "{detail}"
+    );
 }
 
 #[test]
@@ -98,8 +101,10 @@ fn a_delta_name_that_differs_from_the_resource_is_refused() {
 
 #[test]
 fn listener_errors_are_worded_as_envoy_words_them() {
-    let rejected =
-        [Rejected { name: "l1".into(), error: "p: bad".into() }, Rejected { name: "l2".into(), error: "q: worse".into() }];
+    let rejected = [
+        Rejected { name: "l1".into(), error: "p: bad".into() },
+        Rejected { name: "l2".into(), error: "q: worse".into() },
+    ];
     assert_eq!(
         error_detail(ResourceType::Listener, &rejected).unwrap(),
         "Error adding/updating listener(s) l1: p: bad\nl2: q: worse\n"
