@@ -20,7 +20,9 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ("lb", &["config", "telemetry", "core"][..]),
         ("orca", &["lb", "telemetry", "core", "pb"][..]),
         ("tls", &["config", "telemetry", "core"][..]),
-        ("proxy", &["store", "config", "lb", "orca", "tls", "telemetry", "core"][..]),
+        // `pb`: the wire messages of the gRPC services filters call (ext_authz's Check, the
+        // rate limit service), never configuration.
+        ("proxy", &["store", "config", "lb", "orca", "tls", "telemetry", "core", "pb"][..]),
         ("health", &["store", "config", "lb", "tls", "telemetry", "core"][..]),
         ("admin", &["store", "config", "lb", "telemetry", "core", "pb"][..]),
         (

@@ -29,6 +29,8 @@ type Seen = (String, String, String, Vec<(String, String)>, bool);
 #[derive(Clone, Default)]
 struct Authz {
     seen: Arc<Mutex<Vec<Seen>>>,
+    /// The body each check carried and its `x-envoy-auth-partial-body` header.
+    bodies: Arc<Mutex<Vec<(String, String)>>>,
 }
 
 fn header(key: &str, value: &str, append: Option<bool>) -> HeaderValueOption {
@@ -52,6 +54,8 @@ impl Authorization for Authz {
         let mut extensions: Vec<_> = attributes.context_extensions.into_iter().collect();
         extensions.sort();
         let verdict = http.headers.get("x-authz").cloned().unwrap_or_default();
+        let partial = http.headers.get("x-envoy-auth-partial-body").cloned().unwrap_or_default();
+        self.bodies.lock().unwrap().push((http.body.clone(), partial));
         self.seen.lock().unwrap().push((
             http.method,
             http.path,
@@ -344,4 +348,43 @@ async fn a_missing_service_cluster_fails_at_request_time_like_envoy() {
     assert_agree(&runs, &pair);
     let (_, outrider) = runs.iter().find(|(name, _)| *name == "outrider").unwrap();
     assert_eq!(outrider.iter().map(|a| a.0).collect::<Vec<_>>(), [503, 503, 503, 503, 503, 200]);
+}
+
+/// `with_request_body`: the check carries the body (cut to `max_request_bytes` with
+/// `allow_partial_message`, else a longer body gets 413), as on Envoy.
+#[tokio::test(flavor = "multi_thread")]
+async fn request_bodies_go_with_the_check_like_envoy() {
+    let backend = echo_headers().await;
+    for (settings, long_status) in [
+        ("with_request_body: { max_request_bytes: 10, allow_partial_message: true }", 200),
+        ("with_request_body: { max_request_bytes: 10 }", 413),
+    ] {
+        let (authz_port, authz) = authz_server().await;
+        let pair = Pair::start(|port| bootstrap(port, backend.port, authz_port, "authz", settings)).await;
+        let mut per_proxy = Vec::new();
+        for (name, port) in pair.ports() {
+            let before = authz.bodies.lock().unwrap().len();
+            let mut statuses = Vec::new();
+            for body in ["hello", "0123456789abcdef"] {
+                let request = format!(
+                    "POST /allowed HTTP/1.1\r\nhost: example.com\r\nx-authz: allow\r\ncontent-length: {}\r\n\
+                     connection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                statuses.push(raw_http1(port, &request).await.0);
+            }
+            assert_eq!(statuses, [200, long_status], "{name}: {settings}");
+            let bodies = authz.bodies.lock().unwrap()[before..].to_vec();
+            per_proxy.push((name, bodies));
+        }
+        let (_, outrider) = per_proxy.iter().find(|(n, _)| *n == "outrider").unwrap();
+        let mut want = vec![("hello".to_owned(), "false".to_owned())];
+        if long_status == 200 {
+            want.push(("0123456789".to_owned(), "true".to_owned()));
+        }
+        assert_eq!(outrider, &want, "{settings}");
+        if let Some((_, envoy)) = per_proxy.iter().find(|(n, _)| *n == "envoy") {
+            assert_eq!(envoy, outrider, "{settings}: the checks differ");
+        }
+    }
 }

@@ -27,8 +27,8 @@ pub use serve::serve;
 
 use super::filters::context::MatchedRoute;
 use super::filters::{
-    Callouts, DownstreamConnection, DynamicMetadata, FilterHeadersStatus, HeaderEdit, HttpFilterChain, LocalResponse,
-    RequestContext, ResponseHook,
+    Callouts, DownstreamBody, DownstreamConnection, DynamicMetadata, FilterHeadersStatus, HeaderEdit, HttpFilterChain,
+    LocalResponse, RequestContext, ResponseHook,
 };
 use super::headers::{self, Downstream, LocalReply, ResetReason};
 use super::original_dst;
@@ -137,6 +137,7 @@ async fn forward_request(
     }
     let mut edits = Vec::new();
     let mut hooks: Vec<Box<dyn ResponseHook>> = Vec::new();
+    let mut body = DownstreamBody::new(body);
     if !exchange.filters.is_empty() {
         let mut metadata = DynamicMetadata::default();
         let callouts = Callouts::new(context);
@@ -152,6 +153,8 @@ async fn forward_request(
             callouts: &callouts,
             stat_prefix: &manager.stat_prefix,
             draining: context.draining.is_triggered(),
+            flags: &mut stream.flags,
+            body: &mut body,
         };
         if let FilterHeadersStatus::LocalReply(reply) = exchange.filters.decode_headers(&mut request).await {
             let response = filter_reply(manager, stream, reply, is_grpc);
@@ -236,6 +239,10 @@ fn filter_reply(
     if let (true, Some(code)) = (is_grpc, reply.grpc_status) {
         header_map.insert("grpc-status", HeaderValue::from(code));
     }
+    // A header the filter sets replaces the default of that name (`content-type`).
+    for name in reply.headers.keys() {
+        header_map.remove(name);
+    }
     for (name, value) in &reply.headers {
         header_map.append(name.clone(), value.clone());
     }
@@ -263,7 +270,7 @@ struct Routed<'a> {
 /// route's cluster with retries and timeouts.
 async fn route_and_forward(
     mut parts: http::request::Parts,
-    body: Incoming,
+    body: DownstreamBody,
     routed: Routed<'_>,
     exchange: Exchange<'_>,
     stream: &mut StreamInfo,
@@ -491,7 +498,7 @@ enum Attempt {
 #[allow(clippy::too_many_arguments)]
 async fn forward_upgrade(
     mut parts: http::request::Parts,
-    body: Incoming,
+    body: DownstreamBody,
     forward: &Forward<'_>,
     cluster: &Arc<crate::store::Versioned<crate::config::Cluster>>,
     snapshot: &Snapshot,
@@ -519,7 +526,7 @@ async fn forward_upgrade(
     };
     // Kept for the response's header handling (which keeps `upgrade` only for upgrades).
     let request_headers = parts.headers.clone();
-    let request = Request::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed());
+    let request = Request::from_parts(parts, body.into_request_body());
     let started = Instant::now();
     let mut response = match context.upstreams.open_upgrade(&host, &cluster.resource, request, tls).await {
         Ok(response) => response,
@@ -541,9 +548,18 @@ enum Buffered {
     Stream(RequestBody),
 }
 
-/// Reads the body whole when it is known to be small (or empty); otherwise streams it.
-async fn buffer_for_retry(body: Incoming, headers: &HeaderMap) -> Result<Buffered, ()> {
+/// Reads the body whole when it is known to be small (or empty); otherwise streams it. A
+/// body a filter read whole is kept as it is; one it read in part streams.
+async fn buffer_for_retry(body: DownstreamBody, headers: &HeaderMap) -> Result<Buffered, ()> {
     use hyper::body::Body;
+    if let Some(whole) = body.complete() {
+        return Ok(Buffered::Whole(whole));
+    }
+    let body = match body.into_untouched() {
+        Ok(Some(body)) => body,
+        Ok(None) => return Ok(Buffered::Whole(Bytes::new())),
+        Err(partly_read) => return Ok(Buffered::Stream(partly_read.into_request_body())),
+    };
     let small = body.is_end_stream()
         || body.size_hint().upper().is_some_and(|n| n as usize <= RETRY_BUFFER_LIMIT)
         || headers

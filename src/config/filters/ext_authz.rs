@@ -42,6 +42,23 @@ pub struct ExtAuthz {
     /// `max_denied_response_body_bytes`: a denied response's body is cut to this length (0:
     /// no limit).
     pub max_denied_response_body_bytes: u32,
+    /// `with_request_body`: send (up to a limit of) the request body with the check.
+    pub with_request_body: Option<BufferSettings>,
+    /// `filter_enabled_metadata`: check only requests whose dynamic metadata matches (Istio's
+    /// CUSTOM action: the RBAC filter's shadow rules mark the requests a policy applies to).
+    pub filter_enabled_metadata: Option<crate::config::filters::rbac::MetadataMatcher>,
+}
+
+/// `BufferSettings`: how much of the request body a check carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferSettings {
+    /// `max_request_bytes` (> 0): the most the check carries.
+    pub max_request_bytes: u32,
+    /// `allow_partial_message`: a longer body is cut to `max_request_bytes`; otherwise the
+    /// request gets 413.
+    pub allow_partial_message: bool,
+    /// `pack_as_bytes`: the body goes in `raw_body` (bytes) instead of `body` (UTF-8).
+    pub pack_as_bytes: bool,
 }
 
 /// Where the checks go.
@@ -86,9 +103,11 @@ pub struct ExtAuthzPerRoute {
     /// virtual host and the route (the most specific wins per key), sent in
     /// `attributes.context_extensions`.
     pub context_extensions: BTreeMap<String, String>,
-    /// `check_settings.disable_request_body_buffering`. Bodies are never buffered for the
-    /// check (`with_request_body` is refused), so this changes nothing.
+    /// `check_settings.disable_request_body_buffering`: no body in this route's checks.
     pub disable_request_body_buffering: bool,
+    /// `check_settings.with_request_body`: this route's body settings, instead of the
+    /// filter's.
+    pub with_request_body: Option<BufferSettings>,
 }
 
 /// `envoy.extensions.filters.network.ext_authz.v3.ExtAuthz`.

@@ -167,6 +167,11 @@ pub struct RequestContext<'a> {
     pub stat_prefix: &'a str,
     /// The proxy is draining (health checks fail).
     pub draining: bool,
+    /// The request's body, for filters that read it (ext_authz `with_request_body`).
+    pub body: &'a mut super::body::DownstreamBody,
+    /// Response flags of the request (`DI` for a fault delay), for requests a filter lets
+    /// through; a local reply carries its own in [`LocalResponse::flags`].
+    pub flags: &'a mut ResponseFlags,
 }
 
 impl RequestContext<'_> {

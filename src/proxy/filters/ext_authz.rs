@@ -130,12 +130,49 @@ impl HttpFilter for ExtAuthzFilter {
         if settings.last().is_some_and(|s| s.disabled) {
             return FilterHeadersStatus::Continue;
         }
+        if let Some(matcher) = &self.config.filter_enabled_metadata
+            && !super::rbac::engine::metadata_matcher_matches(matcher, Some(request.metadata))
+        {
+            return FilterHeadersStatus::Continue;
+        }
         // Context extensions merge across levels, the more specific winning per key.
         let mut context_extensions = BTreeMap::new();
         for level in &settings {
             context_extensions.extend(level.context_extensions.iter().map(|(k, v)| (k.clone(), v.clone())));
         }
-        let check = check_request::http_check(&self.config, request, context_extensions, rand::random());
+        // `with_request_body`: the route's settings, else the filter's, unless the route
+        // turns buffering off; only requests that have a body wait for it.
+        let buffering = if settings.iter().any(|s| s.disable_request_body_buffering) {
+            None
+        } else {
+            settings.iter().rev().find_map(|s| s.with_request_body).or(self.config.with_request_body)
+        };
+        let mut body = None;
+        if let Some(buffer) = buffering
+            && !request.body.is_end_stream()
+        {
+            let max = buffer.max_request_bytes as usize;
+            // One byte more than the limit tells a body that is too long from one that fits.
+            let complete = match request.body.buffer(max.saturating_add(1)).await {
+                Ok(complete) => complete,
+                Err(_) => return self.failed(400, "ext_authz_body_read_failed"),
+            };
+            let read = request.body.buffered().len();
+            let partial = !complete || read > max;
+            if partial && !buffer.allow_partial_message {
+                // Envoy's connection manager answers a body over the filter's buffer limit.
+                let reply =
+                    LocalResponse::new(StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large", "request_payload_too_large");
+                return FilterHeadersStatus::LocalReply(reply);
+            }
+            body = Some((read.min(max), partial, buffer.pack_as_bytes));
+        }
+        let check_body = body.map(|(length, partial, as_bytes)| check_request::CheckBody {
+            bytes: request.body.buffered().get(..length).unwrap_or_default(),
+            partial,
+            as_bytes,
+        });
+        let check = check_request::http_check(&self.config, request, context_extensions, rand::random(), check_body);
         let decision = self.check(request, &check).await;
         let cluster = super::route_cluster::route_cluster(request);
         let metadata = match &decision {

@@ -10,9 +10,8 @@
 //! active. An abort answers with its status and `fault filter abort` (response flag
 //! `FI`), and never reaches the upstream.
 //!
-//! Differences from Envoy: a delay is not recorded as response flag `DI` (filters have no
-//! way yet to flag a request they let through); with weighted clusters, whose pick comes
-//! later, `upstream_cluster` matches when it is any of the route's clusters.
+//! A delayed request is flagged `DI`. Difference from Envoy: with weighted clusters, whose
+//! pick comes later, `upstream_cluster` matches when it is any of the route's clusters.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -131,6 +130,7 @@ impl HttpFilter for FaultFilter {
             && self.try_activate(&settings, &mut active)
         {
             self.delays_injected.inc();
+            request.flags.insert(ResponseFlags::DELAY_INJECTED);
             self.count_for_downstream(&settings, downstream.as_deref(), "delays_injected");
             tokio::time::sleep(duration).await;
             // A delay may be followed by an abort, drawn now.

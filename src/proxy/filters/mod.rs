@@ -18,6 +18,7 @@
 //! [`callout::Callouts`], which picks an endpoint with the cluster's balancer and sends over
 //! the worker's pools like the router does.
 
+pub mod body;
 pub mod callout;
 mod chance;
 pub mod cluster_counters;
@@ -37,6 +38,7 @@ pub mod registry;
 pub mod route_cluster;
 pub mod token_bucket;
 
+pub use body::DownstreamBody;
 pub use callout::{CalloutError, Callouts};
 pub use context::{
     DownstreamConnection, DynamicMetadata, HeaderEdit, LocalResponse, ProxyBody, RequestContext, ResponseHook,

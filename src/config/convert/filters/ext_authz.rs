@@ -7,7 +7,9 @@ use super::super::common;
 use super::super::route::matchers::string_matcher;
 use super::grpc_service::{envoy_grpc, error_status, require_v3};
 use crate::config::error::{ConfigError, Result, Warnings};
-use crate::config::filters::ext_authz::{AuthzService, ExtAuthz, ExtAuthzPerRoute, HttpAuthzService, NetworkExtAuthz};
+use crate::config::filters::ext_authz::{
+    AuthzService, BufferSettings, ExtAuthz, ExtAuthzPerRoute, HttpAuthzService, NetworkExtAuthz,
+};
 use crate::config::route::StringMatcher;
 use crate::pb::envoy::extensions::filters::http::ext_authz::v3 as proto;
 use crate::pb::envoy::extensions::filters::network::ext_authz::v3 as network;
@@ -60,9 +62,8 @@ pub fn ext_authz(any: &Any, warnings: &mut Warnings) -> Result<ExtAuthz> {
         services,
     } = common::unpack::<proto::ExtAuthz>(any)?;
     let refuse = |field: &str, what: &str| Err(ConfigError::new(field, format!("{what} is not supported")));
-    if with_request_body.is_some() {
-        return refuse("with_request_body", "sending the request body to the authorization service");
-    }
+    let with_request_body =
+        with_request_body.map(buffer_settings).transpose().map_err(|e| e.at("with_request_body"))?;
     if clear_route_cache {
         return refuse("clear_route_cache", "routing again after the authorization service changed headers");
     }
@@ -78,10 +79,14 @@ pub fn ext_authz(any: &Any, warnings: &mut Warnings) -> Result<ExtAuthz> {
     if filter_enabled.is_some() {
         return refuse("filter_enabled", "enabling the filter for a runtime fraction of requests");
     }
-    if filter_enabled_metadata.is_some() {
-        return refuse("filter_enabled_metadata", "enabling the filter by metadata");
-    }
-    if deny_at_disable.is_some() {
+    let filter_enabled_metadata = filter_enabled_metadata
+        .map(|m| {
+            warnings
+                .within("filter_enabled_metadata", |w| super::rbac::policy::metadata_matcher(m, w))
+                .map_err(|e| e.at("filter_enabled_metadata"))
+        })
+        .transpose()?;
+    if deny_at_disable.as_ref().is_some_and(|d| d.default_value.as_ref().is_some_and(|v| v.value)) {
         return refuse("deny_at_disable", "denying requests the filter is disabled for");
     }
     if include_peer_certificate {
@@ -153,6 +158,8 @@ pub fn ext_authz(any: &Any, warnings: &mut Warnings) -> Result<ExtAuthz> {
         metadata_context_namespaces,
         dynamic_metadata_ingestion: common::bool_or(&enable_dynamic_metadata_ingestion, true),
         max_denied_response_body_bytes,
+        with_request_body,
+        filter_enabled_metadata,
     })
 }
 
@@ -256,6 +263,15 @@ fn list_string_matcher(proto: ListStringMatcher, warnings: &mut Warnings) -> Res
         .collect()
 }
 
+/// `BufferSettings`, with Envoy's constraint that `max_request_bytes` is above 0.
+fn buffer_settings(proto: proto::BufferSettings) -> Result<BufferSettings> {
+    let proto::BufferSettings { max_request_bytes, allow_partial_message, pack_as_bytes } = proto;
+    if max_request_bytes == 0 {
+        return Err(ConfigError::new("max_request_bytes", "must be greater than 0"));
+    }
+    Ok(BufferSettings { max_request_bytes, allow_partial_message, pack_as_bytes })
+}
+
 pub fn per_route(any: &Any, warnings: &mut Warnings) -> Result<ExtAuthzPerRoute> {
     use proto::ext_authz_per_route::Override as O;
     let proto::ExtAuthzPerRoute { r#override } = common::unpack::<proto::ExtAuthzPerRoute>(any)?;
@@ -271,12 +287,10 @@ pub fn per_route(any: &Any, warnings: &mut Warnings) -> Result<ExtAuthzPerRoute>
                 emit_client_span,
                 service_override,
             } = settings;
-            if with_request_body.is_some() {
-                return Err(ConfigError::new(
-                    "check_settings.with_request_body",
-                    "sending the request body to the authorization service is not supported",
-                ));
-            }
+            let with_request_body = with_request_body
+                .map(buffer_settings)
+                .transpose()
+                .map_err(|e| e.at("check_settings.with_request_body"))?;
             if service_override.is_some() {
                 return Err(ConfigError::new(
                     "check_settings.service_override",
@@ -290,6 +304,7 @@ pub fn per_route(any: &Any, warnings: &mut Warnings) -> Result<ExtAuthzPerRoute>
                 disabled: false,
                 context_extensions: context_extensions.into_iter().collect(),
                 disable_request_body_buffering,
+                with_request_body,
             })
         }
     }
@@ -381,7 +396,10 @@ mod tests {
             ..Default::default()
         };
         let cases = [
-            (proto::ExtAuthz { with_request_body: Some(Default::default()), ..base.clone() }, "with_request_body"),
+            (
+                proto::ExtAuthz { with_request_body: Some(Default::default()), ..base.clone() },
+                "with_request_body.max_request_bytes",
+            ),
             (proto::ExtAuthz { clear_route_cache: true, ..base.clone() }, "clear_route_cache"),
             (proto::ExtAuthz { transport_api_version: 0, ..base.clone() }, "transport_api_version"),
             (

@@ -19,12 +19,22 @@ use crate::proxy::filters::context::{DownstreamConnection, RequestContext};
 /// Envoy skips a client's own copy of this header: it marks a partial body in the check.
 const PARTIAL_BODY_HEADER: &str = "x-envoy-auth-partial-body";
 
+/// The part of the request body a check carries (`with_request_body`).
+pub struct CheckBody<'a> {
+    pub bytes: &'a [u8],
+    /// Shorter than the request's body (`x-envoy-auth-partial-body: true`).
+    pub partial: bool,
+    /// `pack_as_bytes`: in `raw_body`, else in `body` as UTF-8.
+    pub as_bytes: bool,
+}
+
 /// The check for one HTTP request.
 pub fn http_check(
     config: &ExtAuthz,
     request: &RequestContext<'_>,
     context_extensions: BTreeMap<String, String>,
     stream_id: u64,
+    body: Option<CheckBody<'_>>,
 ) -> CheckRequest {
     let connection = request.connection;
     let service = request
@@ -54,8 +64,28 @@ pub fn http_check(
                 .or_insert(value);
         }
     }
+    if let Some(body) = &body {
+        // Envoy marks whether the body was cut, after the allowed-headers filter.
+        let partial = if body.partial { "true" } else { "false" };
+        if config.encode_raw_headers {
+            raw.push(core::HeaderValue {
+                key: PARTIAL_BODY_HEADER.to_owned(),
+                value: String::new(),
+                raw_value: partial.as_bytes().to_vec(),
+            });
+        } else {
+            map.insert(PARTIAL_BODY_HEADER.to_owned(), partial.to_owned());
+        }
+    }
+    let (text_body, raw_body) = match &body {
+        Some(body) if body.as_bytes => (String::new(), body.bytes.to_vec()),
+        Some(body) => (String::from_utf8_lossy(body.bytes).into_owned(), Vec::new()),
+        None => (String::new(), Vec::new()),
+    };
     let parts = &*request.parts;
     let http = HttpRequest {
+        body: text_body,
+        raw_body,
         id: stream_id.to_string(),
         method: parts.method.as_str().to_owned(),
         path: request.path().to_owned(),

@@ -28,7 +28,10 @@ pub fn request(service: &HttpAuthzService, check: &CheckRequest) -> Option<Reque
     if let Some(host) = http.headers.get(":authority") {
         builder = builder.header(http::header::HOST, host.as_str());
     }
-    let mut request = builder.header(http::header::CONTENT_LENGTH, "0").body(Bytes::new()).ok()?;
+    // The buffered request body (`with_request_body`), if any; else none.
+    let body =
+        if http.raw_body.is_empty() { Bytes::from(http.body.clone()) } else { Bytes::from(http.raw_body.clone()) };
+    let mut request = builder.header(http::header::CONTENT_LENGTH, body.len()).body(body).ok()?;
     for (name, value) in &service.headers_to_add {
         if let Ok(value) = HeaderValue::from_str(value) {
             request.headers_mut().insert(name.clone(), value);

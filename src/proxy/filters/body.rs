@@ -1,0 +1,94 @@
+//! The request's body as filters may read it (ext_authz's `with_request_body`): buffered on
+//! demand, up to a limit, then sent upstream unchanged — the buffered bytes first, the
+//! rest as it streams.
+
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use http::HeaderMap;
+use http_body_util::{BodyExt, BodyStream, StreamBody};
+use hyper::body::{Body, Frame, Incoming};
+
+use crate::proxy::upstream::{BoxError, RequestBody};
+
+/// A downstream request body, partly or wholly read by filters.
+pub struct DownstreamBody {
+    buffered: BytesMut,
+    /// What is still to be read; `None` once the body ended.
+    rest: Option<Incoming>,
+    trailers: Option<HeaderMap>,
+}
+
+/// The body could not be read (the client reset or broke the protocol).
+#[derive(Debug, thiserror::Error)]
+#[error("reading the request body: {0}")]
+pub struct BodyError(String);
+
+impl DownstreamBody {
+    pub fn new(body: Incoming) -> Self {
+        let rest = (!body.is_end_stream()).then_some(body);
+        Self { buffered: BytesMut::new(), rest, trailers: None }
+    }
+
+    /// Whether nothing more is to come (no body, or all of it buffered).
+    pub fn is_end_stream(&self) -> bool {
+        self.rest.as_ref().is_none_or(Body::is_end_stream)
+    }
+
+    /// Reads until the body ends or at least `limit` bytes are buffered; returns whether
+    /// the whole body is buffered.
+    pub async fn buffer(&mut self, limit: usize) -> Result<bool, BodyError> {
+        while self.buffered.len() < limit {
+            let Some(rest) = self.rest.as_mut() else { break };
+            match rest.frame().await {
+                None => self.rest = None,
+                Some(Err(error)) => return Err(BodyError(error.to_string())),
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => self.buffered.extend_from_slice(&data),
+                    Err(frame) => {
+                        if let Ok(trailers) = frame.into_trailers() {
+                            self.trailers = Some(trailers);
+                        }
+                    }
+                },
+            }
+        }
+        if self.rest.as_ref().is_some_and(Body::is_end_stream) {
+            self.rest = None;
+        }
+        Ok(self.rest.is_none())
+    }
+
+    /// What filters have buffered so far.
+    pub fn buffered(&self) -> &[u8] {
+        &self.buffered
+    }
+
+    /// The whole body, when it is all buffered (or there was none).
+    pub fn complete(&self) -> Option<Bytes> {
+        self.rest.is_none().then(|| self.buffered.clone().freeze())
+    }
+
+    /// The body to send upstream: the buffered bytes, then the rest as it streams, then
+    /// the trailers.
+    pub fn into_request_body(self) -> RequestBody {
+        let Self { buffered, rest, trailers } = self;
+        if buffered.is_empty()
+            && trailers.is_none()
+            && let Some(rest) = rest
+        {
+            return rest.map_err(|e| Box::new(e) as BoxError).boxed();
+        }
+        let head = (!buffered.is_empty()).then(|| Ok::<_, BoxError>(Frame::data(buffered.freeze())));
+        let tail = trailers.map(|t| Ok::<_, BoxError>(Frame::trailers(t)));
+        let rest = rest.map(|rest| BodyStream::new(rest).map(|frame| frame.map_err(|e| Box::new(e) as BoxError)));
+        let frames = futures::stream::iter(head)
+            .chain(futures::stream::iter(rest.into_iter()).flatten())
+            .chain(futures::stream::iter(tail));
+        BodyExt::boxed(StreamBody::new(frames))
+    }
+
+    /// The body as it arrived, when no filter read any of it.
+    pub fn into_untouched(self) -> Result<Option<Incoming>, Self> {
+        if self.buffered.is_empty() && self.trailers.is_none() { Ok(self.rest) } else { Err(self) }
+    }
+}
