@@ -41,8 +41,9 @@ static ALLOCATOR: Counting = Counting;
 const ENDPOINTS: usize = 10_000;
 const CLUSTERS: usize = 5_000;
 
-/// A ClusterLoadAssignment of `n` endpoints spread over 3 zones, as istiod sends them.
-fn eds_bytes(n: usize) -> Vec<u8> {
+/// A ClusterLoadAssignment of `n` endpoints spread over 3 zones, as istiod sends them,
+/// each with load-balancing `weight`.
+fn eds_bytes(n: usize, weight: u32) -> Vec<u8> {
     let zones: Vec<_> = (0..3)
         .map(|z| {
             let endpoints: Vec<_> = (z..n)
@@ -52,7 +53,7 @@ fn eds_bytes(n: usize) -> Vec<u8> {
                         "endpoint": { "address": { "socket_address": {
                             "address": format!("10.{}.{}.{}", i / 65536, (i / 256) % 256, i % 256), "port_value": 8080 } } },
                         "health_status": "HEALTHY",
-                        "load_balancing_weight": 1,
+                        "load_balancing_weight": weight,
                     })
                 })
                 .collect();
@@ -120,7 +121,10 @@ fn retained_per_item(resource_type: ResourceType, items: &[Vec<u8>], per: usize)
 }
 
 fn bench(c: &mut Criterion) {
-    let eds = vec![eds_bytes(ENDPOINTS)];
+    let eds = vec![eds_bytes(ENDPOINTS, 1)];
+    // The same endpoints with new weights: an identical push would be skipped as unchanged,
+    // this one is reconciled endpoint by endpoint.
+    let eds_reweighted = vec![eds_bytes(ENDPOINTS, 2)];
     let cds = cds_bytes(CLUSTERS);
     eprintln!(
         "retained heap: {:.0} bytes per endpoint (EDS, {ENDPOINTS} endpoints); {:.0} bytes per cluster (CDS, {CLUSTERS} clusters)",
@@ -142,7 +146,9 @@ fn bench(c: &mut Criterion) {
                 apply(&mut state, &store, ResourceType::ClusterLoadAssignment, &eds, "1");
                 (state, store)
             },
-            |(mut state, store)| apply(&mut state, &store, ResourceType::ClusterLoadAssignment, &eds, "2"),
+            |(mut state, store)| {
+                apply(&mut state, &store, ResourceType::ClusterLoadAssignment, &eds_reweighted, "2")
+            },
             BatchSize::LargeInput,
         )
     });

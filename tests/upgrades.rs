@@ -181,3 +181,23 @@ async fn a_route_can_enable_what_the_connection_manager_disables() {
     )
     .await;
 }
+
+/// A CONNECT request, which no connection manager here allows, gets the same answer from
+/// both proxies and never reaches the backend.
+#[tokio::test(flavor = "multi_thread")]
+async fn connect_requests_are_refused_like_envoy() {
+    let (backend, seen) = echo_upgrade_backend().await;
+    let pair = Pair::start(|port| bootstrap(port, backend, "{ upgrade_type: websocket }", "")).await;
+    let mut statuses = Vec::new();
+    for (name, port) in pair.ports() {
+        let request = "CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\nconnection: close\r\n\r\n";
+        let (status, _, _) = common::differential::raw_http1(port, request).await;
+        statuses.push((name, status));
+    }
+    let outrider = statuses.iter().find(|(n, _)| *n == "outrider").unwrap().1;
+    assert_eq!(outrider, 403);
+    if let Some((_, envoy)) = statuses.iter().find(|(n, _)| *n == "envoy") {
+        assert_eq!(*envoy, outrider, "{statuses:?}");
+    }
+    assert_eq!(seen.load(Ordering::SeqCst), 0);
+}

@@ -25,6 +25,12 @@ pub(crate) type UpgradeSlot = RefCell<Option<OnUpgrade>>;
 /// `h2c` is not an upgrade Outrider (or Envoy) performs: its headers are removed and the
 /// request goes on as a plain one.
 pub(super) fn requested(parts: &mut Parts) -> Option<String> {
+    // Envoy treats a CONNECT request as an upgrade of type `CONNECT`, which Outrider never
+    // allows (its configuration is refused), so CONNECT gets the 403 of an upgrade nobody
+    // allowed, on either protocol.
+    if parts.method == http::Method::CONNECT {
+        return Some("connect".to_owned());
+    }
     if parts.version != http::Version::HTTP_11 || !super::super::headers::is_upgrade(&parts.headers) {
         return None;
     }

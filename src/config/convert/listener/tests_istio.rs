@@ -64,11 +64,6 @@ fn convert_listeners_refusing(file: &str, refused: &[(&str, &str)]) -> Vec<Liste
     out
 }
 
-/// Converts every listener of a dump; none may fail.
-fn convert_listeners(file: &str) -> Vec<Listener> {
-    convert_listeners_refusing(file, &[])
-}
-
 /// The descriptor set has no `xds.type.matcher.v3.IPMatcher`, so the JSON reader drops
 /// it; xDS would carry it in binary. Rebuild it from the JSON the way xDS would send it.
 fn restore_ip_matcher(proto: &mut proto::Listener, json: &Value, dropped: &[Dropped]) {
