@@ -6,6 +6,7 @@
 //! with its path. Nothing that allows, denies, answers, delays or rewrites requests is
 //! ever skipped.
 
+pub mod compressor;
 pub mod cors;
 pub mod fault;
 pub mod fractional_percent;
@@ -43,6 +44,8 @@ pub enum HttpFilterConfig {
     Cors,
     /// `envoy.filters.http.rbac`.
     Rbac(Arc<rbac::HttpRbac>),
+    /// `envoy.filters.http.compressor`.
+    Compressor(Arc<compressor::Compressor>),
 }
 
 impl HttpFilterConfig {
@@ -55,6 +58,7 @@ impl HttpFilterConfig {
             Self::Fault(_) => "envoy.filters.http.fault",
             Self::Cors => "envoy.filters.http.cors",
             Self::Rbac(_) => "envoy.filters.http.rbac",
+            Self::Compressor(_) => "envoy.filters.http.compressor",
         }
     }
 }

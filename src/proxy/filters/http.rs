@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::context::RequestContext;
-use super::{LocalResponse, cors, fault, health_check, jwt_authn, local_ratelimit, rbac};
+use super::{LocalResponse, compressor, cors, fault, health_check, jwt_authn, local_ratelimit, rbac};
 use crate::config::filters::{FilterOverride, HttpFilterConfig};
 use crate::telemetry::Stats;
 
@@ -43,11 +43,18 @@ enum Filter {
     Fault(fault::FaultFilter),
     Cors(cors::CorsFilter),
     Rbac(rbac::RbacFilter),
+    Compressor(compressor::CompressorFilter),
 }
 
 impl Filter {
-    /// `name` is the filter's configured name, by which routes give it settings.
-    fn build(name: &str, config: &HttpFilterConfig, factory: FactoryContext<'_>) -> Self {
+    /// `name` is the filter's configured name, by which routes give it settings; `chain`
+    /// the whole list (compressors choose among each other).
+    fn build(
+        name: &str,
+        config: &HttpFilterConfig,
+        chain: &[crate::config::filters::HttpFilter],
+        factory: FactoryContext<'_>,
+    ) -> Self {
         match config {
             HttpFilterConfig::HealthCheck(config) => {
                 Self::HealthCheck(health_check::HealthCheckFilter::new(config.clone(), factory))
@@ -61,6 +68,9 @@ impl Filter {
             HttpFilterConfig::Fault(config) => Self::Fault(fault::FaultFilter::new(name, config.clone(), factory)),
             HttpFilterConfig::Cors => Self::Cors(cors::CorsFilter::new(name, factory)),
             HttpFilterConfig::Rbac(config) => Self::Rbac(rbac::RbacFilter::new(name, config.clone(), factory)),
+            HttpFilterConfig::Compressor(config) => {
+                Self::Compressor(compressor::CompressorFilter::new(config.clone(), chain, factory))
+            }
         }
     }
 
@@ -72,6 +82,7 @@ impl Filter {
             Self::Fault(filter) => filter.decode_headers(request).await,
             Self::Cors(filter) => filter.decode_headers(request).await,
             Self::Rbac(filter) => filter.decode_headers(request).await,
+            Self::Compressor(filter) => filter.decode_headers(request).await,
         }
     }
 }
@@ -94,7 +105,7 @@ impl HttpFilterChain {
             .map(|c| Entry {
                 name: c.name.clone(),
                 disabled: c.disabled,
-                filter: Filter::build(&c.name, &c.config, factory),
+                filter: Filter::build(&c.name, &c.config, configs, factory),
             })
             .collect();
         Self { filters }

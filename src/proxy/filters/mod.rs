@@ -21,6 +21,7 @@
 pub mod callout;
 mod chance;
 pub mod context;
+pub mod compressor;
 pub mod cors;
 pub mod fault;
 mod header_options;
