@@ -106,8 +106,12 @@ fn bootstrap(port: u16, backend: u16, chunked: u16) -> String {
                   content_type: [text/plain, application/vnd.google.protobuf, application/openmetrics-text, application/openmetrics-protobuf]"#
         )
     };
-    let filters = [compressor("brotli", "brotli", "Brotli"), compressor("zstd", "zstd", "Zstd"), compressor("gzip", "gzip", "Gzip")]
-        .concat();
+    let filters = [
+        compressor("brotli", "brotli", "Brotli"),
+        compressor("zstd", "zstd", "Zstd"),
+        compressor("gzip", "gzip", "Gzip"),
+    ]
+    .concat();
     let cluster = |name: &str, port: u16| {
         format!(
             r#"
@@ -185,7 +189,8 @@ async fn exchange(port: u16, method: &str, path: &str, accept_encoding: Option<&
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
         .collect();
     let header = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
-    let body = if header("transfer-encoding").is_some_and(|t| t.contains("chunked")) { dechunk(body) } else { body.to_vec() };
+    let body =
+        if header("transfer-encoding").is_some_and(|t| t.contains("chunked")) { dechunk(body) } else { body.to_vec() };
     let content_encoding = header("content-encoding");
     let body = match content_encoding.as_deref() {
         Some("gzip") => {
@@ -216,8 +221,9 @@ fn dechunk(mut body: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     loop {
         let line_end = body.windows(2).position(|w| w == b"\r\n").expect("a chunk size line");
-        let size = usize::from_str_radix(String::from_utf8_lossy(&body[..line_end]).split(';').next().unwrap().trim(), 16)
-            .unwrap();
+        let size =
+            usize::from_str_radix(String::from_utf8_lossy(&body[..line_end]).split(';').next().unwrap().trim(), 16)
+                .unwrap();
         body = &body[line_end + 2..];
         if size == 0 {
             return out;
@@ -257,10 +263,9 @@ const PATHS: &[&str] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compressed_responses_match_envoy() {
-    let backend = backends::http(|request: http::Request<hyper::body::Incoming>| async move {
-        answer(request.uri().path())
-    })
-    .await;
+    let backend =
+        backends::http(|request: http::Request<hyper::body::Incoming>| async move { answer(request.uri().path()) })
+            .await;
     let chunked = chunked_backend().await;
     let pair = Pair::start(|port| bootstrap(port, backend.port, chunked)).await;
     let original = text();

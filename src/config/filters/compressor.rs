@@ -85,7 +85,13 @@ pub enum Library {
     /// `envoy.extensions.compression.gzip.compressor.v3.Gzip`.
     Gzip { level: u32, window_bits: u8 },
     /// `envoy.extensions.compression.brotli.compressor.v3.Brotli`.
-    Brotli { quality: u32, window_bits: u32, input_block_bits: u32, mode: BrotliMode, disable_literal_context_modeling: bool },
+    Brotli {
+        quality: u32,
+        window_bits: u32,
+        input_block_bits: u32,
+        mode: BrotliMode,
+        disable_literal_context_modeling: bool,
+    },
     /// `envoy.extensions.compression.zstd.compressor.v3.Zstd`.
     Zstd { level: i32, checksum: bool, strategy: u32 },
 }

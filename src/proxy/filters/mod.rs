@@ -20,8 +20,8 @@
 
 pub mod callout;
 mod chance;
-pub mod context;
 pub mod compressor;
+pub mod context;
 pub mod cors;
 pub mod fault;
 mod header_options;

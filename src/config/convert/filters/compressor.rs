@@ -101,8 +101,12 @@ fn response_direction(
         codes.push(code);
     }
     let common = common_config.unwrap_or_default();
-    let proto::compressor::CommonDirectionConfig { enabled: flag, min_content_length: min, content_type, content_type_matcher } =
-        common;
+    let proto::compressor::CommonDirectionConfig {
+        enabled: flag,
+        min_content_length: min,
+        content_type,
+        content_type_matcher,
+    } = common;
     let enabled = warnings
         .within("common_config.enabled", |w| enabled(flag.as_ref(), w))
         .map_err(|e| e.at("common_config.enabled"))?;
@@ -348,11 +352,17 @@ mod tests {
         let cases = [
             (with_library(any_of(ZSTD, &zstd_dictionary)), "compressor_library.typed_config.dictionary"),
             (
-                with_library(any_of(GZIP, &gzip::Gzip { window_bits: Some(UInt32Value { value: 8 }), ..Default::default() })),
+                with_library(any_of(
+                    GZIP,
+                    &gzip::Gzip { window_bits: Some(UInt32Value { value: 8 }), ..Default::default() },
+                )),
                 "compressor_library.typed_config.window_bits",
             ),
             (
-                with_library(any_of(BROTLI, &brotli::Brotli { quality: Some(UInt32Value { value: 12 }), ..Default::default() })),
+                with_library(any_of(
+                    BROTLI,
+                    &brotli::Brotli { quality: Some(UInt32Value { value: 12 }), ..Default::default() },
+                )),
                 "compressor_library.typed_config.quality",
             ),
             (with_library(any_of("acme.Lz4", &gzip::Gzip::default())), "compressor_library.typed_config"),
@@ -372,7 +382,10 @@ mod tests {
         let mut message = with_library(any_of(GZIP, &gzip::Gzip::default()));
         message.request_direction_config = Some(proto::compressor::RequestDirectionConfig {
             common_config: Some(proto::compressor::CommonDirectionConfig {
-                enabled: Some(RuntimeFeatureFlag { default_value: Some(BoolValue { value: false }), runtime_key: String::new() }),
+                enabled: Some(RuntimeFeatureFlag {
+                    default_value: Some(BoolValue { value: false }),
+                    runtime_key: String::new(),
+                }),
                 ..Default::default()
             }),
         });

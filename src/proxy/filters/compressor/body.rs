@@ -26,17 +26,18 @@ pub trait Encoder: Send {
 /// A new encoder for `library`.
 pub fn encoder(library: &Library) -> io::Result<Box<dyn Encoder>> {
     Ok(match library {
-        Library::Gzip { level, window_bits } => Box::new(Gzip(flate2::Compress::new_gzip(
-            flate2::Compression::new(*level),
-            *window_bits,
-        ))),
+        Library::Gzip { level, window_bits } => {
+            Box::new(Gzip(flate2::Compress::new_gzip(flate2::Compression::new(*level), *window_bits)))
+        }
         Library::Brotli { quality, window_bits, input_block_bits, mode, disable_literal_context_modeling } => {
             let params = brotli::enc::BrotliEncoderParams {
                 quality: i32::try_from(*quality).unwrap_or(11),
                 lgwin: i32::try_from(*window_bits).unwrap_or(24),
                 lgblock: i32::try_from(*input_block_bits).unwrap_or(24),
                 mode: match mode {
-                    BrotliMode::Default | BrotliMode::Generic => brotli::enc::backward_references::BrotliEncoderMode::BROTLI_MODE_GENERIC,
+                    BrotliMode::Default | BrotliMode::Generic => {
+                        brotli::enc::backward_references::BrotliEncoderMode::BROTLI_MODE_GENERIC
+                    }
                     BrotliMode::Text => brotli::enc::backward_references::BrotliEncoderMode::BROTLI_MODE_TEXT,
                     BrotliMode::Font => brotli::enc::backward_references::BrotliEncoderMode::BROTLI_MODE_FONT,
                 },
