@@ -108,14 +108,15 @@ async fn nack_keeps_last_good(api_type: &str) {
     let before = wait_snapshot(&outrider.store, complete).await;
     control_plane.wait_acked(ResourceType::ClusterLoadAssignment).await;
 
-    // Port 70000 does not exist: the whole update is refused.
+    // Port 70000 does not exist: the one resource of the update is refused.
     control_plane.set(ResourceType::ClusterLoadAssignment, &[&endpoints("backend", &[8003, 70000])]);
     let type_url = ResourceType::ClusterLoadAssignment.type_url();
     control_plane.server.wait_until(WAIT, |j| !j.nacks(type_url).is_empty()).await.unwrap();
     let journal = control_plane.server.journal();
     let nack = journal.nacks(type_url)[0].clone();
     let detail = nack.error_detail.unwrap();
-    assert_eq!(detail.code, tonic::Code::InvalidArgument as i32);
+    // As Envoy: a NACK's error_detail carries INTERNAL.
+    assert_eq!(detail.code, tonic::Code::Internal as i32);
     assert!(detail.message.contains("backend"), "names the resource: {}", detail.message);
     assert!(
         detail.message.contains("endpoints[0].lb_endpoints[1].endpoint.address.socket_address.port_value"),

@@ -4,6 +4,7 @@
 pub mod action;
 pub mod hash_policy;
 pub mod matcher;
+pub mod rate_limit;
 pub mod retry;
 
 use std::sync::Arc;
@@ -17,6 +18,7 @@ pub use action::{
 };
 pub use hash_policy::{HashPolicy, HashSource};
 pub use matcher::{HeaderMatch, HeaderMatcher, PathMatch, Pattern, QueryParameterMatcher, RouteMatch, StringMatcher};
+pub use rate_limit::{RateLimitAction, RateLimitPolicy};
 pub use retry::{RetryBackOff, RetryOn, RetryOnSet, RetryPolicy};
 
 /// Envoy's default limit on a direct response body (`max_direct_response_body_size_bytes`).
@@ -92,6 +94,9 @@ pub struct VirtualHost {
     pub per_filter: PerFilterConfig,
     /// `cors`: the CORS filter's policy here when `typed_per_filter_config` has none.
     pub cors: Option<Arc<CorsPolicy>>,
+    /// `rate_limits`: descriptors for the global rate-limit filter, used by routes that
+    /// have none of their own (or that include them).
+    pub rate_limits: Vec<RateLimitPolicy>,
 }
 
 /// `VirtualHost.require_tls`: requests that do not meet it get a 301 to https.

@@ -91,8 +91,12 @@ impl ConfigState {
         if clash { Err(format!("{} is a static resource and cannot be updated", resource.name())) } else { Ok(()) }
     }
 
-    /// Applies one accepted response. `full_state` (SotW LDS/CDS) removes every resource
-    /// of the type that the response does not list.
+    /// Applies the accepted resources of one response; returns whether anything changed.
+    /// `full_state` (SotW LDS/CDS) removes every resource of the type that `updated` does
+    /// not list. A resource whose bytes equal the held one is left as it is (its version
+    /// and time included), as Envoy skips an unchanged listener, cluster or route
+    /// configuration. The type's `version_info` (what `/config_dump` shows) moves only
+    /// when something changed, as Envoy's LDS and CDS move theirs.
     pub fn apply(
         &mut self,
         resource_type: ResourceType,
@@ -100,20 +104,25 @@ impl ConfigState {
         updated: Vec<Versioned<Resource>>,
         removed: &[String],
         full_state: bool,
-    ) {
+    ) -> bool {
         let now = SystemTime::now();
+        let mut changed = false;
         if full_state {
             let keep: BTreeSet<&str> = updated.iter().map(|u| u.resource.name()).collect();
             let stale: Vec<String> = self.names(resource_type).filter(|n| !keep.contains(n.as_str())).collect();
             for name in stale {
-                self.remove(resource_type, &name);
+                changed |= self.remove(resource_type, &name);
             }
         }
         for name in removed {
-            self.remove(resource_type, name);
+            changed |= self.remove(resource_type, name);
         }
         self.last_reconcile_operations = 0;
         for Versioned { resource, version, last_updated, raw } in updated {
+            if !raw.is_empty() && self.held_raw(resource_type, resource.name()).is_some_and(|held| *held == raw) {
+                continue;
+            }
+            changed = true;
             macro_rules! put {
                 ($map:ident, $value:expr) => {{
                     let value = $value;
@@ -136,9 +145,28 @@ impl ConfigState {
                 }
             }
         }
-        self.versions
-            .insert(resource_type, TypeVersion { version_info: version_info.to_owned(), last_updated: Some(now) });
+        if changed {
+            self.versions
+                .insert(resource_type, TypeVersion { version_info: version_info.to_owned(), last_updated: Some(now) });
+        }
         self.initialized.insert(resource_type);
+        changed
+    }
+
+    /// The names of every held dynamic resource of `resource_type`.
+    pub fn held_names(&self, resource_type: ResourceType) -> impl Iterator<Item = String> + '_ {
+        self.names(resource_type)
+    }
+
+    /// The bytes a held dynamic resource arrived as.
+    fn held_raw(&self, resource_type: ResourceType, name: &str) -> Option<&bytes::Bytes> {
+        match resource_type {
+            ResourceType::Listener => self.listeners.get(name).map(|v| &v.raw),
+            ResourceType::RouteConfiguration => self.routes.get(name).map(|v| &v.raw),
+            ResourceType::Cluster => self.clusters.get(name).map(|v| &v.raw),
+            ResourceType::ClusterLoadAssignment => self.endpoints.get(name).map(|v| &v.raw),
+            ResourceType::Secret => self.secrets.get(name).map(|v| &v.raw),
+        }
     }
 
     /// Marks the initial fetch of `name` (of an EDS or RDS resource) as timed out: whatever
@@ -346,19 +374,20 @@ impl ConfigState {
         }
     }
 
-    fn remove(&mut self, resource_type: ResourceType, name: &str) {
+    /// Removes a held resource; returns whether it was held.
+    fn remove(&mut self, resource_type: ResourceType, name: &str) -> bool {
         match resource_type {
-            ResourceType::Listener => self.listeners.remove(name).map(drop),
-            ResourceType::RouteConfiguration => self.routes.remove(name).map(drop),
+            ResourceType::Listener => {
+                self.served_listeners.remove(name);
+                self.listeners.remove(name).is_some()
+            }
+            ResourceType::RouteConfiguration => self.routes.remove(name).is_some(),
             ResourceType::Cluster => {
                 self.served_clusters.remove(name);
-                self.clusters.remove(name).map(drop)
+                self.clusters.remove(name).is_some()
             }
-            ResourceType::ClusterLoadAssignment => self.endpoints.remove(name).map(drop),
-            ResourceType::Secret => self.secrets.remove(name).map(drop),
-        };
-        if resource_type == ResourceType::Listener {
-            self.served_listeners.remove(name);
+            ResourceType::ClusterLoadAssignment => self.endpoints.remove(name).is_some(),
+            ResourceType::Secret => self.secrets.remove(name).is_some(),
         }
     }
 }

@@ -4,6 +4,7 @@
 mod action;
 mod hash_policy;
 pub(super) mod matchers;
+pub(super) mod rate_limit;
 mod retry;
 #[cfg(test)]
 mod tests;
@@ -147,7 +148,6 @@ fn virtual_host(proto: proto::VirtualHost, max_body: u32, warnings: &mut Warning
     }
     for (present, field, what) in [
         (!virtual_clusters.is_empty(), "virtual_clusters", "virtual clusters only add statistics"),
-        (!rate_limits.is_empty(), "rate_limits", "global rate limiting is not supported"),
         (per_request_buffer_limit_bytes.is_some(), "per_request_buffer_limit_bytes", "bodies are streamed"),
         (request_body_buffer_limit.is_some(), "request_body_buffer_limit", "bodies are streamed"),
         (!request_mirror_policies.is_empty(), "request_mirror_policies", "requests are not mirrored"),
@@ -187,6 +187,16 @@ fn virtual_host(proto: proto::VirtualHost, max_body: u32, warnings: &mut Warning
     let retry_policy = retry_policy
         .map(|r| warnings.within("retry_policy", |w| retry::retry_policy(r, w)).map_err(|e| e.at("retry_policy")))
         .transpose()?;
+    let rate_limits = rate_limit::rate_limits(rate_limits, "rate_limits", warnings)?;
+    let weighted = routes.iter().any(|r| {
+        matches!(&r.action, Action::Route(a) if matches!(a.cluster, crate::config::route::ClusterSpecifier::WeightedClusters(_)))
+    });
+    if weighted && rate_limit::uses_destination_cluster(&rate_limits) {
+        return Err(ConfigError::new(
+            "rate_limits",
+            "the destination_cluster action with routes to weighted clusters is not supported",
+        ));
+    }
     Ok(VirtualHost {
         name,
         domains,
@@ -204,6 +214,7 @@ fn virtual_host(proto: proto::VirtualHost, max_body: u32, warnings: &mut Warning
         include_is_timeout_retry_header,
         per_filter: per_filter(typed_per_filter_config, warnings)?,
         cors: cors_policy(cors, warnings)?,
+        rate_limits,
     })
 }
 

@@ -8,11 +8,14 @@
 
 pub mod compressor;
 pub mod cors;
+pub mod ext_authz;
 pub mod fault;
 pub mod fractional_percent;
+pub mod grpc_service;
 pub mod health_check;
 pub mod jwt_authn;
 pub mod local_ratelimit;
+pub mod ratelimit;
 pub mod rbac;
 
 use std::sync::Arc;
@@ -46,6 +49,10 @@ pub enum HttpFilterConfig {
     Rbac(Arc<rbac::HttpRbac>),
     /// `envoy.filters.http.compressor`.
     Compressor(Arc<compressor::Compressor>),
+    /// `envoy.filters.http.ext_authz`.
+    ExtAuthz(Arc<ext_authz::ExtAuthz>),
+    /// `envoy.filters.http.ratelimit`.
+    RateLimit(Arc<ratelimit::RateLimit>),
 }
 
 impl HttpFilterConfig {
@@ -59,6 +66,8 @@ impl HttpFilterConfig {
             Self::Cors => "envoy.filters.http.cors",
             Self::Rbac(_) => "envoy.filters.http.rbac",
             Self::Compressor(_) => "envoy.filters.http.compressor",
+            Self::ExtAuthz(_) => "envoy.filters.http.ext_authz",
+            Self::RateLimit(_) => "envoy.filters.http.ratelimit",
         }
     }
 }
@@ -77,6 +86,8 @@ pub enum NetworkFilterConfig {
     LocalRateLimit(Arc<local_ratelimit::NetworkLocalRateLimit>),
     /// `envoy.filters.network.rbac`.
     Rbac(Arc<rbac::NetworkRbac>),
+    /// `envoy.filters.network.ext_authz`.
+    ExtAuthz(Arc<ext_authz::NetworkExtAuthz>),
 }
 
 impl NetworkFilterConfig {
@@ -84,6 +95,7 @@ impl NetworkFilterConfig {
         match self {
             Self::LocalRateLimit(_) => "envoy.filters.network.local_ratelimit",
             Self::Rbac(_) => "envoy.filters.network.rbac",
+            Self::ExtAuthz(_) => "envoy.filters.network.ext_authz",
         }
     }
 }
@@ -119,4 +131,8 @@ pub enum FilterOverride {
     Cors(Arc<cors::CorsPolicy>),
     /// `envoy.extensions.filters.http.rbac.v3.RBACPerRoute`.
     Rbac(Arc<rbac::RbacPerRoute>),
+    /// `envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute`.
+    ExtAuthz(Arc<ext_authz::ExtAuthzPerRoute>),
+    /// `envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute`.
+    RateLimit(Arc<ratelimit::RateLimitPerRoute>),
 }

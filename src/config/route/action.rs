@@ -27,6 +27,10 @@ pub struct RouteAction {
     pub max_stream_duration: MaxStreamDuration,
     /// `cors`: the CORS filter's policy here when `typed_per_filter_config` has none.
     pub cors: Option<std::sync::Arc<crate::config::filters::cors::CorsPolicy>>,
+    /// `rate_limits`: descriptors for the global rate-limit filter.
+    pub rate_limits: Vec<super::RateLimitPolicy>,
+    /// `include_vh_rate_limits`: the virtual host's rate limits apply as well as these.
+    pub include_vh_rate_limits: bool,
     /// `upgrade_configs`: this route's say on `Upgrade:` types (see
     /// [`crate::config::listener::upgrade::upgrade_allowed`]).
     pub upgrade_configs: Vec<crate::config::listener::upgrade::UpgradeConfig>,

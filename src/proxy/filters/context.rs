@@ -60,6 +60,8 @@ pub enum HeaderEdit {
     Append(HeaderName, HeaderValue),
     /// Add only when the header is absent.
     AddIfAbsent(HeaderName, HeaderValue),
+    /// Replace only when the header is present.
+    OverwriteIfExists(HeaderName, HeaderValue),
     Remove(HeaderName),
 }
 
@@ -74,6 +76,11 @@ impl HeaderEdit {
             }
             Self::AddIfAbsent(name, value) => {
                 if !headers.contains_key(name) {
+                    headers.insert(name.clone(), value.clone());
+                }
+            }
+            Self::OverwriteIfExists(name, value) => {
+                if headers.contains_key(name) {
                     headers.insert(name.clone(), value.clone());
                 }
             }

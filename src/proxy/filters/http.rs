@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use super::context::RequestContext;
-use super::{LocalResponse, compressor, cors, fault, health_check, jwt_authn, local_ratelimit, rbac};
+use super::{
+    LocalResponse, compressor, cors, ext_authz, fault, health_check, jwt_authn, local_ratelimit, ratelimit, rbac,
+};
 use crate::config::filters::{FilterOverride, HttpFilterConfig};
 use crate::telemetry::Stats;
 
@@ -32,6 +34,8 @@ pub trait HttpFilter: Send + Sync {
 pub struct FactoryContext<'a> {
     pub stats: &'a Arc<Stats>,
     pub stat_prefix: &'a str,
+    /// The filter's name in the configuration (its per-route settings are found by it).
+    pub filter_name: &'a str,
 }
 
 /// A filter, whichever it is. (An enum rather than trait objects: each filter's
@@ -44,6 +48,8 @@ enum Filter {
     Cors(cors::CorsFilter),
     Rbac(rbac::RbacFilter),
     Compressor(compressor::CompressorFilter),
+    ExtAuthz(ext_authz::ExtAuthzFilter),
+    RateLimit(ratelimit::RateLimitFilter),
 }
 
 impl Filter {
@@ -71,6 +77,12 @@ impl Filter {
             HttpFilterConfig::Compressor(config) => {
                 Self::Compressor(compressor::CompressorFilter::new(config.clone(), chain, factory))
             }
+            HttpFilterConfig::ExtAuthz(config) => {
+                Self::ExtAuthz(ext_authz::ExtAuthzFilter::new(config.clone(), factory))
+            }
+            HttpFilterConfig::RateLimit(config) => {
+                Self::RateLimit(ratelimit::RateLimitFilter::new(config.clone(), factory))
+            }
         }
     }
 
@@ -83,6 +95,8 @@ impl Filter {
             Self::Cors(filter) => filter.decode_headers(request).await,
             Self::Rbac(filter) => filter.decode_headers(request).await,
             Self::Compressor(filter) => filter.decode_headers(request).await,
+            Self::ExtAuthz(filter) => filter.decode_headers(request).await,
+            Self::RateLimit(filter) => filter.decode_headers(request).await,
         }
     }
 }
@@ -105,7 +119,7 @@ impl HttpFilterChain {
             .map(|c| Entry {
                 name: c.name.clone(),
                 disabled: c.disabled,
-                filter: Filter::build(&c.name, &c.config, configs, factory),
+                filter: Filter::build(&c.name, &c.config, configs, FactoryContext { filter_name: &c.name, ..factory }),
             })
             .collect();
         Self { filters }

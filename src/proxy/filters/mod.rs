@@ -20,9 +20,11 @@
 
 pub mod callout;
 mod chance;
+pub mod cluster_counters;
 pub mod compressor;
 pub mod context;
 pub mod cors;
+pub mod ext_authz;
 pub mod fault;
 mod header_options;
 pub mod health_check;
@@ -30,8 +32,10 @@ pub mod http;
 pub mod jwt_authn;
 pub mod local_ratelimit;
 pub mod network;
+pub mod ratelimit;
 pub mod rbac;
 pub mod registry;
+pub mod route_cluster;
 pub mod token_bucket;
 
 pub use callout::{CalloutError, Callouts};

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::callout::Callouts;
 use super::context::DownstreamConnection;
+use super::ext_authz::network::NetworkExtAuthzFilter;
 use super::http::FactoryContext;
 use super::local_ratelimit::NetworkLocalRateLimitFilter;
 use super::rbac;
@@ -37,6 +38,7 @@ pub trait NetworkFilter: Send + Sync {
 enum Filter {
     LocalRateLimit(NetworkLocalRateLimitFilter),
     Rbac(rbac::network::NetworkRbacFilter),
+    ExtAuthz(NetworkExtAuthzFilter),
 }
 
 impl Filter {
@@ -48,6 +50,9 @@ impl Filter {
             NetworkFilterConfig::Rbac(config) => {
                 Self::Rbac(rbac::network::NetworkRbacFilter::new(config.clone(), factory))
             }
+            NetworkFilterConfig::ExtAuthz(config) => {
+                Self::ExtAuthz(NetworkExtAuthzFilter::new(config.clone(), factory))
+            }
         }
     }
 
@@ -55,6 +60,7 @@ impl Filter {
         match self {
             Self::LocalRateLimit(filter) => filter.on_new_connection(connection).await,
             Self::Rbac(filter) => filter.on_new_connection(connection).await,
+            Self::ExtAuthz(filter) => filter.on_new_connection(connection).await,
         }
     }
 }

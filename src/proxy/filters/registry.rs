@@ -32,14 +32,14 @@ impl FilterChains {
 
     /// The HTTP filters of `manager`, built on first use.
     pub fn http(&self, manager: &Arc<HttpConnectionManager>) -> Arc<HttpFilterChain> {
-        let factory = FactoryContext { stats: &self.stats, stat_prefix: &manager.stat_prefix };
+        let factory = FactoryContext { stats: &self.stats, stat_prefix: &manager.stat_prefix, filter_name: "" };
         lock(&self.http).get_or_build(manager, || HttpFilterChain::build(&manager.http_filters, factory))
     }
 
     /// The network filters of a filter chain, built on first use. `stat_prefix` is unused
     /// by the chain itself; each filter has its own.
     pub fn network(&self, filters: &Arc<[NetworkFilter]>) -> Arc<NetworkFilterChain> {
-        let factory = FactoryContext { stats: &self.stats, stat_prefix: "" };
+        let factory = FactoryContext { stats: &self.stats, stat_prefix: "", filter_name: "" };
         lock(&self.network).get_or_build(filters, || NetworkFilterChain::build(filters, factory))
     }
 }

@@ -8,13 +8,12 @@ use tonic::transport::Channel;
 
 use super::AdsClientConfig;
 use super::session::Session;
-use super::sotw::MAX_MESSAGE_SIZE;
+use super::sotw::{MAX_MESSAGE_SIZE, nack_status};
 use super::validate::{Incoming, validate};
 use crate::config::ResourceType;
 use crate::core::backoff::Backoff;
 use crate::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use crate::pb::envoy::service::discovery::v3::{DeltaDiscoveryRequest, DeltaDiscoveryResponse};
-use crate::pb::google::rpc::Status;
 
 /// Runs one stream until it ends.
 pub async fn run(
@@ -27,7 +26,9 @@ pub async fn run(
     let mut stream = Stream { tx, config, node_sent: false, subscribed: BTreeMap::new() };
     for resource_type in ResourceType::ALL {
         // Resume: tell the server which versions are held, so it sends only what changed.
-        let held = session.state.resource_versions(resource_type);
+        // As Envoy: the versions of the ACKed responses, not of what is held (a NACKed
+        // response's valid resources were applied, but their versions are not reported).
+        let held = session.acked.get(&resource_type).map(|a| a.resources.clone()).unwrap_or_default();
         if resource_type.is_wildcard() {
             if session.is_wildcard_subscribed(resource_type) {
                 stream.subscribed.insert(resource_type, BTreeSet::new());
@@ -81,6 +82,8 @@ struct Stream<'a> {
 }
 
 impl Stream<'_> {
+    /// Handles one response: applies what is valid of it, then ACKs it, or NACKs it with
+    /// the invalid resources. Returns whether it was ACKed.
     fn handle(&mut self, session: &mut Session, response: DeltaDiscoveryResponse) -> bool {
         let DeltaDiscoveryResponse { system_version_info, resources, type_url, removed_resources, nonce, .. } =
             response;
@@ -90,7 +93,12 @@ impl Stream<'_> {
         };
         let mut problems = Vec::new();
         let mut incoming = Vec::with_capacity(resources.len());
+        let mut versions = BTreeMap::new();
         for resource in resources {
+            if versions.insert(resource.name.clone(), resource.version.clone()).is_some() {
+                problems.push(format!("duplicate name {} found among added/updated resources", resource.name));
+                continue;
+            }
             match resource.resource {
                 Some(any) if any.type_url == type_url => incoming.push(Incoming {
                     name: Some(resource.name),
@@ -104,29 +112,46 @@ impl Stream<'_> {
                 None => {}
             }
         }
-        let result = if problems.is_empty() {
-            validate(Some(&session.state), resource_type, incoming, &mut session.warned)
+        for name in &removed_resources {
+            if versions.contains_key(name) {
+                problems.push(format!("duplicate name {name} found in the union of added+removed resources"));
+            }
+        }
+        let detail = if problems.is_empty() {
+            let verdict = validate(Some(&session.state), resource_type, incoming, &mut session.warned);
+            let detail = verdict.error_detail(resource_type);
+            session.accept(resource_type, &system_version_info, verdict.accepted, &removed_resources, detail.is_none());
+            detail
         } else {
-            Err(problems.join("; "))
+            // A malformed response is refused before anything of it is applied.
+            session.stats.rejected(resource_type);
+            Some(problems.join("; "))
         };
-        match result {
-            Ok(accepted) => {
-                session.accept(resource_type, &system_version_info, accepted, &removed_resources, false);
+        let acked = match detail {
+            None => {
+                let acked = &mut session.acked.entry(resource_type).or_default().resources;
+                acked.extend(versions);
+                removed_resources.iter().for_each(|name| _ = acked.remove(name));
                 self.send(resource_type, DeltaDiscoveryRequest { response_nonce: nonce, ..Default::default() });
-                self.update_subscriptions(session);
                 true
             }
-            Err(detail) => {
+            Some(detail) => {
                 tracing::warn!(resource = resource_type.short_name(), version = %system_version_info, %detail, "rejected (NACK)");
-                session.stats.rejected(resource_type);
-                let error = Status { code: tonic::Code::InvalidArgument as i32, message: detail, details: Vec::new() };
                 self.send(
                     resource_type,
-                    DeltaDiscoveryRequest { response_nonce: nonce, error_detail: Some(error), ..Default::default() },
+                    DeltaDiscoveryRequest {
+                        response_nonce: nonce,
+                        error_detail: Some(nack_status(detail)),
+                        ..Default::default()
+                    },
                 );
                 false
             }
-        }
+        };
+        // Applied listeners and clusters may refer to new route configurations, endpoints
+        // and secrets, ACKed or not.
+        self.update_subscriptions(session);
+        acked
     }
 
     /// Subscribes to newly referenced RDS, EDS and SDS names and unsubscribes from the rest.
@@ -148,6 +173,9 @@ impl Stream<'_> {
                 },
             );
             self.subscribed.insert(resource_type, wanted);
+            if let Some(acked) = session.acked.get_mut(&resource_type) {
+                unsubscribe.iter().for_each(|name| _ = acked.resources.remove(name));
+            }
             session.forget(resource_type, &unsubscribe);
         }
     }

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+use super::sotw::nack_status;
 use super::status::{self, Recovery};
 use super::transport;
 use super::validate::{Incoming, validate};
@@ -28,6 +29,8 @@ use crate::store::Versioned;
 pub struct SdsUpdate {
     pub version: String,
     pub secrets: Vec<Versioned<Resource>>,
+    /// Whether the whole response was accepted (and ACKed).
+    pub whole: bool,
 }
 
 /// The running SDS streams and the channel their updates arrive on.
@@ -145,17 +148,23 @@ impl SdsStream {
                         .into_iter()
                         .map(|any| Incoming { name: None, version: version_info.clone(), bytes: any.value.into() })
                         .collect();
-                    match validate(None, ResourceType::Secret, incoming, &mut self.warned) {
-                        Ok(secrets) => {
-                            version = version_info.clone();
+                    // As on ADS: secrets are applied in order until the first invalid one.
+                    let verdict = validate(None, ResourceType::Secret, incoming, &mut self.warned);
+                    let detail = verdict.error_detail(ResourceType::Secret);
+                    let whole = detail.is_none();
+                    if whole || !verdict.accepted.is_empty() {
+                        let update = SdsUpdate { version: version_info.clone(), secrets: verdict.accepted, whole };
+                        let _ = self.updates.send(update);
+                    }
+                    match detail {
+                        None => {
+                            version = version_info;
                             backoff.reset();
-                            let _ = self.updates.send(SdsUpdate { version: version_info, secrets });
                             let _ = tx.send(request(&version, &nonce, &names, None, false));
                         }
-                        Err(detail) => {
+                        Some(detail) => {
                             tracing::warn!(cluster = %self.cluster, %detail, "SDS update rejected (NACK)");
-                            let error = Status { code: tonic::Code::InvalidArgument as i32, message: detail, details: Vec::new() };
-                            let _ = tx.send(request(&version, &nonce, &names, Some(error), false));
+                            let _ = tx.send(request(&version, &nonce, &names, Some(nack_status(detail)), false));
                         }
                     }
                 }

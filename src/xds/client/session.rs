@@ -1,7 +1,7 @@
 //! What both stream flavours share: the accepted state, publication, initial-fetch timers
 //! and the names each type should be subscribed to.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use super::AdsClientConfig;
@@ -23,6 +23,20 @@ pub struct Session {
     /// Streams for secrets served by other clusters than the ADS server.
     sds: SdsStreams,
     pub stats: XdsStats,
+    /// What this client last ACKed, per type: Envoy's subscription state, which a NACK
+    /// does not advance even when part of the response was applied. Requests and resumed
+    /// streams carry it, not the versions of what is held.
+    pub acked: BTreeMap<ResourceType, Acked>,
+}
+
+/// The last ACKed state of one type.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Acked {
+    /// SotW: the `version_info` of the last ACKed response.
+    pub version_info: String,
+    /// Delta: the version of each resource as of the ACKed responses (sent back as
+    /// `initial_resource_versions` when a stream resumes).
+    pub resources: BTreeMap<String, String>,
 }
 
 impl Session {
@@ -38,8 +52,16 @@ impl Session {
             }
         }
         let sds = SdsStreams::new(config.node.clone(), shutdown, config.seed);
-        let mut session =
-            Self { state, store, timers, warned: HashSet::new(), wildcard_types, sds, stats: XdsStats::default() };
+        let mut session = Self {
+            state,
+            store,
+            timers,
+            warned: HashSet::new(),
+            wildcard_types,
+            sds,
+            stats: XdsStats::default(),
+            acked: BTreeMap::new(),
+        };
         session.arm_dependants();
         session
     }
@@ -54,27 +76,48 @@ impl Session {
         self.state.wanted(resource_type)
     }
 
-    /// Applies an accepted response and publishes the resulting snapshot.
+    /// Applies what a response's verdict accepted (`accepted`, `removed`) and publishes the
+    /// resulting snapshot. `whole` says the response was accepted whole (it is then ACKed);
+    /// otherwise it is NACKed and counts as rejected, as Envoy counts it, even though its
+    /// valid resources were applied.
     pub fn accept(
         &mut self,
         resource_type: ResourceType,
         version_info: &str,
         accepted: Vec<Versioned<Resource>>,
         removed: &[String],
-        full_state: bool,
+        whole: bool,
     ) {
         let count = accepted.len();
-        self.stats.accepted(resource_type, version_info, &accepted, removed);
-        self.state.apply(resource_type, version_info, accepted, removed, full_state);
+        if whole {
+            self.stats.accepted(resource_type, version_info, &accepted, removed);
+        } else {
+            self.stats.rejected(resource_type);
+            self.stats.applied_endpoints(resource_type, &accepted, removed);
+        }
+        let applied = self.state.apply(resource_type, version_info, accepted, removed, false);
         tracing::info!(
             resource = resource_type.short_name(),
             version = version_info,
             updated = count,
             removed = removed.len(),
+            changed = applied,
+            whole,
             "accepted"
         );
         self.arm_dependants();
         self.publish();
+    }
+
+    /// The held resources of `resource_type` that `names` does not list: what a SotW
+    /// LDS/CDS response removes.
+    pub fn not_named(&self, resource_type: ResourceType, names: &BTreeSet<String>) -> Vec<String> {
+        self.state.held_names(resource_type).filter(|n| !names.contains(n)).collect()
+    }
+
+    /// The `version_info` of the last ACKed response of `resource_type`.
+    pub fn acked_version(&self, resource_type: ResourceType) -> String {
+        self.acked.get(&resource_type).map(|a| a.version_info.clone()).unwrap_or_default()
     }
 
     /// Drops held resources nobody refers to any more (after an unsubscription).
@@ -96,8 +139,8 @@ impl Session {
         }
     }
 
-    fn accept_secrets(&mut self, SdsUpdate { version, secrets }: SdsUpdate) {
-        self.accept(ResourceType::Secret, &version, secrets, &[], false);
+    fn accept_secrets(&mut self, SdsUpdate { version, secrets, whole }: SdsUpdate) {
+        self.accept(ResourceType::Secret, &version, secrets, &[], whole);
     }
 
     /// Initial fetches that timed out: serve what waited for them.

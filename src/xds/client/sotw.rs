@@ -15,6 +15,11 @@ use crate::pb::envoy::service::discovery::v3::aggregated_discovery_service_clien
 use crate::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use crate::pb::google::rpc::Status;
 
+/// A NACK's `error_detail`: Envoy sends `INTERNAL` with the message.
+pub fn nack_status(message: String) -> Status {
+    Status { code: tonic::Code::Internal as i32, message, details: Vec::new() }
+}
+
 /// Largest response accepted: big meshes send EDS updates of many megabytes.
 pub const MAX_MESSAGE_SIZE: usize = 256 * 1024 * 1024;
 
@@ -30,13 +35,13 @@ pub async fn run(
     for resource_type in ResourceType::ALL {
         if resource_type.is_wildcard() {
             if session.is_wildcard_subscribed(resource_type) {
-                let version = session.state.version_info(resource_type).to_owned();
+                let version = session.acked_version(resource_type);
                 stream.request(resource_type, version, BTreeSet::new(), None);
             }
         } else {
             let wanted = session.wanted(resource_type);
             if !wanted.is_empty() {
-                let version = session.state.version_info(resource_type).to_owned();
+                let version = session.acked_version(resource_type);
                 stream.request(resource_type, version, wanted, None);
             }
         }
@@ -69,7 +74,8 @@ struct Stream<'a> {
 }
 
 impl Stream<'_> {
-    /// Handles one response; returns whether it was accepted.
+    /// Handles one response: applies what is valid of it, then ACKs it, or NACKs it with
+    /// the invalid resources. Returns whether it was ACKed.
     fn handle(&mut self, session: &mut Session, response: DiscoveryResponse) -> bool {
         let DiscoveryResponse { version_info, resources, type_url, nonce, .. } = response;
         let Some(resource_type) = ResourceType::from_type_url(&type_url) else {
@@ -90,27 +96,39 @@ impl Stream<'_> {
             })
             .collect();
         let names = self.subscribed.get(&resource_type).cloned().unwrap_or_default();
-        let result = if mismatched.is_empty() {
-            validate(Some(&session.state), resource_type, incoming, &mut session.warned)
+        let detail = if mismatched.is_empty() {
+            let verdict = validate(Some(&session.state), resource_type, incoming, &mut session.warned);
+            let detail = verdict.error_detail(resource_type);
+            // LDS and CDS responses are the whole state: what they do not name is removed
+            // (an invalid resource is named, so it keeps its previous version).
+            let removed =
+                if resource_type.is_wildcard() { session.not_named(resource_type, &verdict.names) } else { Vec::new() };
+            session.accept(resource_type, &version_info, verdict.accepted, &removed, detail.is_none());
+            detail
         } else {
-            Err(mismatched.join("; "))
+            // A malformed response is refused before anything of it is applied.
+            session.stats.rejected(resource_type);
+            Some(mismatched.join("; "))
         };
-        match result {
-            Ok(accepted) => {
-                session.accept(resource_type, &version_info, accepted, &[], resource_type.is_wildcard());
+        let acked = match detail {
+            None => {
+                session.acked.entry(resource_type).or_default().version_info = version_info.clone();
                 self.request(resource_type, version_info, names, Some(nonce));
-                self.update_subscriptions(session);
                 true
             }
-            Err(detail) => {
+            Some(detail) => {
                 tracing::warn!(resource = resource_type.short_name(), version = %version_info, %detail, "rejected (NACK)");
-                session.stats.rejected(resource_type);
-                let previous = session.state.version_info(resource_type).to_owned();
-                let error = Status { code: tonic::Code::InvalidArgument as i32, message: detail, details: Vec::new() };
-                self.send(resource_type, previous, names, nonce, Some(error));
+                // As Envoy: the NACK carries the last ACKed version, which stays the one
+                // requested, even though the valid resources of this response were applied.
+                let previous = session.acked_version(resource_type);
+                self.send(resource_type, previous, names, nonce, Some(nack_status(detail)));
                 false
             }
-        }
+        };
+        // Applied listeners and clusters may refer to new route configurations, endpoints
+        // and secrets, ACKed or not.
+        self.update_subscriptions(session);
+        acked
     }
 
     /// Re-requests RDS, EDS and SDS when the names that listeners and clusters refer to changed.
@@ -128,7 +146,7 @@ impl Stream<'_> {
                 session.forget(resource_type, &dropped);
                 continue;
             }
-            let version = session.state.version_info(resource_type).to_owned();
+            let version = session.acked_version(resource_type);
             let nonce = self.nonces.get(&resource_type).cloned();
             self.request(resource_type, version, wanted, nonce);
             session.forget(resource_type, &dropped);

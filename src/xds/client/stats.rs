@@ -36,6 +36,17 @@ impl XdsStats {
         if let Some(stats) = self.by_type.get(&resource_type) {
             stats.accepted(version_info);
         }
+        self.applied_endpoints(resource_type, accepted, removed);
+    }
+
+    /// `cluster.<name>.update_success` of each EDS resource applied, whether or not the
+    /// rest of its response was: each EDS cluster has its own subscription in Envoy.
+    pub fn applied_endpoints(
+        &mut self,
+        resource_type: ResourceType,
+        accepted: &[Versioned<Resource>],
+        removed: &[String],
+    ) {
         if resource_type == ResourceType::ClusterLoadAssignment {
             removed.iter().for_each(|name| _ = self.eds.remove(name));
             for resource in accepted {

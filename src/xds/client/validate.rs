@@ -1,6 +1,21 @@
-//! Decoding and validating one response's resources, all or nothing.
+//! Decoding and validating one response's resources, resource by resource, as Envoy does.
+//!
+//! Envoy applies what it can of a response and NACKs the rest, in one of two ways:
+//!
+//! - LDS and CDS (the listener and cluster managers) try every resource: the valid ones
+//!   are added or updated, each invalid one keeps its previous version (a new invalid one
+//!   is simply absent), and the NACK lists every invalid one.
+//! - RDS, EDS and SDS deliver each resource to its own subscription, one after the other,
+//!   and stop at the first that fails: those before it are applied, it and those after it
+//!   keep their previous versions, and the NACK carries that one failure. Envoy's order is
+//!   its internal order of subscriptions, which nothing specifies; Outrider takes the
+//!   response's order, which is one of the orders Envoy may take.
+//!
+//! A problem with the response itself (a resource of another type, a name given twice in a
+//! Delta response) rejects it whole, before anything is applied, as Envoy's subscription
+//! layer does.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::time::SystemTime;
 
 use bytes::Bytes;
@@ -17,47 +32,134 @@ pub struct Incoming {
     pub bytes: Bytes,
 }
 
-/// Converts every resource of a response. Any failure rejects the whole response (a
-/// NACKed update changes nothing that is served); the error names each rejected resource
-/// and the field path of the problem, as Envoy's `error_detail` does.
+/// One resource refused, and why (its field path and the problem).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    pub name: String,
+    pub error: String,
+}
+
+/// What to do with one response: apply `accepted`, NACK if anything was `rejected`.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    pub accepted: Vec<Versioned<Resource>>,
+    pub rejected: Vec<Rejected>,
+    /// Every resource name the response carries, valid or not (SotW LDS/CDS remove what
+    /// is held but not named; an invalid resource is still named, so it stays).
+    pub names: BTreeSet<String>,
+}
+
+impl Verdict {
+    /// The NACK's `error_detail` message, worded as Envoy words it, or `None` to ACK.
+    pub fn error_detail(&self, resource_type: ResourceType) -> Option<String> {
+        error_detail(resource_type, &self.rejected)
+    }
+}
+
+/// How a type's resources are taken from a response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acceptance {
+    /// Every valid resource is applied (LDS, CDS).
+    EachResource,
+    /// Resources are applied in order until the first invalid one (RDS, EDS, SDS).
+    UntilFirstFailure,
+}
+
+pub fn acceptance(resource_type: ResourceType) -> Acceptance {
+    match resource_type {
+        ResourceType::Listener | ResourceType::Cluster => Acceptance::EachResource,
+        ResourceType::RouteConfiguration | ResourceType::ClusterLoadAssignment | ResourceType::Secret => {
+            Acceptance::UntilFirstFailure
+        }
+    }
+}
+
+/// Converts the resources of a response and decides, per resource, what is applied.
 pub fn validate(
     state: Option<&ConfigState>,
     resource_type: ResourceType,
     incoming: Vec<Incoming>,
     warned: &mut HashSet<Ignored>,
-) -> Result<Vec<Versioned<Resource>>, String> {
+) -> Verdict {
     let now = SystemTime::now();
-    let mut accepted = Vec::with_capacity(incoming.len());
-    let mut errors = Vec::new();
+    let mut verdict = Verdict { accepted: Vec::with_capacity(incoming.len()), ..Verdict::default() };
+    let mut failed = false;
     for (index, Incoming { name, version, bytes }) in incoming.into_iter().enumerate() {
-        let mut warnings = Warnings::new();
         let label = name
             .clone()
             .or_else(|| resource_name(resource_type, &bytes))
             .unwrap_or_else(|| format!("resources[{index}]"));
-        match decode_resource(resource_type, &bytes, &mut warnings) {
+        let first = verdict.names.insert(label.clone());
+        if failed {
+            // After the first failure of an RDS/EDS/SDS response nothing more is looked at.
+            continue;
+        }
+        let mut warnings = Warnings::new();
+        let converted = if first {
+            convert(state, resource_type, name.as_deref(), &bytes, &mut warnings)
+        } else {
+            // Envoy applies the first of two resources with one name and refuses the second.
+            Err(format!("duplicate {} {label} found", noun(resource_type)))
+        };
+        match converted {
             Ok(resource) => {
-                if let Some(name) = &name
-                    && name != resource.name()
-                {
-                    errors.push(format!(
-                        "{} {label}: name: resource is named {:?}",
-                        resource_type.short_name(),
-                        resource.name()
-                    ));
-                    continue;
-                }
-                if let Err(e) = state.map_or(Ok(()), |s| s.check(&resource)) {
-                    errors.push(format!("{} {label}: {e}", resource_type.short_name()));
-                    continue;
-                }
                 log_warnings(resource_type, resource.name(), warnings, warned);
-                accepted.push(Versioned { resource, version, last_updated: now, raw: bytes });
+                verdict.accepted.push(Versioned { resource, version, last_updated: now, raw: bytes });
             }
-            Err(e) => errors.push(format!("{} {label}: {e}", resource_type.short_name())),
+            Err(error) => {
+                verdict.rejected.push(Rejected { name: label, error });
+                failed = acceptance(resource_type) == Acceptance::UntilFirstFailure;
+            }
         }
     }
-    if errors.is_empty() { Ok(accepted) } else { Err(errors.join("; ")) }
+    verdict
+}
+
+fn convert(
+    state: Option<&ConfigState>,
+    resource_type: ResourceType,
+    name: Option<&str>,
+    bytes: &[u8],
+    warnings: &mut Warnings,
+) -> Result<Resource, String> {
+    let resource = decode_resource(resource_type, bytes, warnings).map_err(|e| e.to_string())?;
+    if let Some(name) = name
+        && name != resource.name()
+    {
+        return Err(format!("name: resource is named {:?}", resource.name()));
+    }
+    state.map_or(Ok(()), |s| s.check(&resource))?;
+    Ok(resource)
+}
+
+/// Envoy's words for what a type holds.
+fn noun(resource_type: ResourceType) -> &'static str {
+    match resource_type {
+        ResourceType::Listener => "listener",
+        ResourceType::Cluster => "cluster",
+        ResourceType::RouteConfiguration => "route configuration",
+        ResourceType::ClusterLoadAssignment => "cluster load assignment",
+        ResourceType::Secret => "secret",
+    }
+}
+
+/// The `error_detail` message for `rejected`, close to Envoy's: LDS writes
+/// `Error adding/updating listener(s) <name>: <error>\n` per listener, CDS
+/// `Error adding/updating cluster(s) <name>: <error>, …`; RDS, EDS and SDS write the one
+/// failure, which Outrider prefixes with the resource's name. Each error starts with the
+/// field path of the problem.
+pub fn error_detail(resource_type: ResourceType, rejected: &[Rejected]) -> Option<String> {
+    if rejected.is_empty() {
+        return None;
+    }
+    let each = rejected.iter().map(|r| format!("{}: {}", r.name, r.error));
+    Some(match resource_type {
+        ResourceType::Listener => {
+            format!("Error adding/updating listener(s) {}", each.map(|e| e + "\n").collect::<String>())
+        }
+        ResourceType::Cluster => format!("Error adding/updating cluster(s) {}", each.collect::<Vec<_>>().join(", ")),
+        _ => each.collect::<Vec<_>>().join("\n"),
+    })
 }
 
 /// Logs each ignored field once per process, not once per push.
@@ -74,3 +176,7 @@ fn log_warnings(resource_type: ResourceType, name: &str, warnings: Warnings, war
         }
     }
 }
+
+#[cfg(test)]
+#[path = "validate_tests.rs"]
+mod tests;

@@ -7,11 +7,14 @@
 
 mod compressor;
 pub mod cors;
+mod ext_authz;
 mod fault;
 mod fractional_percent;
+mod grpc_service;
 mod health_check;
 mod jwt_authn;
 mod local_ratelimit;
+mod ratelimit;
 mod rbac;
 
 use std::sync::Arc;
@@ -37,6 +40,8 @@ pub fn http_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<HttpFilt
         }
         rbac::HTTP_TYPE => HttpFilterConfig::Rbac(Arc::new(rbac::http_rbac(any, warnings)?)),
         compressor::TYPE => HttpFilterConfig::Compressor(Arc::new(compressor::compressor(any, warnings)?)),
+        ext_authz::TYPE => HttpFilterConfig::ExtAuthz(Arc::new(ext_authz::ext_authz(any, warnings)?)),
+        ratelimit::TYPE => HttpFilterConfig::RateLimit(Arc::new(ratelimit::ratelimit(any, warnings)?)),
         _ => return Ok(None),
     }))
 }
@@ -48,6 +53,7 @@ pub fn network_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<Netwo
             NetworkFilterConfig::LocalRateLimit(Arc::new(local_ratelimit::network_local_rate_limit(any, warnings)?))
         }
         rbac::NETWORK_TYPE => NetworkFilterConfig::Rbac(Arc::new(rbac::network_rbac(any, warnings)?)),
+        ext_authz::NETWORK_TYPE => NetworkFilterConfig::ExtAuthz(Arc::new(ext_authz::network(any, warnings)?)),
         _ => return Ok(None),
     }))
 }
@@ -102,6 +108,10 @@ fn per_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<FilterOverrid
         fault::TYPE => Ok(Some(FilterOverride::Fault(Arc::new(fault::http_fault(any, warnings)?)))),
         cors::POLICY_TYPE => Ok(Some(FilterOverride::Cors(Arc::new(cors::cors_policy(any, warnings)?)))),
         rbac::PER_ROUTE_TYPE => Ok(Some(FilterOverride::Rbac(Arc::new(rbac::per_route(any, warnings)?)))),
+        ext_authz::PER_ROUTE_TYPE => Ok(Some(FilterOverride::ExtAuthz(Arc::new(ext_authz::per_route(any, warnings)?)))),
+        ratelimit::PER_ROUTE_TYPE => {
+            Ok(Some(FilterOverride::RateLimit(Arc::new(ratelimit::per_route(any, warnings)?))))
+        }
         _ => Err(unsupported(any)),
     }
 }

@@ -83,9 +83,6 @@ pub fn route_action(proto: proto::RouteAction, warnings: &mut Warnings) -> Resul
     if priority != core::RoutingPriority::Default as i32 {
         warnings.ignored("priority", "routing priorities are not used for circuit breaking");
     }
-    if !rate_limits.is_empty() || include_vh_rate_limits.is_some() {
-        warnings.ignored("rate_limits", "global rate limiting is not supported");
-    }
     let upgrade_configs = crate::config::convert::listener::upgrade::route_upgrades(upgrade_configs)?;
     let cluster = match cluster_specifier {
         Some(C::Cluster(name)) if !name.is_empty() => ClusterSpecifier::Cluster(name),
@@ -141,7 +138,18 @@ pub fn route_action(proto: proto::RouteAction, warnings: &mut Warnings) -> Resul
     if max_stream.grpc_timeout_header_offset.is_none() {
         max_stream.grpc_timeout_header_offset = common::opt_duration(&grpc_timeout_offset, "grpc_timeout_offset")?;
     }
+    let rate_limits = super::rate_limit::rate_limits(rate_limits, "rate_limits", warnings)?;
+    if matches!(cluster, ClusterSpecifier::WeightedClusters(_))
+        && super::rate_limit::uses_destination_cluster(&rate_limits)
+    {
+        return Err(ConfigError::new(
+            "rate_limits",
+            "the destination_cluster action with weighted clusters is not supported",
+        ));
+    }
     Ok(RouteAction {
+        rate_limits,
+        include_vh_rate_limits: common::bool_or(&include_vh_rate_limits, false),
         cluster,
         cluster_not_found_response_code,
         timeout: match common::opt_duration(&timeout, "timeout")? {
