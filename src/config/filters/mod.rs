@@ -6,6 +6,7 @@
 //! with its path. Nothing that allows, denies, answers, delays or rewrites requests is
 //! ever skipped.
 
+pub mod compressor;
 pub mod cors;
 pub mod ext_authz;
 pub mod fault;
@@ -46,6 +47,8 @@ pub enum HttpFilterConfig {
     Cors,
     /// `envoy.filters.http.rbac`.
     Rbac(Arc<rbac::HttpRbac>),
+    /// `envoy.filters.http.compressor`.
+    Compressor(Arc<compressor::Compressor>),
     /// `envoy.filters.http.ext_authz`.
     ExtAuthz(Arc<ext_authz::ExtAuthz>),
     /// `envoy.filters.http.ratelimit`.
@@ -62,6 +65,7 @@ impl HttpFilterConfig {
             Self::Fault(_) => "envoy.filters.http.fault",
             Self::Cors => "envoy.filters.http.cors",
             Self::Rbac(_) => "envoy.filters.http.rbac",
+            Self::Compressor(_) => "envoy.filters.http.compressor",
             Self::ExtAuthz(_) => "envoy.filters.http.ext_authz",
             Self::RateLimit(_) => "envoy.filters.http.ratelimit",
         }

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use super::context::RequestContext;
-use super::{LocalResponse, cors, ext_authz, fault, health_check, jwt_authn, local_ratelimit, ratelimit, rbac};
+use super::{
+    LocalResponse, compressor, cors, ext_authz, fault, health_check, jwt_authn, local_ratelimit, ratelimit, rbac,
+};
 use crate::config::filters::{FilterOverride, HttpFilterConfig};
 use crate::telemetry::Stats;
 
@@ -45,13 +47,20 @@ enum Filter {
     Fault(fault::FaultFilter),
     Cors(cors::CorsFilter),
     Rbac(rbac::RbacFilter),
+    Compressor(compressor::CompressorFilter),
     ExtAuthz(ext_authz::ExtAuthzFilter),
     RateLimit(ratelimit::RateLimitFilter),
 }
 
 impl Filter {
-    /// `name` is the filter's configured name, by which routes give it settings.
-    fn build(name: &str, config: &HttpFilterConfig, factory: FactoryContext<'_>) -> Self {
+    /// `name` is the filter's configured name, by which routes give it settings; `chain`
+    /// the whole list (compressors choose among each other).
+    fn build(
+        name: &str,
+        config: &HttpFilterConfig,
+        chain: &[crate::config::filters::HttpFilter],
+        factory: FactoryContext<'_>,
+    ) -> Self {
         match config {
             HttpFilterConfig::HealthCheck(config) => {
                 Self::HealthCheck(health_check::HealthCheckFilter::new(config.clone(), factory))
@@ -65,6 +74,9 @@ impl Filter {
             HttpFilterConfig::Fault(config) => Self::Fault(fault::FaultFilter::new(name, config.clone(), factory)),
             HttpFilterConfig::Cors => Self::Cors(cors::CorsFilter::new(name, factory)),
             HttpFilterConfig::Rbac(config) => Self::Rbac(rbac::RbacFilter::new(name, config.clone(), factory)),
+            HttpFilterConfig::Compressor(config) => {
+                Self::Compressor(compressor::CompressorFilter::new(config.clone(), chain, factory))
+            }
             HttpFilterConfig::ExtAuthz(config) => {
                 Self::ExtAuthz(ext_authz::ExtAuthzFilter::new(config.clone(), factory))
             }
@@ -82,6 +94,7 @@ impl Filter {
             Self::Fault(filter) => filter.decode_headers(request).await,
             Self::Cors(filter) => filter.decode_headers(request).await,
             Self::Rbac(filter) => filter.decode_headers(request).await,
+            Self::Compressor(filter) => filter.decode_headers(request).await,
             Self::ExtAuthz(filter) => filter.decode_headers(request).await,
             Self::RateLimit(filter) => filter.decode_headers(request).await,
         }
@@ -106,7 +119,7 @@ impl HttpFilterChain {
             .map(|c| Entry {
                 name: c.name.clone(),
                 disabled: c.disabled,
-                filter: Filter::build(&c.name, &c.config, FactoryContext { filter_name: &c.name, ..factory }),
+                filter: Filter::build(&c.name, &c.config, configs, FactoryContext { filter_name: &c.name, ..factory }),
             })
             .collect();
         Self { filters }

@@ -22,6 +22,7 @@ pub mod body;
 pub mod callout;
 mod chance;
 pub mod cluster_counters;
+pub mod compressor;
 pub mod context;
 pub mod cors;
 pub mod ext_authz;

@@ -5,6 +5,7 @@
 //! configuration's type. `Ok(None)` means "not a filter Outrider runs": the caller then
 //! skips it only if it merely observes traffic, and refuses it otherwise.
 
+mod compressor;
 pub mod cors;
 mod ext_authz;
 mod fault;
@@ -38,6 +39,7 @@ pub fn http_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<HttpFilt
             HttpFilterConfig::Cors
         }
         rbac::HTTP_TYPE => HttpFilterConfig::Rbac(Arc::new(rbac::http_rbac(any, warnings)?)),
+        compressor::TYPE => HttpFilterConfig::Compressor(Arc::new(compressor::compressor(any, warnings)?)),
         ext_authz::TYPE => HttpFilterConfig::ExtAuthz(Arc::new(ext_authz::ext_authz(any, warnings)?)),
         ratelimit::TYPE => HttpFilterConfig::RateLimit(Arc::new(ratelimit::ratelimit(any, warnings)?)),
         _ => return Ok(None),
