@@ -146,9 +146,7 @@ fn bench(c: &mut Criterion) {
                 apply(&mut state, &store, ResourceType::ClusterLoadAssignment, &eds, "1");
                 (state, store)
             },
-            |(mut state, store)| {
-                apply(&mut state, &store, ResourceType::ClusterLoadAssignment, &eds_reweighted, "2")
-            },
+            |(mut state, store)| apply(&mut state, &store, ResourceType::ClusterLoadAssignment, &eds_reweighted, "2"),
             BatchSize::LargeInput,
         )
     });

@@ -182,8 +182,8 @@ async fn a_route_can_enable_what_the_connection_manager_disables() {
     .await;
 }
 
-/// A CONNECT request, which no connection manager here allows, gets the same answer from
-/// both proxies and never reaches the backend.
+/// A CONNECT request, which no route here matches (no `connect_matcher`), gets Envoy's 404
+/// from both proxies and never reaches the backend.
 #[tokio::test(flavor = "multi_thread")]
 async fn connect_requests_are_refused_like_envoy() {
     let (backend, seen) = echo_upgrade_backend().await;
@@ -195,7 +195,7 @@ async fn connect_requests_are_refused_like_envoy() {
         statuses.push((name, status));
     }
     let outrider = statuses.iter().find(|(n, _)| *n == "outrider").unwrap().1;
-    assert_eq!(outrider, 403);
+    assert_eq!(outrider, 404);
     if let Some((_, envoy)) = statuses.iter().find(|(n, _)| *n == "envoy") {
         assert_eq!(*envoy, outrider, "{statuses:?}");
     }

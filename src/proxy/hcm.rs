@@ -555,11 +555,10 @@ async fn buffer_for_retry(body: DownstreamBody, headers: &HeaderMap) -> Result<B
     if let Some(whole) = body.complete() {
         return Ok(Buffered::Whole(whole));
     }
-    let body = match body.into_untouched() {
-        Ok(Some(body)) => body,
-        Ok(None) => return Ok(Buffered::Whole(Bytes::new())),
-        Err(partly_read) => return Ok(Buffered::Stream(partly_read.into_request_body())),
-    };
+    if !body.is_untouched() {
+        return Ok(Buffered::Stream(body.into_request_body()));
+    }
+    let Some(body) = body.into_rest() else { return Ok(Buffered::Whole(Bytes::new())) };
     let small = body.is_end_stream()
         || body.size_hint().upper().is_some_and(|n| n as usize <= RETRY_BUFFER_LIMIT)
         || headers

@@ -82,13 +82,18 @@ impl DownstreamBody {
         let tail = trailers.map(|t| Ok::<_, BoxError>(Frame::trailers(t)));
         let rest = rest.map(|rest| BodyStream::new(rest).map(|frame| frame.map_err(|e| Box::new(e) as BoxError)));
         let frames = futures::stream::iter(head)
-            .chain(futures::stream::iter(rest.into_iter()).flatten())
+            .chain(futures::stream::iter(rest).flatten())
             .chain(futures::stream::iter(tail));
         BodyExt::boxed(StreamBody::new(frames))
     }
 
-    /// The body as it arrived, when no filter read any of it.
-    pub fn into_untouched(self) -> Result<Option<Incoming>, Self> {
-        if self.buffered.is_empty() && self.trailers.is_none() { Ok(self.rest) } else { Err(self) }
+    /// Whether no filter read any of it.
+    pub fn is_untouched(&self) -> bool {
+        self.buffered.is_empty() && self.trailers.is_none()
+    }
+
+    /// What is still to be read (all of the body when [`is_untouched`](Self::is_untouched)).
+    pub fn into_rest(self) -> Option<Incoming> {
+        self.rest
     }
 }

@@ -25,12 +25,8 @@ pub(crate) type UpgradeSlot = RefCell<Option<OnUpgrade>>;
 /// `h2c` is not an upgrade Outrider (or Envoy) performs: its headers are removed and the
 /// request goes on as a plain one.
 pub(super) fn requested(parts: &mut Parts) -> Option<String> {
-    // Envoy treats a CONNECT request as an upgrade of type `CONNECT`, which Outrider never
-    // allows (its configuration is refused), so CONNECT gets the 403 of an upgrade nobody
-    // allowed, on either protocol.
-    if parts.method == http::Method::CONNECT {
-        return Some("connect".to_owned());
-    }
+    // CONNECT is not an upgrade here: it can only match a route with a `connect_matcher`,
+    // which Outrider refuses, so the router answers 404, as Envoy does without one.
     if parts.version != http::Version::HTTP_11 || !super::super::headers::is_upgrade(&parts.headers) {
         return None;
     }
