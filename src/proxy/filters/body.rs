@@ -81,9 +81,8 @@ impl DownstreamBody {
         let head = (!buffered.is_empty()).then(|| Ok::<_, BoxError>(Frame::data(buffered.freeze())));
         let tail = trailers.map(|t| Ok::<_, BoxError>(Frame::trailers(t)));
         let rest = rest.map(|rest| BodyStream::new(rest).map(|frame| frame.map_err(|e| Box::new(e) as BoxError)));
-        let frames = futures::stream::iter(head)
-            .chain(futures::stream::iter(rest).flatten())
-            .chain(futures::stream::iter(tail));
+        let frames =
+            futures::stream::iter(head).chain(futures::stream::iter(rest).flatten()).chain(futures::stream::iter(tail));
         BodyExt::boxed(StreamBody::new(frames))
     }
 
