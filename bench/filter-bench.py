@@ -88,14 +88,14 @@ def rbac_filter(policies=50):
     out = []
     for i in range(policies):
         out.append(f"""
-                policy-{i}:
-                  permissions:
-                  - and_rules:
-                      rules:
-                      - url_path: {{ path: {{ prefix: "/api/v{i}/" }} }}
-                      - header: {{ name: ":method", string_match: {{ exact: GET }} }}
-                  principals:
-                  - header: {{ name: x-user, string_match: {{ exact: user-{i} }} }}""")
+                  policy-{i}:
+                    permissions:
+                    - and_rules:
+                        rules:
+                        - url_path: {{ path: {{ prefix: "/api/v{i}/" }} }}
+                        - header: {{ name: ":method", string_match: {{ exact: GET }} }}
+                    principals:
+                    - header: {{ name: x-user, string_match: {{ exact: user-{i} }} }}""")
     return f"""
           - name: envoy.filters.http.rbac
             typed_config:
@@ -106,7 +106,7 @@ def rbac_filter(policies=50):
 
 
 def jwt_filter(jwks):
-    inline = json.dumps(jwks)
+    inline = json.dumps(json.dumps(jwks))  # a YAML (JSON) string holding the JWKS
     return f"""
           - name: envoy.filters.http.jwt_authn
             typed_config:
