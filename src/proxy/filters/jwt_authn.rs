@@ -11,6 +11,7 @@ mod jwks;
 mod jwt;
 mod keys;
 mod status;
+mod verified;
 mod verifier;
 
 use std::collections::BTreeMap;

@@ -111,7 +111,7 @@ mod tests {
     #[test]
     fn a_filter_that_changes_requests_is_refused_even_when_optional() {
         for kind in [
-            "envoy.extensions.filters.http.compressor.v3.Compressor",
+            "envoy.extensions.filters.http.decompressor.v3.Decompressor",
             "envoy.extensions.filters.http.grpc_web.v3.GrpcWeb",
             "envoy.extensions.filters.network.ratelimit.v3.RateLimit",
         ] {

@@ -105,11 +105,11 @@ fn router_must_be_last() {
 
     // A filter that changes what requests get is refused, never skipped; one that only
     // observes is skipped with a warning.
-    let compressor = json!({"name": "envoy.filters.http.compressor",
-        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.compressor.v3.Compressor"}});
-    let err = error(convert(hcm(json!({"route_config": inline_routes(), "http_filters": [compressor, router()]}))));
+    let grpc_web = json!({"name": "envoy.filters.http.grpc_web",
+        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.grpc_web.v3.GrpcWeb"}});
+    let err = error(convert(hcm(json!({"route_config": inline_routes(), "http_filters": [grpc_web, router()]}))));
     assert_eq!(err.path(), "filter_chains[0].filters[0].typed_config.http_filters[0]");
-    assert!(err.to_string().contains("compressor.v3.Compressor"), "{err}");
+    assert!(err.to_string().contains("grpc_web.v3.GrpcWeb"), "{err}");
     let stats = json!({"name": "envoy.filters.http.grpc_stats",
         "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.grpc_stats.v3.FilterConfig"}});
     let mut warnings = Warnings::new();

@@ -9,10 +9,13 @@ use serde_json::{Map, Value};
 
 use super::jwt::{BASE64URL, Jwt};
 use super::status::Status;
+use super::verified::Verified;
 
 #[derive(Debug, Clone)]
 pub struct Jwks {
     keys: Vec<Jwk>,
+    /// Tokens this key set already verified.
+    verified: Verified,
 }
 
 #[derive(Debug, Clone)]
@@ -83,12 +86,23 @@ impl Jwks {
         if keys.is_empty() {
             return Err("Jwks doesn't have any valid public key");
         }
-        Ok(Jwks { keys })
+        Ok(Jwks { keys, verified: Verified::default() })
     }
 
     /// Checks `jwt`'s signature: keys whose `kid` and `alg` (when both sides have one)
     /// match the token's are tried in order.
     pub fn verify(&self, jwt: &Jwt) -> Status {
+        if self.verified.contains(&jwt.signed, &jwt.signature) {
+            return Status::Ok;
+        }
+        let status = self.verify_signature(jwt);
+        if status == Status::Ok {
+            self.verified.insert(&jwt.signed, &jwt.signature);
+        }
+        status
+    }
+
+    fn verify_signature(&self, jwt: &Jwt) -> Status {
         let message = jwt.signed.as_bytes();
         let signature = jwt.signature.as_slice();
         let mut kid_alg_matched = false;
@@ -273,7 +287,7 @@ fn x509_keys(set: &Map<String, Value>) -> Result<Jwks, JwksError> {
             Key::Rsa { n: strip_leading_zeros(rsa.modulus.to_vec()), e: strip_leading_zeros(rsa.exponent.to_vec()) };
         keys.push(Jwk { kid: kid.clone(), alg: String::new(), key });
     }
-    Ok(Jwks { keys })
+    Ok(Jwks { keys, verified: Verified::default() })
 }
 
 #[cfg(test)]

@@ -59,8 +59,9 @@ pub fn provider(proto: proto::JwtProvider, warnings: &mut Warnings) -> Result<Jw
     }
     if jwt_cache_config.is_some() {
         // A cache of verified tokens: time and audiences are checked again on a hit, so
-        // verifying each time gives the same answers.
-        warnings.ignored("jwt_cache_config", "tokens are verified on every request");
+        // its size changes no answer. Outrider always remembers the signatures each key set
+        // verified (up to 1024 tokens), whatever this says.
+        warnings.ignored("jwt_cache_config", "verified signatures are always remembered, up to 1024 per key set");
     }
     let from_headers = from_headers
         .into_iter()
