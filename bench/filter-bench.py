@@ -2,7 +2,8 @@
 """Per-request cost of the policy filters, side by side with Envoy 1.40 in one run.
 
 For each variant (no filter; RBAC with 50 policies; JWT verification with RS256 and with
-ES256 against an inline JWKS; a local rate limit that never limits), both proxies run the
+ES256 against an inline JWKS, without and with Envoy's `jwt_cache_config`; a local rate
+limit that never limits), both proxies run the
 very same bootstrap (bench/proxy-bootstrap.yaml's listener and nginx backend, one worker),
 one after the other; wrk sends HTTP/1.1 keep-alive requests for a fixed time. The proxy's
 own CPU time (utime + stime from /proc) divided by the requests it served gives CPU
@@ -105,8 +106,11 @@ def rbac_filter(policies=50):
                 policies:{''.join(out)}"""
 
 
-def jwt_filter(jwks):
+def jwt_filter(jwks, cache=False):
+    """`cache`: Envoy's `jwt_cache_config` (Envoy verifies every token without it; Outrider
+    always remembers the signatures a key set verified)."""
     inline = json.dumps(json.dumps(jwks))  # a YAML (JSON) string holding the JWKS
+    cache_config = "\n                  jwt_cache_config: { jwt_cache_size: 1000 }" if cache else ""
     return f"""
           - name: envoy.filters.http.jwt_authn
             typed_config:
@@ -115,7 +119,7 @@ def jwt_filter(jwks):
                 bench:
                   issuer: https://issuer.example
                   audiences: [bench]
-                  local_jwks: {{ inline_string: {inline} }}
+                  local_jwks: {{ inline_string: {inline} }}{cache_config}
               rules:
               - match: {{ prefix: / }}
                 requires: {{ provider_name: bench }}"""
@@ -210,6 +214,8 @@ def main():
         ("RBAC, 50 policies", rbac_filter(), ["x-user: user-49"]),
         ("JWT RS256", jwt_filter(json.loads(jwks)), [f"authorization: Bearer {rs256}"]),
         ("JWT ES256", jwt_filter(json.loads(jwks)), [f"authorization: Bearer {es256}"]),
+        ("JWT RS256, jwt_cache_config", jwt_filter(json.loads(jwks), cache=True), [f"authorization: Bearer {rs256}"]),
+        ("JWT ES256, jwt_cache_config", jwt_filter(json.loads(jwks), cache=True), [f"authorization: Bearer {es256}"]),
         ("local rate limit", LOCAL_RATELIMIT, []),
     ]
     results = {}
