@@ -4,6 +4,8 @@
 //! the test says so and passes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -12,6 +14,8 @@ use outrider::config::ResourceType;
 use outrider::xds::server::{Journal, XdsServer, files};
 use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
+
+use common::differential::envoy_binary;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -75,16 +79,6 @@ static_resources:
         - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {xds_port}}}}}}}
 "#
     )
-}
-
-fn envoy_binary() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("OUTRIDER_ENVOY") {
-        return Some(PathBuf::from(path));
-    }
-    let on_path = std::env::var_os("PATH")
-        .and_then(|paths| std::env::split_paths(&paths).map(|dir| dir.join("envoy")).find(|p| p.is_file()));
-    let bundled = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/.envoy/bin/envoy");
-    on_path.or_else(|| bundled.is_file().then_some(bundled))
 }
 
 /// An Envoy process owned by the test: killed when dropped.

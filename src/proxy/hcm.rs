@@ -230,6 +230,7 @@ fn filter_reply(
     is_grpc: bool,
 ) -> Response<ProxyBody> {
     info.flags.insert(reply.flags);
+    tracing::debug!(status = reply.status.as_u16(), details = %reply.details, "local reply");
     let message = String::from_utf8_lossy(&reply.body);
     let (status, mut header_map, body) = if is_grpc {
         headers::grpc_local_reply(reply.status, &message)

@@ -28,10 +28,7 @@ pub fn envoy_binary() -> Option<PathBuf> {
     on_path.or_else(|| bundled.is_file().then_some(bundled))
 }
 
-/// A port nobody listens on right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
+pub use super::lab::free_port;
 
 /// A running Envoy, killed when dropped.
 pub struct Envoy {

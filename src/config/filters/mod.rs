@@ -55,23 +55,6 @@ pub enum HttpFilterConfig {
     RateLimit(Arc<ratelimit::RateLimit>),
 }
 
-impl HttpFilterConfig {
-    /// The filter's kind, as Envoy's documentation names it (logs, `config_dump`).
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::HealthCheck(_) => "envoy.filters.http.health_check",
-            Self::JwtAuthn(_) => "envoy.filters.http.jwt_authn",
-            Self::LocalRateLimit(_) => "envoy.filters.http.local_ratelimit",
-            Self::Fault(_) => "envoy.filters.http.fault",
-            Self::Cors => "envoy.filters.http.cors",
-            Self::Rbac(_) => "envoy.filters.http.rbac",
-            Self::Compressor(_) => "envoy.filters.http.compressor",
-            Self::ExtAuthz(_) => "envoy.filters.http.ext_authz",
-            Self::RateLimit(_) => "envoy.filters.http.ratelimit",
-        }
-    }
-}
-
 /// One network filter of a filter chain, before its terminal filter.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NetworkFilter {
@@ -88,16 +71,6 @@ pub enum NetworkFilterConfig {
     Rbac(Arc<rbac::NetworkRbac>),
     /// `envoy.filters.network.ext_authz`.
     ExtAuthz(Arc<ext_authz::NetworkExtAuthz>),
-}
-
-impl NetworkFilterConfig {
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::LocalRateLimit(_) => "envoy.filters.network.local_ratelimit",
-            Self::Rbac(_) => "envoy.filters.network.rbac",
-            Self::ExtAuthz(_) => "envoy.filters.network.ext_authz",
-        }
-    }
 }
 
 /// A filter's settings for one virtual host, route or weighted cluster

@@ -35,11 +35,11 @@ pub struct DynamicMetadata(pub BTreeMap<String, serde_json::Map<String, serde_js
 
 impl DynamicMetadata {
     /// The value at `path` under `namespace` (`MetadataMatcher`'s `filter` and `path`).
-    pub fn get(&self, namespace: &str, path: &[&str]) -> Option<&serde_json::Value> {
+    pub fn get<K: AsRef<str>>(&self, namespace: &str, path: &[K]) -> Option<&serde_json::Value> {
         let (first, rest) = path.split_first()?;
-        let mut value = self.0.get(namespace)?.get(*first)?;
+        let mut value = self.0.get(namespace)?.get(first.as_ref())?;
         for key in rest {
-            value = value.as_object()?.get(*key)?;
+            value = value.as_object()?.get(key.as_ref())?;
         }
         Some(value)
     }

@@ -75,10 +75,6 @@ impl NetworkFilterChain {
         Self { filters: configs.iter().map(|c| Filter::build(&c.config, factory)).collect() }
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.filters.is_empty()
-    }
-
     /// Runs each filter until one closes the connection.
     pub async fn on_new_connection(&self, connection: &ConnectionContext<'_>) -> NetworkFilterStatus {
         for filter in &self.filters {

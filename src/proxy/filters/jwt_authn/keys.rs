@@ -1,10 +1,12 @@
 //! Each provider's keys: a local JWKS parsed once, or a remote one fetched through the
 //! provider's cluster by the first request that needs it and kept for `cache_duration`.
-//! One cache per provider, shared by every worker; its lock is held only to read or swap
-//! the pointer, never across a fetch. Requests that find no fresh keys each fetch (as each
+//! One cache per provider, shared by every worker: an `ArcSwap`, so a request reads the
+//! keys without a lock, and a fetch replaces them whole. Requests that find no fresh keys each fetch (as each
 //! Envoy request does), so a failed fetch is retried by the next request that needs it.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
 
 use bytes::Bytes;
 use tokio::time::Instant;
@@ -17,10 +19,9 @@ pub struct ProviderKeys {
     pub provider: Arc<JwtProvider>,
     /// Lower-cased audiences without scheme or trailing `/`.
     pub audiences: Audiences,
-    cached: Mutex<Option<Cached>>,
+    cached: ArcSwapOption<Cached>,
 }
 
-#[derive(Clone)]
 struct Cached {
     jwks: Arc<Jwks>,
     /// `None`: never (local keys).
@@ -49,19 +50,20 @@ impl ProviderKeys {
             },
             JwksSource::Remote(_) => None,
         };
-        Self { audiences: Audiences::new(&provider.audiences), provider, cached: Mutex::new(cached) }
+        Self { audiences: Audiences::new(&provider.audiences), provider, cached: ArcSwapOption::from_pointee(cached) }
     }
 
     /// The keys, when present and not expired.
     pub fn current(&self) -> Option<Arc<Jwks>> {
-        let cached = self.cached.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()?;
-        cached.expires.is_none_or(|at| Instant::now() < at).then_some(cached.jwks)
+        let cached = self.cached.load();
+        let cached = cached.as_ref()?;
+        cached.expires.is_none_or(|at| Instant::now() < at).then(|| cached.jwks.clone())
     }
 
     fn store(&self, jwks: Arc<Jwks>, remote: &RemoteJwks) {
         // A duration too long to add to the clock never expires.
         let cached = Cached { jwks, expires: Instant::now().checked_add(remote.cache_duration) };
-        *self.cached.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(cached);
+        self.cached.store(Some(Arc::new(cached)));
     }
 
     /// Fetches the remote keys and caches them. `None` for a local provider.

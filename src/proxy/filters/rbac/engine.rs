@@ -135,8 +135,7 @@ fn metadata_matches(m: &MetadataMatcher, a: &Attributes<'_>) -> bool {
 /// `MetadataMatcher` on a request's dynamic metadata (also ext_authz's
 /// `filter_enabled_metadata`).
 pub fn metadata_matcher_matches(m: &MetadataMatcher, metadata: Option<&DynamicMetadata>) -> bool {
-    let path: Vec<&str> = m.path.iter().map(String::as_str).collect();
-    let value = metadata.and_then(|metadata| metadata.get(&m.filter, &path));
+    let value = metadata.and_then(|metadata| metadata.get(&m.filter, &m.path));
     value_matches(&m.value, value) != m.invert
 }
 
