@@ -206,3 +206,4 @@ pub mod backends;
 pub mod differential;
 pub mod lab;
 pub mod load;
+pub mod peers;
