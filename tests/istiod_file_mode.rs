@@ -1,0 +1,397 @@
+//! A real istiod drives Outrider: pilot-discovery in file mode (no Kubernetes) serves Istio
+//! resources written as YAML — ServiceEntry endpoints that are backends on loopback,
+//! DestinationRule, VirtualService, Sidecar, PeerAuthentication, AuthorizationPolicy,
+//! Telemetry — over plaintext ADS, and Outrider connects with an Istio sidecar's node id and
+//! metadata. Every resource istiod sends must be ACKed, and the traffic through the
+//! listeners istiod renders must reach the backends it names, in the shares it names.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+mod tls_support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::differential::{raw_http1, stat_value};
+use common::istiod::{Istiod, sidecar_node_id};
+use common::load::Load;
+use common::{ControlPlane, WAIT, admin_get, backends};
+use http_body_util::Full;
+use outrider::app::{self, Running};
+use outrider::config::ResourceType;
+use outrider::config::bootstrap::Bootstrap;
+use tls_support::pki::{self, Ca};
+use tls_support::yaml as tls_yaml;
+
+/// The agent's part, played by the test: an SDS server (Outrider's embedded control plane)
+/// serving Istio's two secrets, `default` (the workload certificate) and `ROOTCA`.
+struct Agent {
+    sds: ControlPlane,
+    _ca: Ca,
+}
+
+impl Agent {
+    async fn start() -> Agent {
+        let ca = Ca::new("cluster.local");
+        let sds = ControlPlane::start().await;
+        let leaf = ca.leaf(&pki::spiffe("default"));
+        sds.set(ResourceType::Secret, &[&tls_yaml::certificate_secret(&leaf), &tls_yaml::roots_secret(&ca)]);
+        Agent { sds, _ca: ca }
+    }
+}
+
+/// Outrider's bootstrap as an injected sidecar's (the node id and metadata istiod keys on),
+/// with ADS to `istiod` in SotW (`GRPC`) or Delta (`DELTA_GRPC`) and SDS from `agent`.
+/// Interception mode NONE: istiod then renders listeners that bind their ports (no
+/// iptables in a test).
+fn sidecar_bootstrap(istiod: &Istiod, agent: &Agent, api_type: &str) -> Bootstrap {
+    let node = sidecar_node_id("127.0.0.1", "app-1", "default");
+    let cluster = |name: &str, port: u16| {
+        format!(
+            r#"
+  - name: {name}
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{ http2_protocol_options: {{}} }}
+    load_assignment:
+      cluster_name: {name}
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}"#
+        )
+    };
+    let clusters = cluster("xds-grpc", istiod.grpc.port()) + &cluster("sds-grpc", agent.sds.port);
+    Bootstrap::parse(&format!(
+        r#"
+node:
+  id: "{node}"
+  cluster: app.default
+  metadata:
+    ISTIO_VERSION: "1.29.6"
+    CLUSTER_ID: Kubernetes
+    NAMESPACE: default
+    MESH_ID: cluster.local
+    SERVICE_ACCOUNT: default
+    WORKLOAD_NAME: app
+    NAME: app-1
+    INSTANCE_IPS: 127.0.0.1
+    INTERCEPTION_MODE: NONE
+    LABELS: {{ app: app, version: v1 }}
+admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}
+dynamic_resources:
+  ads_config:
+    api_type: {api_type}
+    transport_api_version: V3
+    set_node_on_first_message_only: true
+    grpc_services: [{{ envoy_grpc: {{ cluster_name: xds-grpc }} }}]
+  lds_config: {{ ads: {{}}, initial_fetch_timeout: 0s, resource_api_version: V3 }}
+  cds_config: {{ ads: {{}}, initial_fetch_timeout: 0s, resource_api_version: V3 }}
+static_resources:
+  clusters:{clusters}
+"#
+    ))
+    .unwrap()
+}
+
+/// A ServiceEntry `host` on `port` whose endpoints are `backends` (port, version label).
+fn service_entry(name: &str, host: &str, port: u16, backends: &[(u16, &str)]) -> String {
+    let endpoints: String = backends
+        .iter()
+        .map(|(port, version)| {
+            format!("  - {{ address: 127.0.0.1, ports: {{ http: {port} }}, labels: {{ version: {version} }} }}\n")
+        })
+        .collect();
+    format!(
+        r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{ name: {name}, namespace: default }}
+spec:
+  hosts: [{host}]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports:
+  - {{ number: {port}, name: http, protocol: HTTP }}
+  endpoints:
+{endpoints}"#
+    )
+}
+
+/// Outrider's xDS counters by type: (applied, rejected).
+async fn xds_updates(outrider: &Running) -> BTreeMap<&'static str, (u64, u64)> {
+    let (_, body) = admin_get(outrider.admin_address, "/stats").await;
+    [
+        ("lds", "listener_manager.lds"),
+        ("cds", "cluster_manager.cds"),
+        ("rds", "outrider.xds.rds"),
+        ("eds", "outrider.xds.eds"),
+    ]
+    .into_iter()
+    .map(|(short, prefix)| {
+        let value = |suffix: &str| stat_value(&body, &format!("{prefix}.{suffix}"));
+        (short, (value("update_success"), value("update_rejected")))
+    })
+    .collect()
+}
+
+/// Starts Outrider against `istiod` and waits until the listener on `port` serves: its
+/// route and clusters applied, their endpoints and secrets in (warming over).
+async fn start_sidecar(istiod: &Istiod, agent: &Agent, api_type: &str, port: u16, host: &str) -> Running {
+    let outrider = app::start(sidecar_bootstrap(istiod, agent, api_type)).await.unwrap();
+    wait_until("the generated listener serves", || async {
+        let (status, _, _) = get(port, host, "/").await;
+        status == 200
+    })
+    .await;
+    outrider
+}
+
+/// Bounded wait for `done`, polling: istiod and Outrider are separate processes/tasks whose
+/// progress the test can only observe.
+async fn wait_until<F: Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !done().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn get(port: u16, host: &str, path: &str) -> (u16, Vec<(String, String)>, String) {
+    let request = format!("GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n");
+    match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+        Ok(_) => raw_http1(port, &request).await,
+        Err(_) => (0, Vec::new(), String::new()),
+    }
+}
+
+/// `requests` GETs of `path`, counted by status and body (the body names the backend).
+async fn spread(port: u16, host: &str, path: &str, requests: usize) -> BTreeMap<String, usize> {
+    let mut seen = BTreeMap::new();
+    for _ in 0..requests {
+        let (status, _, body) = get(port, host, path).await;
+        *seen.entry(format!("{status} {body}")).or_insert(0) += 1;
+    }
+    seen
+}
+
+/// A backend answering with `name`, and the path and headers it was sent as headers
+/// (`x-seen-path`, `x-seen-host`), so a test sees rewrites.
+async fn named_backend(name: &'static str) -> backends::Backend {
+    backends::http(move |request: http::Request<hyper::body::Incoming>| async move {
+        let host = request.headers().get("host").and_then(|h| h.to_str().ok()).unwrap_or("").to_owned();
+        http::Response::builder()
+            .header("x-seen-path", request.uri().path_and_query().map(|p| p.as_str()).unwrap_or(""))
+            .header("x-seen-host", host)
+            .body(Full::new(Bytes::from_static(name.as_bytes())))
+            .unwrap()
+    })
+    .await
+}
+
+const HOST: &str = "reviews.default.svc.cluster.local";
+
+/// DestinationRule: subsets v1/v2, least request, outlier detection, connection pool,
+/// locality settings, as an Istio user writes them.
+fn destination_rule() -> String {
+    format!(
+        r#"apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {{ name: reviews, namespace: default }}
+spec:
+  host: {HOST}
+  trafficPolicy:
+    loadBalancer:
+      simple: LEAST_REQUEST
+      localityLbSetting: {{ enabled: true }}
+    connectionPool:
+      tcp: {{ maxConnections: 100, connectTimeout: 2s }}
+      http: {{ http1MaxPendingRequests: 100, maxRequestsPerConnection: 10, idleTimeout: 60s }}
+    outlierDetection:
+      consecutive5xxErrors: 5
+      interval: 10s
+      baseEjectionTime: 30s
+      maxEjectionPercent: 50
+  subsets:
+  - name: v1
+    labels: {{ version: v1 }}
+  - name: v2
+    labels: {{ version: v2 }}
+    trafficPolicy:
+      loadBalancer:
+        consistentHash: {{ httpHeaderName: x-user }}
+"#
+    )
+}
+
+/// VirtualService: `x-canary: yes` → v2; `/ratings/...` rewritten to `/...` on v1; a
+/// `/fault` prefix aborted with 418; everything else 90/10 between v1 and v2, with retries
+/// and a timeout.
+fn virtual_service(v1: u32, v2: u32) -> String {
+    format!(
+        r#"apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{ name: reviews, namespace: default }}
+spec:
+  hosts: [{HOST}]
+  http:
+  - match: [{{ headers: {{ x-canary: {{ exact: "yes" }} }} }}]
+    route: [{{ destination: {{ host: {HOST}, subset: v2 }} }}]
+  - match: [{{ uri: {{ prefix: /ratings/ }} }}]
+    rewrite: {{ uri: / }}
+    route: [{{ destination: {{ host: {HOST}, subset: v1 }} }}]
+  - match: [{{ uri: {{ prefix: /fault }} }}]
+    fault: {{ abort: {{ httpStatus: 418, percentage: {{ value: 100 }} }} }}
+    route: [{{ destination: {{ host: {HOST}, subset: v1 }} }}]
+  - route:
+    - {{ destination: {{ host: {HOST}, subset: v1 }}, weight: {v1} }}
+    - {{ destination: {{ host: {HOST}, subset: v2 }}, weight: {v2} }}
+    retries: {{ attempts: 2, perTryTimeout: 2s, retryOn: "5xx,connect-failure" }}
+    timeout: 10s
+"#
+    )
+}
+
+/// Policy resources istiod turns into filters and transport settings on the inbound side
+/// and into the sidecar's scope.
+const POLICY: &str = r#"apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: { name: default, namespace: default }
+spec:
+  mtls: { mode: PERMISSIVE }
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: { name: deny-admin, namespace: default }
+spec:
+  action: DENY
+  rules:
+  - to: [{ operation: { paths: ["/admin*"] } }]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: { name: default, namespace: default }
+spec:
+  egress:
+  - hosts: ["./*"]
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: { name: default, namespace: default }
+spec:
+  accessLogging:
+  - providers: [{ name: envoy }]
+"#;
+
+/// Every resource istiod renders for this mesh is applied (none rejected), in SotW and in
+/// Delta, and the traffic through the generated listener follows the VirtualService:
+/// header match, rewrite, fault, and a 90/10 split measured over 1 000 requests.
+async fn istiod_resources_apply_and_route(api_type: &str) {
+    let Some(binary) = Istiod::binary(&format!("istiod_resources_apply_and_route ({api_type})")) else { return };
+    let (v1, v2) = (named_backend("v1").await, named_backend("v2").await);
+    let port = common::lab::free_port();
+    let se = service_entry("reviews", HOST, port, &[(v1.port, "v1"), (v2.port, "v2")]);
+    let (dr, vs) = (destination_rule(), virtual_service(90, 10));
+    let configs = [("reviews.yaml", se.as_str()), ("dr.yaml", &dr), ("vs.yaml", &vs), ("policy.yaml", POLICY)];
+    let istiod = Istiod::start(&binary, &configs).await;
+    let agent = Agent::start().await;
+    let outrider = start_sidecar(&istiod, &agent, api_type, port, HOST).await;
+
+    let updates = xds_updates(&outrider).await;
+    assert!(updates.values().all(|(_, rejected)| *rejected == 0), "rejected: {updates:?}");
+    assert!(updates.values().all(|(applied, _)| *applied > 0), "nothing applied for a type: {updates:?}");
+
+    let (status, _, body) = get_with(port, "/", &[("x-canary", "yes")]).await;
+    assert_eq!((status, body.as_str()), (200, "v2"));
+    let (status, headers, body) = get(port, HOST, "/ratings/stars?x=1").await;
+    assert_eq!((status, body.as_str()), (200, "v1"));
+    assert_eq!(header(&headers, "x-seen-path"), Some("/stars?x=1"));
+    let (status, _, _) = get(port, HOST, "/fault").await;
+    assert_eq!(status, 418);
+
+    // 90/10: v2's share of 1 000 requests is binomial (p = 0.1, σ ≈ 9.5); the bounds are
+    // over 6σ wide, so the split is checked without a flaky threshold.
+    let seen = spread(port, HOST, "/", 1000).await;
+    let v2_share = seen.get("200 v2").copied().unwrap_or(0);
+    assert_eq!(seen.get("200 v1").copied().unwrap_or(0) + v2_share, 1000, "{seen:?}");
+    println!("90/10 split over 1000 requests ({api_type}): {seen:?}");
+    assert!((40..=160).contains(&v2_share), "v2 took {v2_share} of 1000: {seen:?}");
+}
+
+async fn get_with(port: u16, path: &str, headers: &[(&str, &str)]) -> (u16, Vec<(String, String)>, String) {
+    let extra: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+    raw_http1(port, &format!("GET {path} HTTP/1.1\r\nhost: {HOST}\r\n{extra}connection: close\r\n\r\n")).await
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn istiod_resources_apply_and_route_sotw() {
+    istiod_resources_apply_and_route("GRPC").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn istiod_resources_apply_and_route_delta() {
+    istiod_resources_apply_and_route("DELTA_GRPC").await;
+}
+
+/// A VirtualService edited on disk is pushed by istiod and applied by Outrider: the split
+/// moves from all-v1 to all-v2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_yaml_change_is_pushed_and_applied() {
+    let Some(binary) = Istiod::binary("a_yaml_change_is_pushed_and_applied") else { return };
+    let (v1, v2) = (named_backend("v1").await, named_backend("v2").await);
+    let port = common::lab::free_port();
+    let se = service_entry("reviews", HOST, port, &[(v1.port, "v1"), (v2.port, "v2")]);
+    let (dr, vs) = (destination_rule(), virtual_service(100, 0));
+    let istiod = Istiod::start(&binary, &[("reviews.yaml", se.as_str()), ("dr.yaml", &dr), ("vs.yaml", &vs)]).await;
+    let agent = Agent::start().await;
+    let outrider = start_sidecar(&istiod, &agent, "GRPC", port, HOST).await;
+    assert_eq!(spread(port, HOST, "/", 20).await, BTreeMap::from([("200 v1".to_owned(), 20)]));
+
+    istiod.write("vs.yaml", &virtual_service(0, 100));
+    wait_until("the new split is applied", || async { get(port, HOST, "/").await.2 == "v2" }).await;
+    assert_eq!(spread(port, HOST, "/", 20).await, BTreeMap::from([("200 v2".to_owned(), 20)]));
+    let updates = xds_updates(&outrider).await;
+    assert!(updates.values().all(|(_, rejected)| *rejected == 0), "rejected: {updates:?}");
+}
+
+/// istiod restarted while requests flow: Outrider keeps serving its last configuration,
+/// reconnects, and no request fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_istiod_restart_under_load_loses_no_request() {
+    let Some(binary) = Istiod::binary("an_istiod_restart_under_load_loses_no_request") else { return };
+    let backend = named_backend("v1").await;
+    let port = common::lab::free_port();
+    // The load generator's requests carry `host: example.com`.
+    let se = service_entry("example", "example.com", port, &[(backend.port, "v1")]);
+    let mut istiod = Istiod::start(&binary, &[("example.yaml", se.as_str())]).await;
+    let agent = Agent::start().await;
+    let outrider = start_sidecar(&istiod, &agent, "GRPC", port, "example.com").await;
+    let connected = |outrider: &Running| {
+        let address = outrider.admin_address;
+        async move {
+            let (_, body) = admin_get(address, "/stats").await;
+            stat_value(&body, "control_plane.connected_state")
+        }
+    };
+    assert_eq!(connected(&outrider).await, 1);
+
+    let load = Load::start(port, 4, 400);
+    load.wait_answered(50).await;
+    istiod.stop().await;
+    wait_until("Outrider sees istiod gone", || async { connected(&outrider).await == 0 }).await;
+    load.wait_answered(50).await;
+    istiod.restart().await;
+    wait_until("Outrider reconnects", || async { connected(&outrider).await == 1 }).await;
+    load.wait_answered(50).await;
+    let (sent, succeeded, failed, errors) = load.finish().await;
+    assert_eq!((failed, succeeded), (0, sent), "errors: {errors:?}");
+    let updates = xds_updates(&outrider).await;
+    assert!(updates.values().all(|(_, rejected)| *rejected == 0), "rejected: {updates:?}");
+}
