@@ -29,7 +29,7 @@ use tls_support::yaml as tls_yaml;
 /// serving Istio's two secrets, `default` (the workload certificate) and `ROOTCA`.
 struct Agent {
     sds: ControlPlane,
-    _ca: Ca,
+    ca: Ca,
 }
 
 impl Agent {
@@ -38,7 +38,7 @@ impl Agent {
         let sds = ControlPlane::start().await;
         let leaf = ca.leaf(&pki::spiffe("default"));
         sds.set(ResourceType::Secret, &[&tls_yaml::certificate_secret(&leaf), &tls_yaml::roots_secret(&ca)]);
-        Agent { sds, _ca: ca }
+        Agent { sds, ca }
     }
 }
 
@@ -394,4 +394,81 @@ async fn an_istiod_restart_under_load_loses_no_request() {
     assert_eq!((failed, succeeded), (0, sent), "errors: {errors:?}");
     let updates = xds_updates(&outrider).await;
     assert!(updates.values().all(|(_, rejected)| *rejected == 0), "rejected: {updates:?}");
+}
+
+/// The inbound side as istiod renders it for a workload: a Sidecar ingress port in front of
+/// the application, PeerAuthentication and AuthorizationPolicy selecting the workload.
+fn inbound_configs(port: u16, app: u16, mode: &str) -> String {
+    format!(
+        r#"apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {{ name: app, namespace: default }}
+spec:
+  workloadSelector: {{ labels: {{ app: app }} }}
+  ingress:
+  - port: {{ number: {port}, protocol: HTTP, name: http }}
+    defaultEndpoint: 127.0.0.1:{app}
+  egress:
+  - hosts: ["./*"]
+---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {{ name: app, namespace: default }}
+spec:
+  selector: {{ matchLabels: {{ app: app }} }}
+  mtls: {{ mode: {mode} }}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {{ name: deny-admin, namespace: default }}
+spec:
+  selector: {{ matchLabels: {{ app: app }} }}
+  action: DENY
+  rules:
+  - to: [{{ operation: {{ paths: ["/admin*"] }} }}]
+"#
+    )
+}
+
+/// What istiod renders for the inbound side is enforced: in PERMISSIVE mode plaintext and
+/// mutual TLS (Istio's ALPN) both reach the application, the AuthorizationPolicy's DENY
+/// answers 403 on either; switched to STRICT, plaintext is refused and mutual TLS still
+/// served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbound_peer_authentication_and_authorization_are_enforced() {
+    let Some(binary) = Istiod::binary("inbound_peer_authentication_and_authorization_are_enforced") else { return };
+    let app = named_backend("app").await;
+    let port = tls_support::free_port();
+    let istiod = Istiod::start(&binary, &[("inbound.yaml", &inbound_configs(port, app.port, "PERMISSIVE"))]).await;
+    let agent = Agent::start().await;
+    let outrider = app::start(sidecar_bootstrap(&istiod, &agent, "GRPC")).await.unwrap();
+    wait_until("the inbound listener serves", || async { get(port, "app", "/").await.0 == 200 }).await;
+
+    let client = agent.ca.leaf(&pki::spiffe("caller"));
+    // Istio's client sidecar offers these on a mesh connection.
+    let mtls = || tls_support::client_config(&agent.ca, Some(&client), &["istio-http/1.1", "istio", "http/1.1"]);
+    let before = app.seen.requests();
+    assert_eq!(get(port, "app", "/ok").await.2, "app");
+    assert_eq!(tls_support::tls_get(port, mtls()).await, Ok((200, "app".to_owned())));
+    let (status, _, body) = get(port, "app", "/admin/users").await;
+    assert_eq!((status, body.as_str()), (403, "RBAC: access denied"));
+    assert_eq!(app.seen.requests(), before + 2, "the denied request never reaches the application");
+
+    istiod.write("inbound.yaml", &inbound_configs(port, app.port, "STRICT"));
+    wait_until("STRICT is applied", || async {
+        match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+            Ok(stream) => tls_support::read_until_closed(stream_with_request(stream).await).await.is_empty(),
+            Err(_) => false,
+        }
+    })
+    .await;
+    assert_eq!(tls_support::tls_get(port, mtls()).await, Ok((200, "app".to_owned())));
+    let updates = xds_updates(&outrider).await;
+    assert!(updates.values().all(|(_, rejected)| *rejected == 0), "rejected: {updates:?}");
+}
+
+async fn stream_with_request(mut stream: tokio::net::TcpStream) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let _ = stream.write_all(b"GET / HTTP/1.1\r\nhost: app\r\nconnection: close\r\n\r\n").await;
+    stream
 }
