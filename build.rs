@@ -1,4 +1,4 @@
-//! Compiles Outrider's own protos (ORCA and the echo service) with a vendored protoc, and
+//! Compiles Outrider's own protos (ORCA, the echo service, Istio's filter configs) with a vendored protoc, and
 //! writes the Envoy descriptor set shipped inside the `envoy-types` crate, without its
 //! comments, into OUT_DIR so the bootstrap loader and `/config_dump` can speak Envoy's
 //! protobuf JSON.
@@ -11,7 +11,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     prost_config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
     let well_known = protoc_bin_vendored::include_path()?;
 
+    let out = PathBuf::from(std::env::var("OUT_DIR")?);
+    let own_descriptors = out.join("own_descriptors.bin");
     tonic_prost_build::configure()
+        .file_descriptor_set_path(&own_descriptors)
         .compile_well_known_types(true)
         .extern_path(".google.protobuf", "::envoy_types::pb::google::protobuf")
         .compile_with_config(
@@ -20,12 +23,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 PathBuf::from("proto/xds/data/orca/v3/orca_load_report.proto"),
                 PathBuf::from("proto/xds/service/orca/v3/orca.proto"),
                 PathBuf::from("proto/outrider/echo/v1/echo.proto"),
+                PathBuf::from("proto/istio/alpn.proto"),
+                PathBuf::from("proto/istio/stats.proto"),
             ],
             &[PathBuf::from("proto"), well_known],
         )?;
     println!("cargo:rerun-if-changed=proto");
 
-    let out = PathBuf::from(std::env::var("OUT_DIR")?);
     let descriptors = envoy_types_descriptors()?;
     // Comments (source code info) are 80 % of the set and, decoded, tens of megabytes of
     // resident memory; the JSON mapping needs none of them.
@@ -34,6 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         file.source_code_info = None;
     }
     add_typed_structs(&mut set);
+    add_istio_filter_configs(&mut set, &own_descriptors)?;
     std::fs::write(out.join("envoy_descriptors.bin"), prost::Message::encode_to_vec(&set))?;
     println!("cargo:rerun-if-changed={}", descriptors.display());
     Ok(())
@@ -80,6 +85,22 @@ fn add_typed_structs(set: &mut prost_types::FileDescriptorSet) {
             ..Default::default()
         });
     }
+}
+
+/// Istio's two filter configs that istiod sends as typed messages (`istio.alpn`,
+/// `istio.stats`), so `/config_dump` can show the listeners that carry them.
+fn add_istio_filter_configs(
+    set: &mut prost_types::FileDescriptorSet,
+    own: &Path,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let own = <prost_types::FileDescriptorSet as prost::Message>::decode(std::fs::read(own)?.as_slice())?;
+    for mut file in own.file {
+        if file.name().starts_with("istio/") {
+            file.source_code_info = None;
+            set.file.push(file);
+        }
+    }
+    Ok(())
 }
 
 /// Finds `src/generated/types.bin` of the resolved `envoy-types` package through

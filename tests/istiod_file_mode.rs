@@ -303,6 +303,11 @@ async fn istiod_resources_apply_and_route(api_type: &str) {
     let updates = xds_updates(&outrider).await;
     assert!(updates.values().all(|(_, rejected)| *rejected == 0), "rejected: {updates:?}");
     assert!(updates.values().all(|(applied, _)| *applied > 0), "nothing applied for a type: {updates:?}");
+    // `istioctl proxy-config` reads the dump: every resource istiod sent shows in full,
+    // Istio's own typed filter configs (`istio.alpn`, `istio.stats`) included.
+    let (_, dump) = admin_get(outrider.admin_address, "/config_dump").await;
+    assert!(!dump.contains("\"error\""), "a resource the dump cannot show: {dump}");
+    assert!(dump.contains("istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig"), "{dump}");
 
     let (status, _, body) = get_with(port, "/", &[("x-canary", "yes")]).await;
     assert_eq!((status, body.as_str()), (200, "v2"));

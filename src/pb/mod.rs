@@ -1,5 +1,6 @@
-//! Protobuf messages: Envoy's and xds' come from `envoy-types`; ORCA and the echo service
-//! are Outrider's own (see `proto/`). `json` speaks protobuf's JSON mapping for all of them,
+//! Protobuf messages: Envoy's and xds' come from `envoy-types`; ORCA, the echo service and
+//! the two Istio filter configs istiod sends as typed messages are Outrider's own (see
+//! `proto/`). `json` speaks protobuf's JSON mapping for all of them,
 //! which is how Envoy's bootstrap files and `/config_dump` are written.
 
 pub mod json;
@@ -26,6 +27,24 @@ mod own {
             }
         }
     }
+    pub mod istio {
+        pub mod envoy {
+            pub mod config {
+                pub mod filter {
+                    pub mod http {
+                        pub mod alpn {
+                            pub mod v2alpha1 {
+                                tonic::include_proto!("istio.envoy.config.filter.http.alpn.v2alpha1");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    pub mod stats {
+        tonic::include_proto!("stats");
+    }
     pub mod outrider {
         pub mod echo {
             pub mod v1 {
@@ -35,8 +54,12 @@ mod own {
     }
 }
 
+/// `istio.envoy.config.filter.http.alpn.v2alpha1`: Istio's `istio.alpn` filter config.
+pub use own::istio::envoy::config::filter::http::alpn::v2alpha1 as istio_alpn;
 /// `outrider.echo.v1`: the echo service that tests, the demo and benches use as a backend.
 pub use own::outrider::echo::v1 as echo;
+/// `stats`: Istio's `istio.stats` filter config (`stats.PluginConfig`).
+pub use own::stats as istio_stats;
 /// `xds.data.orca.v3`: Outrider's wire-compatible ORCA load report.
 pub use own::xds::data::orca::v3 as orca;
 /// `xds.service.orca.v3`: the ORCA out-of-band service.
