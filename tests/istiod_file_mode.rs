@@ -477,3 +477,62 @@ async fn stream_with_request(mut stream: tokio::net::TcpStream) -> tokio::net::T
     let _ = stream.write_all(b"GET / HTTP/1.1\r\nhost: app\r\nconnection: close\r\n\r\n").await;
     stream
 }
+
+/// A sidecar calling its own inbound port through the mesh: the ServiceEntry's endpoint is
+/// the inbound listener, labelled as Istio labels injected workloads (`tlsMode: istio`), so
+/// istiod renders mutual TLS for it (auto mTLS, and explicitly `ISTIO_MUTUAL` in the
+/// DestinationRule), with the endpoint's service account as the SAN to check.
+fn mesh_loop_configs(outbound: u16, inbound: u16, app: u16) -> String {
+    format!(
+        r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{ name: app, namespace: default }}
+spec:
+  hosts: [app.default.svc.cluster.local]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports:
+  - {{ number: {outbound}, name: http, protocol: HTTP, targetPort: {inbound} }}
+  endpoints:
+  - address: 127.0.0.1
+    serviceAccount: default
+    labels: {{ app: app, security.istio.io/tlsMode: istio }}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {{ name: app, namespace: default }}
+spec:
+  host: app.default.svc.cluster.local
+  trafficPolicy:
+    tls: {{ mode: ISTIO_MUTUAL }}
+---
+{}"#,
+        inbound_configs(inbound, app, "STRICT")
+    )
+}
+
+/// Outbound mutual TLS as istiod renders it: Outrider originates Istio's mTLS (SDS
+/// certificate, SPIFFE SAN check) to an inbound port in STRICT mode, which terminates it
+/// and reaches the application; AuthorizationPolicy is enforced on the way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn istio_mutual_tls_between_outbound_and_inbound() {
+    let Some(binary) = Istiod::binary("istio_mutual_tls_between_outbound_and_inbound") else { return };
+    let app = named_backend("app").await;
+    let (outbound, inbound) = (tls_support::free_port(), tls_support::free_port());
+    let istiod = Istiod::start(&binary, &[("mesh.yaml", &mesh_loop_configs(outbound, inbound, app.port))]).await;
+    let agent = Agent::start().await;
+    let host = "app.default.svc.cluster.local";
+    let outrider = start_sidecar(&istiod, &agent, "GRPC", outbound, host).await;
+
+    let before = outrider.tls.upstream.handshakes();
+    let (status, _, body) = get(outbound, host, "/ok").await;
+    assert_eq!((status, body.as_str()), (200, "app"));
+    assert!(outrider.tls.upstream.handshakes() > before, "the hop to the inbound port is mutual TLS");
+    let (status, _, body) = get(outbound, host, "/admin").await;
+    assert_eq!((status, body.as_str()), (403, "RBAC: access denied"));
+    // The inbound port is STRICT: plaintext straight to it is refused.
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", inbound)).await.unwrap();
+    assert!(tls_support::read_until_closed(stream_with_request(stream).await).await.is_empty());
+    let updates = xds_updates(&outrider).await;
+    assert!(updates.values().all(|(_, rejected)| *rejected == 0), "rejected: {updates:?}");
+}
