@@ -210,7 +210,7 @@ impl Detector {
         if state.ejected.is_some() || self.rng.random_range(0..100) >= enforcing {
             return false;
         }
-        if base * state.multiplier < cap {
+        if base.saturating_mul(state.multiplier) < cap {
             state.multiplier += 1;
         }
         let jitter = Duration::from_millis(if max_jitter == 0 { 0 } else { self.rng.random_range(0..=max_jitter) });
@@ -238,7 +238,7 @@ impl Detector {
 /// `base_ejection_time × multiplier`, capped at `max(max_ejection_time, base)`.
 fn ejection_time(config: &OutlierDetection, state: &HostState) -> Duration {
     let base = config.base_ejection_time;
-    (base * state.multiplier).min(config.max_ejection_time.max(base))
+    base.saturating_mul(state.multiplier).min(config.max_ejection_time.max(base))
 }
 
 fn uneject(state: &mut HostState) {

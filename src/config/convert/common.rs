@@ -69,8 +69,20 @@ pub fn duration(proto: &gpb::Duration) -> Result<Duration> {
     if seconds < 0 || !(0..1_000_000_000).contains(&nanos) {
         return Err(ConfigError::new("", format!("{seconds}s {nanos}ns is not a valid non-negative duration")));
     }
+    if seconds > MAX_DURATION_SECONDS {
+        return Err(ConfigError::new(
+            "",
+            format!("duration {seconds}s is out of range (at most {MAX_DURATION_SECONDS}s)"),
+        ));
+    }
     Ok(Duration::new(seconds as u64, nanos as u32))
 }
+
+/// The largest duration Envoy accepts, in whole seconds: its nanoseconds must fit an `i64`
+/// with a second to spare (`i64::MAX / 10⁹ − 1`). Beyond it Envoy refuses the resource; so
+/// does Outrider, which also keeps every `Instant + duration` on the request path far from
+/// overflowing (292 years).
+pub const MAX_DURATION_SECONDS: i64 = i64::MAX / 1_000_000_000 - 1;
 
 /// An optional duration field, named `field` for errors.
 pub fn opt_duration(proto: &Option<gpb::Duration>, field: &str) -> Result<Option<Duration>> {
@@ -115,5 +127,22 @@ pub fn percent_or(value: &Option<crate::pb::envoy::r#type::v3::Percent>, default
         None => Ok(default),
         Some(p) if (0.0..=100.0).contains(&p.value) => Ok(p.value),
         Some(p) => Err(ConfigError::new(field, format!("{} is not a percentage in [0, 100]", p.value))),
+    }
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::*;
+
+    #[test]
+    fn durations_up_to_envoys_maximum_are_accepted() {
+        let largest = gpb::Duration { seconds: MAX_DURATION_SECONDS, nanos: 999_999_999 };
+        assert_eq!(duration(&largest).unwrap(), Duration::new(9_223_372_035, 999_999_999));
+        for seconds in [MAX_DURATION_SECONDS + 1, 1_000_000_000_000_000, i64::MAX] {
+            let error = duration(&gpb::Duration { seconds, nanos: 0 }).unwrap_err();
+            assert!(error.to_string().contains("out of range"), "{error}");
+        }
+        let error = opt_duration(&Some(gpb::Duration { seconds: i64::MAX, nanos: 0 }), "timeout").unwrap_err();
+        assert_eq!(error.path(), "timeout");
     }
 }

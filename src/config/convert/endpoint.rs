@@ -56,6 +56,9 @@ fn policy_values(policy: proto::cluster_load_assignment::Policy, warnings: &mut 
     Ok((factor, weighted_priority_health))
 }
 
+/// The largest priority an EDS locality may have, as Envoy's `LocalityLbEndpoints` allows.
+pub const MAX_PRIORITY: u32 = 128;
+
 fn locality_lb_endpoints(proto: proto::LocalityLbEndpoints, warnings: &mut Warnings) -> Result<LocalityLbEndpoints> {
     let proto::LocalityLbEndpoints {
         locality,
@@ -74,6 +77,10 @@ fn locality_lb_endpoints(proto: proto::LocalityLbEndpoints, warnings: &mut Warni
     }
     if proximity.is_some() {
         warnings.ignored("proximity", "locality proximity is not used");
+    }
+    // Envoy's proto constraint (`lte: 128`); the balancer keeps one level per priority.
+    if priority > MAX_PRIORITY {
+        return Err(ConfigError::new("priority", format!("{priority} is above the largest priority, {MAX_PRIORITY}")));
     }
     let load_balancing_weight = match load_balancing_weight {
         Some(gpb::UInt32Value { value: 0 }) => {
@@ -159,4 +166,28 @@ fn transport_socket_match(metadata: Option<&core::Metadata>) -> BTreeMap<String,
             _ => None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_priority(priority: u32) -> proto::ClusterLoadAssignment {
+        proto::ClusterLoadAssignment {
+            cluster_name: "c".into(),
+            endpoints: vec![proto::LocalityLbEndpoints { priority, ..Default::default() }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn priorities_above_envoys_largest_are_refused() {
+        let mut warnings = Warnings::new();
+        assert!(cluster_load_assignment(with_priority(MAX_PRIORITY), &mut warnings).is_ok());
+        // Before the bound, 4 000 000 000 made the balancer build one level per priority.
+        for priority in [MAX_PRIORITY + 1, 4_000_000_000, u32::MAX] {
+            let error = cluster_load_assignment(with_priority(priority), &mut warnings).unwrap_err();
+            assert_eq!(error.path(), "endpoints[0].priority");
+        }
+    }
 }

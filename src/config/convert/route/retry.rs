@@ -114,7 +114,7 @@ fn back_off(proto: proto::retry_policy::RetryBackOff) -> Result<RetryBackOff> {
     if base.as_millis() < 1 {
         return Err(ConfigError::new("base_interval", "must be at least 1ms"));
     }
-    let max = common::opt_duration(&max_interval, "max_interval")?.unwrap_or(base * 10);
+    let max = common::opt_duration(&max_interval, "max_interval")?.unwrap_or(base.saturating_mul(10));
     if max < base {
         return Err(ConfigError::new("max_interval", "must not be less than base_interval"));
     }
