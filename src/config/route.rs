@@ -6,6 +6,7 @@ pub mod hash_policy;
 pub mod matcher;
 pub mod rate_limit;
 pub mod retry;
+pub mod virtual_host_index;
 
 use std::sync::Arc;
 
@@ -43,6 +44,8 @@ pub struct RouteConfiguration {
     pub vhost_header: Option<String>,
     /// `typed_per_filter_config`: the HTTP filters' settings for every virtual host.
     pub per_filter: PerFilterConfig,
+    /// `virtual_hosts` by domain; built with [`RouteConfiguration::index_virtual_hosts`].
+    pub virtual_host_index: virtual_host_index::VirtualHostIndex,
 }
 
 /// Header additions and removals at one level (configuration, virtual host, route, or
@@ -164,36 +167,27 @@ impl RouteConfiguration {
     /// The virtual host for `host`, by Envoy's precedence: an exact domain, then the
     /// longest suffix wildcard, then the longest prefix wildcard, then `*`.
     pub fn find_virtual_host(&self, host: &str) -> Option<&Arc<VirtualHost>> {
-        let mut host = host.to_ascii_lowercase();
-        if self.ignore_port_in_host_matching {
-            strip_port(&mut host);
-        }
-        // (rank, length): exact beats suffix beats prefix beats any; longer beats shorter.
-        let mut best: Option<((u8, usize), &Arc<VirtualHost>)> = None;
-        for vhost in &self.virtual_hosts {
-            for domain in vhost.domains.iter().filter(|d| d.matches(&host)) {
-                let score = match domain {
-                    DomainMatcher::Exact(_) => (3, usize::MAX),
-                    DomainMatcher::Suffix(s) => (2, s.len()),
-                    DomainMatcher::Prefix(p) => (1, p.len()),
-                    DomainMatcher::Any => (0, 0),
-                };
-                if best.is_none_or(|(b, _)| score > b) {
-                    best = Some((score, vhost));
-                }
-            }
-        }
-        best.map(|(_, vhost)| vhost)
+        let host = if self.ignore_port_in_host_matching { without_port(host) } else { host };
+        self.virtual_host_index.find(host).and_then(|position| self.virtual_hosts.get(position))
+    }
+
+    /// (Re)builds the domain index of `virtual_hosts`; conversion calls it once.
+    pub fn index_virtual_hosts(&mut self) {
+        let domains = self.virtual_hosts.iter().enumerate().flat_map(|(i, v)| v.domains.iter().map(move |d| (i, d)));
+        self.virtual_host_index = virtual_host_index::VirtualHostIndex::new(domains);
     }
 }
 
-/// Removes a `:port` suffix from a host (leaving IPv6 literals without a port alone).
-fn strip_port(host: &mut String) {
-    if let Some(colon) = host.rfind(':')
-        && host[colon + 1..].bytes().all(|b| b.is_ascii_digit())
-        && (!host.contains('[') || host[..colon].ends_with(']'))
-    {
-        host.truncate(colon);
+/// A host without its `:port` suffix (IPv6 literals without a port left alone).
+fn without_port(host: &str) -> &str {
+    match host.rfind(':') {
+        Some(colon)
+            if host[colon + 1..].bytes().all(|b| b.is_ascii_digit())
+                && (!host.contains('[') || host[..colon].ends_with(']')) =>
+        {
+            &host[..colon]
+        }
+        _ => host,
     }
 }
 

@@ -90,7 +90,7 @@ pub fn route_configuration(proto: proto::RouteConfiguration, warnings: &mut Warn
         }
         vhosts.push(Arc::new(vhost));
     }
-    Ok(RouteConfiguration {
+    let mut config = RouteConfiguration {
         name,
         virtual_hosts: vhosts,
         internal_only_headers,
@@ -100,7 +100,10 @@ pub fn route_configuration(proto: proto::RouteConfiguration, warnings: &mut Warn
         ignore_path_parameters_in_path_matching,
         vhost_header: (!vhost_header.is_empty()).then(|| vhost_header.to_ascii_lowercase()),
         per_filter,
-    })
+        virtual_host_index: Default::default(),
+    };
+    config.index_virtual_hosts();
+    Ok(config)
 }
 
 #[allow(deprecated)]
