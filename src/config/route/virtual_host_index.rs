@@ -80,7 +80,7 @@ impl VirtualHostIndex {
 
 fn longest_first(groups: HashMap<usize, HashMap<String, usize>>) -> Vec<(usize, HashMap<String, usize>)> {
     let mut groups: Vec<_> = groups.into_iter().collect();
-    groups.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+    groups.sort_unstable_by_key(|(len, _)| std::cmp::Reverse(*len));
     groups
 }
 
