@@ -58,6 +58,10 @@ pub struct Verdict {
 impl Verdict {
     /// The NACK's `error_detail` message, worded as Envoy words it, or `None` to ACK.
     pub fn error_detail(&self, resource_type: ResourceType) -> Option<String> {
+        if self.refused {
+            // Envoy's decoding error: the one resource, without the managers' wording.
+            return self.rejected.first().map(|r| format!("{}: {}", r.name, r.error));
+        }
         error_detail(resource_type, &self.rejected)
     }
 }
