@@ -18,7 +18,8 @@ use outrider::config::ResourceType;
 
 /// A listener whose (only) network filter has an empty name: `Filter.name` is `min_len: 1`.
 fn listener_without_filter_name(name: &str) -> String {
-    listener(name, "v2", INLINE_ROUTE, "").replace("- name: envoy.filters.network.http_connection_manager", "- name: ''")
+    listener(name, "v2", INLINE_ROUTE, "")
+        .replace("- name: envoy.filters.network.http_connection_manager", "- name: ''")
 }
 
 /// A route without `match` (`Route.match` is `required`).
@@ -147,7 +148,11 @@ async fn proto_constraints(api_type: &str) {
     let nack = |node: &str, t: ResourceType| nacks(&journal, node, t)[0].error_detail.clone().unwrap().message;
     let expected = [
         (ResourceType::Cluster, "upd_bad: connect_timeout", "value must be greater than 0s"),
-        (ResourceType::Listener, "l_upd_bad: filter_chains[0].filters[0].name", "value length must be at least 1 characters"),
+        (
+            ResourceType::Listener,
+            "l_upd_bad: filter_chains[0].filters[0].name",
+            "value length must be at least 1 characters",
+        ),
         (ResourceType::RouteConfiguration, "route_b: virtual_hosts[0].routes[0].match", "value is required"),
         (
             ResourceType::ClusterLoadAssignment,

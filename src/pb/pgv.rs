@@ -87,10 +87,10 @@ impl Validator {
     /// Checks the protobuf `bytes` of the message `full_name` (e.g.
     /// `envoy.config.cluster.v3.Cluster`); the first violation found, by its field path.
     pub fn check(&mut self, full_name: &str, bytes: &[u8]) -> Result<(), Violation> {
-        let desc = self.pool.get_message_by_name(full_name).ok_or_else(|| Violation {
-            path: String::new(),
-            reason: format!("unknown message type {full_name}"),
-        })?;
+        let desc = self
+            .pool
+            .get_message_by_name(full_name)
+            .ok_or_else(|| Violation { path: String::new(), reason: format!("unknown message type {full_name}") })?;
         let message = DynamicMessage::decode(desc, bytes)
             .map_err(|e| Violation { path: String::new(), reason: format!("cannot decode: {e}") })?;
         let mut path = Path::default();
@@ -596,7 +596,8 @@ fn hostname(s: &str) -> bool {
 
 fn uuid(s: &str) -> bool {
     let groups: Vec<&str> = s.split('-').collect();
-    groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12]) && groups.iter().all(|g| g.chars().all(|c| c.is_ascii_hexdigit()))
+    groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && groups.iter().all(|g| g.chars().all(|c| c.is_ascii_hexdigit()))
 }
 
 fn scheme_ok(scheme: &str) -> bool {
@@ -735,9 +736,7 @@ fn time(rules: &DynamicMessage, value: Num, timestamp: bool) -> Result<(), Strin
     }
     bounds(value, rule("lt"), rule("lte"), rule("gt"), rule("gte"), show)?;
     let list = |name: &str| match set(rules, name).as_deref() {
-        Some(Value::List(items)) => {
-            items.iter().filter_map(|v| v.as_message().map(nanos)).collect::<Vec<_>>()
-        }
+        Some(Value::List(items)) => items.iter().filter_map(|v| v.as_message().map(nanos)).collect::<Vec<_>>(),
         _ => Vec::new(),
     };
     let allowed = list("in");

@@ -34,7 +34,10 @@ fn duration_gt_zero() {
 #[test]
 fn proto3_string_min_len_applies_to_the_default() {
     let violation = check("envoy.config.cluster.v3.Cluster", &Cluster::default()).unwrap_err();
-    assert_eq!((violation.path.as_str(), violation.reason.as_str()), ("name", "value length must be at least 1 characters"));
+    assert_eq!(
+        (violation.path.as_str(), violation.reason.as_str()),
+        ("name", "value length must be at least 1 characters")
+    );
 }
 
 fn listener(filter_name: &str) -> Listener {
@@ -116,12 +119,16 @@ fn required_oneof_and_enum_defined_only() {
     assert_eq!(check(name, &address(Some(80), 0)), Ok(()));
     assert_eq!(check(name, &address(None, 0)).unwrap_err().path, "port_specifier");
     let violation = check(name, &address(Some(80), 7)).unwrap_err();
-    assert_eq!((violation.path.as_str(), violation.reason.as_str()), ("protocol", "value must be one of the defined enum values"));
+    assert_eq!(
+        (violation.path.as_str(), violation.reason.as_str()),
+        ("protocol", "value must be one of the defined enum values")
+    );
 }
 
 #[test]
 fn header_names_and_values() {
-    let header = |key: &str, value: &str| core::HeaderValue { key: key.into(), value: value.into(), ..Default::default() };
+    let header =
+        |key: &str, value: &str| core::HeaderValue { key: key.into(), value: value.into(), ..Default::default() };
     let name = "envoy.config.core.v3.HeaderValue";
     assert_eq!(check(name, &header("x-a", "b")), Ok(()));
     // Envoy's header rules are `strict: false`: only NUL, CR and LF are refused.
@@ -153,17 +160,52 @@ fn outside_ranges_and_in_lists() {
 fn handled(kind: &str) -> &'static [&'static str] {
     const NUMBER: &[&str] = &["const", "lt", "lte", "gt", "gte", "in", "not_in", "ignore_empty"];
     match kind {
-        "float" | "double" | "int32" | "int64" | "uint32" | "uint64" | "sint32" | "sint64" | "fixed32"
-        | "fixed64" | "sfixed32" | "sfixed64" => NUMBER,
+        "float" | "double" | "int32" | "int64" | "uint32" | "uint64" | "sint32" | "sint64" | "fixed32" | "fixed64"
+        | "sfixed32" | "sfixed64" => NUMBER,
         "bool" => &["const"],
         "string" => &[
-            "const", "len", "min_len", "max_len", "len_bytes", "min_bytes", "max_bytes", "pattern", "prefix",
-            "suffix", "contains", "not_contains", "in", "not_in", "email", "hostname", "ip", "ipv4", "ipv6", "uri",
-            "uri_ref", "address", "uuid", "well_known_regex", "strict", "ignore_empty",
+            "const",
+            "len",
+            "min_len",
+            "max_len",
+            "len_bytes",
+            "min_bytes",
+            "max_bytes",
+            "pattern",
+            "prefix",
+            "suffix",
+            "contains",
+            "not_contains",
+            "in",
+            "not_in",
+            "email",
+            "hostname",
+            "ip",
+            "ipv4",
+            "ipv6",
+            "uri",
+            "uri_ref",
+            "address",
+            "uuid",
+            "well_known_regex",
+            "strict",
+            "ignore_empty",
         ],
         "bytes" => &[
-            "const", "len", "min_len", "max_len", "pattern", "prefix", "suffix", "contains", "in", "not_in", "ip",
-            "ipv4", "ipv6", "ignore_empty",
+            "const",
+            "len",
+            "min_len",
+            "max_len",
+            "pattern",
+            "prefix",
+            "suffix",
+            "contains",
+            "in",
+            "not_in",
+            "ip",
+            "ipv4",
+            "ipv6",
+            "ignore_empty",
         ],
         "enum" => &["const", "defined_only", "in", "not_in"],
         "message" => &["skip", "required"],

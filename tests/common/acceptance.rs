@@ -362,4 +362,3 @@ pub fn resumed(journal: &Journal, node: &str) -> BTreeMap<String, ReceivedReques
     }
     first
 }
-

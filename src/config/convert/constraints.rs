@@ -7,8 +7,8 @@
 //! read from the descriptors (`pb::pgv`), not restated here, so that every field has
 //! exactly Envoy's constraints, converted by Outrider or not.
 
-use super::super::error::ConfigError;
 use super::super::ResourceType;
+use super::super::error::ConfigError;
 use crate::pb::pgv::Validator;
 
 /// Checks each of one response's resources; the first that breaks a constraint, by its

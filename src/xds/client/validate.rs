@@ -92,8 +92,13 @@ pub fn validate(
     warned: &mut HashSet<Ignored>,
 ) -> Verdict {
     if let Err((index, error)) = constraints::check(resource_type, incoming.iter().map(|i| &i.bytes[..])) {
-        let label = incoming.get(index).map_or_else(|| format!("resources[{index}]"), |i| label(resource_type, index, i));
-        return Verdict { rejected: vec![Rejected { name: label, error: error.to_string() }], refused: true, ..Verdict::default() };
+        let label =
+            incoming.get(index).map_or_else(|| format!("resources[{index}]"), |i| label(resource_type, index, i));
+        return Verdict {
+            rejected: vec![Rejected { name: label, error: error.to_string() }],
+            refused: true,
+            ..Verdict::default()
+        };
     }
     let now = SystemTime::now();
     let mut verdict = Verdict { accepted: Vec::with_capacity(incoming.len()), ..Verdict::default() };
