@@ -90,8 +90,11 @@ fn resource_files(set: &[u8]) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
     Ok(out)
 }
 
+/// Fields of a message as (field number, bytes).
+type Fields<'a> = Vec<(u32, &'a [u8])>;
+
 /// The length-delimited top-level fields of a message: (field number, contents).
-fn wire_fields(message: &[u8]) -> Result<Vec<(u32, &[u8])>, Box<dyn std::error::Error>> {
+fn wire_fields(message: &[u8]) -> Result<Fields<'_>, Box<dyn std::error::Error>> {
     let mut fields = Vec::new();
     let mut rest = message;
     while !rest.is_empty() {
@@ -108,7 +111,7 @@ fn wire_fields(message: &[u8]) -> Result<Vec<(u32, &[u8])>, Box<dyn std::error::
 }
 
 /// Every top-level field of a message: (field number, its bytes with key and all).
-fn wire_fields_raw(message: &[u8]) -> Result<Vec<(u32, &[u8])>, Box<dyn std::error::Error>> {
+fn wire_fields_raw(message: &[u8]) -> Result<Fields<'_>, Box<dyn std::error::Error>> {
     use prost::encoding::WireType;
     let mut fields = Vec::new();
     let mut rest = message;

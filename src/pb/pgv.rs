@@ -165,10 +165,10 @@ impl Validator {
         if field.is_map() {
             let Value::Map(entries) = value else { return Ok(()) };
             let map_rules = rules.and_then(|r| sub(r, "map"));
-            if let Some(r) = &map_rules {
-                if !(flag_named(r, "ignore_empty") && entries.is_empty()) {
-                    count(entries.len(), r, "min_pairs", "max_pairs", "pair")?;
-                }
+            if let Some(r) = &map_rules
+                && !(flag_named(r, "ignore_empty") && entries.is_empty())
+            {
+                count(entries.len(), r, "min_pairs", "max_pairs", "pair")?;
             }
             let Kind::Message(entry) = field.kind() else { return Ok(()) };
             let (key_field, value_field) = (entry.map_entry_key_field(), entry.map_entry_value_field());
@@ -177,7 +177,10 @@ impl Validator {
             let mut sorted: Vec<_> = entries.iter().collect();
             sorted.sort_by(|a, b| a.0.cmp(b.0));
             for (key, item) in sorted {
-                path.push(Part::Key(format!("{key:?}")));
+                path.push(Part::Key(match key {
+                    prost_reflect::MapKey::String(s) => s.clone(),
+                    other => format!("{:?}", Value::from(other.clone())),
+                }));
                 let key_value: Value = key.clone().into();
                 self.single(&key_field, &key_value, true, keys.as_ref(), path)?;
                 self.single(&value_field, item, true, values.as_ref(), path)?;
@@ -188,12 +191,12 @@ impl Validator {
         if field.is_list() {
             let Value::List(items) = value else { return Ok(()) };
             let list_rules = rules.and_then(|r| sub(r, "repeated"));
-            if let Some(r) = &list_rules {
-                if !(flag_named(r, "ignore_empty") && items.is_empty()) {
-                    count(items.len(), r, "min_items", "max_items", "item")?;
-                    if flag_named(r, "unique") && !unique(items) {
-                        return Err("repeated value must contain unique items".into());
-                    }
+            if let Some(r) = &list_rules
+                && !(flag_named(r, "ignore_empty") && items.is_empty())
+            {
+                count(items.len(), r, "min_items", "max_items", "item")?;
+                if flag_named(r, "unique") && !unique(items) {
+                    return Err("repeated value must contain unique items".into());
                 }
             }
             let item_rules = list_rules.as_ref().and_then(|r| sub(r, "items"));
