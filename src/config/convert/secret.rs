@@ -101,11 +101,12 @@ fn check_inline(certificate: &TlsCertificate) -> Result<()> {
         }
         None => None,
     };
-    let Some(key_pem) = inline(certificate.private_key.source()) else { return Ok(()) };
+    // The key is checked with its chain; with the chain in a file, both are read when the
+    // contexts are built.
+    let (Some(chain), Some(key_pem)) = (chain, inline(certificate.private_key.source())) else { return Ok(()) };
     // The key's bytes never reach an error message.
     let key = PrivateKeyDer::from_pem_slice(&key_pem)
         .map_err(|_| ConfigError::new("private_key", "Failed to load private key from <inline>"))?;
-    let Some(chain) = chain else { return Ok(()) };
     let provider = rustls::crypto::ring::default_provider();
     rustls::sign::CertifiedKey::from_der(chain, key, &provider)
         .map(|_| ())
