@@ -40,8 +40,104 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     add_typed_structs(&mut set);
     add_istio_filter_configs(&mut set, &own_descriptors)?;
     std::fs::write(out.join("envoy_descriptors.bin"), prost::Message::encode_to_vec(&set))?;
+    let resources = resource_files(&std::fs::read(&descriptors)?)?;
+    std::fs::write(out.join("xds_resource_descriptors.bin"), resources)?;
     println!("cargo:rerun-if-changed={}", descriptors.display());
     Ok(())
+}
+
+/// The files that define the five xDS resource types and everything they import: what the
+/// protoc-gen-validate check of a response needs (it stops at `Any`, so no extension's
+/// files), a small part of the whole set, so decoding it per response stays cheap.
+///
+/// Written from the raw bytes of the set: prost's `FileDescriptorProto` would drop the
+/// `(validate.rules)` options, which are extensions, unknown to it. Only the comments
+/// (`source_code_info`, field 9 of a file) are removed.
+fn resource_files(set: &[u8]) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+    const ROOTS: [&str; 5] = [
+        "envoy/config/listener/v3/listener.proto",
+        "envoy/config/cluster/v3/cluster.proto",
+        "envoy/config/route/v3/route.proto",
+        "envoy/config/endpoint/v3/endpoint.proto",
+        "envoy/extensions/transport_sockets/tls/v3/secret.proto",
+    ];
+    let mut files = Vec::new(); // (name, dependencies, raw bytes without comments)
+    for (number, file) in wire_fields(set)? {
+        if number != 1 {
+            continue;
+        }
+        let parsed = <prost_types::FileDescriptorProto as prost::Message>::decode(file)?;
+        let mut raw = Vec::with_capacity(file.len());
+        for (field, bytes) in wire_fields_raw(file)? {
+            if field != 9 {
+                raw.extend_from_slice(bytes);
+            }
+        }
+        files.push((parsed.name().to_owned(), parsed.dependency.clone(), raw));
+    }
+    let index: std::collections::HashMap<&str, usize> =
+        files.iter().enumerate().map(|(i, (name, _, _))| (name.as_str(), i)).collect();
+    let mut wanted: Vec<String> = ROOTS.iter().map(|r| (*r).to_owned()).collect();
+    let mut keep = std::collections::BTreeSet::new(); // indices: the set's (dependency) order
+    while let Some(name) = wanted.pop() {
+        let i = *index.get(name.as_str()).ok_or_else(|| format!("descriptor set lacks {name}"))?;
+        if keep.insert(i) {
+            wanted.extend(files[i].1.iter().cloned());
+        }
+    }
+    let mut out = Vec::new();
+    for i in keep {
+        let raw = &files[i].2;
+        prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, &mut out);
+        prost::encoding::encode_varint(raw.len() as u64, &mut out);
+        out.extend_from_slice(raw);
+    }
+    Ok(out)
+}
+
+/// Fields of a message as (field number, bytes).
+type Fields<'a> = Vec<(u32, &'a [u8])>;
+
+/// The length-delimited top-level fields of a message: (field number, contents).
+fn wire_fields(message: &[u8]) -> Result<Fields<'_>, Box<dyn std::error::Error>> {
+    let mut fields = Vec::new();
+    let mut rest = message;
+    while !rest.is_empty() {
+        let (number, wire_type) = prost::encoding::decode_key(&mut rest)?;
+        if wire_type != prost::encoding::WireType::LengthDelimited {
+            return Err(format!("field {number} of a descriptor set is not length-delimited").into());
+        }
+        let len = usize::try_from(prost::encoding::decode_varint(&mut rest)?)?;
+        let (contents, tail) = rest.split_at_checked(len).ok_or("truncated descriptor set")?;
+        fields.push((number, contents));
+        rest = tail;
+    }
+    Ok(fields)
+}
+
+/// Every top-level field of a message: (field number, its bytes with key and all).
+fn wire_fields_raw(message: &[u8]) -> Result<Fields<'_>, Box<dyn std::error::Error>> {
+    use prost::encoding::WireType;
+    let mut fields = Vec::new();
+    let mut rest = message;
+    while !rest.is_empty() {
+        let start = rest;
+        let (number, wire_type) = prost::encoding::decode_key(&mut rest)?;
+        let len = match wire_type {
+            WireType::Varint => {
+                prost::encoding::decode_varint(&mut rest)?;
+                0
+            }
+            WireType::SixtyFourBit => 8,
+            WireType::ThirtyTwoBit => 4,
+            WireType::LengthDelimited => usize::try_from(prost::encoding::decode_varint(&mut rest)?)?,
+            _ => return Err(format!("field {number}: groups in a descriptor").into()),
+        };
+        let tail = rest.get(len..).ok_or("truncated descriptor")?;
+        fields.push((number, &start[..start.len() - tail.len()]));
+        rest = tail;
+    }
+    Ok(fields)
 }
 
 /// `udpa.type.v1.TypedStruct` and `xds.type.v3.TypedStruct` (an extension's config as a

@@ -4,6 +4,7 @@
 //! which is how Envoy's bootstrap files and `/config_dump` are written.
 
 pub mod json;
+pub mod pgv;
 
 pub use envoy_types::pb::envoy;
 pub use envoy_types::pb::google;

@@ -202,6 +202,7 @@ pub async fn admin_get(address: std::net::SocketAddr, path: &str) -> (u16, Strin
     (status, body)
 }
 
+pub mod acceptance;
 pub mod backends;
 pub mod differential;
 pub mod istiod;

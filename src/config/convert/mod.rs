@@ -8,6 +8,7 @@
 pub mod bootstrap;
 pub mod cluster;
 pub mod common;
+pub mod constraints;
 pub mod endpoint;
 pub mod filters;
 pub mod listener;

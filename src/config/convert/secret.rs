@@ -72,7 +72,45 @@ pub fn tls_certificate(proto: proto::TlsCertificate, warnings: &mut Warnings) ->
     }
     let certificate_chain = required_data_source(certificate_chain, "certificate_chain", warnings)?;
     let private_key = PrivateKey::new(required_data_source(private_key, "private_key", warnings)?);
-    Ok(TlsCertificate { certificate_chain, private_key })
+    let certificate = TlsCertificate { certificate_chain, private_key };
+    check_inline(&certificate)?;
+    Ok(certificate)
+}
+
+/// Refuses an inline certificate chain that does not parse, or a key that does not parse
+/// or match the chain's leaf: Envoy fails to build the TLS context from such a secret and
+/// NACKs it, keeping the previous certificate in use. (Files are read when the contexts
+/// are built, as Envoy reads them then too.)
+fn check_inline(certificate: &TlsCertificate) -> Result<()> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let inline = |source: &DataSource| match source {
+        DataSource::InlineString(text) => Some(text.as_bytes().to_vec()),
+        DataSource::InlineBytes(bytes) => Some(bytes.clone()),
+        DataSource::Filename(_) | DataSource::EnvironmentVariable(_) => None,
+    };
+    let chain = match inline(&certificate.certificate_chain) {
+        Some(pem) => {
+            let chain = CertificateDer::pem_slice_iter(&pem).collect::<std::result::Result<Vec<_>, _>>().ok();
+            let chain = chain
+                .filter(|c| !c.is_empty())
+                .filter(|c| c.iter().all(|der| x509_parser::parse_x509_certificate(der).is_ok()));
+            Some(chain.ok_or_else(|| {
+                ConfigError::new("certificate_chain", "Failed to load certificate chain from <inline>")
+            })?)
+        }
+        None => None,
+    };
+    // The key is checked with its chain; with the chain in a file, both are read when the
+    // contexts are built.
+    let (Some(chain), Some(key_pem)) = (chain, inline(certificate.private_key.source())) else { return Ok(()) };
+    // The key's bytes never reach an error message.
+    let key = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|_| ConfigError::new("private_key", "Failed to load private key from <inline>"))?;
+    let provider = rustls::crypto::ring::default_provider();
+    rustls::sign::CertifiedKey::from_der(chain, key, &provider)
+        .map(|_| ())
+        .map_err(|e| ConfigError::new("private_key", format!("does not match the certificate chain: {e}")))
 }
 
 pub fn certificate_validation_context(

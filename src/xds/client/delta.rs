@@ -120,7 +120,9 @@ impl Stream<'_> {
         let detail = if problems.is_empty() {
             let verdict = validate(Some(&session.state), resource_type, incoming, &mut session.warned);
             let detail = verdict.error_detail(resource_type);
-            session.accept(resource_type, &system_version_info, verdict.accepted, &removed_resources, detail.is_none());
+            // A refused response removes nothing either.
+            let removed = if verdict.refused { &[][..] } else { &removed_resources[..] };
+            session.accept(resource_type, &system_version_info, verdict.accepted, removed, detail.is_none());
             detail
         } else {
             // A malformed response is refused before anything of it is applied.

@@ -101,8 +101,11 @@ impl Stream<'_> {
             let detail = verdict.error_detail(resource_type);
             // LDS and CDS responses are the whole state: what they do not name is removed
             // (an invalid resource is named, so it keeps its previous version).
-            let removed =
-                if resource_type.is_wildcard() { session.not_named(resource_type, &verdict.names) } else { Vec::new() };
+            let removed = if resource_type.is_wildcard() && !verdict.refused {
+                session.not_named(resource_type, &verdict.names)
+            } else {
+                Vec::new()
+            };
             session.accept(resource_type, &version_info, verdict.accepted, &removed, detail.is_none());
             detail
         } else {

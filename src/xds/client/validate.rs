@@ -13,14 +13,17 @@
 //!
 //! A problem with the response itself (a resource of another type, a name given twice in a
 //! Delta response) rejects it whole, before anything is applied, as Envoy's subscription
-//! layer does.
+//! layer does. So does a resource that breaks a constraint of its proto (`validate.rules`:
+//! an empty name, a zero `connect_timeout`, a route without `match`) or does not decode:
+//! Envoy finds those while decoding the response, before any resource reaches a manager,
+//! and NACKs the response with that one resource's error.
 
 use std::collections::{BTreeSet, HashSet};
 use std::time::SystemTime;
 
 use bytes::Bytes;
 
-use crate::config::convert::{decode_resource, resource_name};
+use crate::config::convert::{constraints, decode_resource, resource_name};
 use crate::config::{Ignored, Resource, ResourceType, Warnings};
 use crate::store::{ConfigState, Versioned};
 
@@ -47,11 +50,18 @@ pub struct Verdict {
     /// Every resource name the response carries, valid or not (SotW LDS/CDS remove what
     /// is held but not named; an invalid resource is still named, so it stays).
     pub names: BTreeSet<String>,
+    /// The response was refused as a whole (a resource broke its proto's constraints):
+    /// nothing of it is applied, and nothing is removed for not being named.
+    pub refused: bool,
 }
 
 impl Verdict {
     /// The NACK's `error_detail` message, worded as Envoy words it, or `None` to ACK.
     pub fn error_detail(&self, resource_type: ResourceType) -> Option<String> {
+        if self.refused {
+            // Envoy's decoding error: the one resource, without the managers' wording.
+            return self.rejected.first().map(|r| format!("{}: {}", r.name, r.error));
+        }
         error_detail(resource_type, &self.rejected)
     }
 }
@@ -81,14 +91,21 @@ pub fn validate(
     incoming: Vec<Incoming>,
     warned: &mut HashSet<Ignored>,
 ) -> Verdict {
+    if let Err((index, error)) = constraints::check(resource_type, incoming.iter().map(|i| &i.bytes[..])) {
+        let label =
+            incoming.get(index).map_or_else(|| format!("resources[{index}]"), |i| label(resource_type, index, i));
+        return Verdict {
+            rejected: vec![Rejected { name: label, error: error.to_string() }],
+            refused: true,
+            ..Verdict::default()
+        };
+    }
     let now = SystemTime::now();
     let mut verdict = Verdict { accepted: Vec::with_capacity(incoming.len()), ..Verdict::default() };
     let mut failed = false;
-    for (index, Incoming { name, version, bytes }) in incoming.into_iter().enumerate() {
-        let label = name
-            .clone()
-            .or_else(|| resource_name(resource_type, &bytes))
-            .unwrap_or_else(|| format!("resources[{index}]"));
+    for (index, resource) in incoming.into_iter().enumerate() {
+        let label = label(resource_type, index, &resource);
+        let Incoming { name, version, bytes } = resource;
         let first = verdict.names.insert(label.clone());
         if failed {
             // After the first failure of an RDS/EDS/SDS response nothing more is looked at.
@@ -113,6 +130,16 @@ pub fn validate(
         }
     }
     verdict
+}
+
+/// How the NACK names a resource: by its name (Delta's, else the resource's own), else by
+/// its place in the response.
+fn label(resource_type: ResourceType, index: usize, incoming: &Incoming) -> String {
+    incoming
+        .name
+        .clone()
+        .or_else(|| resource_name(resource_type, &incoming.bytes))
+        .unwrap_or_else(|| format!("resources[{index}]"))
 }
 
 fn convert(

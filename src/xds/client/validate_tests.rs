@@ -40,6 +40,19 @@ fn assignment(name: &str, port: u32) -> Incoming {
     }
 }
 
+/// An assignment that converts to nothing: its address names a resolver Outrider lacks.
+fn bad_assignment(name: &str) -> Incoming {
+    let value = json!({
+        "cluster_name": name,
+        "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 80, "resolver_name": "acme.resolver"}}}}]}]
+    });
+    Incoming {
+        name: Some(name.into()),
+        version: "2".into(),
+        bytes: encode::<ClusterLoadAssignment>("envoy.config.endpoint.v3.ClusterLoadAssignment", value),
+    }
+}
+
 fn names(verdict: &Verdict) -> Vec<&str> {
     verdict.accepted.iter().map(|a| a.resource.name()).collect()
 }
@@ -70,15 +83,47 @@ fn a_valid_response_has_no_error_detail() {
 
 #[test]
 fn endpoints_stop_at_the_first_failure() {
-    let incoming = vec![assignment("a", 80), assignment("bad", 70000), assignment("c", 80), assignment("bad2", 70001)];
+    let incoming = vec![assignment("a", 80), bad_assignment("bad"), assignment("c", 80), bad_assignment("bad2")];
     let verdict = validate(None, ResourceType::ClusterLoadAssignment, incoming, &mut HashSet::new());
     assert_eq!(names(&verdict), ["a"], "what follows the failure is not applied");
     assert_eq!(rejected(&verdict), ["bad"], "only the first failure is reported");
+    assert!(!verdict.refused);
     let detail = verdict.error_detail(ResourceType::ClusterLoadAssignment).unwrap();
-    assert!(
-        detail.starts_with("bad: endpoints[0].lb_endpoints[0].endpoint.address.socket_address.port_value"),
-        "{detail}"
-    );
+    assert!(detail.starts_with("bad: endpoints[0].lb_endpoints[0].endpoint.address"), "{detail}");
+}
+
+#[test]
+fn a_proto_constraint_broken_refuses_the_whole_response() {
+    // `SocketAddress.port_value` is `lte: 65535`: Envoy fails the response while decoding.
+    for resource_type in [ResourceType::ClusterLoadAssignment, ResourceType::Cluster] {
+        let incoming = match resource_type {
+            ResourceType::Cluster => vec![cluster("a", "127.0.0.1"), cluster("bad", "127.0.0.1")],
+            _ => vec![assignment("a", 80), assignment("bad", 70000), assignment("c", 80)],
+        };
+        let mut incoming = incoming;
+        if resource_type == ResourceType::Cluster {
+            let value = json!({"name": "bad", "type": "STATIC", "connect_timeout": "0s"});
+            incoming[1].bytes = encode::<Cluster>("envoy.config.cluster.v3.Cluster", value);
+        }
+        let verdict = validate(None, resource_type, incoming, &mut HashSet::new());
+        assert!(verdict.refused && verdict.accepted.is_empty() && verdict.names.is_empty(), "{verdict:?}");
+        let detail = verdict.error_detail(resource_type).unwrap();
+        let path = if resource_type == ResourceType::Cluster {
+            "connect_timeout"
+        } else {
+            "endpoints[0].lb_endpoints[0].endpoint.address.socket_address.port_value"
+        };
+        assert!(detail.starts_with(&format!("bad: {path}: proto constraint validation failed: ")), "{detail}");
+    }
+}
+
+#[test]
+fn a_resource_that_does_not_decode_refuses_the_whole_response() {
+    let mut incoming = vec![assignment("a", 80), assignment("b", 80)];
+    incoming[1].bytes = Bytes::from_static(&[0xff, 0xff]);
+    let verdict = validate(None, ResourceType::ClusterLoadAssignment, incoming, &mut HashSet::new());
+    assert!(verdict.refused && verdict.accepted.is_empty());
+    assert_eq!(rejected(&verdict), ["b"]);
 }
 
 #[test]

@@ -1,0 +1,778 @@
+//! The protoc-gen-validate (`validate.rules`) constraints of Envoy's xDS resources, checked
+//! from the descriptors, as Envoy checks them while it decodes a response.
+//!
+//! Envoy's protos carry their constraints as options: `(validate.rules)` on fields (a
+//! string's `min_len`, a number's `gte`, a message's `required`...), `(validate.required)`
+//! on oneofs, `(validate.disabled)` and `(validate.ignored)` on messages. Envoy compiles them
+//! into a `Validate()` per message and runs it on every resource as it is decoded, before
+//! the listener, cluster or route manager sees it: one resource that breaks a constraint
+//! fails the decoding of the whole response, which is NACKed with nothing of it applied.
+//!
+//! Here the same rules are read from the descriptor set of the five resource types (and
+//! what they import) and checked over the resource decoded as a `DynamicMessage`. Like
+//! Envoy's generated `Validate()`, the check goes into every nested message but not into
+//! the contents of an `Any`: a `typed_config` is validated by the extension that reads it,
+//! and a violation there rejects only that resource (see `config::convert`).
+//!
+//! The pool is decoded per check (a few milliseconds, see `tests` for the measure) and
+//! dropped afterwards, as `json::pool` is, so that an idle proxy keeps none of it.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use prost_reflect::{
+    DescriptorPool, DynamicMessage, ExtensionDescriptor, FieldDescriptor, Kind, MessageDescriptor, OneofDescriptor,
+    ReflectMessage, Value,
+};
+
+static RESOURCE_DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/xds_resource_descriptors.bin"));
+
+/// A resource that breaks a constraint of its proto: where (field path) and which.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {reason}")]
+pub struct Violation {
+    pub path: String,
+    pub reason: String,
+}
+
+/// The descriptor pool of the xDS resource types, shared while any caller holds it.
+fn pool() -> Result<Arc<DescriptorPool>, Violation> {
+    static POOL: Mutex<Weak<DescriptorPool>> = Mutex::new(Weak::new());
+    let mut cached = POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(pool) = cached.upgrade() {
+        return Ok(pool);
+    }
+    let pool = DescriptorPool::decode(RESOURCE_DESCRIPTORS)
+        .map(Arc::new)
+        .map_err(|e| Violation { path: String::new(), reason: format!("descriptor set: {e}") })?;
+    *cached = Arc::downgrade(&pool);
+    Ok(pool)
+}
+
+/// Checks resources against their protos' constraints; one per response, so that the
+/// pool and the rules read from it are shared by all of the response's resources.
+pub struct Validator {
+    pool: Arc<DescriptorPool>,
+    field_rules: ExtensionDescriptor,
+    oneof_required: ExtensionDescriptor,
+    message_disabled: ExtensionDescriptor,
+    message_ignored: ExtensionDescriptor,
+    /// `(validate.rules)` of each field met so far, by the field's full name.
+    rules: HashMap<String, Option<DynamicMessage>>,
+    /// What each message met so far asks besides its fields' rules, by its full name.
+    messages: HashMap<String, Plan>,
+    patterns: HashMap<String, regex::Regex>,
+}
+
+impl Validator {
+    pub fn new() -> Result<Self, Violation> {
+        let pool = pool()?;
+        let extension = |name: &str| {
+            pool.get_extension_by_name(name)
+                .ok_or_else(|| Violation { path: String::new(), reason: format!("descriptor set lacks {name}") })
+        };
+        Ok(Self {
+            field_rules: extension("validate.rules")?,
+            oneof_required: extension("validate.required")?,
+            message_disabled: extension("validate.disabled")?,
+            message_ignored: extension("validate.ignored")?,
+            rules: HashMap::new(),
+            messages: HashMap::new(),
+            patterns: HashMap::new(),
+            pool,
+        })
+    }
+
+    /// Checks the protobuf `bytes` of the message `full_name` (e.g.
+    /// `envoy.config.cluster.v3.Cluster`); the first violation found, by its field path.
+    pub fn check(&mut self, full_name: &str, bytes: &[u8]) -> Result<(), Violation> {
+        let desc = self
+            .pool
+            .get_message_by_name(full_name)
+            .ok_or_else(|| Violation { path: String::new(), reason: format!("unknown message type {full_name}") })?;
+        let message = DynamicMessage::decode(desc, bytes)
+            .map_err(|e| Violation { path: String::new(), reason: format!("cannot decode: {e}") })?;
+        let mut path = Path::default();
+        self.message(&message, &mut path).map_err(|reason| Violation { path: path.to_string(), reason })
+    }
+
+    fn rules_of(&mut self, field: &FieldDescriptor) -> Option<DynamicMessage> {
+        if let Some(rules) = self.rules.get(field.full_name()) {
+            return rules.clone();
+        }
+        let options = field.options();
+        let rules = if options.has_extension(&self.field_rules) {
+            match options.get_extension(&self.field_rules).into_owned() {
+                Value::Message(m) => Some(m),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        self.rules.insert(field.full_name().to_owned(), rules.clone());
+        rules
+    }
+
+    fn plan_of(&mut self, desc: &MessageDescriptor) -> Plan {
+        if let Some(plan) = self.messages.get(desc.full_name()) {
+            return plan.clone();
+        }
+        let options = desc.options();
+        let plan = Plan {
+            skip: flag(&options, &self.message_disabled) || flag(&options, &self.message_ignored),
+            required_oneofs: desc
+                .oneofs()
+                .filter(|o| !o.is_synthetic() && flag(&o.options(), &self.oneof_required))
+                .collect(),
+        };
+        self.messages.insert(desc.full_name().to_owned(), plan.clone());
+        plan
+    }
+
+    fn message(&mut self, message: &DynamicMessage, path: &mut Path) -> Result<(), String> {
+        let desc = message.descriptor();
+        let plan = self.plan_of(&desc);
+        if plan.skip {
+            return Ok(());
+        }
+        if let Some(oneof) = plan.required_oneofs.iter().find(|o| !oneof_set(message, o)) {
+            path.push(Part::Field(oneof.name().to_owned()));
+            return Err("value is required".into());
+        }
+        for field in desc.fields() {
+            let in_oneof = field.containing_oneof().is_some();
+            let present = message.has_field(&field);
+            if in_oneof && !present {
+                continue; // rules of a oneof's member apply only to the member that is set
+            }
+            let rules = self.rules_of(&field);
+            path.push(Part::Field(field.name().to_owned()));
+            self.field(&field, &message.get_field(&field), present, rules.as_ref(), path)?;
+            path.pop();
+        }
+        Ok(())
+    }
+
+    fn field(
+        &mut self,
+        field: &FieldDescriptor,
+        value: &Value,
+        present: bool,
+        rules: Option<&DynamicMessage>,
+        path: &mut Path,
+    ) -> Result<(), String> {
+        if field.is_map() {
+            let Value::Map(entries) = value else { return Ok(()) };
+            let map_rules = rules.and_then(|r| sub(r, "map"));
+            if let Some(r) = &map_rules
+                && !(flag_named(r, "ignore_empty") && entries.is_empty())
+            {
+                count(entries.len(), r, "min_pairs", "max_pairs", "pair")?;
+            }
+            let Kind::Message(entry) = field.kind() else { return Ok(()) };
+            let (key_field, value_field) = (entry.map_entry_key_field(), entry.map_entry_value_field());
+            let keys = map_rules.as_ref().and_then(|r| sub(r, "keys"));
+            let values = map_rules.as_ref().and_then(|r| sub(r, "values"));
+            let mut sorted: Vec<_> = entries.iter().collect();
+            sorted.sort_by(|a, b| a.0.cmp(b.0));
+            for (key, item) in sorted {
+                path.push(Part::Key(match key {
+                    prost_reflect::MapKey::String(s) => s.clone(),
+                    other => format!("{:?}", Value::from(other.clone())),
+                }));
+                let key_value: Value = key.clone().into();
+                self.single(&key_field, &key_value, true, keys.as_ref(), path)?;
+                self.single(&value_field, item, true, values.as_ref(), path)?;
+                path.pop();
+            }
+            return Ok(());
+        }
+        if field.is_list() {
+            let Value::List(items) = value else { return Ok(()) };
+            let list_rules = rules.and_then(|r| sub(r, "repeated"));
+            if let Some(r) = &list_rules
+                && !(flag_named(r, "ignore_empty") && items.is_empty())
+            {
+                count(items.len(), r, "min_items", "max_items", "item")?;
+                if flag_named(r, "unique") && !unique(items) {
+                    return Err("repeated value must contain unique items".into());
+                }
+            }
+            let item_rules = list_rules.as_ref().and_then(|r| sub(r, "items"));
+            for (index, item) in items.iter().enumerate() {
+                path.push(Part::Index(index));
+                self.single(field, item, true, item_rules.as_ref(), path)?;
+                path.pop();
+            }
+            return Ok(());
+        }
+        // A singular field: proto3 scalars are always checked (their default is their
+        // value), messages and explicit-presence scalars only when set.
+        let present = present || !field.supports_presence();
+        self.single(field, value, present, rules, path)
+    }
+
+    /// One value (a singular field, a list item, a map key or value) against `rules`.
+    fn single(
+        &mut self,
+        field: &FieldDescriptor,
+        value: &Value,
+        present: bool,
+        rules: Option<&DynamicMessage>,
+        path: &mut Path,
+    ) -> Result<(), String> {
+        match field.kind() {
+            Kind::Message(desc) => self.message_value(&desc, value, present, rules, path),
+            Kind::Enum(enum_desc) => match (rules.and_then(|r| sub(r, "enum")), value) {
+                (Some(r), Value::EnumNumber(number)) if present => {
+                    if flag_named(&r, "defined_only") && enum_desc.get_value(*number).is_none() {
+                        return Err("value must be one of the defined enum values".into());
+                    }
+                    numeric(&r, &Num::Int(i128::from(*number)), false)
+                }
+                _ => Ok(()),
+            },
+            _ if !present => Ok(()),
+            _ => match rules {
+                Some(r) => self.scalar(r, value),
+                None => Ok(()),
+            },
+        }
+    }
+
+    fn message_value(
+        &mut self,
+        desc: &MessageDescriptor,
+        value: &Value,
+        present: bool,
+        rules: Option<&DynamicMessage>,
+        path: &mut Path,
+    ) -> Result<(), String> {
+        let full_name = desc.full_name();
+        let required = |kind: &str| rules.and_then(|r| sub(r, kind)).is_some_and(|r| flag_named(&r, "required"));
+        if !present {
+            let type_rule = match full_name {
+                "google.protobuf.Duration" => "duration",
+                "google.protobuf.Timestamp" => "timestamp",
+                "google.protobuf.Any" => "any",
+                _ => "message",
+            };
+            if required("message") || required(type_rule) {
+                return Err("value is required".into());
+            }
+            return Ok(());
+        }
+        let Value::Message(message) = value else { return Ok(()) };
+        if let Some(wrapped) = wrapper_rule(full_name) {
+            // A wrapper's rules are those of the type it wraps, on its `value`.
+            let inner = message.get_field_by_name("value");
+            return match (rules.and_then(|r| sub(r, wrapped)), inner) {
+                (Some(r), Some(inner)) => self.scalar_of(wrapped, &r, &inner),
+                _ => Ok(()),
+            };
+        }
+        match full_name {
+            "google.protobuf.Duration" | "google.protobuf.Timestamp" => {
+                let kind = if full_name.ends_with("Duration") { "duration" } else { "timestamp" };
+                match rules.and_then(|r| sub(r, kind)) {
+                    Some(r) => time(&r, nanos(message), kind == "timestamp"),
+                    None => Ok(()),
+                }
+            }
+            "google.protobuf.Any" => match rules.and_then(|r| sub(r, "any")) {
+                Some(r) => {
+                    let type_url = text_field(message, "type_url");
+                    membership(&r, &Value::String(type_url), "type URL")
+                }
+                None => Ok(()),
+            },
+            _ if full_name.starts_with("google.protobuf.") => Ok(()), // no rules inside
+            _ => {
+                if rules.and_then(|r| sub(r, "message")).is_some_and(|r| flag_named(&r, "skip")) {
+                    return Ok(());
+                }
+                self.message(message, path)
+            }
+        }
+    }
+
+    /// A scalar against the rules of its own type (`rules` is a `FieldRules`).
+    fn scalar(&mut self, rules: &DynamicMessage, value: &Value) -> Result<(), String> {
+        let Some((kind, typed)) = rules.fields().find_map(|(f, v)| match v {
+            Value::Message(m) if f.name() != "message" => Some((f.name().to_owned(), m.clone())),
+            _ => None,
+        }) else {
+            return Ok(());
+        };
+        self.scalar_of(&kind, &typed, value)
+    }
+
+    /// `value` against `rules`, the `<kind>Rules` message (`StringRules`, `UInt32Rules`...).
+    fn scalar_of(&mut self, kind: &str, rules: &DynamicMessage, value: &Value) -> Result<(), String> {
+        match (kind, value) {
+            ("string", Value::String(s)) => self.string(rules, s),
+            ("bytes", Value::Bytes(b)) => self.bytes(rules, b),
+            ("bool", Value::Bool(b)) => match rules.get_field_by_name("const") {
+                Some(c) if rules.has_field_by_name("const") && c.as_ref() != &Value::Bool(*b) => {
+                    Err(format!("value must equal {c:?}"))
+                }
+                _ => Ok(()),
+            },
+            (_, Value::F32(f)) => numeric(rules, &Num::Float(f64::from(*f)), true),
+            (_, Value::F64(f)) => numeric(rules, &Num::Float(*f), true),
+            (_, Value::I32(i)) => numeric(rules, &Num::Int(i128::from(*i)), true),
+            (_, Value::I64(i)) => numeric(rules, &Num::Int(i128::from(*i)), true),
+            (_, Value::U32(i)) => numeric(rules, &Num::Int(i128::from(*i)), true),
+            (_, Value::U64(i)) => numeric(rules, &Num::Int(i128::from(*i)), true),
+            _ => Ok(()),
+        }
+    }
+
+    fn string(&mut self, rules: &DynamicMessage, s: &str) -> Result<(), String> {
+        if s.is_empty() && flag_named(rules, "ignore_empty") {
+            return Ok(());
+        }
+        let chars = s.chars().count();
+        lengths(rules, chars, ["len", "min_len", "max_len"], "characters")?;
+        lengths(rules, s.len(), ["len_bytes", "min_bytes", "max_bytes"], "bytes")?;
+        affixes(rules, s.as_bytes(), |v| match v {
+            Value::String(t) => Some(t.as_bytes().to_vec()),
+            _ => None,
+        })?;
+        if let Some(Value::String(needle)) = set(rules, "not_contains").as_deref()
+            && s.contains(needle.as_str())
+        {
+            return Err(format!("value must not contain {needle:?}"));
+        }
+        membership(rules, &Value::String(s.to_owned()), "value")?;
+        if let Some(Value::String(pattern)) = set(rules, "pattern").as_deref() {
+            self.pattern(pattern, s)?;
+        }
+        well_known_string(rules, s)
+    }
+
+    fn bytes(&mut self, rules: &DynamicMessage, b: &[u8]) -> Result<(), String> {
+        if b.is_empty() && flag_named(rules, "ignore_empty") {
+            return Ok(());
+        }
+        lengths(rules, b.len(), ["len", "min_len", "max_len"], "bytes")?;
+        affixes(rules, b, |v| match v {
+            Value::Bytes(t) => Some(t.to_vec()),
+            _ => None,
+        })?;
+        membership(rules, &Value::Bytes(b.to_vec().into()), "value")?;
+        if let Some(Value::String(pattern)) = set(rules, "pattern").as_deref() {
+            self.pattern(pattern, &String::from_utf8_lossy(b))?;
+        }
+        let ip = [("ip", b.len() == 4 || b.len() == 16), ("ipv4", b.len() == 4), ("ipv6", b.len() == 16)];
+        match ip.iter().find(|(rule, ok)| flag_named(rules, rule) && !ok) {
+            Some((rule, _)) => Err(format!("value must be a valid {rule} address in byte format")),
+            None => Ok(()),
+        }
+    }
+
+    fn pattern(&mut self, pattern: &str, s: &str) -> Result<(), String> {
+        if !self.patterns.contains_key(pattern) {
+            let compiled = regex::Regex::new(pattern).map_err(|e| format!("pattern {pattern:?}: {e}"))?;
+            self.patterns.insert(pattern.to_owned(), compiled);
+        }
+        match self.patterns.get(pattern) {
+            Some(re) if re.is_match(s) => Ok(()),
+            _ => Err(format!("value does not match regex pattern {pattern:?}")),
+        }
+    }
+}
+
+/// `(validate.disabled)`/`(validate.ignored)` and the `(validate.required)` oneofs of a
+/// message.
+#[derive(Clone)]
+struct Plan {
+    skip: bool,
+    required_oneofs: Vec<OneofDescriptor>,
+}
+
+/// Where a check is in the resource, printed as Outrider's field paths are.
+#[derive(Default)]
+struct Path(Vec<Part>);
+
+enum Part {
+    Field(String),
+    Index(usize),
+    Key(String),
+}
+
+impl Path {
+    fn push(&mut self, part: Part) {
+        self.0.push(part);
+    }
+    fn pop(&mut self) {
+        self.0.pop();
+    }
+}
+
+impl std::fmt::Display for Path {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, part) in self.0.iter().enumerate() {
+            match part {
+                Part::Field(name) if i == 0 => f.write_str(name)?,
+                Part::Field(name) => write!(f, ".{name}")?,
+                Part::Index(index) => write!(f, "[{index}]")?,
+                Part::Key(key) => write!(f, "[{key}]")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+fn flag(options: &DynamicMessage, extension: &ExtensionDescriptor) -> bool {
+    options.has_extension(extension) && options.get_extension(extension).as_bool() == Some(true)
+}
+
+fn flag_named(rules: &DynamicMessage, name: &str) -> bool {
+    set(rules, name).is_some_and(|v| v.as_bool() == Some(true))
+}
+
+/// A rule's value, only when the rule is given (validate.proto is proto2: presence is known).
+fn set<'a>(rules: &'a DynamicMessage, name: &str) -> Option<Cow<'a, Value>> {
+    if rules.has_field_by_name(name) { rules.get_field_by_name(name) } else { None }
+}
+
+fn sub(rules: &DynamicMessage, name: &str) -> Option<DynamicMessage> {
+    match set(rules, name)?.into_owned() {
+        Value::Message(m) => Some(m),
+        _ => None,
+    }
+}
+
+fn oneof_set(message: &DynamicMessage, oneof: &OneofDescriptor) -> bool {
+    oneof.fields().any(|f| message.has_field(&f))
+}
+
+fn text_field(message: &DynamicMessage, name: &str) -> String {
+    match message.get_field_by_name(name).as_deref() {
+        Some(Value::String(s)) => s.clone(),
+        _ => String::new(),
+    }
+}
+
+/// The rules kind of a wrapper type's `value` (`google.protobuf.UInt32Value` → `uint32`).
+fn wrapper_rule(full_name: &str) -> Option<&'static str> {
+    Some(match full_name {
+        "google.protobuf.DoubleValue" => "double",
+        "google.protobuf.FloatValue" => "float",
+        "google.protobuf.Int64Value" => "int64",
+        "google.protobuf.UInt64Value" => "uint64",
+        "google.protobuf.Int32Value" => "int32",
+        "google.protobuf.UInt32Value" => "uint32",
+        "google.protobuf.BoolValue" => "bool",
+        "google.protobuf.StringValue" => "string",
+        "google.protobuf.BytesValue" => "bytes",
+        _ => return None,
+    })
+}
+
+fn count(len: usize, rules: &DynamicMessage, min: &str, max: &str, what: &str) -> Result<(), String> {
+    let bound = |name: &str| set(rules, name).and_then(|v| v.as_u64());
+    let len = u64::try_from(len).unwrap_or(u64::MAX);
+    if let Some(min) = bound(min)
+        && len < min
+    {
+        return Err(format!("value must contain at least {min} {what}(s)"));
+    }
+    if let Some(max) = bound(max)
+        && len > max
+    {
+        return Err(format!("value must contain no more than {max} {what}(s)"));
+    }
+    Ok(())
+}
+
+fn lengths(rules: &DynamicMessage, len: usize, [exact, min, max]: [&str; 3], unit: &str) -> Result<(), String> {
+    let bound = |name: &str| set(rules, name).and_then(|v| v.as_u64());
+    let len = u64::try_from(len).unwrap_or(u64::MAX);
+    if let Some(exact) = bound(exact)
+        && len != exact
+    {
+        return Err(format!("value length must be {exact} {unit}"));
+    }
+    if let Some(min) = bound(min)
+        && len < min
+    {
+        return Err(format!("value length must be at least {min} {unit}"));
+    }
+    if let Some(max) = bound(max)
+        && len > max
+    {
+        return Err(format!("value length must be at most {max} {unit}"));
+    }
+    Ok(())
+}
+
+fn affixes(rules: &DynamicMessage, value: &[u8], bytes_of: impl Fn(&Value) -> Option<Vec<u8>>) -> Result<(), String> {
+    let rule = |name: &str| set(rules, name).and_then(|v| bytes_of(&v));
+    if let Some(c) = rule("const")
+        && value != c.as_slice()
+    {
+        return Err(format!("value must equal {:?}", String::from_utf8_lossy(&c)));
+    }
+    if let Some(prefix) = rule("prefix")
+        && !value.starts_with(&prefix)
+    {
+        return Err(format!("value does not have prefix {:?}", String::from_utf8_lossy(&prefix)));
+    }
+    if let Some(suffix) = rule("suffix")
+        && !value.ends_with(&suffix)
+    {
+        return Err(format!("value does not have suffix {:?}", String::from_utf8_lossy(&suffix)));
+    }
+    if let Some(needle) = rule("contains")
+        && !needle.is_empty()
+        && !value.windows(needle.len()).any(|w| w == needle.as_slice())
+    {
+        return Err(format!("value does not contain {:?}", String::from_utf8_lossy(&needle)));
+    }
+    Ok(())
+}
+
+/// `in` and `not_in`.
+fn membership(rules: &DynamicMessage, value: &Value, what: &str) -> Result<(), String> {
+    if let Some(Value::List(allowed)) = set(rules, "in").as_deref()
+        && !allowed.contains(value)
+    {
+        return Err(format!("{what} must be in list {allowed:?}"));
+    }
+    if let Some(Value::List(denied)) = set(rules, "not_in").as_deref()
+        && denied.contains(value)
+    {
+        return Err(format!("{what} must not be in list {denied:?}"));
+    }
+    Ok(())
+}
+
+/// `email`, `hostname`, `ip`..., and `well_known_regex` (HTTP header names and values).
+fn well_known_string(rules: &DynamicMessage, s: &str) -> Result<(), String> {
+    let ok = |rule: &str, valid: bool| if flag_named(rules, rule) && !valid { Err(rule.to_owned()) } else { Ok(()) };
+    let checks = || -> Result<(), String> {
+        ok("ip", s.parse::<std::net::IpAddr>().is_ok())?;
+        ok("ipv4", s.parse::<std::net::Ipv4Addr>().is_ok())?;
+        ok("ipv6", s.parse::<std::net::Ipv6Addr>().is_ok())?;
+        ok("hostname", hostname(s))?;
+        ok("address", s.parse::<std::net::IpAddr>().is_ok() || hostname(s))?;
+        ok("uuid", uuid(s))?;
+        ok("email", s.split_once('@').is_some_and(|(local, host)| !local.is_empty() && hostname(host)))?;
+        ok("uri", s.split_once(':').is_some_and(|(scheme, _)| scheme_ok(scheme)))?;
+        ok("uri_ref", !s.chars().any(char::is_whitespace))
+    };
+    checks().map_err(|rule| format!("value must be a valid {rule}"))?;
+    let Some(Value::EnumNumber(regex)) = set(rules, "well_known_regex").as_deref().cloned() else { return Ok(()) };
+    // `strict` defaults to true: RFC 7230 characters; `strict: false` only refuses the
+    // characters that would break a header (NUL, CR, LF).
+    let strict = set(rules, "strict").and_then(|v| v.as_bool()).unwrap_or(true);
+    let valid = match (regex, strict) {
+        (_, false) => !s.contains(['\0', '\r', '\n']),
+        (1, true) => header_name(s),
+        (2, true) => !s.chars().any(|c| matches!(c, '\0'..='\u{8}' | '\u{a}'..='\u{1f}' | '\u{7f}')),
+        _ => true,
+    };
+    let what = if regex == 1 { "HTTP header name" } else { "HTTP header value" };
+    if valid { Ok(()) } else { Err(format!("value must be a valid {what}")) }
+}
+
+fn header_name(s: &str) -> bool {
+    let name = s.strip_prefix(':').unwrap_or(s);
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_|~`".contains(c))
+}
+
+fn hostname(s: &str) -> bool {
+    let s = s.strip_suffix('.').unwrap_or(s);
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+}
+
+fn uuid(s: &str) -> bool {
+    let groups: Vec<&str> = s.split('-').collect();
+    groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12])
+        && groups.iter().all(|g| g.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+fn scheme_ok(scheme: &str) -> bool {
+    scheme.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+}
+
+/// A number as the rules compare it: integers exactly, floats as floats.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Num {
+    Int(i128),
+    Float(f64),
+}
+
+impl Num {
+    fn of(value: &Value) -> Option<Num> {
+        Some(match value {
+            Value::I32(i) | Value::EnumNumber(i) => Num::Int(i128::from(*i)),
+            Value::I64(i) => Num::Int(i128::from(*i)),
+            Value::U32(i) => Num::Int(i128::from(*i)),
+            Value::U64(i) => Num::Int(i128::from(*i)),
+            Value::F32(f) => Num::Float(f64::from(*f)),
+            Value::F64(f) => Num::Float(*f),
+            _ => return None,
+        })
+    }
+
+    fn cmp(self, other: Num) -> Option<std::cmp::Ordering> {
+        match (self, other) {
+            (Num::Int(a), Num::Int(b)) => Some(a.cmp(&b)),
+            (Num::Float(a), Num::Float(b)) => a.partial_cmp(&b),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Num {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Num::Int(i) => write!(f, "{i}"),
+            Num::Float(x) => write!(f, "{x}"),
+        }
+    }
+}
+
+/// `const`, the range (`lt`, `lte`, `gt`, `gte`), `in` and `not_in` of a number, an enum
+/// (`range` false: enums have no range rules) or a duration in nanoseconds.
+fn numeric(rules: &DynamicMessage, value: &Num, range: bool) -> Result<(), String> {
+    if (matches!(value, Num::Int(0)) || matches!(value, Num::Float(f) if *f == 0.0))
+        && flag_named(rules, "ignore_empty")
+    {
+        return Ok(());
+    }
+    let rule = |name: &str| set(rules, name).and_then(|v| Num::of(&v));
+    if let Some(c) = rule("const")
+        && value.cmp(c) != Some(std::cmp::Ordering::Equal)
+    {
+        return Err(format!("value must equal {c}"));
+    }
+    if range {
+        bounds(*value, rule("lt"), rule("lte"), rule("gt"), rule("gte"), |n| n.to_string())?;
+    }
+    let list = |name: &str| match set(rules, name).as_deref() {
+        Some(Value::List(items)) => items.iter().filter_map(Num::of).collect(),
+        _ => Vec::new(),
+    };
+    let allowed: Vec<Num> = list("in");
+    if !allowed.is_empty() && !allowed.iter().any(|a| value.cmp(*a) == Some(std::cmp::Ordering::Equal)) {
+        return Err(format!("value must be in list {allowed:?}"));
+    }
+    if list("not_in").iter().any(|d| value.cmp(*d) == Some(std::cmp::Ordering::Equal)) {
+        return Err("value must not be in the list of forbidden values".into());
+    }
+    Ok(())
+}
+
+/// The range rules, as protoc-gen-validate reads them: with a lower and an upper bound, a
+/// lower bound above the upper one means "outside the range".
+fn bounds(
+    value: Num,
+    lt: Option<Num>,
+    lte: Option<Num>,
+    gt: Option<Num>,
+    gte: Option<Num>,
+    show: impl Fn(Num) -> String,
+) -> Result<(), String> {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    let below_upper = match (lt, lte) {
+        (Some(lt), _) => Some((value.cmp(lt) == Some(Less), lt, "less than")),
+        (None, Some(lte)) => Some((matches!(value.cmp(lte), Some(Less | Equal)), lte, "less than or equal to")),
+        _ => None,
+    };
+    let above_lower = match (gt, gte) {
+        (Some(gt), _) => Some((value.cmp(gt) == Some(Greater), gt, "greater than")),
+        (None, Some(gte)) => Some((matches!(value.cmp(gte), Some(Greater | Equal)), gte, "greater than or equal to")),
+        _ => None,
+    };
+    match (above_lower, below_upper) {
+        (Some((lower_ok, lower, l)), Some((upper_ok, upper, u))) => {
+            let outside = lower.cmp(upper) == Some(Greater);
+            let ok = if outside { lower_ok || upper_ok } else { lower_ok && upper_ok };
+            if ok {
+                Ok(())
+            } else if outside {
+                Err(format!("value must be {l} {} or {u} {}", show(lower), show(upper)))
+            } else {
+                Err(format!("value must be {l} {} and {u} {}", show(lower), show(upper)))
+            }
+        }
+        (Some((false, lower, l)), None) => Err(format!("value must be {l} {}", show(lower))),
+        (None, Some((false, upper, u))) => Err(format!("value must be {u} {}", show(upper))),
+        _ => Ok(()),
+    }
+}
+
+/// A `Duration` or `Timestamp` message as nanoseconds.
+fn nanos(message: &DynamicMessage) -> Num {
+    let seconds = message.get_field_by_name("seconds").and_then(|v| v.as_i64()).unwrap_or(0);
+    let nanos = message.get_field_by_name("nanos").and_then(|v| v.as_i32()).unwrap_or(0);
+    // An i64 of seconds in nanoseconds is far inside i128; saturating all the same.
+    Num::Int(i128::from(seconds).saturating_mul(1_000_000_000).saturating_add(i128::from(nanos)))
+}
+
+/// A duration or a timestamp against `DurationRules` or `TimestampRules`.
+fn time(rules: &DynamicMessage, value: Num, timestamp: bool) -> Result<(), String> {
+    let rule = |name: &str| sub(rules, name).map(|m| nanos(&m));
+    let show = |n: Num| match n {
+        Num::Int(n) if n % 1_000_000_000 == 0 => format!("{}s", n / 1_000_000_000),
+        Num::Int(n) => format!("{}s", n as f64 / 1e9),
+        Num::Float(f) => format!("{f}s"),
+    };
+    if let Some(c) = rule("const")
+        && value != c
+    {
+        return Err(format!("value must equal {}", show(c)));
+    }
+    bounds(value, rule("lt"), rule("lte"), rule("gt"), rule("gte"), show)?;
+    let list = |name: &str| match set(rules, name).as_deref() {
+        Some(Value::List(items)) => items.iter().filter_map(|v| v.as_message().map(nanos)).collect::<Vec<_>>(),
+        _ => Vec::new(),
+    };
+    let allowed = list("in");
+    if !allowed.is_empty() && !allowed.contains(&value) {
+        return Err("value must be in the list of allowed durations".into());
+    }
+    if list("not_in").contains(&value) {
+        return Err("value must not be in the list of forbidden durations".into());
+    }
+    if timestamp {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| Num::Int(i128::try_from(d.as_nanos()).unwrap_or(i128::MAX)))
+            .unwrap_or(Num::Int(0));
+        if flag_named(rules, "lt_now") && value.cmp(now) != Some(std::cmp::Ordering::Less) {
+            return Err("value must be less than now".into());
+        }
+        if flag_named(rules, "gt_now") && value.cmp(now) != Some(std::cmp::Ordering::Greater) {
+            return Err("value must be greater than now".into());
+        }
+        if let (Some(Num::Int(within)), Num::Int(now), Num::Int(v)) = (rule("within"), now, value)
+            && v.saturating_sub(now).saturating_abs() > within
+        {
+            return Err(format!("value must be within {} of now", show(Num::Int(within))));
+        }
+    }
+    Ok(())
+}
+
+fn unique(items: &[Value]) -> bool {
+    items.iter().enumerate().all(|(i, a)| items.iter().skip(i + 1).all(|b| a != b))
+}
+
+#[cfg(test)]
+#[path = "pgv_tests.rs"]
+mod tests;

@@ -1,0 +1,267 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use prost::Message;
+use prost_reflect::{DynamicMessage, Value};
+
+use super::*;
+use crate::pb::envoy::config::cluster::v3::Cluster;
+use crate::pb::envoy::config::core::v3 as core;
+use crate::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, LbEndpoint, LocalityLbEndpoints};
+use crate::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener};
+use crate::pb::envoy::config::route::v3 as route;
+use crate::pb::google::protobuf::{Duration, UInt32Value};
+
+fn check<M: Message>(full_name: &str, message: &M) -> Result<(), Violation> {
+    Validator::new().unwrap().check(full_name, &message.encode_to_vec())
+}
+
+fn cluster(timeout: Option<Duration>) -> Cluster {
+    Cluster { name: "c".into(), connect_timeout: timeout, ..Default::default() }
+}
+
+#[test]
+fn duration_gt_zero() {
+    let name = "envoy.config.cluster.v3.Cluster";
+    assert_eq!(check(name, &cluster(Some(Duration { seconds: 1, nanos: 0 }))), Ok(()));
+    assert_eq!(check(name, &cluster(None)), Ok(()), "an absent duration is not checked");
+    for bad in [Duration { seconds: 0, nanos: 0 }, Duration { seconds: -1, nanos: 0 }] {
+        let violation = check(name, &cluster(Some(bad))).unwrap_err();
+        assert_eq!(violation.path, "connect_timeout");
+        assert_eq!(violation.reason, "value must be greater than 0s");
+    }
+}
+
+#[test]
+fn proto3_string_min_len_applies_to_the_default() {
+    let violation = check("envoy.config.cluster.v3.Cluster", &Cluster::default()).unwrap_err();
+    assert_eq!(
+        (violation.path.as_str(), violation.reason.as_str()),
+        ("name", "value length must be at least 1 characters")
+    );
+}
+
+fn listener(filter_name: &str) -> Listener {
+    Listener {
+        name: "l".into(),
+        filter_chains: vec![FilterChain {
+            filters: vec![Filter { name: filter_name.into(), ..Default::default() }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn nested_repeated_messages_carry_their_path() {
+    let name = "envoy.config.listener.v3.Listener";
+    assert_eq!(check(name, &listener("envoy.filters.network.tcp_proxy")), Ok(()));
+    let violation = check(name, &listener("")).unwrap_err();
+    assert_eq!(violation.path, "filter_chains[0].filters[0].name");
+}
+
+#[test]
+fn required_message() {
+    let config = route::RouteConfiguration {
+        name: "r".into(),
+        virtual_hosts: vec![route::VirtualHost {
+            name: "all".into(),
+            domains: vec!["*".into()],
+            routes: vec![route::Route {
+                action: Some(route::route::Action::Route(route::RouteAction {
+                    cluster_specifier: Some(route::route_action::ClusterSpecifier::Cluster("keep".into())),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let violation = check("envoy.config.route.v3.RouteConfiguration", &config).unwrap_err();
+    assert_eq!(violation.path, "virtual_hosts[0].routes[0].match");
+    assert_eq!(violation.reason, "value is required");
+}
+
+fn assignment(weight: Option<u32>) -> ClusterLoadAssignment {
+    ClusterLoadAssignment {
+        cluster_name: "e".into(),
+        endpoints: vec![LocalityLbEndpoints {
+            lb_endpoints: vec![LbEndpoint {
+                load_balancing_weight: weight.map(|value| UInt32Value { value }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn wrapper_rules_apply_to_the_wrapped_value() {
+    let name = "envoy.config.endpoint.v3.ClusterLoadAssignment";
+    assert_eq!(check(name, &assignment(None)), Ok(()));
+    assert_eq!(check(name, &assignment(Some(1))), Ok(()));
+    let violation = check(name, &assignment(Some(0))).unwrap_err();
+    assert_eq!(violation.path, "endpoints[0].lb_endpoints[0].load_balancing_weight");
+    assert_eq!(violation.reason, "value must be greater than or equal to 1");
+}
+
+#[test]
+fn required_oneof_and_enum_defined_only() {
+    // `SocketAddress.port_specifier` is a required oneof; `protocol` an enum, defined_only.
+    let address = |port: Option<u32>, protocol: i32| core::SocketAddress {
+        address: "127.0.0.1".into(),
+        port_specifier: port.map(core::socket_address::PortSpecifier::PortValue),
+        protocol,
+        ..Default::default()
+    };
+    let name = "envoy.config.core.v3.SocketAddress";
+    assert_eq!(check(name, &address(Some(80), 0)), Ok(()));
+    assert_eq!(check(name, &address(None, 0)).unwrap_err().path, "port_specifier");
+    let violation = check(name, &address(Some(80), 7)).unwrap_err();
+    assert_eq!(
+        (violation.path.as_str(), violation.reason.as_str()),
+        ("protocol", "value must be one of the defined enum values")
+    );
+}
+
+#[test]
+fn header_names_and_values() {
+    let header =
+        |key: &str, value: &str| core::HeaderValue { key: key.into(), value: value.into(), ..Default::default() };
+    let name = "envoy.config.core.v3.HeaderValue";
+    assert_eq!(check(name, &header("x-a", "b")), Ok(()));
+    // Envoy's header rules are `strict: false`: only NUL, CR and LF are refused.
+    assert_eq!(check(name, &header("x a", "b c")), Ok(()));
+    assert_eq!(check(name, &header("x-a", "b\r\nc")).unwrap_err().path, "value");
+    assert_eq!(check(name, &header("", "b")).unwrap_err().path, "key");
+}
+
+#[test]
+fn outside_ranges_and_in_lists() {
+    let rules = |json: &str| {
+        let desc = pool().unwrap().get_message_by_name("validate.UInt32Rules").unwrap();
+        DynamicMessage::deserialize(desc, &mut serde_json::Deserializer::from_str(json)).unwrap()
+    };
+    let ok = |json: &str, v: i128| numeric(&rules(json), &Num::Int(v), true).is_ok();
+    assert!(ok(r#"{"gte": 1, "lte": 10}"#, 1) && ok(r#"{"gte": 1, "lte": 10}"#, 10));
+    assert!(!ok(r#"{"gte": 1, "lte": 10}"#, 11));
+    // A lower bound above the upper one: the value must be outside.
+    assert!(ok(r#"{"gt": 10, "lt": 5}"#, 4) && ok(r#"{"gt": 10, "lt": 5}"#, 11));
+    assert!(!ok(r#"{"gt": 10, "lt": 5}"#, 7));
+    assert!(ok(r#"{"in": [2, 3]}"#, 3) && !ok(r#"{"in": [2, 3]}"#, 4));
+    assert!(!ok(r#"{"notIn": [2]}"#, 2));
+    assert!(!ok(r#"{"const": 2}"#, 3));
+}
+
+/// The rules each kind of `FieldRules` may carry that the validator checks. A rule that
+/// appears on the resources' fields and is not here would be ignored: the test below fails
+/// instead, when a new `envoy-types` brings one.
+fn handled(kind: &str) -> &'static [&'static str] {
+    const NUMBER: &[&str] = &["const", "lt", "lte", "gt", "gte", "in", "not_in", "ignore_empty"];
+    match kind {
+        "float" | "double" | "int32" | "int64" | "uint32" | "uint64" | "sint32" | "sint64" | "fixed32" | "fixed64"
+        | "sfixed32" | "sfixed64" => NUMBER,
+        "bool" => &["const"],
+        "string" => &[
+            "const",
+            "len",
+            "min_len",
+            "max_len",
+            "len_bytes",
+            "min_bytes",
+            "max_bytes",
+            "pattern",
+            "prefix",
+            "suffix",
+            "contains",
+            "not_contains",
+            "in",
+            "not_in",
+            "email",
+            "hostname",
+            "ip",
+            "ipv4",
+            "ipv6",
+            "uri",
+            "uri_ref",
+            "address",
+            "uuid",
+            "well_known_regex",
+            "strict",
+            "ignore_empty",
+        ],
+        "bytes" => &[
+            "const",
+            "len",
+            "min_len",
+            "max_len",
+            "pattern",
+            "prefix",
+            "suffix",
+            "contains",
+            "in",
+            "not_in",
+            "ip",
+            "ipv4",
+            "ipv6",
+            "ignore_empty",
+        ],
+        "enum" => &["const", "defined_only", "in", "not_in"],
+        "message" => &["skip", "required"],
+        "repeated" => &["min_items", "max_items", "unique", "items", "ignore_empty"],
+        "map" => &["min_pairs", "max_pairs", "keys", "values", "ignore_empty"],
+        "any" => &["required", "in", "not_in"],
+        "duration" => &["required", "const", "lt", "lte", "gt", "gte", "in", "not_in"],
+        "timestamp" => &["required", "const", "lt", "lte", "gt", "gte", "lt_now", "gt_now", "within"],
+        _ => &[],
+    }
+}
+
+fn unhandled(rules: &DynamicMessage, at: &str, out: &mut Vec<String>) {
+    for (field, value) in rules.fields() {
+        let Value::Message(typed) = value else { continue };
+        for (rule, inner) in typed.fields() {
+            if !handled(field.name()).contains(&rule.name()) {
+                out.push(format!("{at}: {}.{}", field.name(), rule.name()));
+            }
+            if let (Value::Message(nested), "items" | "keys" | "values") = (inner, rule.name()) {
+                unhandled(nested, at, out);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_rule_on_the_resources_is_checked() {
+    let mut validator = Validator::new().unwrap();
+    let pool = validator.pool.clone();
+    let mut out = Vec::new();
+    let mut rules_seen = 0;
+    for message in pool.all_messages() {
+        for field in message.fields() {
+            if let Some(rules) = validator.rules_of(&field) {
+                rules_seen += 1;
+                unhandled(&rules, field.full_name(), &mut out);
+            }
+        }
+    }
+    assert!(rules_seen > 300, "the descriptor set carries the rules: {rules_seen}");
+    assert!(out.is_empty(), "rules not checked:\n{}", out.join("\n"));
+}
+
+/// What a check costs: the pool decoded (once per response) and one resource checked.
+/// Printed, not asserted (run with `--nocapture`).
+#[test]
+fn cost_of_a_check() {
+    let started = std::time::Instant::now();
+    let mut validator = Validator::new().unwrap();
+    let decoded = started.elapsed();
+    let bytes = listener("envoy.filters.network.http_connection_manager").encode_to_vec();
+    let started = std::time::Instant::now();
+    for _ in 0..100 {
+        validator.check("envoy.config.listener.v3.Listener", &bytes).unwrap();
+    }
+    let per_check = started.elapsed() / 100;
+    println!("pgv: pool decoded in {decoded:?}; one listener checked in {per_check:?}");
+}
