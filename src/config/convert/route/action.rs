@@ -50,9 +50,18 @@ pub fn route_action(proto: proto::RouteAction, warnings: &mut Warnings) -> Resul
     if metadata_match.is_some() {
         return refuse("metadata_match", "subset load balancing");
     }
-    if regex_rewrite.is_some() {
-        return refuse("regex_rewrite", "regex path rewriting");
+    // Envoy: "Specify only one of prefix_rewrite, regex_rewrite or path_rewrite_policy"
+    // (path_rewrite_policy is refused above on its own).
+    if regex_rewrite.is_some() && !prefix_rewrite.is_empty() {
+        return Err(ConfigError::new("regex_rewrite", "only one of prefix_rewrite and regex_rewrite may be set"));
     }
+    let regex_rewrite = regex_rewrite
+        .map(|r| {
+            warnings
+                .within("regex_rewrite", |w| super::matchers::regex_match_and_substitute(r, w))
+                .map_err(|e| e.at("regex_rewrite"))
+        })
+        .transpose()?;
     if path_rewrite_policy.is_some() {
         return refuse("path_rewrite_policy", "path rewrite policy extensions");
     }
@@ -159,6 +168,7 @@ pub fn route_action(proto: proto::RouteAction, warnings: &mut Warnings) -> Resul
         },
         idle_timeout: common::opt_duration(&idle_timeout, "idle_timeout")?,
         prefix_rewrite: (!prefix_rewrite.is_empty()).then_some(prefix_rewrite),
+        regex_rewrite,
         host_rewrite,
         append_x_forwarded_host,
         retry_policy: retry

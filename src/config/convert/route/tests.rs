@@ -322,10 +322,6 @@ fn header_mutations_at_every_level() {
 
 #[test]
 fn unsupported_and_ignored_fields() {
-    let err = error(one_route(json!({"match": {"prefix": "/"}, "route": {"cluster": "c",
-        "regex_rewrite": {"pattern": {"regex": "x"}, "substitution": "y"}}})));
-    assert_eq!(err.path(), "virtual_hosts[0].routes[0].route.regex_rewrite");
-
     let (proto, _) = crate::pb::json::from_value::<proto::RouteConfiguration>(
         "envoy.config.route.v3.RouteConfiguration",
         json!({"name": "r", "validate_clusters": false, "virtual_hosts": [{"name": "vh", "domains": ["*"], "routes": [
@@ -336,4 +332,38 @@ fn unsupported_and_ignored_fields() {
     route_configuration(proto, &mut warnings).unwrap();
     let paths: Vec<_> = warnings.items().iter().map(|w| w.path.as_str()).collect();
     assert_eq!(paths, ["virtual_hosts[0].routes[0].decorator"]);
+}
+
+#[test]
+fn regex_rewrite_is_compiled_and_validated() {
+    let route = |rewrite: Value| {
+        one_route(json!({"match": {"prefix": "/"}, "route": {"cluster": "c", "regex_rewrite": rewrite}}))
+    };
+    let config =
+        route(json!({"pattern": {"regex": "^/service/([^/]+)(/.*)$"}, "substitution": "\\2/instance/\\1"})).unwrap();
+    let rewrite = action_of(&config).regex_rewrite.as_ref().unwrap();
+    assert_eq!(rewrite.replace_all("/service/foo/v1/api"), "/v1/api/instance/foo");
+
+    let at = |result: Result<RouteConfiguration>| error(result).path().to_owned();
+    assert_eq!(
+        at(route(json!({"pattern": {"regex": "(unclosed"}, "substitution": "x"}))),
+        "virtual_hosts[0].routes[0].route.regex_rewrite.pattern.regex"
+    );
+    assert_eq!(
+        at(route(json!({"pattern": {"regex": "(a)"}, "substitution": "\\2"}))),
+        "virtual_hosts[0].routes[0].route.regex_rewrite.substitution"
+    );
+    assert_eq!(
+        at(route(json!({"pattern": {"regex": "a"}, "substitution": "\\q"}))),
+        "virtual_hosts[0].routes[0].route.regex_rewrite.substitution"
+    );
+    assert_eq!(at(route(json!({"substitution": "x"}))), "virtual_hosts[0].routes[0].route.regex_rewrite.pattern");
+    // Envoy: only one of prefix_rewrite and regex_rewrite.
+    let both = one_route(json!({"match": {"prefix": "/"}, "route": {"cluster": "c", "prefix_rewrite": "/p",
+        "regex_rewrite": {"pattern": {"regex": "a"}, "substitution": "b"}}}));
+    assert_eq!(at(both), "virtual_hosts[0].routes[0].route.regex_rewrite");
+    // The redirect variant stays refused.
+    let redirect = one_route(json!({"match": {"prefix": "/"}, "redirect": {
+        "regex_rewrite": {"pattern": {"regex": "a"}, "substitution": "b"}}}));
+    assert_eq!(at(redirect), "virtual_hosts[0].routes[0].redirect.regex_rewrite");
 }
