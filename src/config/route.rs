@@ -4,6 +4,7 @@
 pub mod action;
 pub mod hash_policy;
 pub mod matcher;
+pub mod mirror;
 pub mod rate_limit;
 pub mod regex_rewrite;
 pub mod retry;
@@ -19,6 +20,7 @@ pub use action::{
 };
 pub use hash_policy::{HashPolicy, HashSource};
 pub use matcher::{HeaderMatch, HeaderMatcher, PathMatch, Pattern, QueryParameterMatcher, RouteMatch, StringMatcher};
+pub use mirror::{MirrorCluster, RequestMirrorPolicy, ShadowHost};
 pub use rate_limit::{RateLimitAction, RateLimitPolicy};
 pub use regex_rewrite::RegexRewrite;
 pub use retry::{RetryBackOff, RetryOn, RetryOnSet, RetryPolicy};

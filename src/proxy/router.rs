@@ -8,6 +8,7 @@
 //! number for weighted clusters.
 
 mod matching;
+mod mirror;
 mod mutations;
 mod redirect;
 mod substitution;
@@ -26,6 +27,7 @@ use crate::config::route::{
 };
 
 pub use matching::{is_grpc, request_header_value, request_host};
+pub use mirror::{Shadow, shadows};
 pub use mutations::{
     UpstreamRequestOptions, apply_request_mutations, apply_response_mutations, set_attempt_headers,
     set_response_attempt_count,

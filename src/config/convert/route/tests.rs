@@ -367,3 +367,43 @@ fn regex_rewrite_is_compiled_and_validated() {
         "regex_rewrite": {"pattern": {"regex": "a"}, "substitution": "b"}}}));
     assert_eq!(at(redirect), "virtual_hosts[0].routes[0].redirect.regex_rewrite");
 }
+
+#[test]
+fn request_mirror_policies_are_converted_or_refused() {
+    use crate::config::route::{MirrorCluster, ShadowHost};
+    let route = |policies: Value| {
+        one_route(json!({"match": {"prefix": "/"}, "route": {"cluster": "c", "request_mirror_policies": policies}}))
+    };
+    let config = route(json!([
+        {"cluster": "m"},
+        {"cluster_header": "X-Mirror", "disable_shadow_host_suffix_append": true, "trace_sampled": false,
+         "runtime_fraction": {"default_value": {"numerator": 5, "denominator": "TEN_THOUSAND"}}},
+        {"cluster": "m", "host_rewrite_literal": "h", "disable_shadow_host_suffix_append": false},
+    ]))
+    .unwrap();
+    let policies = &action_of(&config).request_mirror_policies;
+    assert_eq!(policies[0].cluster, MirrorCluster::Cluster("m".into()));
+    assert!(policies[0].fraction.is_all() && policies[0].host == ShadowHost::Suffixed);
+    assert_eq!(policies[1].cluster, MirrorCluster::Header("x-mirror".into()));
+    assert_eq!((policies[1].fraction.numerator, policies[1].fraction.denominator), (5, 10_000));
+    assert_eq!((policies[1].host.clone(), policies[1].trace_sampled), (ShadowHost::Unchanged, Some(false)));
+    assert_eq!(policies[2].host, ShadowHost::Literal("h".into()));
+
+    let at = |policies: Value| error(route(policies)).path().to_owned();
+    assert_eq!(
+        at(json!([{"cluster": "m", "cluster_header": "x"}])),
+        "virtual_hosts[0].routes[0].route.request_mirror_policies[0].cluster"
+    );
+    assert_eq!(
+        at(json!([{"cluster": "m"}, {}])),
+        "virtual_hosts[0].routes[0].route.request_mirror_policies[1].cluster"
+    );
+    assert_eq!(
+        at(json!([{"cluster": "m", "request_headers_mutations": [{"remove": "x"}]}])),
+        "virtual_hosts[0].routes[0].route.request_mirror_policies[0].request_headers_mutations"
+    );
+    assert_eq!(
+        at(json!([{"cluster": "m", "runtime_fraction": {"runtime_key": "k"}}])),
+        "virtual_hosts[0].routes[0].route.request_mirror_policies[0].runtime_fraction.default_value"
+    );
+}
