@@ -517,8 +517,8 @@ fn mirror(
     if shadows.is_empty() {
         return;
     }
-    let Some(balancer) = context.balancers.get(cluster) else { return };
-    let abandoned = &balancer.stats;
+    let stats = context.balancers.get(cluster).map(|balancer| balancer.stats.clone());
+    let abandoned = stats.as_deref().map(|s| &s.retry_or_shadow_abandoned);
     match body {
         Some(body) => {
             let downstream_is_h2 = upstream.version == Version::HTTP_2;
@@ -526,7 +526,9 @@ fn mirror(
         }
         None => {
             tracing::debug!(cluster, shadows = shadows.len(), "request body streams; not mirrored");
-            abandoned.retry_or_shadow_abandoned.add(shadows.len() as u64);
+            if let Some(counter) = abandoned {
+                counter.add(shadows.len() as u64);
+            }
         }
     }
 }

@@ -22,7 +22,7 @@ use super::filters::Callouts;
 use super::router::Shadow;
 use super::upstream::RequestBody;
 use super::worker::WorkerContext;
-use crate::telemetry::ClusterStats;
+use crate::telemetry::Counter;
 
 /// Shadows one worker keeps in flight at most.
 pub const MAX_IN_FLIGHT: usize = 256;
@@ -66,7 +66,7 @@ pub fn send(
     body: &Bytes,
     timeout: Option<Duration>,
     downstream_is_h2: bool,
-    abandoned: &ClusterStats,
+    abandoned: Option<&Counter>,
 ) {
     for Shadow { cluster, head } in shadows {
         let Some(slot) = context.shadows.take() else {
@@ -75,7 +75,9 @@ pub fn send(
                 in_flight = context.shadows.in_flight(),
                 "too many shadows in flight; not mirrored"
             );
-            abandoned.retry_or_shadow_abandoned.inc();
+            if let Some(counter) = abandoned {
+                counter.inc();
+            }
             continue;
         };
         let request = Request::from_parts(head, full(body.clone()));
