@@ -4,7 +4,9 @@
 pub mod action;
 pub mod hash_policy;
 pub mod matcher;
+pub mod mirror;
 pub mod rate_limit;
+pub mod regex_rewrite;
 pub mod retry;
 pub mod virtual_host_index;
 
@@ -19,7 +21,9 @@ pub use action::{
 };
 pub use hash_policy::{HashPolicy, HashSource};
 pub use matcher::{HeaderMatch, HeaderMatcher, PathMatch, Pattern, QueryParameterMatcher, RouteMatch, StringMatcher};
+pub use mirror::{MirrorCluster, RequestMirrorPolicy, ShadowHost};
 pub use rate_limit::{RateLimitAction, RateLimitPolicy};
+pub use regex_rewrite::RegexRewrite;
 pub use retry::{RetryBackOff, RetryOn, RetryOnSet, RetryPolicy};
 
 /// Envoy's default limit on a direct response body (`max_direct_response_body_size_bytes`).

@@ -12,6 +12,7 @@ mod stream;
 mod upgrade;
 
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -74,7 +75,7 @@ pub(super) struct Exchange<'a> {
     pub connection: &'a DownstreamConnection,
     pub original_dst: Option<SocketAddr>,
     pub manager: &'a HttpConnectionManager,
-    pub context: &'a WorkerContext,
+    pub context: &'a Rc<WorkerContext>,
     pub filters: &'a HttpFilterChain,
     /// HTTP/1.1 connections: where an upgraded request leaves its upstream half.
     pub upgrades: Option<&'a upgrade::UpgradeSlot>,
@@ -337,6 +338,10 @@ async fn route_and_forward(
         }
     };
 
+    if !forward.action.request_mirror_policies.is_empty() {
+        mirror(&forward, &parts, buffered.as_ref(), context, stream.span.is_some(), &cluster.resource.name);
+    }
+
     // Circuit breakers: every attempt takes a request slot, every retry a retry slot.
     // Routes carry no priority in Outrider's model: all requests are default priority.
     let resources = context.balancers.get(&cluster.resource.name).map(|lb| lb.resources().clone());
@@ -492,6 +497,40 @@ async fn route_and_forward(
 
 enum Attempt {
     Timeout,
+}
+
+/// Starts the route's shadows of the request whose upstream head is `upstream`, before
+/// the request itself goes (Envoy sends them once the request is whole). A shadow carries
+/// the whole body, so a body too large to keep (one that streams) is not mirrored: that
+/// is counted as `retry_or_shadow_abandoned` of the route's cluster, as Envoy counts a
+/// shadow it gives up over its buffer limit.
+fn mirror(
+    forward: &Forward<'_>,
+    upstream: &http::request::Parts,
+    body: Option<&Bytes>,
+    context: &Rc<WorkerContext>,
+    traced: bool,
+    cluster: &str,
+) {
+    let random = context.rng.borrow_mut().random::<u64>();
+    let shadows = router::shadows(forward, upstream, random, super::shadow::local_address(), traced);
+    if shadows.is_empty() {
+        return;
+    }
+    let stats = context.balancers.get(cluster).map(|balancer| balancer.stats.clone());
+    let abandoned = stats.as_deref().map(|s| &s.retry_or_shadow_abandoned);
+    match body {
+        Some(body) => {
+            let downstream_is_h2 = upstream.version == Version::HTTP_2;
+            super::shadow::send(context, shadows, body, forward.timeout, downstream_is_h2, abandoned);
+        }
+        None => {
+            tracing::debug!(cluster, shadows = shadows.len(), "request body streams; not mirrored");
+            if let Some(counter) = abandoned {
+                counter.add(shadows.len() as u64);
+            }
+        }
+    }
 }
 
 /// An allowed upgrade request: one attempt (upgrades are never retried), on a connection

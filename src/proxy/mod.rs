@@ -21,6 +21,7 @@ pub mod request_trace;
 pub mod response_flags;
 pub mod retry;
 pub mod router;
+pub mod shadow;
 pub mod tcp_proxy;
 pub mod transport;
 pub mod upstream;

@@ -8,6 +8,7 @@
 //! number for weighted clusters.
 
 mod matching;
+mod mirror;
 mod mutations;
 mod redirect;
 mod substitution;
@@ -26,6 +27,7 @@ use crate::config::route::{
 };
 
 pub use matching::{is_grpc, request_header_value, request_host};
+pub use mirror::{Shadow, shadows};
 pub use mutations::{
     UpstreamRequestOptions, apply_request_mutations, apply_response_mutations, set_attempt_headers,
     set_response_attempt_count,
@@ -76,7 +78,7 @@ pub struct Forward<'a> {
     /// The route's retry policy, else the virtual host's.
     pub retry_policy: Option<&'a RetryPolicy>,
     pub hash_policy: &'a [HashPolicy],
-    /// The new `:path` (with query) when `prefix_rewrite` applies.
+    /// The new `:path` (with query) when `prefix_rewrite` or `regex_rewrite` applies.
     pub path_rewrite: Option<String>,
     /// The new `:authority`, from a literal or a request header.
     pub host_rewrite: Option<Cow<'a, str>>,
@@ -202,6 +204,18 @@ fn forward<'a>(
             response_headers: headers,
         };
     };
+    let path_rewrite = path_rewrite(route, action, parts);
+    if path_rewrite.as_deref().is_some_and(|p| !p.starts_with('/')) {
+        // A rewrite that leaves no origin-form path (`prefix_rewrite: ""`, a regex that
+        // eats the leading `/`) cannot be sent as it is. Envoy sends it anyway and a
+        // conforming upstream answers 400; forwarding the unrewritten path instead would
+        // ignore the rewrite, so the answer is that 400, given here.
+        return Routing::DirectResponse {
+            status: StatusCode::BAD_REQUEST,
+            body: Bytes::new(),
+            response_headers: headers,
+        };
+    }
     let retry_policy = action.retry_policy.as_ref().or(vhost.retry_policy.as_ref());
     let timeouts = timeout::Timeouts::of(action, retry_policy, parts);
     Routing::Forward(Forward {
@@ -216,11 +230,19 @@ fn forward<'a>(
         per_try_idle_timeout: retry_policy.and_then(|p| p.per_try_idle_timeout),
         retry_policy,
         hash_policy: &action.hash_policy,
-        path_rewrite: action.prefix_rewrite.as_deref().and_then(|new| matching::rewrite_prefix(route, parts, new)),
+        path_rewrite,
         host_rewrite: host_rewrite(action, weighted_cluster, parts),
         auto_host_rewrite: action.host_rewrite == Some(HostRewrite::Auto),
         headers,
     })
+}
+
+/// The new `:path` of `prefix_rewrite` or `regex_rewrite` (never both, by configuration).
+fn path_rewrite(route: &Route, action: &RouteAction, parts: &Parts) -> Option<String> {
+    if let Some(new) = &action.prefix_rewrite {
+        return matching::rewrite_prefix(route, parts, new);
+    }
+    matching::rewrite_regex(parts, action.regex_rewrite.as_ref()?)
 }
 
 /// A cluster named by a request header; missing or empty means no cluster.

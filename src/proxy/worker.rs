@@ -19,6 +19,7 @@ use super::filters::FilterChains;
 use super::listener::ListenerManager;
 use super::observe::{ProxyTelemetry, WorkerTelemetry};
 use super::original_dst::ListenerIndex;
+use super::shadow::ShadowSlots;
 use super::transport::{HandshakeStats, WorkerTls};
 use super::upstream::Upstreams;
 use crate::core::shutdown::{self, Signal};
@@ -49,6 +50,8 @@ pub struct WorkerContext {
     pub connection_limits: WorkerLimits,
     /// The runtime of every filter chain (shared with the other workers).
     pub filters: Arc<FilterChains>,
+    /// Mirrored requests in flight (bounded per worker).
+    pub shadows: ShadowSlots,
 }
 
 /// How workers run and stop.
@@ -149,6 +152,7 @@ async fn run(
         draining,
         connection_limits: WorkerLimits::new(shared.limits),
         filters: shared.filters,
+        shadows: ShadowSlots::default(),
     });
     let mut listeners = ListenerManager::default();
     let mut changes = store.subscribe();

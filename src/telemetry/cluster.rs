@@ -23,6 +23,9 @@ pub struct ClusterStats {
     pub upstream_rq_per_try_timeout: Counter,
     pub upstream_rq_retry: Counter,
     pub upstream_rq_retry_limit_exceeded: Counter,
+    /// Retries or shadows given up: a request body too large to keep for a shadow, or too
+    /// many shadows in flight.
+    pub retry_or_shadow_abandoned: Counter,
     /// Circuit breakers: requests refused by `max_pending_requests` or `max_requests`,
     /// retries refused by `max_retries` or the budget, connections `max_connections` held back.
     pub upstream_rq_pending_overflow: Counter,
@@ -68,6 +71,7 @@ impl ClusterStats {
             upstream_rq_per_try_timeout: counter("upstream_rq_per_try_timeout"),
             upstream_rq_retry: counter("upstream_rq_retry"),
             upstream_rq_retry_limit_exceeded: counter("upstream_rq_retry_limit_exceeded"),
+            retry_or_shadow_abandoned: counter("retry_or_shadow_abandoned"),
             upstream_rq_pending_overflow: counter("upstream_rq_pending_overflow"),
             upstream_rq_retry_overflow: counter("upstream_rq_retry_overflow"),
             upstream_cx_overflow: counter("upstream_cx_overflow"),

@@ -4,6 +4,7 @@
 mod action;
 mod hash_policy;
 pub(super) mod matchers;
+mod mirror;
 pub(super) mod rate_limit;
 mod retry;
 #[cfg(test)]

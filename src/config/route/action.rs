@@ -19,6 +19,11 @@ pub struct RouteAction {
     pub idle_timeout: Option<Duration>,
     /// Replaces the matched prefix (or the whole path for an exact match).
     pub prefix_rewrite: Option<String>,
+    /// `regex_rewrite`: every match in the path (not the query) is substituted. Never set
+    /// together with `prefix_rewrite`.
+    pub regex_rewrite: Option<super::RegexRewrite>,
+    /// `request_mirror_policies`: clusters that get a copy of each request.
+    pub request_mirror_policies: Vec<super::RequestMirrorPolicy>,
     pub host_rewrite: Option<HostRewrite>,
     pub append_x_forwarded_host: bool,
     /// The route's own policy; when `None`, the virtual host's applies.

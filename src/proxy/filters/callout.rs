@@ -10,6 +10,7 @@ use http_body_util::{BodyExt, Full, Limited};
 
 use crate::lb::PickContext;
 use crate::proxy::original_dst;
+use crate::proxy::upstream::{RequestBody, ResponseBody};
 use crate::proxy::worker::WorkerContext;
 
 /// The most a callout's response body may hold.
@@ -64,6 +65,26 @@ impl<'a> Callouts<'a> {
         request: Request<Bytes>,
         http2: bool,
     ) -> Result<(Response<Bytes>, Option<http::HeaderMap>), CalloutError> {
+        let request = request.map(|body| Full::new(body).map_err(|never| match never {}).boxed());
+        let response = self.forward(cluster_name, request, http2).await?;
+        let (parts, body) = response.into_parts();
+        let collected = Limited::new(body, MAX_RESPONSE_BYTES)
+            .collect()
+            .await
+            .map_err(|e| CalloutError::Upstream(format!("reading the response: {e}")))?;
+        let trailers = collected.trailers().cloned();
+        Ok((Response::from_parts(parts, collected.to_bytes()), trailers))
+    }
+
+    /// Sends `request` to `cluster_name` and hands back the response as it streams: the
+    /// balancer picks the endpoint, the cluster's TLS and circuit breakers apply, and the
+    /// pool's stats count it. No timeout: the caller bounds it.
+    pub async fn forward(
+        &self,
+        cluster_name: &str,
+        request: Request<RequestBody>,
+        http2: bool,
+    ) -> Result<Response<ResponseBody>, CalloutError> {
         let context = self.context;
         let snapshot = context.store.load();
         let Some(cluster) = snapshot.clusters.get(cluster_name).cloned() else {
@@ -78,19 +99,11 @@ impl<'a> Callouts<'a> {
             .upstream(&cluster, &host.endpoint, &snapshot)
             .map_err(|e| CalloutError::Upstream(e.to_string()))?;
         let resources = context.balancers.get(&cluster.resource.name).map(|lb| lb.resources().clone());
-        let request = request.map(|body| Full::new(body).map_err(|never| match never {}).boxed());
-        let response = context
+        context
             .upstreams
             .forward_over(&host, &cluster.resource, http2, request, tls, resources.as_ref())
             .await
-            .map_err(|e| CalloutError::Upstream(e.to_string()))?;
-        let (parts, body) = response.into_parts();
-        let collected = Limited::new(body, MAX_RESPONSE_BYTES)
-            .collect()
-            .await
-            .map_err(|e| CalloutError::Upstream(format!("reading the response: {e}")))?;
-        let trailers = collected.trailers().cloned();
-        Ok((Response::from_parts(parts, collected.to_bytes()), trailers))
+            .map_err(|e| CalloutError::Upstream(e.to_string()))
     }
 
     /// A unary gRPC call: `path` is `/package.Service/Method`; `authority` the `:authority`

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use http::request::Parts;
 
-use crate::config::route::{PathMatch, Route, RouteConfiguration};
+use crate::config::route::{PathMatch, RegexRewrite, Route, RouteConfiguration};
 
 /// The host a virtual host is chosen by: `vhost_header` when configured, else the URI's
 /// authority (HTTP/2 `:authority`, HTTP/1 absolute form), else `Host`.
@@ -125,6 +125,15 @@ pub(super) fn rewrite_prefix(route: &Route, parts: &Parts, new_prefix: &str) -> 
     };
     let rest = full.get(matched_len..).unwrap_or("");
     Some(format!("{new_prefix}{rest}"))
+}
+
+/// `regex_rewrite`: every match in the path before the query (and fragment) is
+/// substituted; the query is kept as it was. `None` for a request without a path
+/// (CONNECT's authority form).
+pub(super) fn rewrite_regex(parts: &Parts, rewrite: &RegexRewrite) -> Option<String> {
+    let full = parts.uri.path_and_query()?.as_str();
+    let (path, rest) = full.split_at(full.find(['?', '#']).unwrap_or(full.len()));
+    Some(format!("{}{rest}", rewrite.replace_all(path)))
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ mod compressor;
 pub mod cors;
 mod ext_authz;
 mod fault;
-mod fractional_percent;
+pub(in crate::config::convert) mod fractional_percent;
 mod grpc_service;
 mod health_check;
 mod jwt_authn;

@@ -50,9 +50,18 @@ pub fn route_action(proto: proto::RouteAction, warnings: &mut Warnings) -> Resul
     if metadata_match.is_some() {
         return refuse("metadata_match", "subset load balancing");
     }
-    if regex_rewrite.is_some() {
-        return refuse("regex_rewrite", "regex path rewriting");
+    // Envoy: "Specify only one of prefix_rewrite, regex_rewrite or path_rewrite_policy"
+    // (path_rewrite_policy is refused above on its own).
+    if regex_rewrite.is_some() && !prefix_rewrite.is_empty() {
+        return Err(ConfigError::new("regex_rewrite", "only one of prefix_rewrite and regex_rewrite may be set"));
     }
+    let regex_rewrite = regex_rewrite
+        .map(|r| {
+            warnings
+                .within("regex_rewrite", |w| super::matchers::regex_match_and_substitute(r, w))
+                .map_err(|e| e.at("regex_rewrite"))
+        })
+        .transpose()?;
     if path_rewrite_policy.is_some() {
         return refuse("path_rewrite_policy", "path rewrite policy extensions");
     }
@@ -77,9 +86,14 @@ pub fn route_action(proto: proto::RouteAction, warnings: &mut Warnings) -> Resul
     if early_data_policy.is_some() {
         warnings.ignored("early_data_policy", "early data (0-RTT) is never forwarded");
     }
-    if !request_mirror_policies.is_empty() {
-        warnings.ignored("request_mirror_policies", "requests are not mirrored (mirrors never affect the response)");
-    }
+    let request_mirror_policies = request_mirror_policies
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let at = format!("request_mirror_policies[{i}]");
+            warnings.within(&at, |w| super::mirror::request_mirror_policy(p, w)).map_err(|e| e.at(&at))
+        })
+        .collect::<Result<Vec<_>>>()?;
     if priority != core::RoutingPriority::Default as i32 {
         warnings.ignored("priority", "routing priorities are not used for circuit breaking");
     }
@@ -159,6 +173,8 @@ pub fn route_action(proto: proto::RouteAction, warnings: &mut Warnings) -> Resul
         },
         idle_timeout: common::opt_duration(&idle_timeout, "idle_timeout")?,
         prefix_rewrite: (!prefix_rewrite.is_empty()).then_some(prefix_rewrite),
+        regex_rewrite,
+        request_mirror_policies,
         host_rewrite,
         append_x_forwarded_host,
         retry_policy: retry

@@ -4,7 +4,7 @@
 
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::route::{
-    HeaderMatch, HeaderMatcher, PathMatch, Pattern, QueryParameterMatcher, RouteMatch, StringMatcher,
+    HeaderMatch, HeaderMatcher, PathMatch, Pattern, QueryParameterMatcher, RegexRewrite, RouteMatch, StringMatcher,
 };
 use crate::pb::envoy::config::route::v3 as proto;
 use crate::pb::envoy::r#type::matcher::v3 as matcher;
@@ -163,11 +163,35 @@ pub fn string_matcher(proto: matcher::StringMatcher, warnings: &mut Warnings) ->
 
 /// `envoy.type.matcher.v3.RegexMatcher`, compiled for full-string matching. The `regex`
 /// crate accepts RE2's syntax (it is the same family: no look-around, no back-references).
-#[allow(deprecated)]
 pub fn regex_matcher(proto: matcher::RegexMatcher, warnings: &mut Warnings) -> Result<Pattern> {
+    let regex = regex_source(proto, warnings);
+    Pattern::new(&regex).map_err(|e| ConfigError::new("regex", format!("invalid regular expression {regex:?}: {e}")))
+}
+
+/// A `RegexMatcher`'s expression, the engine options warned about.
+#[allow(deprecated)]
+fn regex_source(proto: matcher::RegexMatcher, warnings: &mut Warnings) -> String {
     let matcher::RegexMatcher { regex, engine_type } = proto;
     if engine_type.is_some() {
         warnings.ignored("google_re2", "RE2 program size limits do not apply to Outrider's regex engine");
     }
-    Pattern::new(&regex).map_err(|e| ConfigError::new("regex", format!("invalid regular expression {regex:?}: {e}")))
+    regex
+}
+
+/// `envoy.type.matcher.v3.RegexMatchAndSubstitute` (`regex_rewrite`): the pattern matches
+/// anywhere (not anchored, unlike `safe_regex`), the substitution in RE2's `\1` syntax.
+pub fn regex_match_and_substitute(
+    proto: matcher::RegexMatchAndSubstitute,
+    warnings: &mut Warnings,
+) -> Result<RegexRewrite> {
+    use crate::config::route::regex_rewrite::RegexRewriteError as E;
+    let matcher::RegexMatchAndSubstitute { pattern, substitution } = proto;
+    let Some(pattern) = pattern else {
+        return Err(ConfigError::new("pattern", "is required"));
+    };
+    let regex = warnings.within("pattern", |w| regex_source(pattern, w));
+    RegexRewrite::new(&regex, &substitution).map_err(|e| match e {
+        E::Pattern { .. } => ConfigError::new("pattern.regex", e.to_string()),
+        E::Escape { .. } | E::Group { .. } => ConfigError::new("substitution", e.to_string()),
+    })
 }

@@ -322,10 +322,6 @@ fn header_mutations_at_every_level() {
 
 #[test]
 fn unsupported_and_ignored_fields() {
-    let err = error(one_route(json!({"match": {"prefix": "/"}, "route": {"cluster": "c",
-        "regex_rewrite": {"pattern": {"regex": "x"}, "substitution": "y"}}})));
-    assert_eq!(err.path(), "virtual_hosts[0].routes[0].route.regex_rewrite");
-
     let (proto, _) = crate::pb::json::from_value::<proto::RouteConfiguration>(
         "envoy.config.route.v3.RouteConfiguration",
         json!({"name": "r", "validate_clusters": false, "virtual_hosts": [{"name": "vh", "domains": ["*"], "routes": [
@@ -336,4 +332,78 @@ fn unsupported_and_ignored_fields() {
     route_configuration(proto, &mut warnings).unwrap();
     let paths: Vec<_> = warnings.items().iter().map(|w| w.path.as_str()).collect();
     assert_eq!(paths, ["virtual_hosts[0].routes[0].decorator"]);
+}
+
+#[test]
+fn regex_rewrite_is_compiled_and_validated() {
+    let route = |rewrite: Value| {
+        one_route(json!({"match": {"prefix": "/"}, "route": {"cluster": "c", "regex_rewrite": rewrite}}))
+    };
+    let config =
+        route(json!({"pattern": {"regex": "^/service/([^/]+)(/.*)$"}, "substitution": "\\2/instance/\\1"})).unwrap();
+    let rewrite = action_of(&config).regex_rewrite.as_ref().unwrap();
+    assert_eq!(rewrite.replace_all("/service/foo/v1/api"), "/v1/api/instance/foo");
+
+    let at = |result: Result<RouteConfiguration>| error(result).path().to_owned();
+    assert_eq!(
+        at(route(json!({"pattern": {"regex": "(unclosed"}, "substitution": "x"}))),
+        "virtual_hosts[0].routes[0].route.regex_rewrite.pattern.regex"
+    );
+    assert_eq!(
+        at(route(json!({"pattern": {"regex": "(a)"}, "substitution": "\\2"}))),
+        "virtual_hosts[0].routes[0].route.regex_rewrite.substitution"
+    );
+    assert_eq!(
+        at(route(json!({"pattern": {"regex": "a"}, "substitution": "\\q"}))),
+        "virtual_hosts[0].routes[0].route.regex_rewrite.substitution"
+    );
+    assert_eq!(at(route(json!({"substitution": "x"}))), "virtual_hosts[0].routes[0].route.regex_rewrite.pattern");
+    // Envoy: only one of prefix_rewrite and regex_rewrite.
+    let both = one_route(json!({"match": {"prefix": "/"}, "route": {"cluster": "c", "prefix_rewrite": "/p",
+        "regex_rewrite": {"pattern": {"regex": "a"}, "substitution": "b"}}}));
+    assert_eq!(at(both), "virtual_hosts[0].routes[0].route.regex_rewrite");
+    // The redirect variant stays refused.
+    let redirect = one_route(json!({"match": {"prefix": "/"}, "redirect": {
+        "regex_rewrite": {"pattern": {"regex": "a"}, "substitution": "b"}}}));
+    assert_eq!(at(redirect), "virtual_hosts[0].routes[0].redirect.regex_rewrite");
+}
+
+#[test]
+fn request_mirror_policies_are_converted_or_refused() {
+    use crate::config::route::{MirrorCluster, ShadowHost};
+    let route = |policies: Value| {
+        one_route(json!({"match": {"prefix": "/"}, "route": {"cluster": "c", "request_mirror_policies": policies}}))
+    };
+    let config = route(json!([
+        {"cluster": "m"},
+        {"cluster_header": "X-Mirror", "disable_shadow_host_suffix_append": true, "trace_sampled": false,
+         "runtime_fraction": {"default_value": {"numerator": 5, "denominator": "TEN_THOUSAND"}}},
+        {"cluster": "m", "host_rewrite_literal": "h", "disable_shadow_host_suffix_append": false},
+    ]))
+    .unwrap();
+    let policies = &action_of(&config).request_mirror_policies;
+    assert_eq!(policies[0].cluster, MirrorCluster::Cluster("m".into()));
+    assert!(policies[0].fraction.is_all() && policies[0].host == ShadowHost::Suffixed);
+    assert_eq!(policies[1].cluster, MirrorCluster::Header("x-mirror".into()));
+    assert_eq!((policies[1].fraction.numerator, policies[1].fraction.denominator), (5, 10_000));
+    assert_eq!((policies[1].host.clone(), policies[1].trace_sampled), (ShadowHost::Unchanged, Some(false)));
+    assert_eq!(policies[2].host, ShadowHost::Literal("h".into()));
+
+    let at = |policies: Value| error(route(policies)).path().to_owned();
+    assert_eq!(
+        at(json!([{"cluster": "m", "cluster_header": "x"}])),
+        "virtual_hosts[0].routes[0].route.request_mirror_policies[0].cluster"
+    );
+    assert_eq!(
+        at(json!([{"cluster": "m"}, {}])),
+        "virtual_hosts[0].routes[0].route.request_mirror_policies[1].cluster"
+    );
+    assert_eq!(
+        at(json!([{"cluster": "m", "request_headers_mutations": [{"remove": "x"}]}])),
+        "virtual_hosts[0].routes[0].route.request_mirror_policies[0].request_headers_mutations"
+    );
+    assert_eq!(
+        at(json!([{"cluster": "m", "runtime_fraction": {"runtime_key": "k"}}])),
+        "virtual_hosts[0].routes[0].route.request_mirror_policies[0].runtime_fraction.default_value"
+    );
 }
