@@ -227,8 +227,9 @@ spec:
     )
 }
 
-/// VirtualService: `x-canary: yes` → v2; `/ratings/...` rewritten to `/...` on v1; a
-/// `/fault` prefix aborted with 418; everything else 90/10 between v1 and v2, with retries
+/// VirtualService: `x-canary: yes` → v2; `/ratings/...` rewritten to `/...` on v1;
+/// `/regex/a/b` rewritten by `uriRegexRewrite` to `/b/a`; `/mirrored` served by v1 and
+/// mirrored to v2; a `/fault` prefix aborted with 418; everything else 90/10 between v1 and v2, with retries
 /// and a timeout.
 fn virtual_service(v1: u32, v2: u32) -> String {
     format!(
@@ -242,6 +243,13 @@ spec:
     route: [{{ destination: {{ host: {HOST}, subset: v2 }} }}]
   - match: [{{ uri: {{ prefix: /ratings/ }} }}]
     rewrite: {{ uri: / }}
+    route: [{{ destination: {{ host: {HOST}, subset: v1 }} }}]
+  - match: [{{ uri: {{ prefix: /regex/ }} }}]
+    rewrite: {{ uriRegexRewrite: {{ match: "^/regex/([a-z]+)/(.*)$", rewrite: "/\\2/\\1" }} }}
+    route: [{{ destination: {{ host: {HOST}, subset: v1 }} }}]
+  - match: [{{ uri: {{ prefix: /mirrored }} }}]
+    mirror: {{ host: {HOST}, subset: v2 }}
+    mirrorPercentage: {{ value: 100 }}
     route: [{{ destination: {{ host: {HOST}, subset: v1 }} }}]
   - match: [{{ uri: {{ prefix: /fault }} }}]
     fault: {{ abort: {{ httpStatus: 418, percentage: {{ value: 100 }} }} }}
@@ -314,8 +322,17 @@ async fn istiod_resources_apply_and_route(api_type: &str) {
     let (status, headers, body) = get(port, HOST, "/ratings/stars?x=1").await;
     assert_eq!((status, body.as_str()), (200, "v1"));
     assert_eq!(header(&headers, "x-seen-path"), Some("/stars?x=1"));
+    let (status, headers, body) = get(port, HOST, "/regex/stars/five?x=1").await;
+    assert_eq!((status, body.as_str()), (200, "v1"));
+    assert_eq!(header(&headers, "x-seen-path"), Some("/five/stars?x=1"));
     let (status, _, _) = get(port, HOST, "/fault").await;
     assert_eq!(status, 418);
+    // Istio's `mirror`: v1 answers, v2 gets the shadow (fire and forget).
+    let (v1_before, v2_before) = (v1.seen.requests(), v2.seen.requests());
+    let (status, _, body) = get(port, HOST, "/mirrored").await;
+    assert_eq!((status, body.as_str()), (200, "v1"));
+    wait_until("the shadow reaches v2", || async { v2.seen.requests() == v2_before + 1 }).await;
+    assert_eq!(v1.seen.requests(), v1_before + 1);
 
     // 90/10: v2's share of 1 000 requests is binomial (p = 0.1, σ ≈ 9.5); the bounds are
     // over 6σ wide, so the split is checked without a flaky threshold.
