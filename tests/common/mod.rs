@@ -204,6 +204,7 @@ pub async fn admin_get(address: std::net::SocketAddr, path: &str) -> (u16, Strin
 
 pub mod backends;
 pub mod differential;
+pub mod istiod;
 pub mod lab;
 pub mod load;
 pub mod peers;

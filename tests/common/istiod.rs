@@ -1,0 +1,174 @@
+//! A real istiod (`pilot-discovery`, built by `tests/peers/build.sh`) without Kubernetes: file
+//! mode (`--registries= --configDir=DIR`), plaintext ADS on loopback, serving the Istio
+//! resources (ServiceEntry, DestinationRule, VirtualService, ...) the test writes as YAML.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+
+use super::WAIT;
+use super::lab::free_port;
+
+/// A running istiod, killed when dropped.
+pub struct Istiod {
+    binary: PathBuf,
+    child: Option<Child>,
+    /// Plaintext ADS (istiod's `--grpcAddr`, 15010 in a mesh).
+    pub grpc: SocketAddr,
+    /// Debug and readiness HTTP (`--httpAddr`, 8080 in a mesh): `/ready`, `/debug/...`.
+    pub http: SocketAddr,
+    monitoring: SocketAddr,
+    webhook: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl Istiod {
+    /// The istiod binary, or `None` after printing that `test` is skipped.
+    pub fn binary(test: &str) -> Option<PathBuf> {
+        super::peers::peer("pilot-discovery", test)
+    }
+
+    /// Starts istiod with the default mesh config, serving `configs` (file name, YAML), and
+    /// waits until it is ready.
+    pub async fn start(binary: &Path, configs: &[(&str, &str)]) -> Istiod {
+        Self::start_with_mesh(binary, "", configs).await
+    }
+
+    /// As [`Istiod::start`], with `mesh` (MeshConfig YAML; empty for Istio's defaults).
+    pub async fn start_with_mesh(binary: &Path, mesh: &str, configs: &[(&str, &str)]) -> Istiod {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("config")).unwrap();
+        let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        let mut istiod = Istiod {
+            binary: binary.to_owned(),
+            child: None,
+            grpc: loopback(free_port()),
+            http: loopback(free_port()),
+            monitoring: loopback(free_port()),
+            webhook: loopback(free_port()),
+            dir,
+        };
+        if !mesh.is_empty() {
+            std::fs::write(istiod.dir.path().join("mesh.yaml"), mesh).unwrap();
+        }
+        for (name, yaml) in configs {
+            istiod.write(name, yaml);
+        }
+        istiod.spawn().await;
+        istiod
+    }
+
+    /// The directory istiod watches; `write` and `remove` change what it serves.
+    pub fn config_dir(&self) -> PathBuf {
+        self.dir.path().join("config")
+    }
+
+    /// Writes (or replaces) one config file; istiod's file watcher pushes the change.
+    pub fn write(&self, name: &str, yaml: &str) {
+        // Written beside, then renamed: the watcher never reads a half-written file.
+        let staged = self.dir.path().join(format!("{name}.tmp"));
+        std::fs::write(&staged, yaml).unwrap();
+        std::fs::rename(&staged, self.config_dir().join(name)).unwrap();
+    }
+
+    pub fn remove(&self, name: &str) {
+        std::fs::remove_file(self.config_dir().join(name)).unwrap();
+    }
+
+    /// Kills istiod and starts it again on the same ports (as a rolling istiod restart).
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        self.spawn().await;
+    }
+
+    pub async fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+
+    async fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).unwrap();
+        let child = Command::new(&self.binary)
+            .arg("discovery")
+            .arg("--registries=")
+            .arg(format!("--configDir={}", self.config_dir().display()))
+            .arg(format!("--grpcAddr={}", self.grpc))
+            .arg(format!("--httpAddr={}", self.http))
+            .arg(format!("--monitoringAddr={}", self.monitoring))
+            .arg(format!("--httpsAddr={}", self.webhook))
+            // The secure discovery port needs istiod's own certificate for a DNS name; the
+            // tests use the plaintext port, as a sidecar behind istio-agent effectively does.
+            .arg("--secureGRPCAddr=")
+            .arg(format!("--meshConfig={}", self.dir.path().join("mesh.yaml").display()))
+            .arg("--log_output_level=default:info")
+            .current_dir(self.dir.path())
+            .env("POD_NAMESPACE", "istio-system")
+            .env("REVISION", "default")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        self.wait_ready().await;
+    }
+
+    /// Bounded wait for istiod's ADS port: istiod opens it once its caches have synced.
+    /// (Its `/ready` also waits for the injection webhook, which file mode never serves.)
+    async fn wait_ready(&mut self) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!("istiod exited ({status}):\n{}", self.log_tail());
+            }
+            if tokio::net::TcpStream::connect(self.grpc).await.is_ok() {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "istiod not ready:\n{}", self.log_tail());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// istiod's debug view, e.g. `/debug/configz` or `/debug/adsz`.
+    pub async fn debug(&self, path: &str) -> String {
+        http_get(self.http, path).await.map(|(_, body)| body).unwrap_or_default()
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("istiod.log")
+    }
+
+    /// The last lines of istiod's log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<_> = log.lines().collect();
+        lines[lines.len().saturating_sub(60)..].join("\n")
+    }
+}
+
+/// One plain HTTP/1.1 GET (status, body); errors when istiod is not listening yet.
+async fn http_get(address: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nhost: istiod\r\nconnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await?;
+    let response = String::from_utf8_lossy(&response);
+    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Ok((status, body))
+}
+
+/// Istio's node id for a sidecar: `sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local`.
+pub fn sidecar_node_id(ip: &str, pod: &str, namespace: &str) -> String {
+    format!("sidecar~{ip}~{pod}.{namespace}~{namespace}.svc.cluster.local")
+}

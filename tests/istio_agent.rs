@@ -1,0 +1,331 @@
+//! Outrider in Envoy's place under a real istio-agent (`pilot-agent proxy sidecar`), with a
+//! real istiod (`pilot-discovery`, file mode): the agent writes its bootstrap from Istio's
+//! template, starts Outrider with Envoy's command line, proxies xDS and SDS to it over its
+//! Unix sockets, reports ready on 15021 once Outrider's admin stats say so, and on SIGTERM
+//! drains Outrider's inbound listeners and stops it.
+//!
+//! Istio's sidecar ports (15000, 15001, 15006, 15020, 15021, 15090) are fixed, so each
+//! sidecar runs in a network namespace of its own, made by the test (root and iproute2
+//! needed, else SKIPPED). The workload certificates are made with rcgen and mounted where
+//! the agent looks for them (`./var/run/secrets/workload-spiffe-credentials`): istiod's CA
+//! authenticates callers by a Kubernetes token or a client certificate, neither of which a
+//! file-mode istiod without Kubernetes can check.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+#[path = "tls_support/pki.rs"]
+#[allow(dead_code)]
+mod pki;
+
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command as StdCommand, Stdio};
+use std::time::Duration;
+
+use common::WAIT;
+use common::istiod::Istiod;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, Command};
+
+/// Starting pilot-agent, which starts Outrider and waits for xDS, takes longer than one step.
+const START: Duration = Duration::from_secs(60);
+
+/// A network namespace made by the test, deleted on drop.
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    fn new(tag: &str) -> Netns {
+        let name = format!("oagent-{}-{tag}", std::process::id());
+        run("ip", &["netns", "add", &name]);
+        let netns = Netns { name };
+        run("ip", &["-n", &netns.name, "link", "set", "lo", "up"]);
+        netns
+    }
+
+    /// Runs `f` on a thread inside this namespace, on a runtime of its own: every socket
+    /// it opens and every process it starts belong to the namespace.
+    fn run<T: Send + 'static>(&self, f: impl AsyncFnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/var/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&path).unwrap();
+            rustix::thread::move_into_link_name_space(file.as_fd(), Some(rustix::thread::LinkNameSpaceType::Network))
+                .unwrap();
+            tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f())
+        })
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = StdCommand::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+fn run(program: &str, args: &[&str]) {
+    let output = StdCommand::new(program).args(args).output().unwrap();
+    assert!(output.status.success(), "{program} {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+/// Why the test cannot run here, if it cannot.
+fn unavailable() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    if !status.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0")) {
+        return Some("not running as root (network namespaces)".into());
+    }
+    if StdCommand::new("ip").arg("-V").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
+        return Some("iproute2 is not installed".into());
+    }
+    None
+}
+
+/// Istio's bootstrap template, from the istio source `tests/peers/build.sh` builds from.
+fn bootstrap_template() -> PathBuf {
+    common::peers::peers_dir().join("../build/istio/istio-src/tools/packaging/common/envoy_bootstrap.json")
+}
+
+/// One pod: pilot-agent running Outrider, in its own working directory.
+struct Sidecar {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+/// What differs between the pods.
+struct Pod<'a> {
+    name: &'a str,
+    ip: &'a str,
+    service_account: &'a str,
+}
+
+impl Sidecar {
+    /// Starts `pilot-agent proxy sidecar` with Outrider as its proxy binary, its workload
+    /// certificate signed by `ca`, talking to istiod at `discovery`.
+    fn start(agent: &Path, discovery: SocketAddr, ca: &pki::Ca, pod: &Pod) -> Sidecar {
+        let dir = tempfile::tempdir().unwrap();
+        let credentials = dir.path().join("var/run/secrets/workload-spiffe-credentials");
+        std::fs::create_dir_all(&credentials).unwrap();
+        let leaf = ca.leaf(&pki::spiffe(pod.service_account));
+        std::fs::write(credentials.join("cert-chain.pem"), &leaf.cert_pem).unwrap();
+        std::fs::write(credentials.join("key.pem"), &leaf.key_pem).unwrap();
+        std::fs::write(credentials.join("root-cert.pem"), ca.pem()).unwrap();
+        // ProxyConfig, as istiod's injector would put it in the pod: Outrider is the binary.
+        let proxy_config = serde_json::json!({
+            "binaryPath": env!("CARGO_BIN_EXE_outrider"),
+            "discoveryAddress": discovery.to_string(),
+            "controlPlaneAuthPolicy": "NONE",
+            "concurrency": 1,
+            "drainDuration": "5s",
+            "terminationDrainDuration": "2s",
+        });
+        let log = std::fs::File::create(dir.path().join("agent.log")).unwrap();
+        let child = Command::new(agent)
+            .args(["proxy", "sidecar", "--domain", "default.svc.cluster.local", "--proxyLogLevel", "info"])
+            .arg("--serviceCluster")
+            .arg(format!("{}.default", pod.name))
+            .arg("--templateFile")
+            .arg(bootstrap_template())
+            .current_dir(dir.path())
+            .env("PROXY_CONFIG", proxy_config.to_string())
+            .env("POD_NAME", format!("{}-0", pod.name))
+            .env("POD_NAMESPACE", "default")
+            .env("INSTANCE_IP", pod.ip)
+            .env("SERVICE_ACCOUNT", pod.service_account)
+            .env("ISTIO_META_INTERCEPTION_MODE", "NONE")
+            .env("ISTIO_META_CLUSTER_ID", "Kubernetes")
+            .env("PILOT_CERT_PROVIDER", "istiod")
+            .env("CA_ADDR", discovery.to_string())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Sidecar { dir, child: Some(child) }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("agent.log")).unwrap_or_default()
+    }
+
+    /// Bounded wait until the agent's `/healthz/ready` on 15021 (the bootstrap's static
+    /// listener, routed to the agent, which asks Outrider's admin) answers 200.
+    async fn wait_ready(&mut self) {
+        let deadline = tokio::time::Instant::now() + START;
+        loop {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                panic!("pilot-agent exited ({status}):\n{}", self.log());
+            }
+            if let Ok((200, _)) = http_get(loopback(15021), "/healthz/ready", "localhost").await {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "not ready:\n{}", self.log());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// SIGTERM, as the kubelet sends when the pod terminates; waits for the agent to exit.
+    async fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().unwrap();
+        let pid = child.id().unwrap().to_string();
+        run("kill", &["-TERM", &pid]);
+        match tokio::time::timeout(START, child.wait()).await {
+            Ok(status) => status.unwrap(),
+            Err(_) => panic!("pilot-agent did not exit after SIGTERM:\n{}", self.log()),
+        }
+    }
+}
+
+fn loopback(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// One HTTP/1.1 GET with `host`; (status, body).
+async fn http_get(address: SocketAddr, path: &str, host: &str) -> std::io::Result<(u16, String)> {
+    let mut stream = tokio::time::timeout(WAIT, tokio::net::TcpStream::connect(address)).await??;
+    let request = format!("GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = Vec::new();
+    tokio::time::timeout(WAIT, stream.read_to_end(&mut response)).await??;
+    let response = String::from_utf8_lossy(&response);
+    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    Ok((status, body))
+}
+
+/// An HTTP/1.1 server on `address` answering every request with `name`, for the test's life.
+async fn backend(address: SocketAddr, name: &'static str) {
+    let listener = tokio::net::TcpListener::bind(address).await.unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else { continue };
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let response =
+                    format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{name}", name.len());
+                let _ = stream.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+}
+
+/// Bounded wait until a request through the sidecar's outbound listener reaches `expected`
+/// (istiod pushes the ServiceEntry's listener, route and endpoints after readiness may
+/// already have been reported for the first push).
+async fn wait_reaches(sidecar: &Sidecar, port: u16, host: &str, expected: &str) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let got = http_get(loopback(port), "/", host).await;
+        if let Ok((200, body)) = &got
+            && body == expected
+        {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{host}:{port} never reached {expected}: {got:?}\n{}",
+            sidecar.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A plaintext ServiceEntry whose endpoint is a backend on this host.
+fn plain_service_entry(backend_port: u16) -> String {
+    format!(
+        r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata:
+  name: backend
+  namespace: default
+spec:
+  hosts: [backend.example.com]
+  location: MESH_EXTERNAL
+  ports:
+  - number: 18080
+    name: http
+    protocol: HTTP
+  resolution: STATIC
+  endpoints:
+  - address: 127.0.0.1
+    ports:
+      http: {backend_port}
+"#
+    )
+}
+
+#[test]
+fn outrider_runs_as_the_proxy_of_a_real_istio_agent() {
+    const NAME: &str = "outrider_runs_as_the_proxy_of_a_real_istio_agent";
+    let Some(agent) = common::peers::peer("pilot-agent", NAME) else { return };
+    let Some(istiod) = Istiod::binary(NAME) else { return };
+    if let Some(why) = unavailable() {
+        println!("SKIPPED {NAME}: {why}");
+        return;
+    }
+    if !bootstrap_template().is_file() {
+        println!("SKIPPED {NAME}: {} not found (run tests/peers/build.sh)", bootstrap_template().display());
+        return;
+    }
+    let pod = Netns::new("a");
+    pod.run(async move || {
+        let backend_port = common::lab::free_port();
+        backend(loopback(backend_port), "backend").await;
+        let istiod = Istiod::start(&istiod, &[("backend.yaml", &plain_service_entry(backend_port))]).await;
+        let ca = pki::Ca::new("test mesh CA");
+        let mut sidecar = Sidecar::start(
+            &agent,
+            istiod.grpc,
+            &ca,
+            &Pod { name: "client", ip: "127.0.0.1", service_account: "client" },
+        );
+
+        sidecar.wait_ready().await;
+        let log = sidecar.log();
+        // The command line pilot-agent built (`pkg/envoy/proxy.go`) was taken as Envoy's.
+        assert!(log.contains("--drain-strategy immediate"), "{log}");
+        assert!(log.contains("Envoy flags accepted without effect"), "{log}");
+
+        // Outbound through the listener istiod rendered for the ServiceEntry.
+        wait_reaches(&sidecar, 18080, "backend.example.com", "backend").await;
+
+        // What the agent and istioctl read from the admin port.
+        let (status, stats) = http_get(
+            loopback(15000),
+            "/stats?usedonly&filter=^(server\\.state|listener_manager\\.workers_started)",
+            "localhost",
+        )
+        .await
+        .unwrap();
+        assert_eq!((status, stats.as_str()), (200, "listener_manager.workers_started: 1\nserver.state: 0\n"));
+        let (status, dump) = http_get(loopback(15000), "/config_dump", "localhost").await.unwrap();
+        assert_eq!(status, 200);
+        assert!(dump.contains("outbound|18080||backend.example.com"), "{dump}");
+        // Prometheus stats through the bootstrap's 15090 listener, and merged by the agent on 15020.
+        let (status, prometheus) = http_get(loopback(15090), "/stats/prometheus", "localhost").await.unwrap();
+        assert_eq!(status, 200);
+        assert!(prometheus.contains("envoy_server_state"), "{prometheus}");
+        let (status, merged) = http_get(loopback(15020), "/stats/prometheus", "localhost").await.unwrap();
+        assert_eq!(status, 200);
+        assert!(merged.contains("envoy_server_state"), "{merged}");
+
+        // The pod terminates: the agent drains Outrider's inbound listeners, then stops it.
+        let status = sidecar.terminate().await;
+        let log = sidecar.log();
+        assert!(status.success(), "pilot-agent exit {status}:\n{log}");
+        assert!(!log.contains("failed draining listeners"), "{log}");
+        assert!(log.contains("draining listeners (admin request) inbound_only=true graceful=true"), "{log}");
+        assert!(http_get(loopback(15000), "/ready", "localhost").await.is_err(), "Outrider stopped");
+        drop(istiod);
+    });
+}
