@@ -31,6 +31,10 @@ use tokio::process::{Child, Command};
 /// Starting pilot-agent, which starts Outrider and waits for xDS, takes longer than one step.
 const START: Duration = Duration::from_secs(60);
 
+/// The pods' addresses in [`Netns::pair`].
+const POD_A: &str = "198.18.7.1";
+const POD_B: &str = "198.18.7.2";
+
 /// A network namespace made by the test, deleted on drop.
 struct Netns {
     name: String,
@@ -38,11 +42,39 @@ struct Netns {
 
 impl Netns {
     fn new(tag: &str) -> Netns {
-        let name = format!("oagent-{}-{tag}", std::process::id());
+        // Unique per process and per namespace: the tests of this file run in parallel.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("oagent-{}-{n}{tag}", std::process::id());
         run("ip", &["netns", "add", &name]);
         let netns = Netns { name };
         run("ip", &["-n", &netns.name, "link", "set", "lo", "up"]);
         netns
+    }
+
+    /// Two namespaces joined by a veth pair, `a` with [`POD_A`], `b` with [`POD_B`]
+    /// (addresses from the benchmarking range, never routed anywhere).
+    fn pair() -> (Netns, Netns) {
+        let (a, b) = (Netns::new("a"), Netns::new("b"));
+        // Interface names are per namespace: the same in every pair.
+        let (a_if, b_if) = ("pod-a".to_owned(), "pod-b".to_owned());
+        run("ip", &["link", "add", &a_if, "netns", &a.name, "type", "veth", "peer", "name", &b_if, "netns", &b.name]);
+        for (ns, dev, ip) in [(&a, &a_if, POD_A), (&b, &b_if, POD_B)] {
+            run("ip", &["-n", &ns.name, "addr", "add", &format!("{ip}/24"), "dev", dev]);
+            run("ip", &["-n", &ns.name, "link", "set", dev, "up"]);
+        }
+        (a, b)
+    }
+
+    /// Runs `f` in this namespace on a thread of its own for the rest of the test.
+    fn spawn(&self, f: impl AsyncFnOnce() + Send + 'static) {
+        let path = format!("/var/run/netns/{}", self.name);
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&path).unwrap();
+            rustix::thread::move_into_link_name_space(file.as_fd(), Some(rustix::thread::LinkNameSpaceType::Network))
+                .unwrap();
+            tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f())
+        });
     }
 
     /// Runs `f` on a thread inside this namespace, on a runtime of its own: every socket
@@ -99,6 +131,8 @@ struct Pod<'a> {
     name: &'a str,
     ip: &'a str,
     service_account: &'a str,
+    /// The namespace to start in, when not the calling thread's.
+    netns: Option<&'a Netns>,
 }
 
 impl Sidecar {
@@ -122,7 +156,16 @@ impl Sidecar {
             "terminationDrainDuration": "2s",
         });
         let log = std::fs::File::create(dir.path().join("agent.log")).unwrap();
-        let child = Command::new(agent)
+        let mut command = match pod.netns {
+            Some(netns) => {
+                // `ip netns exec` execs the agent: the child is the agent itself.
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", &netns.name]).arg(agent);
+                command
+            }
+            None => Command::new(agent),
+        };
+        let child = command
             .args(["proxy", "sidecar", "--domain", "default.svc.cluster.local", "--proxyLogLevel", "info"])
             .arg("--serviceCluster")
             .arg(format!("{}.default", pod.name))
@@ -135,12 +178,15 @@ impl Sidecar {
             .env("INSTANCE_IP", pod.ip)
             .env("SERVICE_ACCOUNT", pod.service_account)
             .env("ISTIO_META_INTERCEPTION_MODE", "NONE")
+            .env("ISTIO_METAJSON_LABELS", serde_json::json!({ "app": pod.name }).to_string())
             .env("ISTIO_META_CLUSTER_ID", "Kubernetes")
             .env("PILOT_CERT_PROVIDER", "istiod")
             .env("CA_ADDR", discovery.to_string())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
+            // Its own process group, which Outrider joins: a failed test stops both.
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .unwrap();
@@ -153,13 +199,14 @@ impl Sidecar {
 
     /// Bounded wait until the agent's `/healthz/ready` on 15021 (the bootstrap's static
     /// listener, routed to the agent, which asks Outrider's admin) answers 200.
-    async fn wait_ready(&mut self) {
+    async fn wait_ready(&mut self, ip: &str) {
+        let status_port = SocketAddr::new(ip.parse().unwrap(), 15021);
         let deadline = tokio::time::Instant::now() + START;
         loop {
             if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
                 panic!("pilot-agent exited ({status}):\n{}", self.log());
             }
-            if let Ok((200, _)) = http_get(loopback(15021), "/healthz/ready", "localhost").await {
+            if let Ok((200, _)) = http_get(status_port, "/healthz/ready", "localhost").await {
                 return;
             }
             assert!(tokio::time::Instant::now() < deadline, "not ready:\n{}", self.log());
@@ -175,6 +222,15 @@ impl Sidecar {
         match tokio::time::timeout(START, child.wait()).await {
             Ok(status) => status.unwrap(),
             Err(_) => panic!("pilot-agent did not exit after SIGTERM:\n{}", self.log()),
+        }
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        // A test that failed before `terminate`: the agent and the Outrider it started.
+        if let Some(pid) = self.child.as_ref().and_then(Child::id) {
+            let _ = StdCommand::new("kill").args(["-KILL", "--", &format!("-{pid}")]).status();
         }
     }
 }
@@ -283,14 +339,10 @@ fn outrider_runs_as_the_proxy_of_a_real_istio_agent() {
         backend(loopback(backend_port), "backend").await;
         let istiod = Istiod::start(&istiod, &[("backend.yaml", &plain_service_entry(backend_port))]).await;
         let ca = pki::Ca::new("test mesh CA");
-        let mut sidecar = Sidecar::start(
-            &agent,
-            istiod.grpc,
-            &ca,
-            &Pod { name: "client", ip: "127.0.0.1", service_account: "client" },
-        );
+        let client = Pod { name: "client", ip: "127.0.0.1", service_account: "client", netns: None };
+        let mut sidecar = Sidecar::start(&agent, istiod.grpc, &ca, &client);
 
-        sidecar.wait_ready().await;
+        sidecar.wait_ready("127.0.0.1").await;
         let log = sidecar.log();
         // The command line pilot-agent built (`pkg/envoy/proxy.go`) was taken as Envoy's.
         assert!(log.contains("--drain-strategy immediate"), "{log}");
@@ -326,6 +378,140 @@ fn outrider_runs_as_the_proxy_of_a_real_istio_agent() {
         assert!(!log.contains("failed draining listeners"), "{log}");
         assert!(log.contains("draining listeners (admin request) inbound_only=true graceful=true"), "{log}");
         assert!(http_get(loopback(15000), "/ready", "localhost").await.is_err(), "Outrider stopped");
+        drop(istiod);
+    });
+}
+
+/// Forwards every connection to `listen` on to `target`, for the test's life: pod B reaches
+/// istiod, which listens on pod A's loopback, through it.
+async fn relay(listen: SocketAddr, target: SocketAddr) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind(listen).await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut inbound, _)) = listener.accept().await else { continue };
+            tokio::spawn(async move {
+                if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                }
+            });
+        }
+    });
+    address
+}
+
+/// The server pod's service (its endpoint labelled for Istio mutual TLS, with the server's
+/// identity), the server's inbound listener (a Sidecar ingress: no iptables capture), and
+/// STRICT mutual TLS for the namespace.
+fn mesh_configs() -> Vec<(&'static str, String)> {
+    let service = format!(
+        r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata:
+  name: server
+  namespace: default
+spec:
+  hosts: [server.default.svc.cluster.local]
+  location: MESH_INTERNAL
+  ports:
+  - number: 9080
+    name: http
+    protocol: HTTP
+  resolution: STATIC
+  endpoints:
+  - address: {POD_B}
+    labels:
+      app: server
+      security.istio.io/tlsMode: istio
+    serviceAccount: server
+"#
+    );
+    let sidecar = r#"apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata:
+  name: server
+  namespace: default
+spec:
+  workloadSelector:
+    labels:
+      app: server
+  ingress:
+  - port:
+      number: 9080
+      protocol: HTTP
+      name: http
+    defaultEndpoint: 127.0.0.1:8080
+  egress:
+  - hosts: ["./*"]
+"#;
+    let strict = r#"apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata:
+  name: default
+  namespace: default
+spec:
+  mtls:
+    mode: STRICT
+"#;
+    vec![("server.yaml", service), ("sidecar.yaml", sidecar.to_owned()), ("strict.yaml", strict.to_owned())]
+}
+
+#[test]
+fn mutual_tls_between_two_outrider_sidecars_under_istio_agents() {
+    const NAME: &str = "mutual_tls_between_two_outrider_sidecars_under_istio_agents";
+    let Some(agent) = common::peers::peer("pilot-agent", NAME) else { return };
+    let Some(istiod) = Istiod::binary(NAME) else { return };
+    if let Some(why) = unavailable() {
+        println!("SKIPPED {NAME}: {why}");
+        return;
+    }
+    if !bootstrap_template().is_file() {
+        println!("SKIPPED {NAME}: {} not found (run tests/peers/build.sh)", bootstrap_template().display());
+        return;
+    }
+    let (a, b) = Netns::pair();
+    // The server pod's application, on its loopback, as a container beside the sidecar.
+    b.spawn(async || {
+        backend(loopback(8080), "server-app").await;
+        std::future::pending::<()>().await;
+    });
+    let b = std::sync::Arc::new(b);
+    let in_b = b.clone();
+    a.run(async move || {
+        let configs = mesh_configs();
+        let configs: Vec<(&str, &str)> = configs.iter().map(|(n, y)| (*n, y.as_str())).collect();
+        let istiod = Istiod::start(&istiod, &configs).await;
+        let discovery_for_b = relay(SocketAddr::new(POD_A.parse().unwrap(), 0), istiod.grpc).await;
+        let ca = pki::Ca::new("test mesh CA");
+        let server = Pod { name: "server", ip: POD_B, service_account: "server", netns: Some(&in_b) };
+        let mut server_sidecar = Sidecar::start(&agent, discovery_for_b, &ca, &server);
+        let client = Pod { name: "client", ip: POD_A, service_account: "client", netns: None };
+        let mut client_sidecar = Sidecar::start(&agent, istiod.grpc, &ca, &client);
+        server_sidecar.wait_ready(POD_B).await;
+        client_sidecar.wait_ready(POD_A).await;
+
+        // The client's outbound listener → ISTIO_MUTUAL to the server sidecar's inbound
+        // listener → the server's application.
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let got = http_get(loopback(9080), "/", "server.default.svc.cluster.local").await;
+            if matches!(&got, Ok((200, body)) if body == "server-app") {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no answer through the sidecars: {got:?}\n--- client:\n{}\n--- server:\n{}",
+                client_sidecar.log(),
+                server_sidecar.log()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // STRICT: the server sidecar refuses plaintext from outside the mesh.
+        let plaintext = http_get(SocketAddr::new(POD_B.parse().unwrap(), 9080), "/", "server").await;
+        assert!(!matches!(&plaintext, Ok((200, _))), "plaintext reached the server: {plaintext:?}");
+
+        assert!(client_sidecar.terminate().await.success(), "{}", client_sidecar.log());
+        assert!(server_sidecar.terminate().await.success(), "{}", server_sidecar.log());
         drop(istiod);
     });
 }
