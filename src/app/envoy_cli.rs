@@ -426,6 +426,7 @@ Outrider's own commands: `outrider help`.
 ";
 
 #[cfg(test)]
+#[allow(clippy::panic)]
 mod tests {
     use super::*;
 
