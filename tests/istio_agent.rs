@@ -241,8 +241,12 @@ fn loopback(port: u16) -> SocketAddr {
 
 /// One HTTP/1.1 GET with `host`; (status, body).
 async fn http_get(address: SocketAddr, path: &str, host: &str) -> std::io::Result<(u16, String)> {
+    http_request("GET", address, path, host).await
+}
+
+async fn http_request(method: &str, address: SocketAddr, path: &str, host: &str) -> std::io::Result<(u16, String)> {
     let mut stream = tokio::time::timeout(WAIT, tokio::net::TcpStream::connect(address)).await??;
-    let request = format!("GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n");
+    let request = format!("{method} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await?;
     let mut response = Vec::new();
     tokio::time::timeout(WAIT, stream.read_to_end(&mut response)).await??;
@@ -371,11 +375,18 @@ fn outrider_runs_as_the_proxy_of_a_real_istio_agent() {
         assert_eq!(status, 200);
         assert!(merged.contains("envoy_server_state"), "{merged}");
 
+        // An inbound-only drain leaves the outbound listeners serving the application.
+        let drained = http_request("POST", loopback(15000), "/drain_listeners?inboundonly", "localhost").await;
+        assert_eq!(drained.unwrap().0, 200);
+        let (status, body) = http_get(loopback(18080), "/", "backend.example.com").await.unwrap();
+        assert_eq!((status, body.as_str()), (200, "backend"));
+
         // The pod terminates: the agent drains Outrider's inbound listeners, then stops it.
         let status = sidecar.terminate().await;
         let log = sidecar.log();
         assert!(status.success(), "pilot-agent exit {status}:\n{log}");
         assert!(!log.contains("failed draining listeners"), "{log}");
+        assert!(log.contains("draining listeners (admin request) inbound_only=true graceful=false"), "{log}");
         assert!(log.contains("draining listeners (admin request) inbound_only=true graceful=true"), "{log}");
         assert!(http_get(loopback(15000), "/ready", "localhost").await.is_err(), "Outrider stopped");
         drop(istiod);
