@@ -105,6 +105,13 @@ enum Command {
 static ALLOCATOR: outrider::core::allocator::Global = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // Envoy's command line (`outrider -c ...`, or installed as `envoy`): see `app::envoy_mode`.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let argv0 = args.first().map(|a| a.to_string_lossy().into_owned()).unwrap_or_default();
+    let first = args.get(1).map(|a| a.to_string_lossy());
+    if app::envoy_cli::is_envoy_command_line(&argv0, first.as_deref()) {
+        return app::envoy_mode::main(args.get(1..).unwrap_or_default());
+    }
     let cli = Cli::parse();
     let logging = match outrider::telemetry::logging::init(cli.log_level.as_deref(), cli.log_json) {
         Ok(logging) => logging,
@@ -119,6 +126,7 @@ fn main() -> ExitCode {
             concurrency,
             drain_time: std::time::Duration::from_secs(drain_time_s),
             logging: Some(logging),
+            admin_address_path: None,
         }) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -173,7 +181,14 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
             let drain_time = std::time::Duration::from_secs(drain_time_s);
-            match app::run(RunOptions { config: bootstrap, concurrency, drain_time, logging: Some(logging) }) {
+            let options = RunOptions {
+                config: bootstrap,
+                concurrency,
+                drain_time,
+                logging: Some(logging),
+                admin_address_path: None,
+            };
+            match app::run(options) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("outrider: {e}");

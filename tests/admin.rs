@@ -17,13 +17,19 @@ async fn ready_only_after_the_first_complete_config() {
     let outrider = start_outrider(&control_plane, "DELTA_GRPC").await;
     wait_snapshot(&outrider.store, |s| s.warming_clusters.contains_key("backend")).await;
     let (status, body) = admin_get(outrider.admin_address, "/ready").await;
-    assert_eq!((status, body.trim()), (503, "PRE_INITIALIZING"));
+    assert_eq!((status, body.trim()), (503, "INITIALIZING"));
     assert_eq!(admin_get(outrider.admin_address, "/healthz").await.0, 200);
+    // istio-agent's readiness query, as `pilot/cmd/pilot-agent/status/util/stats.go` sends it.
+    let readiness = "/stats?usedonly&filter=^(server\\.state|listener_manager\\.workers_started)";
+    let (_, body) = admin_get(outrider.admin_address, readiness).await;
+    assert_eq!(body, "listener_manager.workers_started: 0\nserver.state: 3\n");
 
     control_plane.set(ResourceType::ClusterLoadAssignment, &[&endpoints("backend", &[8001, 8002])]);
     wait_snapshot(&outrider.store, |s| s.ready).await;
     let (status, body) = admin_get(outrider.admin_address, "/ready").await;
     assert_eq!((status, body.trim()), (200, "LIVE"));
+    let (_, body) = admin_get(outrider.admin_address, readiness).await;
+    assert_eq!(body, "listener_manager.workers_started: 1\nserver.state: 0\n");
     outrider.stop();
 }
 

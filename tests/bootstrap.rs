@@ -31,7 +31,7 @@ fn istio_sidecar_bootstrap_loads_with_a_list_of_what_is_ignored() {
     assert_eq!(bootstrap.static_listeners.len(), 2);
 
     let ignored: Vec<_> = bootstrap.ignored.iter().map(|i| i.path.as_str()).collect();
-    for expected in ["stats_config", "overload_manager", "bootstrap_extensions"] {
+    for expected in ["stats_config", "overload_manager.resource_monitors", "bootstrap_extensions"] {
         assert!(ignored.contains(&expected), "{expected} is reported as ignored: {ignored:?}");
     }
     assert!(!ignored.iter().any(|p| p.starts_with("layered_runtime")), "layered_runtime is ignored silently");

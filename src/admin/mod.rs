@@ -21,7 +21,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
-use crate::core::shutdown::{Signal, Trigger};
+use crate::core::shutdown::{InboundDrain, Signal, Trigger};
 use crate::lb::Balancers;
 use crate::store::Store;
 use crate::telemetry::logging::LogControl;
@@ -42,6 +42,8 @@ pub struct AdminState {
     pub server: Arc<ServerInfo>,
     /// Stops the listeners and drains connections (`POST /drain_listeners`).
     pub drain_listeners: Arc<Trigger>,
+    /// `POST /drain_listeners?inboundonly`: the workers drain their INBOUND listeners.
+    pub drain_inbound: Arc<tokio::sync::watch::Sender<InboundDrain>>,
     /// Triggered once draining began (`/ready` answers 503 from then on).
     pub draining: Signal,
     /// The running log filter, when this process installed the logger.
@@ -55,7 +57,7 @@ impl AdminState {
         } else if ready {
             ServerState::Live
         } else {
-            ServerState::PreInitializing
+            ServerState::Initializing
         }
     }
 }
@@ -95,8 +97,7 @@ fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Full<Bytes
     match (request.method(), request.uri().path()) {
         (&Method::GET, "/ready") => match server_state {
             ServerState::Live => text(StatusCode::OK, "LIVE\n"),
-            ServerState::Draining => text(StatusCode::SERVICE_UNAVAILABLE, "DRAINING\n"),
-            ServerState::PreInitializing => text(StatusCode::SERVICE_UNAVAILABLE, "PRE_INITIALIZING\n"),
+            other => text(StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", other.name())),
         },
         (&Method::GET, "/healthz") => text(StatusCode::OK, "OK\n"),
         (&Method::GET, "/config_dump") => json(&config_dump::dump(&snapshot, &state.bootstrap)),
@@ -124,24 +125,13 @@ fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Full<Bytes
             );
             response
         }
-        (&Method::GET, "/server_info") => {
-            let name = match server_state {
-                ServerState::Live => "LIVE",
-                ServerState::Draining => "DRAINING",
-                ServerState::PreInitializing => "PRE_INITIALIZING",
-            };
-            json(&server_info::json(&state.server, name))
-        }
+        (&Method::GET, "/server_info") => json(&server_info::json(&state.server, server_state.name())),
         (&Method::GET, "/logging") => match &state.logging {
             Some(logging) => text(StatusCode::OK, format!("active filter: {}\n", logging.current())),
             None => text(StatusCode::NOT_FOUND, "this process does not own its logger\n"),
         },
         (&Method::POST, "/logging") => set_logging(state, query),
-        (&Method::POST, "/drain_listeners") => {
-            tracing::info!("draining listeners (admin request)");
-            state.drain_listeners.trigger();
-            text(StatusCode::OK, "OK\n")
-        }
+        (&Method::POST, "/drain_listeners") => drain_listeners(state, query),
         (&Method::POST, "/quitquitquit") => {
             state.quit.notify_one();
             text(StatusCode::OK, "OK\n")
@@ -153,6 +143,38 @@ fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Full<Bytes
         ) => text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
+}
+
+/// `POST /drain_listeners[?inboundonly][&graceful][&skip_exit]`, Envoy's parameters.
+/// `inboundonly` drains only the listeners whose `traffic_direction` is INBOUND, as Istio
+/// asks when its pod terminates; `graceful` keeps those listeners accepting (new and open
+/// connections are asked to close) until the drain time is over. Without `inboundonly`
+/// every listener stops accepting at once and open connections drain. `skip_exit` is
+/// accepted: a drain never ends the process here.
+fn drain_listeners(state: &AdminState, query: &str) -> Response<Full<Bytes>> {
+    let mut inbound_only = false;
+    let mut graceful = false;
+    for parameter in query.split('&').filter(|p| !p.is_empty()) {
+        match parameter {
+            "inboundonly" => inbound_only = true,
+            "graceful" => graceful = true,
+            "skip_exit" => {}
+            other => return text(StatusCode::BAD_REQUEST, format!("unknown parameter {other:?}\n")),
+        }
+    }
+    tracing::info!(inbound_only, graceful, "draining listeners (admin request)");
+    if inbound_only {
+        state.drain_inbound.send_if_modified(|drain| {
+            let first = *drain == InboundDrain::None;
+            if first {
+                *drain = InboundDrain::Draining { graceful };
+            }
+            first
+        });
+    } else {
+        state.drain_listeners.trigger();
+    }
+    text(StatusCode::OK, "OK\n")
 }
 
 /// Every registered stat, the server's state, and the per-endpoint gauges.

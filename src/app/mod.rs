@@ -4,6 +4,8 @@
 pub mod backends;
 pub mod balancing;
 pub mod demo;
+pub mod envoy_cli;
+pub mod envoy_mode;
 pub mod lab;
 pub mod oob;
 pub mod outlier;
@@ -16,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::admin::{self, AdminState, ServerInfo};
 use crate::config::Address;
 use crate::config::bootstrap::{Bootstrap, BootstrapError, TraceCollector, TracingConfig};
-use crate::core::shutdown::{self, Trigger};
+use crate::core::shutdown::{self, InboundDrain, Trigger};
 use crate::proxy::WorkerOptions;
 use crate::proxy::observe::ProxyTelemetry;
 use crate::store::{ConfigState, Store, WarmingTimeouts};
@@ -37,6 +39,8 @@ pub struct RunOptions {
     pub drain_time: Duration,
     /// The process's logger, for `/logging`.
     pub logging: Option<LogControl>,
+    /// Where to write the admin address once it listens (Envoy's `--admin-address-path`).
+    pub admin_address_path: Option<PathBuf>,
 }
 
 /// How an in-process Outrider starts.
@@ -179,6 +183,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     let balancers = Arc::new(crate::lb::Balancers::default());
     let (drain, draining) = shutdown::channel();
     let drain = Arc::new(drain);
+    let (inbound_drain, inbound_draining) = tokio::sync::watch::channel(InboundDrain::None);
     let (stop_workers, workers_stopping) = shutdown::channel();
     let server = ServerInfo {
         started: Instant::now(),
@@ -197,6 +202,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         server_stats,
         server: Arc::new(server),
         drain_listeners: drain.clone(),
+        drain_inbound: Arc::new(inbound_drain),
         draining: draining.clone(),
         logging,
     };
@@ -208,6 +214,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     let tls = Arc::new(crate::proxy::HandshakeStats::default());
     let worker_options = WorkerOptions {
         drain: draining,
+        inbound_drain: inbound_draining,
         shutdown: workers_stopping,
         drain_time,
         telemetry: ProxyTelemetry::new(stats.clone(), tracing.clone()),
@@ -284,6 +291,11 @@ fn tracer(bootstrap: &Bootstrap) -> Result<Option<Tracing>, AppError> {
 /// `outrider run`: blocks until SIGINT, SIGTERM or `POST /quitquitquit`.
 pub fn run(options: RunOptions) -> Result<(), AppError> {
     let bootstrap = Bootstrap::load(&options.config)?;
+    run_bootstrap(bootstrap, options)
+}
+
+/// [`run`] with a bootstrap already loaded (`options.config` only names it in the log).
+pub fn run_bootstrap(bootstrap: Bootstrap, options: RunOptions) -> Result<(), AppError> {
     let concurrency = options.concurrency.unwrap_or_else(default_concurrency);
     tracing::info!(config = %options.config.display(), concurrency, "starting");
     let start = StartOptions { concurrency, drain_time: options.drain_time, logging: options.logging };
@@ -294,6 +306,13 @@ pub fn run(options: RunOptions) -> Result<(), AppError> {
         .map_err(AppError::Runtime)?;
     runtime.block_on(async {
         let running = start_with_options(bootstrap, start).await?;
+        if let Some(path) = &options.admin_address_path {
+            // Written beside and renamed: a reader never sees half an address.
+            let staged = path.with_extension("tmp");
+            std::fs::write(&staged, running.admin_address.to_string())
+                .and_then(|()| std::fs::rename(&staged, path))
+                .map_err(|e| AppError::Admin(path.display().to_string(), e))?;
+        }
         crate::core::allocator::release_free_memory();
         tokio::select! {
             _ = terminate() => tracing::info!("signal received; draining"),

@@ -122,6 +122,11 @@ impl Bootstrap {
     /// Validates a bootstrap given as text (YAML, of which JSON is a subset).
     pub fn parse(text: &str) -> Result<Self, BootstrapError> {
         let document = parse_document(text).map_err(|reason| BootstrapError::Syntax { path: String::new(), reason })?;
+        Self::from_document(document)
+    }
+
+    /// Validates a bootstrap already read into its JSON form.
+    pub fn from_document(document: serde_json::Value) -> Result<Self, BootstrapError> {
         let mut warnings = Warnings::new();
         let mut bootstrap =
             super::convert::bootstrap::bootstrap(document, &mut warnings).map_err(BootstrapError::Invalid)?;
@@ -137,5 +142,57 @@ pub fn parse_document(text: &str) -> Result<serde_json::Value, String> {
         serde_json::from_str(text).map_err(|e| e.to_string())
     } else {
         serde_saphyr::from_str(text).map_err(|e| e.to_string())
+    }
+}
+
+/// Merges `overlay` into `base` as Envoy merges `--config-yaml` over the `-c` file
+/// (protobuf's `MergeFrom`): fields set in `overlay` replace scalars, messages merge field
+/// by field, repeated fields are appended.
+///
+/// On the JSON form this differs from `MergeFrom` in one place: setting one member of a
+/// `oneof` in `overlay` does not clear another member set in `base`; the bootstrap then
+/// names both and is refused where the converter checks the `oneof`.
+pub fn merge_document(base: &mut serde_json::Value, overlay: serde_json::Value) {
+    use serde_json::Value;
+    match (base, overlay) {
+        (Value::Object(base), Value::Object(overlay)) => {
+            for (key, value) in overlay {
+                match base.get_mut(&key) {
+                    Some(existing) => merge_document(existing, value),
+                    None => {
+                        base.insert(key, value);
+                    }
+                }
+            }
+        }
+        (Value::Array(base), Value::Array(overlay)) => base.extend(overlay),
+        (base, overlay) => *base = overlay,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_yaml_merges_as_envoy_merges_it() {
+        let mut base = serde_json::json!({
+            "node": { "id": "a", "cluster": "c" },
+            "static_resources": { "clusters": [{ "name": "one" }] },
+        });
+        let overlay = serde_json::json!({
+            "node": { "id": "b" },
+            "static_resources": { "clusters": [{ "name": "two" }] },
+            "admin": { "address": { "pipe": { "path": "/a" } } },
+        });
+        merge_document(&mut base, overlay);
+        assert_eq!(
+            base,
+            serde_json::json!({
+                "node": { "id": "b", "cluster": "c" },
+                "static_resources": { "clusters": [{ "name": "one" }, { "name": "two" }] },
+                "admin": { "address": { "pipe": { "path": "/a" } } },
+            })
+        );
     }
 }

@@ -62,10 +62,28 @@ pub struct Cluster {
     /// wins; empty when the cluster has one transport for all endpoints.
     pub transport_socket_matches: Vec<TransportSocketMatch>,
     pub http: UpstreamHttpOptions,
-    /// `upstream_bind_config.source_address`: the local address upstream connections are
-    /// made from. Istio binds inbound clusters to 127.0.0.6 so that its iptables rules can
-    /// tell the proxy's own traffic to the application apart.
-    pub upstream_bind: Option<SocketAddr>,
+    /// `upstream_bind_config`: the local address upstream connections are made from.
+    /// Istio binds inbound clusters to 127.0.0.6 (and ::6 on dual-stack pods) so that its
+    /// iptables rules can tell the proxy's own traffic to the application apart.
+    pub upstream_bind: Option<SourceAddresses>,
+}
+
+/// `upstream_bind_config.source_address`, and the `extra_source_addresses` entry of the
+/// other IP family (Envoy's default local address selector).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourceAddresses {
+    pub source: SocketAddr,
+    pub other_family: Option<SocketAddr>,
+}
+
+impl SourceAddresses {
+    /// The address to connect to `peer` from: the one of `peer`'s family, else `source`.
+    pub fn for_peer(&self, peer: SocketAddr) -> SocketAddr {
+        match self.other_family {
+            Some(other) if other.is_ipv4() == peer.is_ipv4() && self.source.is_ipv4() != peer.is_ipv4() => other,
+            _ => self.source,
+        }
+    }
 }
 
 /// How a cluster learns its endpoints.

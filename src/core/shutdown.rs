@@ -37,3 +37,14 @@ impl Signal {
         *self.0.borrow()
     }
 }
+
+/// `POST /drain_listeners?inboundonly`: what the workers do with their INBOUND listeners
+/// (Istio drains them when its pod terminates, so the application can still call out).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InboundDrain {
+    #[default]
+    None,
+    /// Inbound connections are asked to close; inbound listeners stop accepting at once,
+    /// or, when `graceful`, once the drain time is over (as Envoy's `graceful`).
+    Draining { graceful: bool },
+}

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::UnixStream;
 
+use crate::config::cluster::SourceAddresses;
 use crate::config::endpoint::LbEndpoint;
 use crate::config::{Address, Cluster};
 use crate::store::Snapshot;
@@ -26,7 +27,7 @@ pub(super) struct Target {
     /// TLS to originate; `Err` when the context could not be built (every probe fails).
     pub tls: Result<Option<Arc<ClientTls>>, String>,
     pub connect_timeout: Duration,
-    pub bind: Option<SocketAddr>,
+    pub bind: Option<SourceAddresses>,
     /// `:authority` when the check names none: the cluster's name, as in Envoy.
     pub cluster: String,
 }
@@ -63,13 +64,15 @@ impl Target {
     async fn open(&self, use_: ClientAlpn) -> std::io::Result<BoxIo> {
         let tls = self.tls.clone().map_err(std::io::Error::other)?;
         let io: BoxIo = match &self.address {
-            Address::Socket(addr) => Box::new(crate::core::net::connect_tcp(*addr, self.bind).await?),
+            Address::Socket(addr) => {
+                Box::new(crate::core::net::connect_tcp(*addr, self.bind.map(|b| b.for_peer(*addr))).await?)
+            }
             Address::Dns { host, port } => {
                 let addr = tokio::net::lookup_host((host.as_str(), *port))
                     .await?
                     .next()
                     .ok_or_else(|| std::io::Error::other("the name resolved to no address"))?;
-                Box::new(crate::core::net::connect_tcp(addr, self.bind).await?)
+                Box::new(crate::core::net::connect_tcp(addr, self.bind.map(|b| b.for_peer(addr))).await?)
             }
             Address::Pipe(path) => Box::new(UnixStream::connect(path).await?),
         };

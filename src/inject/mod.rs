@@ -53,6 +53,12 @@ pub struct InjectArgs {
     /// `ISTIO_META_MESH_ID`.
     #[arg(long, default_value = "cluster.local")]
     pub mesh_id: String,
+    /// Under istio-agent: add no containers, but ask Istio's own injection (annotation
+    /// `sidecar.istio.io/proxyImage`) for `--image`, an `istio/proxyv2` image with Outrider
+    /// as `/usr/local/bin/envoy` (`deploy/Dockerfile`, target `istio-proxy`). The pod keeps
+    /// Istio's `istio-proxy` container running pilot-agent, which starts Outrider.
+    #[arg(long, conflicts_with_all = ["init_image", "xds_address"])]
+    pub agent: bool,
 }
 
 impl InjectArgs {
@@ -63,6 +69,7 @@ impl InjectArgs {
             xds_address: self.xds_address.clone(),
             cluster_id: self.cluster_id.clone(),
             mesh_id: self.mesh_id.clone(),
+            agent: self.agent,
         }
     }
 }

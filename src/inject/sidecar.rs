@@ -25,7 +25,12 @@ pub struct Settings {
     pub xds_address: Option<String>,
     pub cluster_id: String,
     pub mesh_id: String,
+    /// Leave the proxy to Istio's injection (pilot-agent runs Outrider as its `envoy`).
+    pub agent: bool,
 }
+
+/// The annotation that picks the image of Istio's injected `istio-proxy` container.
+pub const PROXY_IMAGE_ANNOTATION: &str = "sidecar.istio.io/proxyImage";
 
 /// What the sidecar's metadata needs to know about the workload.
 pub struct Workload<'a> {

@@ -29,6 +29,7 @@ fn settings() -> Settings {
         xds_address: None,
         cluster_id: "Kubernetes".into(),
         mesh_id: "cluster.local".into(),
+        agent: false,
     }
 }
 
@@ -174,4 +175,14 @@ fn broken_manifests_are_errors_naming_the_document() {
     let e = inject_text("kind: ConfigMap\n---\nkind: Deployment\nmetadata: {name: x}\n", &settings()).unwrap_err();
     assert!(e.to_string().contains("document 1"), "{e}");
     assert!(inject_text("kind: [\n", &settings()).is_err());
+}
+
+/// Under istio-agent the pod keeps Istio's injection; only the proxy image is chosen.
+#[test]
+fn agent_mode_asks_istios_injection_for_the_outrider_image() {
+    let agent = Settings { agent: true, image: "outrider-istio-proxy:test".into(), ..settings() };
+    let (out, outcomes) = inject_text(FIXTURE, &agent).unwrap();
+    assert!(outcomes.contains(&Outcome::Injected), "{outcomes:?}");
+    assert!(out.contains("sidecar.istio.io/proxyImage: outrider-istio-proxy:test"), "{out}");
+    assert!(!out.contains("outrider-init"), "no containers are added: {out}");
 }

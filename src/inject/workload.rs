@@ -85,6 +85,12 @@ fn inject_pod(
     if has_proxy(spec.get("initContainers")) || has_proxy(spec.get("containers")) {
         return Ok(Outcome::Skipped("already has a proxy".into()));
     }
+    if settings.agent {
+        let metadata = object_at(pod, "metadata")?;
+        let annotations = object_at(metadata, "annotations")?;
+        annotations.insert(sidecar::PROXY_IMAGE_ANNOTATION.into(), Value::String(settings.image.clone()));
+        return Ok(Outcome::Injected);
+    }
     let app_containers =
         containers.iter().filter_map(|c| c.get("name").and_then(Value::as_str)).map(str::to_owned).collect();
     let ports = containers.iter().filter_map(|c| c.get("ports").and_then(Value::as_array)).flatten().cloned().collect();

@@ -18,7 +18,7 @@ use super::transport::SnapshotSecrets;
 use super::worker::WorkerContext;
 use super::{hcm, original_dst, tcp_proxy};
 use crate::config::Listener;
-use crate::config::listener::{FilterChain, ListenerFilterKind, TerminalFilter};
+use crate::config::listener::{FilterChain, ListenerFilterKind, TerminalFilter, TrafficDirection};
 use crate::config::tls::DownstreamTlsContext;
 use crate::store::Versioned;
 use crate::tls::{self, Inspection, PrefixedStream, Refusal};
@@ -48,6 +48,7 @@ pub async fn serve(
         server_name: None,
         transport_protocol: None,
         application_protocols: Vec::new(),
+        inbound: listener.resource.traffic_direction == TrafficDirection::Inbound,
     };
     // The listener filters of the listener that serves the connection (after a hand-off,
     // the one bound to the original destination), as Envoy runs them.

@@ -24,6 +24,9 @@ pub struct ConnectionInfo {
     /// `tls` or `raw_buffer` when inspected.
     pub transport_protocol: Option<String>,
     pub application_protocols: Vec<String>,
+    /// The serving listener's `traffic_direction` is INBOUND: `/drain_listeners?inboundonly`
+    /// drains this connection.
+    pub inbound: bool,
 }
 
 /// The chain for `connection`, or `None` when nothing matches (Envoy closes the connection).

@@ -15,6 +15,7 @@ use tokio::net::TcpListener;
 
 use super::connection;
 use super::worker::WorkerContext;
+use crate::config::listener::TrafficDirection;
 use crate::config::{Address, Listener};
 use crate::core::shutdown::{self, Trigger};
 use crate::store::{Snapshot, Versioned};
@@ -39,6 +40,8 @@ type Current = Rc<RefCell<Arc<Versioned<Listener>>>>;
 #[derive(Default)]
 pub struct ListenerManager {
     active: HashMap<String, Active>,
+    /// Set by an inbound drain: INBOUND listeners stay closed from then on.
+    inbound_stopped: bool,
 }
 
 impl ListenerManager {
@@ -46,6 +49,9 @@ impl ListenerManager {
     pub fn sync(&mut self, snapshot: &Snapshot, context: &Rc<WorkerContext>) {
         self.active.retain(|name, _| snapshot.listeners.contains_key(name));
         for (name, listener) in &snapshot.listeners {
+            if self.inbound_stopped && is_inbound(&listener.resource) {
+                continue;
+            }
             if self.active.get(name).is_some_and(|a| Arc::ptr_eq(&a.config, listener)) {
                 continue;
             }
@@ -94,6 +100,21 @@ impl ListenerManager {
         }
     }
 
+    /// Closes the sockets of the INBOUND listeners, now and for every later snapshot.
+    pub async fn stop_inbound(&mut self) {
+        self.inbound_stopped = true;
+        let inbound: Vec<String> =
+            self.active.iter().filter(|(_, a)| is_inbound(&a.config.resource)).map(|(n, _)| n.clone()).collect();
+        for name in inbound {
+            if let Some(active) = self.active.remove(&name) {
+                for task in active.accepting {
+                    task.abort();
+                    let _ = task.await;
+                }
+            }
+        }
+    }
+
     /// Closes every listening socket, and returns once they are closed: from then on new
     /// connections are refused.
     pub async fn stop_all(&mut self) {
@@ -104,6 +125,10 @@ impl ListenerManager {
             }
         }
     }
+}
+
+fn is_inbound(listener: &Listener) -> bool {
+    listener.traffic_direction == TrafficDirection::Inbound
 }
 
 /// The IP addresses a listener binds: `address` and `additional_addresses` (Istio's

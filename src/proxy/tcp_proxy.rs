@@ -61,9 +61,11 @@ where
         let Ok(tls) = context.tls.upstream(&cluster, &host.endpoint, &snapshot) else { return };
         let _in_flight = host.stats.start();
         let stats = &host.cluster_stats;
-        let connect =
-            tokio::time::timeout(cluster.resource.connect_timeout, connect(address, cluster.resource.upstream_bind))
-                .await;
+        let connect = tokio::time::timeout(
+            cluster.resource.connect_timeout,
+            connect(address, cluster.resource.upstream_bind.map(|b| b.for_peer(address))),
+        )
+        .await;
         let upstream = match connect {
             Ok(Ok(upstream)) => upstream,
             failed => {

@@ -22,7 +22,7 @@ use super::original_dst::ListenerIndex;
 use super::shadow::ShadowSlots;
 use super::transport::{HandshakeStats, WorkerTls};
 use super::upstream::Upstreams;
-use crate::core::shutdown::{self, Signal};
+use crate::core::shutdown::{self, InboundDrain, Signal};
 use crate::lb::{Balancers, WorkerPickers};
 use crate::store::Store;
 
@@ -46,6 +46,9 @@ pub struct WorkerContext {
     /// Triggered when the worker drains: HTTP connections close once their requests are
     /// answered.
     pub draining: Signal,
+    /// Triggered when the worker drains its inbound listeners, or all of them: HTTP
+    /// connections of INBOUND listeners close once their requests are answered.
+    pub draining_inbound: Signal,
     /// The connection limit filters' counters (shared with the other workers).
     pub connection_limits: WorkerLimits,
     /// The runtime of every filter chain (shared with the other workers).
@@ -60,6 +63,8 @@ pub struct WorkerOptions {
     /// Stop accepting and close connections gracefully (`/drain_listeners`, or the first
     /// step of shutdown); the process keeps running.
     pub drain: Signal,
+    /// Drain only the INBOUND listeners (`/drain_listeners?inboundonly`).
+    pub inbound_drain: watch::Receiver<InboundDrain>,
     /// Drain (if not yet), wait for open connections up to `drain_time`, then stop.
     pub shutdown: Signal,
     pub drain_time: Duration,
@@ -138,6 +143,7 @@ async fn run(
 ) {
     let seed = 0x5eed_0000_u64 + id as u64;
     let (drain, draining) = shutdown::channel();
+    let (drain_inbound, draining_inbound) = shutdown::channel();
     let context = Rc::new(WorkerContext {
         id,
         store: store.clone(),
@@ -150,6 +156,7 @@ async fn run(
         telemetry: WorkerTelemetry::new(options.telemetry.clone()),
         connections: Rc::default(),
         draining,
+        draining_inbound,
         connection_limits: WorkerLimits::new(shared.limits),
         filters: shared.filters,
         shadows: ShadowSlots::default(),
@@ -157,6 +164,10 @@ async fn run(
     let mut listeners = ListenerManager::default();
     let mut changes = store.subscribe();
     let mut shutting_down = false;
+    let mut inbound_drain = options.inbound_drain.clone();
+    // Whether an inbound drain was asked for, and when a graceful one closes the listeners.
+    let mut inbound_draining = false;
+    let mut close_inbound_at: Option<tokio::time::Instant> = None;
     loop {
         let snapshot = store.load();
         // The control runtime builds the balancers of a snapshot's clusters just after it
@@ -179,6 +190,23 @@ async fn run(
         synced.send_modify(|generations| generations[id] = snapshot.generation);
         tokio::select! {
             changed = changes.changed() => if changed.is_err() { break },
+            changed = inbound_drain.changed(), if !inbound_draining => {
+                // A dropped sender asks for nothing: no inbound drain can come any more.
+                inbound_draining = true;
+                if changed.is_ok() && let InboundDrain::Draining { graceful } = *inbound_drain.borrow_and_update() {
+                    drain_inbound.trigger();
+                    tracing::info!(worker = id, graceful, "draining inbound listeners");
+                    if graceful {
+                        close_inbound_at = Some(tokio::time::Instant::now() + options.drain_time);
+                    } else {
+                        listeners.stop_inbound().await;
+                    }
+                }
+            }
+            _ = sleep_until(close_inbound_at), if close_inbound_at.is_some() => {
+                close_inbound_at = None;
+                listeners.stop_inbound().await;
+            }
             _ = options.drain.clone().triggered() => break,
             _ = options.shutdown.clone().triggered() => { shutting_down = true; break },
         }
@@ -187,6 +215,7 @@ async fn run(
     // HTTP connections to finish their requests and close.
     listeners.stop_all().await;
     drain.trigger();
+    drain_inbound.trigger();
     tracing::info!(worker = id, open = context.connections.count(), "stopped accepting; draining connections");
     if !shutting_down {
         options.shutdown.clone().triggered().await;
@@ -195,4 +224,12 @@ async fn run(
         tracing::warn!(worker = id, open = context.connections.count(), "drain time over; closing open connections");
     }
     tracing::debug!(worker = id, "worker stopped");
+}
+
+/// Sleeps until `at`; never resolves without one.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }

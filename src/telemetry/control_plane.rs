@@ -72,6 +72,20 @@ pub enum ServerState {
     Live = 0,
     Draining = 1,
     PreInitializing = 2,
+    /// Waiting for the first complete configuration (Envoy's init manager).
+    Initializing = 3,
+}
+
+impl ServerState {
+    /// Envoy's name, as `/ready` and `/server_info` show it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Live => "LIVE",
+            Self::Draining => "DRAINING",
+            Self::PreInitializing => "PRE_INITIALIZING",
+            Self::Initializing => "INITIALIZING",
+        }
+    }
 }
 
 /// `server.*`.
@@ -81,6 +95,9 @@ pub struct ServerStats {
     /// 1 unless draining.
     pub live: Gauge,
     pub concurrency: Gauge,
+    /// `listener_manager.workers_started`: 1 once the workers serve the first complete
+    /// configuration (istio-agent's readiness reads it), never reset.
+    pub workers_started: Gauge,
 }
 
 impl ServerStats {
@@ -90,6 +107,7 @@ impl ServerStats {
             state: stats.gauge(scope.name("state")),
             live: stats.gauge(scope.name("live")),
             concurrency: stats.gauge(scope.name("concurrency")),
+            workers_started: stats.gauge(Scope::envoy().child("listener_manager").name("workers_started")),
         };
         server.set_state(ServerState::PreInitializing);
         server
@@ -97,6 +115,9 @@ impl ServerStats {
 
     pub fn set_state(&self, state: ServerState) {
         self.state.set(state as i64);
+        if state == ServerState::Live {
+            self.workers_started.set(1);
+        }
         self.live.set(i64::from(state != ServerState::Draining));
     }
 }

@@ -5,6 +5,7 @@
 //! The filter takes `tracing`'s directive syntax: a level (`debug`) or per-module levels
 //! (`info,outrider::xds=debug`).
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use tracing_subscriber::layer::SubscriberExt;
@@ -20,6 +21,8 @@ pub enum LogError {
     Filter(String, String),
     #[error("cannot change the log filter: {0}")]
     Reload(String),
+    #[error("cannot open the log file {0}: {1}")]
+    File(String, String),
     #[error("a logger is already installed")]
     AlreadyInstalled,
 }
@@ -50,17 +53,31 @@ impl LogControl {
 /// Installs the process's logger. `level` (from the command line) wins over `RUST_LOG`,
 /// which wins over [`DEFAULT_FILTER`].
 pub fn init(level: Option<&str>, json: bool) -> Result<LogControl, LogError> {
+    init_to(level, json, None)
+}
+
+/// [`init`], writing to the file at `path` (appended to, as Envoy's `--log-path`) instead
+/// of standard error when given.
+pub fn init_to(level: Option<&str>, json: bool, path: Option<&Path>) -> Result<LogControl, LogError> {
     let env = std::env::var("RUST_LOG").ok().filter(|v| !v.trim().is_empty());
     let directives = level.map(str::to_owned).or(env).unwrap_or_else(|| DEFAULT_FILTER.to_owned());
     let (filter, handle) = reload::Layer::new(parse(&directives)?);
-    let output: Box<dyn Layer<_> + Send + Sync> = if json {
-        Box::new(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr))
-    } else {
-        Box::new(
+    let output: Box<dyn Layer<_> + Send + Sync> = match path {
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| LogError::File(path.display().to_string(), e.to_string()))?;
+            let layer = tracing_subscriber::fmt::layer().with_ansi(false).with_writer(Mutex::new(file));
+            if json { Box::new(layer.json()) } else { Box::new(layer) }
+        }
+        None if json => Box::new(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr)),
+        None => Box::new(
             tracing_subscriber::fmt::layer()
                 .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .with_writer(std::io::stderr),
-        )
+        ),
     };
     tracing_subscriber::registry().with(filter).with(output).try_init().map_err(|_| LogError::AlreadyInstalled)?;
     Ok(LogControl { handle, current: Arc::new(Mutex::new(directives)) })

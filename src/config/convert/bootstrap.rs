@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+mod overload;
 mod tracer;
 
 use super::common;
@@ -82,11 +83,14 @@ pub fn bootstrap(document: serde_json::Value, warnings: &mut Warnings) -> Result
         stats_sinks, deferred_stat_options, stats_config, stats_flush_interval, enable_dispatcher_stats,
         stats_server_version_override, stats_flush, stats_eviction);
     ignore_set!(warnings, "not used by Outrider";
-        node_context_params, cluster_manager, flags_path, watchdog, watchdogs, overload_manager,
+        node_context_params, cluster_manager, flags_path, watchdog, watchdogs,
         use_tcp_for_dns_lookups, dns_resolution_config, typed_dns_resolver_config, bootstrap_extensions,
         fatal_actions, config_sources, default_config_source, default_socket_interface, inline_headers,
         perf_tracing_file_path, default_regex_engine, xds_config_tracker_extension, application_log_config,
         grpc_async_client_manager_config, memory_allocator_manager, enable_worker_cpu_affinity);
+    if let Some(manager) = overload_manager {
+        warnings.within("overload_manager", |w| overload::check(manager, w)).map_err(|e| e.at("overload_manager"))?;
+    }
     if hds_config.is_some() {
         warnings.ignored("hds_config", "health discovery service is not supported; clusters' own health checks apply");
     }
@@ -219,7 +223,8 @@ fn admin_address(admin: proto::Admin, warnings: &mut Warnings) -> Result<Address
         ignore_global_conn_limit: _,
         allow_paths,
     } = admin;
-    ignore_set!(warnings, "admin access is logged by Outrider's own logger"; access_log, access_log_path, profile_path);
+    ignore_set!(warnings, "admin access is logged by Outrider's own logger"; access_log, access_log_path);
+    ignore_set!(warnings, "there is no CPU profiler"; profile_path);
     ignore_set!(warnings, "not used by Outrider"; socket_options, allow_paths);
     match address {
         None => Ok(Address::Socket(DEFAULT_ADMIN_ADDRESS)),

@@ -57,7 +57,8 @@ pub async fn serve<S>(
     let filters = context.filters.http(&manager);
     stats.downstream_cx_total.inc();
     let _active = stats.downstream_cx_active.track();
-    let draining = context.draining.clone();
+    // An inbound-only drain closes inbound connections; a full drain closes them all.
+    let draining = if info.inbound { context.draining_inbound.clone() } else { context.draining.clone() };
     let original_dst = info.local_restored.then_some(info.local);
     let lifetime = Lifetime::new(&manager.common);
     let mut stream = Metered::new(stream, lifetime.clone());

@@ -4,7 +4,6 @@
 //! HTTP/1.1 or HTTP/2 handshake, and the task that drives the connection until it fails,
 //! is dropped by the pool, or stays idle too long.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +19,7 @@ use super::activity::Activity;
 use super::error::UpstreamError;
 use super::limits::ConnectionPermit;
 use crate::config::Address;
+use crate::config::cluster::SourceAddresses;
 use crate::config::cluster::{Cluster, Http2Settings};
 use crate::proxy::transport::HandshakeStats;
 use crate::telemetry::ClusterStats;
@@ -31,7 +31,7 @@ pub(crate) struct Dial {
     pub address: Address,
     pub connect_timeout: Duration,
     pub idle_timeout: Option<Duration>,
-    pub bind: Option<SocketAddr>,
+    pub bind: Option<SourceAddresses>,
     pub http2: Http2Settings,
     /// TLS to originate, with the counters its handshakes go to; `None` is plaintext.
     pub tls: Option<(Arc<ClientTls>, Arc<HandshakeStats>)>,
@@ -228,12 +228,14 @@ impl Dial {
     async fn socket(&self) -> Result<Socket, UpstreamError> {
         let connect = async {
             match &self.address {
-                Address::Socket(addr) => crate::core::net::connect_tcp(*addr, self.bind).await.map(Socket::Tcp),
+                Address::Socket(addr) => {
+                    crate::core::net::connect_tcp(*addr, self.bind.map(|b| b.for_peer(*addr))).await.map(Socket::Tcp)
+                }
                 Address::Dns { host, port } => {
                     let addr = tokio::net::lookup_host((host.as_str(), *port)).await?.next().ok_or_else(|| {
                         std::io::Error::new(std::io::ErrorKind::NotFound, "the name resolved to no address")
                     })?;
-                    crate::core::net::connect_tcp(addr, self.bind).await.map(Socket::Tcp)
+                    crate::core::net::connect_tcp(addr, self.bind.map(|b| b.for_peer(addr))).await.map(Socket::Tcp)
                 }
                 Address::Pipe(path) => UnixStream::connect(path).await.map(Socket::Unix),
             }

@@ -5,13 +5,12 @@
 // Exhaustive destructuring names deprecated fields too; several are what Istio still sends.
 #![allow(deprecated)]
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::config::address::Address;
 use crate::config::cluster::{
     DEFAULT_DNS_REFRESH_RATE, DEFAULT_INITIAL_FETCH_TIMEOUT, DEFAULT_ORIGINAL_DST_CLEANUP_INTERVAL,
-    DEFAULT_ORIGINAL_DST_HEADER, DnsLookupFamily, DnsSettings, EdsConfig, OriginalDstConfig,
+    DEFAULT_ORIGINAL_DST_HEADER, DnsLookupFamily, DnsSettings, EdsConfig, OriginalDstConfig, SourceAddresses,
 };
 use crate::config::convert::common;
 use crate::config::endpoint::ClusterLoadAssignment;
@@ -201,7 +200,7 @@ pub(super) fn original_dst_config(
     Ok(OriginalDstConfig { use_http_header, http_header_name, upstream_port_override, cleanup_interval })
 }
 
-pub(super) fn upstream_bind(proto: core::BindConfig, warnings: &mut Warnings) -> Result<Option<SocketAddr>> {
+pub(super) fn upstream_bind(proto: core::BindConfig, warnings: &mut Warnings) -> Result<Option<SourceAddresses>> {
     let core::BindConfig {
         source_address,
         freebind,
@@ -214,7 +213,6 @@ pub(super) fn upstream_bind(proto: core::BindConfig, warnings: &mut Warnings) ->
     let refused = [
         ("freebind", freebind.is_some_and(|f| f.value)),
         ("socket_options", !socket_options.is_empty()),
-        ("extra_source_addresses", !extra_source_addresses.is_empty()),
         ("additional_source_addresses", !additional_source_addresses.is_empty()),
         ("local_address_selector", local_address_selector.is_some()),
     ];
@@ -224,9 +222,37 @@ pub(super) fn upstream_bind(proto: core::BindConfig, warnings: &mut Warnings) ->
     if validate_network_namespaces {
         warnings.ignored("validate_network_namespaces", "network namespaces are not used");
     }
-    let Some(source) = source_address else { return Ok(None) };
-    match common::socket_address(&source, false).at_field("source_address")? {
-        Address::Socket(addr) => Ok(Some(addr)),
-        _ => Err(ConfigError::new("source_address", "must be an IP address")),
-    }
+    let ip =
+        |address: &core::SocketAddress, field: &str| match common::socket_address(address, false).at_field(field)? {
+            Address::Socket(addr) => Ok(addr),
+            _ => Err(ConfigError::new(field, "must be an IP address")),
+        };
+    let Some(source) = source_address else {
+        if !extra_source_addresses.is_empty() {
+            return Err(ConfigError::new("extra_source_addresses", "needs a source_address"));
+        }
+        return Ok(None);
+    };
+    let source = ip(&source, "source_address")?;
+    // Envoy's default local address selector: one extra address, of the other IP family.
+    let other_family = match extra_source_addresses.as_slice() {
+        [] => None,
+        [extra] => {
+            let field = "extra_source_addresses[0]";
+            let core::ExtraSourceAddress { address, socket_options } = extra;
+            if socket_options.is_some() {
+                return Err(ConfigError::new(format!("{field}.socket_options"), "not supported"));
+            }
+            let Some(address) = address else {
+                return Err(ConfigError::new(format!("{field}.address"), "is required"));
+            };
+            let extra = ip(address, &format!("{field}.address"))?;
+            if extra.is_ipv4() == source.is_ipv4() {
+                return Err(ConfigError::new(field, "must be of the other IP family than source_address"));
+            }
+            Some(extra)
+        }
+        _ => return Err(ConfigError::new("extra_source_addresses", "at most one extra source address is supported")),
+    };
+    Ok(Some(SourceAddresses { source, other_family }))
 }

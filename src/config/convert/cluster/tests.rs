@@ -132,7 +132,7 @@ fn istio_inbound_original_dst_cluster() {
     let original_dst = c.original_dst.unwrap();
     assert_eq!(original_dst.http_header_name, "x-envoy-original-dst-host");
     assert_eq!(original_dst.cleanup_interval, Duration::from_secs(60));
-    assert_eq!(c.upstream_bind, Some("127.0.0.6:0".parse().unwrap()));
+    assert_eq!(c.upstream_bind.map(|b| b.source), Some("127.0.0.6:0".parse().unwrap()));
     assert_eq!(c.circuit_breakers.default.max_requests, u32::MAX);
     assert_eq!(c.http.protocol, UpstreamProtocol::UseDownstream);
     assert_eq!(c.http.idle_timeout, None);
@@ -248,4 +248,24 @@ fn istio_testdata_clusters_convert() {
             assert_eq!(c.eds_service_name(), Some(c.name.as_str()));
         }
     }
+}
+
+/// Istio's InboundPassthroughCluster on a dual-stack pod: 127.0.0.6 for IPv4 upstreams,
+/// ::6 for IPv6 ones.
+#[test]
+fn dual_stack_source_addresses() {
+    let bind = |extra: serde_json::Value| {
+        json!({"name": "InboundPassthroughCluster", "type": "ORIGINAL_DST", "connect_timeout": "10s",
+            "lb_policy": "CLUSTER_PROVIDED",
+            "upstream_bind_config": {"source_address": {"address": "127.0.0.6", "port_value": 0},
+                "extra_source_addresses": extra}})
+    };
+    let (c, _) = convert(bind(json!([{"address": {"address": "::6", "port_value": 0}}]))).unwrap();
+    let addresses = c.upstream_bind.unwrap();
+    assert_eq!(addresses.for_peer("10.0.0.1:80".parse().unwrap()), "127.0.0.6:0".parse().unwrap());
+    assert_eq!(addresses.for_peer("[fd00::1]:80".parse().unwrap()), "[::6]:0".parse().unwrap());
+    assert_eq!(
+        error_path(bind(json!([{"address": {"address": "127.0.0.7", "port_value": 0}}]))),
+        "upstream_bind_config.extra_source_addresses[0]"
+    );
 }
