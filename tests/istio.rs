@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
+mod tls_support;
 
 use common::*;
 use outrider::config::ResourceType;
@@ -40,19 +41,6 @@ transport_socket_matches:
 - name: tlsMode-disabled
   match: {}
   transport_socket: { name: envoy.transport_sockets.raw_buffer }
-"#;
-
-const DEFAULT_SECRET: &str = r#"
-name: default
-tls_certificate:
-  certificate_chain: { inline_string: "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n" }
-  private_key: { inline_string: "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----\n" }
-"#;
-
-const ROOTCA: &str = r#"
-name: ROOTCA
-validation_context:
-  trusted_ca: { inline_string: "-----BEGIN CERTIFICATE-----\nMIIC\n-----END CERTIFICATE-----\n" }
 "#;
 
 /// Istio's golden bootstrap, pointed at sockets in `dir` and with an ephemeral admin port.
@@ -106,9 +94,15 @@ async fn istio_bootstrap_gets_xds_and_sds_over_the_agent_sockets() {
     assert_eq!(request.resource_names, ["ROOTCA", "default"]);
     assert_eq!(request.node_id, "sidecar~1.2.3.4~foo~bar");
 
+    // Real certificates: one that does not load would be refused, as Envoy refuses it.
+    let ca = tls_support::pki::Ca::new("cluster.local");
+    let leaf = ca.leaf(&tls_support::pki::spiffe("default"));
     sds.set_resources(
         ResourceType::Secret.type_url(),
-        vec![pack(ResourceType::Secret, DEFAULT_SECRET), pack(ResourceType::Secret, ROOTCA)],
+        vec![
+            pack(ResourceType::Secret, &tls_support::yaml::certificate_secret(&leaf)),
+            pack(ResourceType::Secret, &tls_support::yaml::roots_secret(&ca)),
+        ],
     );
     let ready = wait_snapshot(&outrider.store, |s| s.ready).await;
     assert!(ready.clusters.contains_key(name));
