@@ -6,9 +6,11 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::access_log::ActiveLog;
 use crate::config::Listener;
 use crate::config::listener::http_connection_manager::{AccessLog, AccessLogSink};
-use crate::telemetry::{HttpStats, LineWriter, LineWriters, ListenerStats, LogSink, Stats, Tracing};
+use crate::telemetry::line_writer::FLUSH_INTERVAL;
+use crate::telemetry::{HttpStats, LineWriters, ListenerStats, LogSink, Stats, Tracing, WorkerLineBuffer};
 
 /// Shared by every worker.
 #[derive(Debug, Clone, Default)]
@@ -31,7 +33,7 @@ pub struct WorkerTelemetry {
     shared: ProxyTelemetry,
     http: RefCell<HashMap<String, Arc<HttpStats>>>,
     listeners: RefCell<HashMap<String, Arc<ListenerStats>>>,
-    writers: RefCell<HashMap<AccessLogSink, LineWriter>>,
+    writers: RefCell<HashMap<AccessLogSink, Arc<WorkerLineBuffer>>>,
 }
 
 impl WorkerTelemetry {
@@ -64,12 +66,20 @@ impl WorkerTelemetry {
         stats
     }
 
-    /// The writers of a connection manager's access logs (none when it has none).
-    pub fn access_logs(&self, logs: &[AccessLog]) -> Vec<LineWriter> {
-        logs.iter().filter_map(|log| self.writer(&log.sink)).collect()
+    /// A connection manager's access logs with this worker's buffers (none when it has
+    /// none).
+    pub fn access_logs(&self, logs: &[AccessLog]) -> Arc<[ActiveLog]> {
+        logs.iter()
+            .filter_map(|log| {
+                let out = self.writer(&log.sink)?;
+                Some(ActiveLog { format: log.format.clone(), out })
+            })
+            .collect()
     }
 
-    fn writer(&self, sink: &AccessLogSink) -> Option<LineWriter> {
+    /// This worker's buffer for `sink`, created (with its flush timer on the worker's
+    /// runtime) the first time.
+    fn writer(&self, sink: &AccessLogSink) -> Option<Arc<WorkerLineBuffer>> {
         if let Some(writer) = self.writers.borrow().get(sink) {
             return Some(writer.clone());
         }
@@ -80,8 +90,18 @@ impl WorkerTelemetry {
         };
         match self.shared.line_writers.get(&target) {
             Ok(writer) => {
-                self.writers.borrow_mut().insert(sink.clone(), writer.clone());
-                Some(writer)
+                let buffer = Arc::new(WorkerLineBuffer::new(writer));
+                let timer = Arc::downgrade(&buffer);
+                tokio::task::spawn_local(async move {
+                    let mut interval = tokio::time::interval(FLUSH_INTERVAL);
+                    loop {
+                        interval.tick().await;
+                        let Some(buffer) = timer.upgrade() else { break };
+                        buffer.flush();
+                    }
+                });
+                self.writers.borrow_mut().insert(sink.clone(), buffer.clone());
+                Some(buffer)
             }
             Err(error) => {
                 tracing::warn!(?sink, %error, "cannot open the access log");
