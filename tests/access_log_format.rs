@@ -3,7 +3,9 @@
 //! custom one with header alternatives, lengths, a `START_TIME` format and dynamic
 //! metadata), the same requests go through both proxies (a success, a 404 without a
 //! route, a 503 without a healthy upstream, a request with `x-forwarded-for` and a user
-//! agent), and the lines are compared field by field.
+//! agent), and the lines are compared field by field. Two more loggers carry filters (a
+//! status code comparison; an `or_filter` of a response flag and a header), and must
+//! write the same requests as Envoy.
 //!
 //! Only what differs by nature is normalised: start times (checked against their
 //! format instead), durations and the upstream service time (checked to be numbers or
@@ -82,6 +84,12 @@ fn file_logger(dir: &Path, port: u16, name: &str, format: &str) -> String {
     )
 }
 
+/// A logger of the response code and path, with `filter`.
+fn filtered(dir: &Path, port: u16, name: &str, filter: &str) -> String {
+    let format = "log_format: { text_format_source: { inline_string: \"%RESPONSE_CODE% %REQ(:PATH)%\\n\" } }";
+    format!("{}\n            filter: {{ {filter} }}", file_logger(dir, port, name, format))
+}
+
 fn loggers(dir: &Path, port: u16) -> String {
     let json: Vec<String> = ISTIO_JSON.iter().map(|(k, v)| format!("{k}: \"{v}\"")).collect();
     [
@@ -98,6 +106,19 @@ fn loggers(dir: &Path, port: u16) -> String {
             port,
             "custom",
             &format!("log_format: {{ text_format_source: {{ inline_string: \"{CUSTOM}\" }} }}"),
+        ),
+        filtered(
+            dir,
+            port,
+            "errors",
+            "status_code_filter: { comparison: { op: GE, value: { default_value: 400, runtime_key: errors } } }",
+        ),
+        filtered(
+            dir,
+            port,
+            "uh-or-xff",
+            "or_filter: { filters: [ { response_flag_filter: { flags: [UH] } }, \
+             { header_filter: { header: { name: x-forwarded-for, present_match: true } } } ] }",
         ),
     ]
     .concat()
@@ -321,6 +342,10 @@ async fn lines_match_envoy_field_by_field() {
             let lines = lines(&path, REQUESTS.len()).await;
             logs.push(lines);
         }
+        let errors = lines(&dir.path().join(format!("{port}-errors.log")), 2).await;
+        assert_eq!(errors, ["404 /nowhere", "503 /down"], "{proxy}");
+        let uh_or_xff = lines(&dir.path().join(format!("{port}-uh-or-xff.log")), 2).await;
+        assert_eq!(uh_or_xff, ["503 /down", "200 /ok/b"], "{proxy}");
         by_proxy.push((proxy, logs));
     }
     let (_, outrider) = by_proxy.last().unwrap();

@@ -4,6 +4,7 @@
 //! response ends ([`super::completion`]) into the worker's buffer of each logger, in that
 //! logger's format ([`format`]).
 
+mod filter;
 pub mod format;
 mod time;
 
@@ -17,7 +18,7 @@ use http::{HeaderMap, Method, Uri, Version};
 
 use super::filters::DynamicMetadata;
 use super::response_flags::ResponseFlags;
-use crate::config::access_log::LogFormat;
+use crate::config::access_log::{AccessLogFilter, LogFormat};
 use crate::telemetry::WorkerLineBuffer;
 
 /// A connection manager's access logger on one worker: its parsed format and the
@@ -25,6 +26,7 @@ use crate::telemetry::WorkerLineBuffer;
 #[derive(Debug, Clone)]
 pub struct ActiveLog {
     pub format: Arc<LogFormat>,
+    pub filter: Option<Arc<AccessLogFilter>>,
     pub out: Arc<WorkerLineBuffer>,
 }
 
@@ -66,6 +68,8 @@ pub struct PendingLog {
     pub response_duration: Option<Duration>,
     pub bytes_sent: u64,
     pub duration: Duration,
+    /// The request carries a sampled span (`traceable_filter`).
+    pub traced: bool,
 }
 
 impl PendingLog {
@@ -100,6 +104,7 @@ impl PendingLog {
             response_duration: None,
             bytes_sent: 0,
             duration: Duration::ZERO,
+            traced: false,
         }
     }
 
@@ -123,12 +128,15 @@ impl PendingLog {
         self.request_done();
     }
 
-    /// Writes the line of every logger into its worker buffer.
+    /// Writes the line of every logger whose filter passes into its worker buffer.
     pub fn write(&mut self, bytes_sent: u64, duration: Duration) {
         self.bytes_sent = bytes_sent;
         self.duration = duration;
         let loggers = self.loggers.clone();
         for logger in loggers.iter() {
+            if logger.filter.as_ref().is_some_and(|f| !filter::passes(f, self)) {
+                continue;
+            }
             logger.out.append(|out| format::write(&logger.format, self, out));
         }
     }

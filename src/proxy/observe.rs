@@ -72,7 +72,7 @@ impl WorkerTelemetry {
         logs.iter()
             .filter_map(|log| {
                 let out = self.writer(&log.sink)?;
-                Some(ActiveLog { format: log.format.clone(), out })
+                Some(ActiveLog { format: log.format.clone(), filter: log.filter.clone(), out })
             })
             .collect()
     }

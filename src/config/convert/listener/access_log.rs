@@ -31,9 +31,12 @@ pub fn access_logs(logs: Vec<proto::AccessLog>, warnings: &mut Warnings) -> Resu
 
 fn access_log(log: proto::AccessLog, warnings: &mut Warnings) -> Result<AccessLog> {
     let proto::AccessLog { name: _, filter, config_type } = log;
-    if filter.is_some() {
-        warnings.ignored("filter", "access log filters are not applied: every request is logged");
-    }
+    let filter = filter
+        .map(|f| {
+            warnings.within("filter", |w| super::access_log_filter::access_log_filter(f, w)).map_err(|e| e.at("filter"))
+        })
+        .transpose()?
+        .map(std::sync::Arc::new);
     let Some(proto::access_log::ConfigType::TypedConfig(any)) = config_type else {
         return Err(ConfigError::new("typed_config", "an access logger needs a typed_config"));
     };
@@ -59,7 +62,7 @@ fn access_log(log: proto::AccessLog, warnings: &mut Warnings) -> Result<AccessLo
             return Err(ConfigError::new("typed_config", format!("access logger {other} is not supported")));
         }
     };
-    Ok(AccessLog { sink, format: format.into() })
+    Ok(AccessLog { sink, format: format.into(), filter })
 }
 
 /// The file logger's format: `log_format`, or one of its deprecated spellings.
@@ -167,10 +170,11 @@ mod tests {
         assert_eq!(
             logs,
             Some(vec![
-                AccessLog { sink: AccessLogSink::Stdout, format: LogFormat::envoy_default().into() },
+                AccessLog { sink: AccessLogSink::Stdout, format: LogFormat::envoy_default().into(), filter: None },
                 AccessLog {
                     sink: AccessLogSink::File("/var/log/access.log".into()),
-                    format: LogFormat::envoy_default().into()
+                    format: LogFormat::envoy_default().into(),
+                    filter: None,
                 },
             ])
         );
@@ -180,5 +184,52 @@ mod tests {
         };
         let refused = access_logs(vec![log(grpc)], &mut warnings);
         assert!(refused.is_err_and(|e| e.to_string().contains("access_log[0].typed_config")));
+    }
+
+    fn file_with(format: SubstitutionFormatString) -> Any {
+        let file = FileAccessLog {
+            path: "/tmp/a.log".into(),
+            access_log_format: Some(file_access_log::AccessLogFormat::LogFormat(format)),
+        };
+        Any { type_url: FileAccessLog::type_url(), value: file.encode_to_vec() }
+    }
+
+    fn text(template: &str) -> SubstitutionFormatString {
+        SubstitutionFormatString {
+            format: Some(substitution_format_string::Format::TextFormatSource(
+                crate::pb::envoy::config::core::v3::DataSource {
+                    specifier: Some(data_source::Specifier::InlineString(template.into())),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        }
+    }
+
+    fn error_path(result: Result<Vec<AccessLog>>) -> String {
+        result.err().map(|e| e.path().to_owned()).unwrap_or_default()
+    }
+
+    #[test]
+    fn unknown_commands_formatters_and_extension_filters_are_refused_with_their_path() {
+        let mut warnings = Warnings::new();
+        let cel = access_logs(vec![log(file_with(text("%CEL(request.path)%")))], &mut warnings);
+        assert_eq!(error_path(cel), "access_log[0].typed_config.log_format.text_format_source.inline_string");
+        let mut with_formatters = text("%PROTOCOL%");
+        with_formatters.formatters.push(Default::default());
+        let formatters = access_logs(vec![log(file_with(with_formatters))], &mut warnings);
+        assert_eq!(error_path(formatters), "access_log[0].typed_config.log_format.formatters");
+        let mut filtered = log(file_with(text("%PROTOCOL%\n")));
+        filtered.filter = Some(proto::AccessLogFilter {
+            filter_specifier: Some(proto::access_log_filter::FilterSpecifier::OrFilter(proto::OrFilter {
+                filters: vec![proto::AccessLogFilter {
+                    filter_specifier: Some(proto::access_log_filter::FilterSpecifier::ExtensionFilter(
+                        proto::ExtensionFilter { name: "cel".into(), config_type: None },
+                    )),
+                }],
+            })),
+        });
+        let refused = access_logs(vec![filtered], &mut warnings);
+        assert_eq!(error_path(refused), "access_log[0].filter.or_filter.filters[0].extension_filter");
     }
 }
