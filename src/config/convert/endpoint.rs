@@ -169,6 +169,7 @@ fn transport_socket_match(metadata: Option<&core::Metadata>) -> BTreeMap<String,
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

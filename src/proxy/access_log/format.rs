@@ -49,11 +49,8 @@ fn write_text(value: Option<Value<'_>>, max_length: Option<usize>, omit_empty: b
     match value {
         // START_TIME wrote itself.
         None => {}
-        Some(Value::Missing) => {
-            if !omit_empty {
-                out.push(b'-');
-            }
-        }
+        Some(Value::Missing) if !omit_empty => out.push(b'-'),
+        Some(Value::Missing) => {}
         Some(Value::Text(text)) => out.extend_from_slice(truncate(&text, max_length).as_bytes()),
         Some(Value::Number(n)) => {
             let _ = write!(out, "{n}");

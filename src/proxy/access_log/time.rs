@@ -96,7 +96,7 @@ pub fn write(time: SystemTime, format: Option<&TimeFormat>, out: &mut Vec<u8>) {
             TimePiece::DaySpace => write!(out, "{:2}", c.day),
             TimePiece::DayOfYear => write!(out, "{:03}", c.day_of_year),
             TimePiece::Hour => write!(out, "{:02}", c.hour),
-            TimePiece::Hour12 => write!(out, "{:02}", if c.hour % 12 == 0 { 12 } else { c.hour % 12 }),
+            TimePiece::Hour12 => write!(out, "{:02}", if c.hour.is_multiple_of(12) { 12 } else { c.hour % 12 }),
             TimePiece::Minute => write!(out, "{:02}", c.minute),
             TimePiece::Second => write!(out, "{:02}", c.second),
             TimePiece::AmPm => write!(out, "{}", if c.hour < 12 { "AM" } else { "PM" }),
