@@ -19,6 +19,8 @@ enum Value<'a> {
     Text(Cow<'a, str>),
     Number(u64),
     Json(&'a serde_json::Value),
+    /// A whole metadata namespace (`%DYNAMIC_METADATA(ns)%`).
+    Object(&'a serde_json::Map<String, serde_json::Value>),
 }
 
 /// Appends `record`'s line in `format`, newline included for JSON (a text format ends
@@ -58,6 +60,10 @@ fn write_text(value: Option<Value<'_>>, max_length: Option<usize>, omit_empty: b
         Some(Value::Json(serde_json::Value::String(s))) => out.extend_from_slice(truncate(s, max_length).as_bytes()),
         Some(Value::Json(value)) => {
             let text = value.to_string();
+            out.extend_from_slice(truncate(&text, max_length).as_bytes());
+        }
+        Some(Value::Object(object)) => {
+            let text = serde_json::to_string(object).unwrap_or_default();
             out.extend_from_slice(truncate(&text, max_length).as_bytes());
         }
     }
@@ -123,6 +129,9 @@ fn template(pieces: &[Piece], record: &PendingLog, omit_empty: bool, out: &mut V
             Some(Value::Json(serde_json::Value::String(s))) => json_string(truncate(s, *max_length), out),
             Some(Value::Json(value)) => {
                 let _ = serde_json::to_writer(&mut *out, value);
+            }
+            Some(Value::Object(object)) => {
+                let _ = serde_json::to_writer(&mut *out, object);
             }
         }
         return true;
@@ -204,9 +213,12 @@ fn value<'a>(command: &'a Command, record: &'a PendingLog, out: &mut Vec<u8>) ->
         Command::RequestedServerName => optional(record.downstream.server_name.as_deref()),
         Command::RouteName => optional(record.route_name.as_deref().filter(|n| !n.is_empty())),
         Command::DynamicMetadata { namespace, path } => {
-            let found =
-                record.metadata.as_ref().and_then(|m| if path.is_empty() { None } else { m.get(namespace, path) });
-            found.map_or(Value::Missing, Value::Json)
+            let metadata = record.metadata.as_ref();
+            if path.is_empty() {
+                metadata.and_then(|m| m.0.get(namespace)).map_or(Value::Missing, Value::Object)
+            } else {
+                metadata.and_then(|m| m.get(namespace, path)).map_or(Value::Missing, Value::Json)
+            }
         }
         Command::FilterState => Value::Missing,
         Command::Constant(value) => optional(value.as_deref()),
@@ -276,6 +288,22 @@ mod tests {
         assert_eq!(line(&text), "curl - UpstreamConnectionFailure,UpstreamRetryLimitExceeded 10.0.0.1:0\n");
         let omitted = LogFormat::Text { pieces, omit_empty: true };
         assert_eq!(line(&omitted), "curl  UpstreamConnectionFailure,UpstreamRetryLimitExceeded 10.0.0.1:0\n");
+    }
+
+    #[test]
+    fn dynamic_metadata_values_and_namespaces() {
+        let mut log = record();
+        let mut metadata = crate::proxy::filters::DynamicMetadata::default();
+        metadata.set("ns", "hint".into(), serde_json::Value::Bool(true));
+        metadata.set("ns", "who".into(), serde_json::Value::String("a".into()));
+        log.metadata = Some(metadata);
+        let pieces = parse(
+            "%DYNAMIC_METADATA(ns:who)% %DYNAMIC_METADATA(ns:hint)% %DYNAMIC_METADATA(ns)% %DYNAMIC_METADATA(other:x)%",
+        )
+        .unwrap_or_default();
+        let mut out = Vec::new();
+        write(&LogFormat::Text { pieces, omit_empty: false }, &log, &mut out);
+        assert_eq!(String::from_utf8(out).unwrap_or_default(), "a true {\"hint\":true,\"who\":\"a\"} -");
     }
 
     #[test]
