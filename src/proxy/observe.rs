@@ -91,6 +91,8 @@ impl WorkerTelemetry {
         match self.shared.line_writers.get(&target) {
             Ok(writer) => {
                 let buffer = Arc::new(WorkerLineBuffer::new(writer));
+                // Only connection tasks ask for writers, and they run on the worker's
+                // LocalSet: the timer lives there too, and ends with the buffer.
                 let timer = Arc::downgrade(&buffer);
                 tokio::task::spawn_local(async move {
                     let mut interval = tokio::time::interval(FLUSH_INTERVAL);
