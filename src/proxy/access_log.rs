@@ -4,8 +4,10 @@
 //! response ends ([`super::completion`]) into the worker's buffer of each logger, in that
 //! logger's format ([`format`]).
 
+mod entry;
 mod filter;
 pub mod format;
+pub mod grpc;
 mod time;
 
 use std::borrow::Cow;
@@ -27,7 +29,16 @@ use crate::telemetry::WorkerLineBuffer;
 pub struct ActiveLog {
     pub format: Arc<LogFormat>,
     pub filter: Option<Arc<AccessLogFilter>>,
-    pub out: Arc<WorkerLineBuffer>,
+    pub out: LogOutput,
+}
+
+/// Where a logger's entries go on this worker.
+#[derive(Debug, Clone)]
+pub enum LogOutput {
+    /// A line in the logger's format (stdout, stderr, a file).
+    Lines(Arc<WorkerLineBuffer>),
+    /// An entry for the access log service.
+    Grpc(Arc<grpc::GrpcLogBuffer>),
 }
 
 /// What the downstream connection tells the log.
@@ -137,7 +148,10 @@ impl PendingLog {
             if logger.filter.as_ref().is_some_and(|f| !filter::passes(f, self)) {
                 continue;
             }
-            logger.out.append(|out| format::write(&logger.format, self, out));
+            match &logger.out {
+                LogOutput::Lines(lines) => lines.append(|out| format::write(&logger.format, self, out)),
+                LogOutput::Grpc(grpc) => grpc.append(entry::http_entry(self, &grpc.config)),
+            }
         }
     }
 

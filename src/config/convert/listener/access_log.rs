@@ -18,6 +18,7 @@ use crate::pb::google::protobuf::{Struct, value::Kind};
 const STDOUT: &str = "envoy.extensions.access_loggers.stream.v3.StdoutAccessLog";
 const STDERR: &str = "envoy.extensions.access_loggers.stream.v3.StderrAccessLog";
 const FILE: &str = "envoy.extensions.access_loggers.file.v3.FileAccessLog";
+const HTTP_GRPC: &str = "envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig";
 
 pub fn access_logs(logs: Vec<proto::AccessLog>, warnings: &mut Warnings) -> Result<Vec<AccessLog>> {
     logs.into_iter()
@@ -57,6 +58,11 @@ fn access_log(log: proto::AccessLog, warnings: &mut Warnings) -> Result<AccessLo
                 return Err(ConfigError::new("typed_config.path", "a file access log needs a path"));
             }
             (AccessLogSink::File(path.into()), file_format(access_log_format).map_err(|e| e.at("typed_config"))?)
+        }
+        HTTP_GRPC => {
+            let config = common::unpack(&any).map_err(|e| e.at("typed_config"))?;
+            let grpc = super::access_log_grpc::http_grpc(config, warnings).map_err(|e| e.at("typed_config"))?;
+            (AccessLogSink::Grpc(grpc), LogFormat::envoy_default())
         }
         other => {
             return Err(ConfigError::new("typed_config", format!("access logger {other} is not supported")));
@@ -183,7 +189,7 @@ mod tests {
             value: Vec::new(),
         };
         let refused = access_logs(vec![log(grpc)], &mut warnings);
-        assert!(refused.is_err_and(|e| e.to_string().contains("access_log[0].typed_config")));
+        assert!(refused.is_err_and(|e| e.to_string().contains("access_log[0].typed_config.common_config")));
     }
 
     fn file_with(format: SubstitutionFormatString) -> Any {
