@@ -82,3 +82,48 @@ pub fn http_grpc(config: HttpGrpcAccessLogConfig, warnings: &mut Warnings) -> Re
         response_trailers: lower(additional_response_trailers_to_log),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::envoy::config::core::v3::GrpcService;
+
+    fn config(target: grpc_service::TargetSpecifier) -> HttpGrpcAccessLogConfig {
+        HttpGrpcAccessLogConfig {
+            common_config: Some(CommonGrpcAccessLogConfig {
+                log_name: "mesh".into(),
+                transport_api_version: ApiVersion::V3 as i32,
+                grpc_service: Some(GrpcService { target_specifier: Some(target), ..GrpcService::default() }),
+                ..CommonGrpcAccessLogConfig::default()
+            }),
+            additional_request_headers_to_log: vec!["X-Tenant".into()],
+            ..HttpGrpcAccessLogConfig::default()
+        }
+    }
+
+    #[test]
+    fn envoy_grpc_converts_with_defaults_others_are_refused() {
+        let envoy = grpc_service::EnvoyGrpc { cluster_name: "als".into(), ..Default::default() };
+        let mut warnings = Warnings::new();
+        let grpc = http_grpc(config(grpc_service::TargetSpecifier::EnvoyGrpc(envoy)), &mut warnings);
+        let grpc = grpc.ok();
+        assert_eq!(
+            grpc.as_ref().map(|g| (g.authority.as_str(), g.flush_interval)),
+            Some(("als", DEFAULT_FLUSH_INTERVAL))
+        );
+        assert_eq!(grpc.map(|g| g.request_headers), Some(vec!["x-tenant".to_owned()]));
+        let google = grpc_service::TargetSpecifier::GoogleGrpc(Default::default());
+        let refused = http_grpc(config(google), &mut warnings);
+        assert_eq!(refused.err().map(|e| e.path().to_owned()).as_deref(), Some("common_config.grpc_service"));
+        let envoy = grpc_service::EnvoyGrpc { cluster_name: "als".into(), ..Default::default() };
+        let mut with_state = config(grpc_service::TargetSpecifier::EnvoyGrpc(envoy));
+        if let Some(common) = with_state.common_config.as_mut() {
+            common.filter_state_objects_to_log.push("peer".into());
+        }
+        let refused = http_grpc(with_state, &mut warnings);
+        assert_eq!(
+            refused.err().map(|e| e.path().to_owned()).as_deref(),
+            Some("common_config.filter_state_objects_to_log")
+        );
+    }
+}
