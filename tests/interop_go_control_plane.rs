@@ -12,12 +12,10 @@
 //! cache), and both ADS modes with `--tls` (listeners terminate TLS with certificates and a
 //! validation context delivered by SDS over ADS).
 //!
+//! HTTP listeners are included (routes over RDS; each connection manager logs to the
+//! server's gRPC access log service on `als_cluster`).
+//!
 //! Trimmed, and why:
-//! - HTTP listeners (`--http=0`): each HTTP connection manager the server generates logs
-//!   to the gRPC access log service (`envoy.extensions.access_loggers.grpc.v3.
-//!   HttpGrpcAccessLogConfig`); Outrider has the stdout, stderr and file loggers only and
-//!   refuses the listener (`filter_chains[0].filters[0].typed_config.access_log[0].
-//!   typed_config: access logger … is not supported`). So this check does not cover RDS.
 //! - Scoped-route HTTP listeners (`--scopedhttp=0`): Outrider has no SRDS
 //!   (`….typed_config.scoped_routes: scoped routes is not supported`).
 //! - The `xds`, `delta` and `rest` modes (`integration.xds`, `.xds.delta`, `.xds.mux`,
@@ -46,7 +44,8 @@ use tokio::process::{Child, Command};
 
 /// What the upstream answers and the server expects back (integration.sh's `MESSAGE`).
 const MESSAGE: &str = "Hi, there!\n";
-/// Listeners per snapshot: the server's default number of TCP listeners.
+/// Listeners per snapshot: the server's default numbers of HTTP and TCP listeners.
+const HTTP_LISTENERS: u16 = 2;
 const TCP_LISTENERS: u16 = 2;
 /// Bounds a failing run (a passing one takes a few seconds): the server waits up to a
 /// minute for Outrider's first request, then paces itself.
@@ -153,7 +152,7 @@ async fn integration(test: &str, mode: &str, api_type: &str, flags: &[&str]) {
         gateway: free_port(),
         als: free_port(),
         upstream: upstream.port,
-        base: free_range(TCP_LISTENERS),
+        base: free_range(HTTP_LISTENERS + TCP_LISTENERS),
     };
     let dir = tempfile::tempdir().unwrap();
     let runtimes = if mode == "ads" { "--runtimes=2" } else { "--runtimes=1" };
@@ -167,7 +166,7 @@ async fn integration(test: &str, mode: &str, api_type: &str, flags: &[&str]) {
                 format!("--upstream={}", ports.upstream),
                 format!("--base={}", ports.base),
             ])
-            .args(["--http=0", "--scopedhttp=0", &format!("--tcp={TCP_LISTENERS}")])
+            .args([&format!("--http={HTTP_LISTENERS}"), "--scopedhttp=0", &format!("--tcp={TCP_LISTENERS}")])
             .args(["-u=3", "-r=10", "--delay=200ms"])
             .args(flags),
         dir.path().join("test-server.log"),

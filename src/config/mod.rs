@@ -4,6 +4,7 @@
 //! sees protos; `bootstrap` reads Envoy's bootstrap file into the same types. A value of
 //! any type here has been validated: invalid configuration cannot be represented.
 
+pub mod access_log;
 pub mod address;
 pub mod bootstrap;
 pub mod cluster;

@@ -1,146 +1,203 @@
-//! Access log lines in Envoy's default format:
-//!
-//! ```text
-//! [%START_TIME%] "%REQ(:METHOD)% %REQ(X-ENVOY-ORIGINAL-PATH?:PATH)% %PROTOCOL%"
-//! %RESPONSE_CODE% %RESPONSE_FLAGS% %BYTES_RECEIVED% %BYTES_SENT% %DURATION%
-//! %RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)% "%REQ(X-FORWARDED-FOR)%" "%REQ(USER-AGENT)%"
-//! "%REQ(X-REQUEST-ID)%" "%REQ(:AUTHORITY)%" "%UPSTREAM_HOST%"
-//! ```
-//!
-//! (one line; a missing value prints `-`). The request's part is captured when it
-//! arrives, the response's when its headers are sent, and the line is written when the
-//! response ends ([`super::completion`]).
+//! One request's access log record: its request's part is captured when it arrives
+//! (after the connection manager's own header handling, so a generated `x-request-id` is
+//! logged), the response's when its headers are sent, and the lines are written when the
+//! response ends ([`super::completion`]) into the worker's buffer of each logger, in that
+//! logger's format ([`format`]).
 
-use std::fmt::Write;
-use std::time::{Duration, SystemTime};
+mod entry;
+mod filter;
+pub mod format;
+pub mod grpc;
+mod time;
+
+use std::borrow::Cow;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use http::request::Parts;
-use http::{HeaderMap, Version};
+use http::{HeaderMap, Method, Uri, Version};
 
+use super::filters::DynamicMetadata;
 use super::response_flags::ResponseFlags;
-use crate::telemetry::LineWriter;
+use crate::config::access_log::{AccessLogFilter, LogFormat};
+use crate::telemetry::WorkerLineBuffer;
 
-/// One request's log line, waiting for the end of its response.
+/// A connection manager's access logger on one worker: its parsed format and the
+/// worker's buffer for its destination.
+#[derive(Debug, Clone)]
+pub struct ActiveLog {
+    pub format: Arc<LogFormat>,
+    pub filter: Option<Arc<AccessLogFilter>>,
+    pub out: LogOutput,
+}
+
+/// Where a logger's entries go on this worker.
+#[derive(Debug, Clone)]
+pub enum LogOutput {
+    /// A line in the logger's format (stdout, stderr, a file).
+    Lines(Arc<WorkerLineBuffer>),
+    /// An entry for the access log service.
+    Grpc(Arc<grpc::GrpcLogBuffer>),
+}
+
+/// What the downstream connection tells the log.
+#[derive(Debug, Clone)]
+pub struct DownstreamLogInfo {
+    pub local: SocketAddr,
+    /// The client's address after `x-forwarded-for` handling (Envoy's
+    /// `DOWNSTREAM_REMOTE_ADDRESS`).
+    pub remote: SocketAddr,
+    pub server_name: Option<String>,
+    pub peer_uri_san: Option<String>,
+}
+
+/// One request's log record, waiting for the end of its response.
 #[derive(Debug)]
 pub struct PendingLog {
-    writers: Vec<LineWriter>,
-    start: SystemTime,
-    method: String,
-    path: String,
-    protocol: &'static str,
-    x_forwarded_for: Option<String>,
-    user_agent: Option<String>,
-    request_id: Option<String>,
-    authority: Option<String>,
+    loggers: Arc<[ActiveLog]>,
+    pub start: SystemTime,
+    started: Instant,
+    pub method: Method,
+    pub uri: Uri,
+    pub version: Version,
+    pub request_headers: HeaderMap,
+    pub downstream: DownstreamLogInfo,
     pub bytes_received: u64,
     pub response_code: u16,
     pub flags: ResponseFlags,
-    pub upstream_service_time: Option<String>,
+    pub response_headers: HeaderMap,
+    pub trailers: Option<HeaderMap>,
+    pub details: Option<Cow<'static, str>>,
     pub upstream_host: Option<String>,
+    pub upstream_cluster: Option<String>,
+    pub route_name: Option<String>,
+    pub metadata: Option<DynamicMetadata>,
+    /// From the start to the end of the request (Envoy's last downstream byte received).
+    pub request_duration: Option<Duration>,
+    /// From the start to the upstream's response head (none for a local reply).
+    pub response_duration: Option<Duration>,
+    pub bytes_sent: u64,
+    pub duration: Duration,
+    /// The request carries a sampled span (`traceable_filter`).
+    pub traced: bool,
 }
 
 impl PendingLog {
-    /// Captures the request's fields (after the connection manager's own header handling,
-    /// so a generated `x-request-id` is logged).
-    pub fn new(writers: Vec<LineWriter>, start: SystemTime, parts: &Parts) -> Self {
-        let header = |name: &str| header(&parts.headers, name);
-        let path = header("x-envoy-original-path")
-            .unwrap_or_else(|| parts.uri.path_and_query().map_or_else(|| "/".to_owned(), |p| p.to_string()));
+    /// Captures the request's fields.
+    pub fn new(
+        loggers: Arc<[ActiveLog]>,
+        start: SystemTime,
+        started: Instant,
+        parts: &Parts,
+        downstream: DownstreamLogInfo,
+    ) -> Self {
         Self {
-            writers,
+            loggers,
             start,
-            method: parts.method.to_string(),
-            path,
-            protocol: protocol(parts.version),
-            x_forwarded_for: header("x-forwarded-for"),
-            user_agent: header("user-agent"),
-            request_id: header("x-request-id"),
-            authority: parts.uri.authority().map(|a| a.to_string()).or_else(|| header("host")),
+            started,
+            method: parts.method.clone(),
+            uri: parts.uri.clone(),
+            version: parts.version,
+            request_headers: parts.headers.clone(),
+            downstream,
             bytes_received: 0,
             response_code: 0,
             flags: ResponseFlags::NONE,
-            upstream_service_time: None,
+            response_headers: HeaderMap::new(),
+            trailers: None,
+            details: None,
             upstream_host: None,
+            upstream_cluster: None,
+            route_name: None,
+            metadata: None,
+            request_duration: None,
+            response_duration: None,
+            bytes_sent: 0,
+            duration: Duration::ZERO,
+            traced: false,
         }
+    }
+
+    /// The request's body has been read (or the request is answered without it).
+    pub fn request_done(&mut self) {
+        if self.request_duration.is_none() {
+            self.request_duration = Some(self.started.elapsed());
+        }
+    }
+
+    /// The upstream's response head arrived.
+    pub fn upstream_responded(&mut self) {
+        self.response_duration = Some(self.started.elapsed());
     }
 
     /// Records the response head.
     pub fn respond(&mut self, status: u16, headers: &HeaderMap, flags: ResponseFlags) {
         self.response_code = status;
         self.flags.insert(flags);
-        self.upstream_service_time = header(headers, "x-envoy-upstream-service-time");
+        self.response_headers = headers.clone();
+        self.request_done();
     }
 
-    /// Formats the line and hands it to every writer.
-    pub fn write(&self, bytes_sent: u64, duration: Duration) {
-        let line = self.format(bytes_sent, duration);
-        for writer in &self.writers {
-            writer.write(line.clone());
+    /// Writes the line of every logger whose filter passes into its worker buffer.
+    pub fn write(&mut self, bytes_sent: u64, duration: Duration) {
+        self.bytes_sent = bytes_sent;
+        self.duration = duration;
+        let loggers = self.loggers.clone();
+        for logger in loggers.iter() {
+            if logger.filter.as_ref().is_some_and(|f| !filter::passes(f, self)) {
+                continue;
+            }
+            match &logger.out {
+                LogOutput::Lines(lines) => lines.append(|out| format::write(&logger.format, self, out)),
+                LogOutput::Grpc(grpc) => grpc.append(entry::http_entry(self, &grpc.config)),
+            }
         }
     }
 
-    fn format(&self, bytes_sent: u64, duration: Duration) -> String {
-        let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".to_owned());
-        let mut line = String::with_capacity(256);
-        let _ = writeln!(
-            line,
-            "[{}] \"{} {} {}\" {} {} {} {} {} {} \"{}\" \"{}\" \"{}\" \"{}\" \"{}\"",
-            humantime::format_rfc3339_millis(self.start),
-            self.method,
-            self.path,
-            self.protocol,
-            self.response_code,
-            self.flags,
-            self.bytes_received,
-            bytes_sent,
-            duration.as_millis(),
-            dash(&self.upstream_service_time),
-            dash(&self.x_forwarded_for),
-            dash(&self.user_agent),
-            dash(&self.request_id),
-            dash(&self.authority),
-            dash(&self.upstream_host),
-        );
-        line
+    /// A request header by its lower-cased name; the pseudo-headers come from the
+    /// request line (`:path` with its query, as Envoy has it).
+    pub fn request_header(&self, name: &str) -> Option<Cow<'_, str>> {
+        match name {
+            ":method" => Some(Cow::Borrowed(self.method.as_str())),
+            ":path" => Some(Cow::Borrowed(self.uri.path_and_query().map_or("/", |p| p.as_str()))),
+            ":authority" => match self.uri.authority() {
+                Some(authority) => Some(Cow::Borrowed(authority.as_str())),
+                None => header(&self.request_headers, "host"),
+            },
+            ":scheme" => self.uri.scheme_str().map(Cow::Borrowed),
+            _ => header(&self.request_headers, name),
+        }
+    }
+
+    pub fn response_header(&self, name: &str) -> Option<Cow<'_, str>> {
+        header(&self.response_headers, name)
+    }
+
+    pub fn trailer(&self, name: &str) -> Option<Cow<'_, str>> {
+        header(self.trailers.as_ref()?, name)
     }
 }
 
-fn header(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers.get(name).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+/// All the values of a header, joined with `,` as Envoy joins repeated headers.
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<Cow<'a, str>> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next()?;
+    let mut text = String::from_utf8_lossy(first.as_bytes());
+    for more in values {
+        let joined = text.to_mut();
+        joined.push(',');
+        joined.push_str(&String::from_utf8_lossy(more.as_bytes()));
+    }
+    Some(text)
 }
 
-fn protocol(version: Version) -> &'static str {
+/// `%PROTOCOL%`.
+pub fn protocol(version: Version) -> &'static str {
     match version {
         Version::HTTP_10 => "HTTP/1.0",
         Version::HTTP_2 => "HTTP/2",
         Version::HTTP_3 => "HTTP/3",
         _ => "HTTP/1.1",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_format() {
-        let request = http::Request::get("/a?b=1")
-            .header("host", "svc")
-            .header("user-agent", "curl/8")
-            .header("x-request-id", "r-1")
-            .body(())
-            .unwrap_or_default();
-        let (parts, ()) = request.into_parts();
-        let start = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
-        let mut log = PendingLog::new(Vec::new(), start, &parts);
-        let mut headers = HeaderMap::new();
-        headers.insert("x-envoy-upstream-service-time", http::HeaderValue::from_static("7"));
-        log.respond(503, &headers, ResponseFlags::UPSTREAM_CONNECTION_FAILURE);
-        log.flags.insert(ResponseFlags::UPSTREAM_RETRY_LIMIT_EXCEEDED);
-        log.upstream_host = Some("127.0.0.1:8080".into());
-        assert_eq!(
-            log.format(91, Duration::from_millis(12)),
-            "[2023-11-14T22:13:20.123Z] \"GET /a?b=1 HTTP/1.1\" 503 UF,URX 0 91 12 7 \"-\" \"curl/8\" \"r-1\" \"svc\" \"127.0.0.1:8080\"\n"
-        );
     }
 }

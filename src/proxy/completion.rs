@@ -135,6 +135,11 @@ where
                 if let Some(data) = frame.data_ref() {
                     this.bytes_sent += data.remaining() as u64;
                 }
+                if let Some(trailers) = frame.trailers_ref()
+                    && let Some(log) = this.completion.as_mut().and_then(|c| c.log.as_mut())
+                {
+                    log.trailers = Some(trailers.clone());
+                }
                 if this.inner.is_end_stream() {
                     this.finish(End::Complete);
                 }

@@ -22,7 +22,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use rand::Rng;
 
-use super::access_log::PendingLog;
+use super::access_log::{DownstreamLogInfo, PendingLog};
 use observed::StreamInfo;
 pub use serve::serve;
 
@@ -112,8 +112,20 @@ async fn forward_request(
         headers::private_address,
         &mut parts.headers,
     );
-    if let Some(writers) = stream.log.take() {
-        *pending = Some(Box::new(PendingLog::new(writers, SystemTime::now(), &parts)));
+    if let Some(loggers) = stream.log.take() {
+        let remote = if classification.client == downstream.peer.ip() {
+            downstream.peer
+        } else {
+            // Taken from x-forwarded-for, which carries no port: Envoy prints port 0.
+            SocketAddr::new(classification.client, 0)
+        };
+        let info = DownstreamLogInfo {
+            local: downstream.local,
+            remote,
+            server_name: exchange.connection.server_name.clone(),
+            peer_uri_san: exchange.connection.peer_identity.as_ref().and_then(|p| p.uri_sans.first().cloned()),
+        };
+        *pending = Some(Box::new(PendingLog::new(loggers, SystemTime::now(), Instant::now(), &parts, info)));
     }
     if manager.tracing
         && let Some(tracing) = context.telemetry.tracing()
@@ -125,6 +137,9 @@ async fn forward_request(
         stream.span = Some(span);
     }
     let selection = router::select(routes, &parts);
+    if let Some(log) = pending.as_mut() {
+        log.route_name = selection.and_then(|s| s.route).map(|r| r.name.clone()).filter(|n| !n.is_empty());
+    }
     if let Some(kind) = upgrade::requested(&mut parts) {
         let route = selection.and_then(|s| s.route).and_then(|r| match &r.action {
             Action::Route(action) => Some(action.upgrade_configs.as_slice()),
@@ -157,7 +172,13 @@ async fn forward_request(
             flags: &mut stream.flags,
             body: &mut body,
         };
-        if let FilterHeadersStatus::LocalReply(reply) = exchange.filters.decode_headers(&mut request).await {
+        let status = exchange.filters.decode_headers(&mut request).await;
+        if let Some(log) = pending.as_mut()
+            && !metadata.0.is_empty()
+        {
+            log.metadata = Some(metadata);
+        }
+        if let FilterHeadersStatus::LocalReply(reply) = status {
             let response = filter_reply(manager, stream, reply, is_grpc);
             return finish_response(response, &edits, hooks);
         }
@@ -231,6 +252,7 @@ fn filter_reply(
     is_grpc: bool,
 ) -> Response<ProxyBody> {
     info.flags.insert(reply.flags);
+    info.details = Some(reply.details.clone().into());
     tracing::debug!(status = reply.status.as_u16(), details = %reply.details, "local reply");
     let message = String::from_utf8_lossy(&reply.body);
     let (status, mut header_map, body) = if is_grpc {
@@ -287,10 +309,12 @@ async fn route_and_forward(
         Routing::NoRoute => return local(manager, stream, LocalReply::NoRoute, is_grpc),
         Routing::DirectResponse { status, body, .. } => {
             stream.direct_response = true;
+            stream.details = Some("direct_response".into());
             return direct(manager, status, body);
         }
         Routing::Redirect { status, location, .. } => {
             stream.redirect = true;
+            stream.details = Some("direct_response".into());
             let mut response = direct(manager, status, Bytes::new());
             if let Ok(location) = HeaderValue::from_str(&location) {
                 response.headers_mut().insert(http::header::LOCATION, location);
@@ -301,6 +325,9 @@ async fn route_and_forward(
     let Some(cluster) = snapshot.clusters.get(forward.cluster.as_ref()).cloned() else {
         return local(manager, stream, LocalReply::ClusterNotFound(forward.cluster_not_found_status), is_grpc);
     };
+    if let Some(log) = pending.as_mut() {
+        log.upstream_cluster = Some(cluster.resource.name.clone());
+    }
     if let Some(slot) = exchange.upgrades
         && headers::is_upgrade(&parts.headers)
     {
@@ -429,6 +456,9 @@ async fn route_and_forward(
         }
         let outcome_decision = match &result {
             Ok(Ok(response)) => {
+                if let Some(log) = pending.as_mut() {
+                    log.upstream_responded();
+                }
                 let grpc_status = grpc_status(response.headers());
                 let outcome =
                     Outcome::Response { status: response.status().as_u16(), grpc_status, headers: response.headers() };
@@ -689,6 +719,7 @@ fn local(
     is_grpc: bool,
 ) -> Response<ProxyBody> {
     info.flags.insert(ResponseFlags::for_local_reply(&reply));
+    info.details = Some(reply.details().into());
     let (status, headers, body) =
         if is_grpc { headers::grpc_local_reply(reply.status(), &reply.message()) } else { reply.build() };
     let mut response = Response::new(Full::new(body).map_err(|never| match never {}).boxed_unsync());

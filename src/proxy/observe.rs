@@ -6,9 +6,16 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use std::rc::Rc;
+
+use super::access_log::grpc::GrpcLogBuffer;
+use super::access_log::{ActiveLog, LogOutput};
+use super::worker::WorkerContext;
 use crate::config::Listener;
 use crate::config::listener::http_connection_manager::{AccessLog, AccessLogSink};
-use crate::telemetry::{HttpStats, LineWriter, LineWriters, ListenerStats, LogSink, Stats, Tracing};
+use crate::telemetry::line_writer::FLUSH_INTERVAL;
+use crate::telemetry::stats::Scope;
+use crate::telemetry::{HttpStats, LineWriters, ListenerStats, LogSink, Stats, Tracing, WorkerLineBuffer};
 
 /// Shared by every worker.
 #[derive(Debug, Clone, Default)]
@@ -31,7 +38,7 @@ pub struct WorkerTelemetry {
     shared: ProxyTelemetry,
     http: RefCell<HashMap<String, Arc<HttpStats>>>,
     listeners: RefCell<HashMap<String, Arc<ListenerStats>>>,
-    writers: RefCell<HashMap<AccessLogSink, LineWriter>>,
+    writers: RefCell<HashMap<AccessLogSink, LogOutput>>,
 }
 
 impl WorkerTelemetry {
@@ -64,24 +71,52 @@ impl WorkerTelemetry {
         stats
     }
 
-    /// The writers of a connection manager's access logs (none when it has none).
-    pub fn access_logs(&self, logs: &[AccessLog]) -> Vec<LineWriter> {
-        logs.iter().filter_map(|log| self.writer(&log.sink)).collect()
+    /// A connection manager's access logs with this worker's buffers (none when it has
+    /// none). `context` is the worker's, for the gRPC loggers' streams.
+    pub fn access_logs(&self, logs: &[AccessLog], context: &Rc<WorkerContext>) -> Arc<[ActiveLog]> {
+        logs.iter()
+            .filter_map(|log| {
+                let out = self.writer(&log.sink, context)?;
+                Some(ActiveLog { format: log.format.clone(), filter: log.filter.clone(), out })
+            })
+            .collect()
     }
 
-    fn writer(&self, sink: &AccessLogSink) -> Option<LineWriter> {
+    /// This worker's buffer for `sink`, created (with its flush timer on the worker's
+    /// runtime) the first time.
+    fn writer(&self, sink: &AccessLogSink, context: &Rc<WorkerContext>) -> Option<LogOutput> {
         if let Some(writer) = self.writers.borrow().get(sink) {
             return Some(writer.clone());
+        }
+        if let AccessLogSink::Grpc(config) = sink {
+            let dropped = self.shared.stats.counter(Scope::outrider().child("access_log").name("grpc_dropped_entries"));
+            let out = LogOutput::Grpc(GrpcLogBuffer::start(context, config, dropped));
+            self.writers.borrow_mut().insert(sink.clone(), out.clone());
+            return Some(out);
         }
         let target = match sink {
             AccessLogSink::Stdout => LogSink::Stdout,
             AccessLogSink::Stderr => LogSink::Stderr,
             AccessLogSink::File(path) => LogSink::File(path.clone()),
+            AccessLogSink::Grpc(_) => return None,
         };
         match self.shared.line_writers.get(&target) {
             Ok(writer) => {
-                self.writers.borrow_mut().insert(sink.clone(), writer.clone());
-                Some(writer)
+                let buffer = Arc::new(WorkerLineBuffer::new(writer));
+                // Only connection tasks ask for writers, and they run on the worker's
+                // LocalSet: the timer lives there too, and ends with the buffer.
+                let timer = Arc::downgrade(&buffer);
+                tokio::task::spawn_local(async move {
+                    let mut interval = tokio::time::interval(FLUSH_INTERVAL);
+                    loop {
+                        interval.tick().await;
+                        let Some(buffer) = timer.upgrade() else { break };
+                        buffer.flush();
+                    }
+                });
+                let out = LogOutput::Lines(buffer);
+                self.writers.borrow_mut().insert(sink.clone(), out.clone());
+                Some(out)
             }
             Err(error) => {
                 tracing::warn!(?sink, %error, "cannot open the access log");

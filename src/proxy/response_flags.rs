@@ -92,6 +92,45 @@ impl ResponseFlags {
     }
 }
 
+/// `%RESPONSE_FLAGS_LONG%`: each short name's long one.
+const LONG_NAMES: [(&str, &str); 19] = [
+    ("LH", "FailedLocalHealthCheck"),
+    ("UH", "NoHealthyUpstream"),
+    ("UT", "UpstreamRequestTimeout"),
+    ("LR", "LocalReset"),
+    ("UR", "UpstreamRemoteReset"),
+    ("UF", "UpstreamConnectionFailure"),
+    ("UC", "UpstreamConnectionTermination"),
+    ("UO", "UpstreamOverflow"),
+    ("NR", "NoRouteFound"),
+    ("URX", "UpstreamRetryLimitExceeded"),
+    ("DC", "DownstreamConnectionTermination"),
+    ("DI", "DelayInjected"),
+    ("FI", "FaultInjected"),
+    ("RL", "RateLimited"),
+    ("UAEX", "UnauthorizedExternalService"),
+    ("RLSE", "RateLimitServiceError"),
+    ("NC", "NoClusterFound"),
+    ("UPE", "UpstreamProtocolError"),
+    ("DPE", "DownstreamProtocolError"),
+];
+
+impl ResponseFlags {
+    /// The flags by their long names (`NoHealthyUpstream,UpstreamRetryLimitExceeded`),
+    /// `-` for none.
+    pub fn long_names(self) -> String {
+        let short = self.to_string();
+        if self.is_empty() {
+            return short;
+        }
+        let long: Vec<&str> = short
+            .split(',')
+            .map(|name| LONG_NAMES.iter().find(|(s, _)| *s == name).map_or(name, |(_, long)| *long))
+            .collect();
+        long.join(",")
+    }
+}
+
 impl fmt::Display for ResponseFlags {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.is_empty() {

@@ -17,7 +17,7 @@ pub mod trace;
 pub use cluster::ClusterStats;
 pub use control_plane::{ControlPlaneStats, ServerState, ServerStats, SubscriptionStats};
 pub use downstream::{HttpStats, ListenerStats};
-pub use line_writer::{LineWriter, LineWriters, LogSink};
+pub use line_writer::{LineWriter, LineWriters, LogSink, WorkerLineBuffer};
 pub use metrics::{Counter, Gauge, GaugeGuard, Histogram, TextReadout};
 /// Span attributes, for callers that add their own.
 pub use opentelemetry::KeyValue;

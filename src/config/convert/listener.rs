@@ -2,6 +2,8 @@
 //! chains and their matches, downstream TLS, and the terminal network filter.
 
 mod access_log;
+mod access_log_filter;
+mod access_log_grpc;
 mod chain_matcher;
 mod connection_limit;
 mod filter_chain;

@@ -71,7 +71,7 @@ pub struct HttpConnectionManager {
     pub set_current_client_cert_details: ClientCertDetails,
     pub proxy_100_continue: bool,
     pub append_x_forwarded_port: bool,
-    /// Access logs (none by default): one line per request in Envoy's default format.
+    /// Access logs (none by default): one line per request.
     pub access_log: Vec<AccessLog>,
     /// `upgrade_configs`: the `Upgrade:` types requests may ask for.
     pub upgrade_configs: Vec<super::upgrade::UpgradeConfig>,
@@ -82,22 +82,7 @@ pub struct HttpConnectionManager {
     pub trace_sampling: f64,
 }
 
-/// One access logger of a connection manager.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct AccessLog {
-    pub sink: AccessLogSink,
-}
-
-/// Where an access logger writes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum AccessLogSink {
-    /// `envoy.access_loggers.stdout`.
-    Stdout,
-    /// `envoy.access_loggers.stderr`.
-    Stderr,
-    /// `envoy.access_loggers.file`.
-    File(std::path::PathBuf),
-}
+pub use crate::config::access_log::{AccessLog, AccessLogSink};
 
 /// Where an HTTP connection manager gets its routes.
 #[derive(Debug, Clone, PartialEq)]

@@ -9,17 +9,18 @@ use http::{Request, Response, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
+use super::super::access_log::ActiveLog;
 use super::super::completion::{Completed, Completion, PendingSpan};
 use super::super::response_flags::ResponseFlags;
 use super::{Exchange, ProxyBody, forward_request};
-use crate::telemetry::{HttpStats, LineWriter, RequestSpan};
+use crate::telemetry::{HttpStats, RequestSpan};
 
 /// Counts, times and logs one request around [`forward_request`].
 pub(super) async fn handle(
     request: Request<Incoming>,
     exchange: Exchange<'_>,
     stats: Arc<HttpStats>,
-    access_logs: &[LineWriter],
+    access_logs: &Arc<[ActiveLog]>,
 ) -> Response<ProxyBody> {
     let started = Instant::now();
     match request.version() {
@@ -30,7 +31,7 @@ pub(super) async fn handle(
     let mut stream = StreamInfo::default();
     if !access_logs.is_empty() {
         // Captured after the connection manager's header handling (see `forward_request`).
-        stream.log = Some(access_logs.to_vec());
+        stream.log = Some(access_logs.clone());
     }
     let mut pending = None;
     let response = forward_request(request, exchange, &mut stream, &mut pending).await;
@@ -48,6 +49,9 @@ pub(super) async fn handle(
     }
     if let Some(mut log) = pending {
         log.respond(status, response.headers(), stream.flags);
+        // Every local answer says why; anything else came from the upstream.
+        log.traced = stream.span.is_some();
+        log.details = Some(stream.details.take().unwrap_or(std::borrow::Cow::Borrowed("via_upstream")));
         completion.log_with(Some(log));
     }
     if let Some(span) = stream.span.take() {
@@ -62,7 +66,9 @@ pub(super) async fn handle(
 #[derive(Default)]
 pub(super) struct StreamInfo {
     /// Access log writers, when the connection manager logs.
-    pub(super) log: Option<Vec<LineWriter>>,
+    pub(super) log: Option<Arc<[ActiveLog]>>,
+    /// Envoy's `%RESPONSE_CODE_DETAILS%` of a local answer.
+    pub(super) details: Option<std::borrow::Cow<'static, str>>,
     pub(super) flags: ResponseFlags,
     pub(super) direct_response: bool,
     pub(super) redirect: bool,

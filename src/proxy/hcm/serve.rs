@@ -52,7 +52,7 @@ pub async fn serve<S>(
     let downstream = Downstream { peer: info.peer, local: info.local, tls: secure != Secure::Plain };
     // Resolved once per connection from the worker's cache: no look-up per request.
     let stats = context.telemetry.http(&manager.stat_prefix);
-    let access_logs: Rc<[_]> = context.telemetry.access_logs(&manager.access_log).into();
+    let access_logs = context.telemetry.access_logs(&manager.access_log, &context);
     // Built once per connection manager and shared; found once per connection.
     let filters = context.filters.http(&manager);
     stats.downstream_cx_total.inc();

@@ -68,6 +68,20 @@ impl LocalReply {
         }
     }
 
+    /// Envoy's `%RESPONSE_CODE_DETAILS%` for the reply.
+    pub fn details(&self) -> String {
+        match self {
+            LocalReply::NoRoute => "route_not_found".to_owned(),
+            LocalReply::ClusterNotFound(_) => "cluster_not_found".to_owned(),
+            LocalReply::NoHealthyUpstream => "no_healthy_upstream".to_owned(),
+            LocalReply::UpstreamTimeout => "upstream_response_timeout".to_owned(),
+            LocalReply::Overflow => "upstream_reset_before_response_started{overflow}".to_owned(),
+            LocalReply::UpstreamReset { reason, .. } => {
+                format!("upstream_reset_before_response_started{{{}}}", reason.as_str().replace(' ', "_"))
+            }
+        }
+    }
+
     pub fn message(&self) -> String {
         match self {
             LocalReply::NoRoute | LocalReply::ClusterNotFound(_) => String::new(),

@@ -9,13 +9,13 @@ mod compressor;
 pub mod cors;
 mod ext_authz;
 mod fault;
-pub(in crate::config::convert) mod fractional_percent;
+pub(crate) mod fractional_percent;
 mod grpc_service;
 mod health_check;
 mod jwt_authn;
 mod local_ratelimit;
 mod ratelimit;
-mod rbac;
+pub(crate) mod rbac;
 
 use std::sync::Arc;
 

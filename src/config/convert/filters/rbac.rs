@@ -1,7 +1,7 @@
 //! `envoy.extensions.filters.{http,network}.rbac.v3.RBAC` and `RBACPerRoute` → the RBAC
 //! domain types of [`crate::config::filters::rbac`].
 
-pub(super) mod policy;
+pub(crate) mod policy;
 
 use super::super::common;
 use crate::config::error::{ConfigError, Result, Warnings};

@@ -1,18 +1,24 @@
 //! `access_log` of the HTTP connection manager → [`AccessLog`]: the stdout, stderr and
-//! file loggers, in Envoy's default format. Filters and custom formats are reported as
-//! ignored (the entry still logs every request in the default format); other loggers
-//! are refused.
+//! file loggers with their formats (`log_format` / `access_log_format`, parsed here
+//! once). Other loggers are refused with their path.
 
 use super::super::common;
+use crate::config::access_log::LogFormat;
+use crate::config::access_log::format::{self, JsonField};
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::listener::http_connection_manager::{AccessLog, AccessLogSink};
 use crate::pb::envoy::config::accesslog::v3 as proto;
+use crate::pb::envoy::config::core::v3::{SubstitutionFormatString, data_source, substitution_format_string};
 use crate::pb::envoy::extensions::access_loggers::file::v3::FileAccessLog;
+use crate::pb::envoy::extensions::access_loggers::file::v3::file_access_log;
 use crate::pb::envoy::extensions::access_loggers::stream::v3::{StderrAccessLog, StdoutAccessLog};
+use crate::pb::envoy::extensions::access_loggers::stream::v3::{stderr_access_log, stdout_access_log};
+use crate::pb::google::protobuf::{Struct, value::Kind};
 
 const STDOUT: &str = "envoy.extensions.access_loggers.stream.v3.StdoutAccessLog";
 const STDERR: &str = "envoy.extensions.access_loggers.stream.v3.StderrAccessLog";
 const FILE: &str = "envoy.extensions.access_loggers.file.v3.FileAccessLog";
+const HTTP_GRPC: &str = "envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig";
 
 pub fn access_logs(logs: Vec<proto::AccessLog>, warnings: &mut Warnings) -> Result<Vec<AccessLog>> {
     logs.into_iter()
@@ -26,43 +32,124 @@ pub fn access_logs(logs: Vec<proto::AccessLog>, warnings: &mut Warnings) -> Resu
 
 fn access_log(log: proto::AccessLog, warnings: &mut Warnings) -> Result<AccessLog> {
     let proto::AccessLog { name: _, filter, config_type } = log;
-    if filter.is_some() {
-        warnings.ignored("filter", "access log filters are not applied: every request is logged");
-    }
+    let filter = filter
+        .map(|f| {
+            warnings.within("filter", |w| super::access_log_filter::access_log_filter(f, w)).map_err(|e| e.at("filter"))
+        })
+        .transpose()?
+        .map(std::sync::Arc::new);
     let Some(proto::access_log::ConfigType::TypedConfig(any)) = config_type else {
         return Err(ConfigError::new("typed_config", "an access logger needs a typed_config"));
     };
-    let default_format = "the custom format is not applied: Envoy's default format is used";
-    let sink = match common::type_name(&any.type_url) {
+    let (sink, format) = match common::type_name(&any.type_url) {
         STDOUT => {
             let StdoutAccessLog { access_log_format } = common::unpack(&any).map_err(|e| e.at("typed_config"))?;
-            if access_log_format.is_some() {
-                warnings.ignored("typed_config.log_format", default_format);
-            }
-            AccessLogSink::Stdout
+            let format = access_log_format.map(|stdout_access_log::AccessLogFormat::LogFormat(f)| f);
+            (AccessLogSink::Stdout, log_format(format).map_err(|e| e.at("typed_config.log_format"))?)
         }
         STDERR => {
             let StderrAccessLog { access_log_format } = common::unpack(&any).map_err(|e| e.at("typed_config"))?;
-            if access_log_format.is_some() {
-                warnings.ignored("typed_config.log_format", default_format);
-            }
-            AccessLogSink::Stderr
+            let format = access_log_format.map(|stderr_access_log::AccessLogFormat::LogFormat(f)| f);
+            (AccessLogSink::Stderr, log_format(format).map_err(|e| e.at("typed_config.log_format"))?)
         }
         FILE => {
             let FileAccessLog { path, access_log_format } = common::unpack(&any).map_err(|e| e.at("typed_config"))?;
             if path.is_empty() {
                 return Err(ConfigError::new("typed_config.path", "a file access log needs a path"));
             }
-            if access_log_format.is_some() {
-                warnings.ignored("typed_config.access_log_format", default_format);
-            }
-            AccessLogSink::File(path.into())
+            (AccessLogSink::File(path.into()), file_format(access_log_format).map_err(|e| e.at("typed_config"))?)
+        }
+        HTTP_GRPC => {
+            let config = common::unpack(&any).map_err(|e| e.at("typed_config"))?;
+            let grpc = super::access_log_grpc::http_grpc(config, warnings).map_err(|e| e.at("typed_config"))?;
+            (AccessLogSink::Grpc(grpc), LogFormat::envoy_default())
         }
         other => {
             return Err(ConfigError::new("typed_config", format!("access logger {other} is not supported")));
         }
     };
-    Ok(AccessLog { sink })
+    Ok(AccessLog { sink, format: format.into(), filter })
+}
+
+/// The file logger's format: `log_format`, or one of its deprecated spellings.
+#[allow(deprecated)]
+fn file_format(format: Option<file_access_log::AccessLogFormat>) -> Result<LogFormat> {
+    use file_access_log::AccessLogFormat as F;
+    match format {
+        None => Ok(LogFormat::envoy_default()),
+        Some(F::LogFormat(format)) => log_format(Some(format)).map_err(|e| e.at("log_format")),
+        Some(F::Format(text)) => text_format(&text, false).map_err(|e| e.at("format")),
+        Some(F::JsonFormat(json)) => json_format(&json, false).map_err(|e| e.at("json_format")),
+        Some(F::TypedJsonFormat(json)) => json_format(&json, false).map_err(|e| e.at("typed_json_format")),
+    }
+}
+
+/// A `SubstitutionFormatString`, or Envoy's default format when there is none.
+#[allow(deprecated)]
+pub fn log_format(format: Option<SubstitutionFormatString>) -> Result<LogFormat> {
+    let Some(format) = format else {
+        return Ok(LogFormat::envoy_default());
+    };
+    let SubstitutionFormatString { omit_empty_values, content_type: _, formatters, json_format_options: _, format } =
+        format;
+    if !formatters.is_empty() {
+        return Err(ConfigError::new("formatters", "formatter extensions are not supported"));
+    }
+    match format {
+        None => Err(ConfigError::new("format", "a log format needs text_format_source or json_format")),
+        Some(substitution_format_string::Format::TextFormat(text)) => {
+            text_format(&text, omit_empty_values).map_err(|e| e.at("text_format"))
+        }
+        Some(substitution_format_string::Format::TextFormatSource(source)) => match source.specifier {
+            Some(data_source::Specifier::InlineString(text)) => {
+                text_format(&text, omit_empty_values).map_err(|e| e.at("text_format_source.inline_string"))
+            }
+            Some(data_source::Specifier::InlineBytes(bytes)) => {
+                let text = String::from_utf8(bytes)
+                    .map_err(|_| ConfigError::new("text_format_source.inline_bytes", "the format is not UTF-8"))?;
+                text_format(&text, omit_empty_values).map_err(|e| e.at("text_format_source.inline_bytes"))
+            }
+            _ => {
+                Err(ConfigError::new("text_format_source", "only inline_string and inline_bytes formats are supported"))
+            }
+        },
+        Some(substitution_format_string::Format::JsonFormat(json)) => {
+            json_format(&json, omit_empty_values).map_err(|e| e.at("json_format"))
+        }
+    }
+}
+
+fn text_format(text: &str, omit_empty: bool) -> Result<LogFormat> {
+    let pieces = format::parse(text).map_err(|e| ConfigError::new("", e.to_string()))?;
+    Ok(LogFormat::Text { pieces, omit_empty })
+}
+
+fn json_format(json: &Struct, omit_empty: bool) -> Result<LogFormat> {
+    Ok(LogFormat::Json { fields: json_fields(json)?, omit_empty })
+}
+
+/// The object's keys in sorted order: a protobuf `Struct` keeps none, so sorting makes
+/// the line the same on every run.
+fn json_fields(json: &Struct) -> Result<Vec<(String, JsonField)>> {
+    let mut keys: Vec<&String> = json.fields.keys().collect();
+    keys.sort();
+    keys.into_iter()
+        .map(|key| {
+            let field = match json.fields.get(key).and_then(|v| v.kind.as_ref()) {
+                Some(Kind::StringValue(template)) => JsonField::Template(
+                    format::parse(template).map_err(|e| ConfigError::new(key.as_str(), e.to_string()))?,
+                ),
+                Some(Kind::StructValue(nested)) => JsonField::Object(json_fields(nested).map_err(|e| e.at(key))?),
+                _ => {
+                    return Err(ConfigError::new(
+                        key.as_str(),
+                        "only strings and nested objects are supported in json_format",
+                    ));
+                }
+            };
+            Ok((key.clone(), field))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -89,8 +176,12 @@ mod tests {
         assert_eq!(
             logs,
             Some(vec![
-                AccessLog { sink: AccessLogSink::Stdout },
-                AccessLog { sink: AccessLogSink::File("/var/log/access.log".into()) },
+                AccessLog { sink: AccessLogSink::Stdout, format: LogFormat::envoy_default().into(), filter: None },
+                AccessLog {
+                    sink: AccessLogSink::File("/var/log/access.log".into()),
+                    format: LogFormat::envoy_default().into(),
+                    filter: None,
+                },
             ])
         );
         let grpc = Any {
@@ -98,6 +189,53 @@ mod tests {
             value: Vec::new(),
         };
         let refused = access_logs(vec![log(grpc)], &mut warnings);
-        assert!(refused.is_err_and(|e| e.to_string().contains("access_log[0].typed_config")));
+        assert!(refused.is_err_and(|e| e.to_string().contains("access_log[0].typed_config.common_config")));
+    }
+
+    fn file_with(format: SubstitutionFormatString) -> Any {
+        let file = FileAccessLog {
+            path: "/tmp/a.log".into(),
+            access_log_format: Some(file_access_log::AccessLogFormat::LogFormat(format)),
+        };
+        Any { type_url: FileAccessLog::type_url(), value: file.encode_to_vec() }
+    }
+
+    fn text(template: &str) -> SubstitutionFormatString {
+        SubstitutionFormatString {
+            format: Some(substitution_format_string::Format::TextFormatSource(
+                crate::pb::envoy::config::core::v3::DataSource {
+                    specifier: Some(data_source::Specifier::InlineString(template.into())),
+                    ..Default::default()
+                },
+            )),
+            ..Default::default()
+        }
+    }
+
+    fn error_path(result: Result<Vec<AccessLog>>) -> String {
+        result.err().map(|e| e.path().to_owned()).unwrap_or_default()
+    }
+
+    #[test]
+    fn unknown_commands_formatters_and_extension_filters_are_refused_with_their_path() {
+        let mut warnings = Warnings::new();
+        let cel = access_logs(vec![log(file_with(text("%CEL(request.path)%")))], &mut warnings);
+        assert_eq!(error_path(cel), "access_log[0].typed_config.log_format.text_format_source.inline_string");
+        let mut with_formatters = text("%PROTOCOL%");
+        with_formatters.formatters.push(Default::default());
+        let formatters = access_logs(vec![log(file_with(with_formatters))], &mut warnings);
+        assert_eq!(error_path(formatters), "access_log[0].typed_config.log_format.formatters");
+        let mut filtered = log(file_with(text("%PROTOCOL%\n")));
+        filtered.filter = Some(proto::AccessLogFilter {
+            filter_specifier: Some(proto::access_log_filter::FilterSpecifier::OrFilter(proto::OrFilter {
+                filters: vec![proto::AccessLogFilter {
+                    filter_specifier: Some(proto::access_log_filter::FilterSpecifier::ExtensionFilter(
+                        proto::ExtensionFilter { name: "cel".into(), config_type: None },
+                    )),
+                }],
+            })),
+        });
+        let refused = access_logs(vec![filtered], &mut warnings);
+        assert_eq!(error_path(refused), "access_log[0].filter.or_filter.filters[0].extension_filter");
     }
 }

@@ -135,8 +135,12 @@ fn metadata_matches(m: &MetadataMatcher, a: &Attributes<'_>) -> bool {
 /// `MetadataMatcher` on a request's dynamic metadata (also ext_authz's
 /// `filter_enabled_metadata`).
 pub fn metadata_matcher_matches(m: &MetadataMatcher, metadata: Option<&DynamicMetadata>) -> bool {
-    let value = metadata.and_then(|metadata| metadata.get(&m.filter, &m.path));
-    value_matches(&m.value, value) != m.invert
+    value_matches(&m.value, metadata_value(m, metadata)) != m.invert
+}
+
+/// The value the matcher looks at, when it is set.
+pub fn metadata_value<'a>(m: &MetadataMatcher, metadata: Option<&'a DynamicMetadata>) -> Option<&'a Value> {
+    metadata.and_then(|metadata| metadata.get(&m.filter, &m.path))
 }
 
 /// `ValueMatcher` on a metadata value; `None` is a value that is not set (Envoy's
