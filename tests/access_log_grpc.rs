@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use common::WAIT;
 use common::backends;
-use common::differential::{free_port, raw_http1};
+use common::differential::{free_port, grpc_cluster, raw_http1, static_cluster};
 use http::Response;
 use http_body_util::Full;
 use outrider::app;
@@ -66,6 +66,7 @@ async fn collector() -> (u16, Collector) {
 }
 
 fn bootstrap(port: u16, backend: u16, collector: u16) -> String {
+    let clusters = [static_cluster("backend", backend), grpc_cluster("als", collector)].concat();
     format!(
         r#"
 static_resources:
@@ -99,27 +100,7 @@ static_resources:
           http_filters:
           - name: envoy.filters.http.router
             typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }}
-  clusters:
-  - name: backend
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: backend
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {backend} }} }} }}
-  - name: als
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{ http2_protocol_options: {{}} }}
-    load_assignment:
-      cluster_name: als
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {collector} }} }} }}
+  clusters:{clusters}
 admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}
 "#
     )

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use common::backends::{self, Backend};
-use common::differential::{Pair, free_port, raw_http1};
+use common::differential::{Pair, free_port, grpc_cluster, raw_http1, static_cluster};
 use http::Response;
 use http_body_util::Full;
 use outrider::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
@@ -132,6 +132,7 @@ async fn echo_headers() -> Backend {
 }
 
 fn bootstrap(port: u16, backend: u16, authz_port: u16, authz_cluster: &str, filter_extra: &str) -> String {
+    let clusters = [static_cluster("backend", backend), grpc_cluster("authz", authz_port)].concat();
     format!(
         r#"
 static_resources:
@@ -174,27 +175,7 @@ static_resources:
               {filter_extra}
           - name: envoy.filters.http.router
             typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }}
-  clusters:
-  - name: backend
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: backend
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {backend} }} }} }}
-  - name: authz
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{ http2_protocol_options: {{}} }}
-    load_assignment:
-      cluster_name: authz
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {authz_port} }} }} }}
+  clusters:{clusters}
 "#
     )
 }

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use common::backends::{self, Backend};
-use common::differential::{Pair, free_port, raw_http1};
+use common::differential::{Pair, free_port, grpc_cluster, raw_http1, static_cluster};
 use http::Response;
 use http_body_util::Full;
 use outrider::pb::envoy::config::core::v3::HeaderValue;
@@ -102,6 +102,7 @@ async fn echo_headers() -> Backend {
 }
 
 fn bootstrap(port: u16, backend: u16, rls_port: u16, filter_extra: &str) -> String {
+    let clusters = [static_cluster("backend", backend), grpc_cluster("rls", rls_port)].concat();
     format!(
         r#"
 static_resources:
@@ -158,27 +159,7 @@ static_resources:
               {filter_extra}
           - name: envoy.filters.http.router
             typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }}
-  clusters:
-  - name: backend
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: backend
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {backend} }} }} }}
-  - name: rls
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{ http2_protocol_options: {{}} }}
-    load_assignment:
-      cluster_name: rls
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {rls_port} }} }} }}
+  clusters:{clusters}
 "#
     )
 }

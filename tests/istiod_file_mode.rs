@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::differential::{raw_http1, stat_value};
+use common::differential::{grpc_cluster, raw_http1, stat_value};
 use common::istiod::{Istiod, sidecar_node_id};
 use common::load::Load;
 use common::{ControlPlane, WAIT, admin_get, backends};
@@ -48,24 +48,7 @@ impl Agent {
 /// iptables in a test).
 fn sidecar_bootstrap(istiod: &Istiod, agent: &Agent, api_type: &str) -> Bootstrap {
     let node = sidecar_node_id("127.0.0.1", "app-1", "default");
-    let cluster = |name: &str, port: u16| {
-        format!(
-            r#"
-  - name: {name}
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{ http2_protocol_options: {{}} }}
-    load_assignment:
-      cluster_name: {name}
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}"#
-        )
-    };
-    let clusters = cluster("xds-grpc", istiod.grpc.port()) + &cluster("sds-grpc", agent.sds.port);
+    let clusters = grpc_cluster("xds-grpc", istiod.grpc.port()) + &grpc_cluster("sds-grpc", agent.sds.port);
     Bootstrap::parse(&format!(
         r#"
 node:

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use common::WAIT;
 use common::backends::{self, Backend};
-use common::differential::{Pair, free_port, raw_http1};
+use common::differential::{Pair, free_port, raw_http1, static_cluster};
 use http::Response;
 use http_body_util::{BodyExt, Full};
 use tokio::sync::{Mutex, mpsc};
@@ -59,20 +59,6 @@ async fn recording(answer: &'static str, hold: bool) -> (Backend, mpsc::Unbounde
     (backend, rx)
 }
 
-fn cluster(name: &str, port: u16) -> String {
-    format!(
-        r#"
-  - name: {name}
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: {name}
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}"#
-    )
-}
-
 /// Routes: each path prefix exercises one policy shape.
 const ROUTES: &str = r#"
               - match: { prefix: "/all" }
@@ -106,9 +92,13 @@ const ROUTES: &str = r#"
 "#;
 
 fn bootstrap(port: u16, main: u16, mirror: u16, down: u16, slow: u16) -> String {
-    let clusters =
-        [cluster("main", main), cluster("mirror", mirror), cluster("mirror_down", down), cluster("mirror_slow", slow)]
-            .concat();
+    let clusters = [
+        static_cluster("main", main),
+        static_cluster("mirror", mirror),
+        static_cluster("mirror_down", down),
+        static_cluster("mirror_slow", slow),
+    ]
+    .concat();
     format!(
         r#"
 static_resources:

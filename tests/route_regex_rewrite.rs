@@ -7,7 +7,7 @@ mod common;
 
 use bytes::Bytes;
 use common::backends::{self, Backend};
-use common::differential::{Pair, raw_http1};
+use common::differential::{Pair, raw_http1, static_cluster};
 use http::Response;
 use http_body_util::Full;
 
@@ -57,6 +57,7 @@ const ROUTES: &str = r#"
 "#;
 
 fn bootstrap(port: u16, backend: u16) -> String {
+    let clusters = static_cluster("backend", backend);
     format!(
         r#"
 static_resources:
@@ -78,15 +79,7 @@ static_resources:
           http_filters:
           - name: envoy.filters.http.router
             typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }}
-  clusters:
-  - name: backend
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: backend
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {backend} }} }} }}
+  clusters:{clusters}
 "#
     )
 }

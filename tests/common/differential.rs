@@ -30,6 +30,37 @@ pub fn envoy_binary() -> Option<PathBuf> {
 
 pub use super::lab::free_port;
 
+/// A `STATIC` cluster `name` with one loopback endpoint on `port`, as an item of the
+/// bootstrap's `  clusters:` list (starts with a newline, no trailing one).
+pub fn static_cluster(name: &str, port: u16) -> String {
+    cluster_with(name, port, "")
+}
+
+/// [`static_cluster`] speaking HTTP/2 to its endpoint: a gRPC service (ext_authz, rate
+/// limit, access log service, xDS).
+pub fn grpc_cluster(name: &str, port: u16) -> String {
+    let h2 = r#"
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: { http2_protocol_options: {} }"#;
+    cluster_with(name, port, h2)
+}
+
+fn cluster_with(name: &str, port: u16, options: &str) -> String {
+    format!(
+        r#"
+  - name: {name}
+    type: STATIC
+    connect_timeout: 1s{options}
+    load_assignment:
+      cluster_name: {name}
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}"#
+    )
+}
+
 /// A running Envoy, killed when dropped.
 pub struct Envoy {
     child: Child,
