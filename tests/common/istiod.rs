@@ -19,7 +19,7 @@ pub struct Istiod {
     child: Option<Child>,
     /// Plaintext ADS (istiod's `--grpcAddr`, 15010 in a mesh).
     pub grpc: SocketAddr,
-    /// Debug and readiness HTTP (`--httpAddr`, 8080 in a mesh): `/ready`, `/debug/...`.
+    /// Debug HTTP (`--httpAddr`, 8080 in a mesh); set so that it binds no fixed port.
     pub http: SocketAddr,
     monitoring: SocketAddr,
     webhook: SocketAddr,
@@ -137,11 +137,6 @@ impl Istiod {
         }
     }
 
-    /// istiod's debug view, e.g. `/debug/configz` or `/debug/adsz`.
-    pub async fn debug(&self, path: &str) -> String {
-        http_get(self.http, path).await.map(|(_, body)| body).unwrap_or_default()
-    }
-
     fn log_path(&self) -> PathBuf {
         self.dir.path().join("istiod.log")
     }
@@ -152,20 +147,6 @@ impl Istiod {
         let lines: Vec<_> = log.lines().collect();
         lines[lines.len().saturating_sub(60)..].join("\n")
     }
-}
-
-/// One plain HTTP/1.1 GET (status, body); errors when istiod is not listening yet.
-async fn http_get(address: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(address).await?;
-    let request = format!("GET {path} HTTP/1.1\r\nhost: istiod\r\nconnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await?;
-    let response = String::from_utf8_lossy(&response);
-    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    Ok((status, body))
 }
 
 /// Istio's node id for a sidecar: `sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local`.
