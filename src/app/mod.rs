@@ -49,12 +49,16 @@ pub struct StartOptions {
     pub concurrency: usize,
     pub drain_time: Duration,
     pub logging: Option<LogControl>,
+    /// Seeds the workers' random draws (weighted clusters, random picks, sampling, retry
+    /// jitter) for a reproducible run. `None`, the default, seeds each worker from the
+    /// operating system, so that a fleet of sidecars does not draw in lockstep.
+    pub rng_seed: Option<u64>,
 }
 
 impl Default for StartOptions {
     /// Every CPU; a 5 s drain (tests and the demo stop quickly).
     fn default() -> Self {
-        Self { concurrency: default_concurrency(), drain_time: Duration::from_secs(5), logging: None }
+        Self { concurrency: default_concurrency(), drain_time: Duration::from_secs(5), logging: None, rng_seed: None }
     }
 }
 
@@ -145,7 +149,7 @@ pub async fn start_with(bootstrap: Bootstrap, concurrency: usize) -> Result<Runn
 
 /// [`start`] with every option.
 pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> Result<Running, AppError> {
-    let StartOptions { concurrency, drain_time, logging } = options;
+    let StartOptions { concurrency, drain_time, logging, rng_seed } = options;
     let stats = Arc::new(Stats::default());
     let server_stats = ServerStats::register(&stats);
     server_stats.concurrency.set(concurrency as i64);
@@ -219,6 +223,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         drain_time,
         telemetry: ProxyTelemetry::new(stats.clone(), tracing.clone()),
         tls: tls.clone(),
+        rng_seed,
     };
     let workers = crate::proxy::Workers::start(concurrency, store.clone(), balancers.clone(), worker_options)
         .map_err(AppError::Runtime)?;
@@ -298,7 +303,12 @@ pub fn run(options: RunOptions) -> Result<(), AppError> {
 pub fn run_bootstrap(bootstrap: Bootstrap, options: RunOptions) -> Result<(), AppError> {
     let concurrency = options.concurrency.unwrap_or_else(default_concurrency);
     tracing::info!(config = %options.config.display(), concurrency, "starting");
-    let start = StartOptions { concurrency, drain_time: options.drain_time, logging: options.logging };
+    let start = StartOptions {
+        concurrency,
+        drain_time: options.drain_time,
+        logging: options.logging,
+        ..StartOptions::default()
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("outrider-control")

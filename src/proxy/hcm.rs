@@ -386,7 +386,7 @@ async fn route_and_forward(
         let now = Instant::now();
         let remaining = deadline.map(|d| d.saturating_duration_since(now));
         if remaining == Some(Duration::ZERO) {
-            return local(manager, stream, LocalReply::UpstreamTimeout, is_grpc);
+            return attempted(&forward, retry.attempts(), local(manager, stream, LocalReply::UpstreamTimeout, is_grpc));
         }
         let avoid: &[Arc<Host>] = if retry.avoid_previous_hosts() { &previous } else { &[] };
         let ctx = PickContext { hash, attempt: 0, previous: avoid, now };
@@ -395,12 +395,16 @@ async fn route_and_forward(
             if let Some(lb) = context.balancers.get(&cluster.resource.name) {
                 lb.stats.upstream_cx_none_healthy.inc();
             }
-            return local(manager, stream, LocalReply::NoHealthyUpstream, is_grpc);
+            return attempted(
+                &forward,
+                retry.attempts(),
+                local(manager, stream, LocalReply::NoHealthyUpstream, is_grpc),
+            );
         };
         let request_slot = match resources.as_ref().map(|r| r.try_request(limits, Priority::Default)) {
             Some(None) => {
                 host.cluster_stats.upstream_rq_pending_overflow.inc();
-                return overflow(manager, stream, is_grpc);
+                return attempted(&forward, retry.attempts(), overflow(manager, stream, is_grpc));
             }
             Some(slot) => slot,
             None => None,
@@ -420,7 +424,7 @@ async fn route_and_forward(
         router::set_attempt_headers(
             &forward,
             &mut attempt_parts.headers,
-            retry.attempts() + 1,
+            retry.attempts(),
             started.elapsed(),
             false,
             &options,
@@ -435,7 +439,11 @@ async fn route_and_forward(
             Err(error) => {
                 let failure =
                     UpstreamError::ConnectFailure { address: host.address().to_string(), reason: error.to_string() };
-                return reset_reply(manager, stream, Some(failure), retry.attempts() > 0, is_grpc);
+                return attempted(
+                    &forward,
+                    retry.attempts(),
+                    reset_reply(manager, stream, Some(failure), retry.attempts() > 1, is_grpc),
+                );
             }
         };
         let send = context.upstreams.forward_over(
@@ -452,7 +460,7 @@ async fn route_and_forward(
         };
         if let Ok(Err(UpstreamError::Overflow)) = result {
             // max_pending_requests: Envoy never retries an overflow.
-            return overflow(manager, stream, is_grpc);
+            return attempted(&forward, retry.attempts(), overflow(manager, stream, is_grpc));
         }
         let outcome_decision = match &result {
             Ok(Ok(response)) => {
@@ -507,7 +515,11 @@ async fn route_and_forward(
                 previous.push(host);
                 let wake = Instant::now() + backoff;
                 if deadline.is_some_and(|d| wake >= d) {
-                    return local(manager, stream, LocalReply::UpstreamTimeout, is_grpc);
+                    return attempted(
+                        &forward,
+                        retry.attempts(),
+                        local(manager, stream, LocalReply::UpstreamTimeout, is_grpc),
+                    );
                 }
                 tokio::time::sleep(backoff).await;
                 continue;
@@ -518,9 +530,16 @@ async fn route_and_forward(
             }
             (_, Ok(Err(error))) => {
                 last_failure = Some(error);
-                return reset_reply(manager, stream, last_failure, retry.attempts() > 1, is_grpc);
+                return attempted(
+                    &forward,
+                    retry.attempts(),
+                    reset_reply(manager, stream, last_failure, retry.attempts() > 1, is_grpc),
+                );
             }
-            (_, Err(Attempt::Timeout)) => return local(manager, stream, LocalReply::UpstreamTimeout, is_grpc),
+            (_, Err(Attempt::Timeout)) => {
+                let reply = local(manager, stream, LocalReply::UpstreamTimeout, is_grpc);
+                return attempted(&forward, retry.attempts(), reply);
+            }
         }
     }
 }
@@ -670,6 +689,13 @@ fn respond(
     headers::set_upstream_service_time(&mut parts.headers, started.elapsed(), options.suppress_envoy_headers);
     headers::mutate_response_headers(manager, None, &mut parts.headers);
     Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed_unsync())
+}
+
+/// A reply the router makes itself once it has tried (or tried to try) the upstream: it
+/// carries `x-envoy-attempt-count` when the virtual host asks for it, as Envoy's do.
+fn attempted(forward: &Forward<'_>, attempts: u32, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
+    router::set_response_attempt_count(forward, response.headers_mut(), attempts);
+    response
 }
 
 fn reset_reply(

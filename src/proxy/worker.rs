@@ -71,6 +71,9 @@ pub struct WorkerOptions {
     pub telemetry: ProxyTelemetry,
     /// TLS handshakes completed and refused, by reason, summed over workers.
     pub tls: Arc<HandshakeStats>,
+    /// A fixed seed for reproducible draws (worker `i` uses `seed + i`); `None` seeds each
+    /// worker from the operating system.
+    pub rng_seed: Option<u64>,
 }
 
 /// The running workers.
@@ -141,7 +144,10 @@ async fn run(
     synced: Arc<watch::Sender<Vec<u64>>>,
     shared: Shared,
 ) {
-    let seed = 0x5eed_0000_u64 + id as u64;
+    let seed = match options.rng_seed {
+        Some(seed) => seed.wrapping_add(id as u64),
+        None => rand::random(),
+    };
     let (drain, draining) = shutdown::channel();
     let (drain_inbound, draining_inbound) = shutdown::channel();
     let context = Rc::new(WorkerContext {
