@@ -19,6 +19,7 @@ use crate::admin::{self, AdminState, ServerInfo};
 use crate::config::Address;
 use crate::config::bootstrap::{Bootstrap, BootstrapError, TraceCollector, TracingConfig};
 use crate::core::shutdown::{self, InboundDrain, Trigger};
+use crate::core::supervisor::Supervisor;
 use crate::proxy::WorkerOptions;
 use crate::proxy::observe::ProxyTelemetry;
 use crate::store::{ConfigState, Store, WarmingTimeouts};
@@ -74,6 +75,9 @@ pub enum AppError {
     Runtime(std::io::Error),
     #[error("demo: {0}")]
     Demo(String),
+    /// A task the process cannot do without died (see `core::supervisor`).
+    #[error("{0}")]
+    Supervised(crate::core::supervisor::Failure),
     #[error("lab: {0}")]
     Lab(String),
 }
@@ -98,6 +102,8 @@ pub struct Running {
     shutdown: Trigger,
     workers: Option<crate::proxy::Workers>,
     tracing: Option<Tracing>,
+    /// The ADS client's and the workers' first failure, if one died.
+    pub supervisor: Supervisor,
 }
 
 impl Running {
@@ -216,6 +222,13 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     tokio::spawn(balancing::keep_balancers(store.clone(), balancers.clone(), stats.clone(), signal.clone()));
     crate::tls::provider::install_default();
     let tls = Arc::new(crate::proxy::HandshakeStats::default());
+    let supervisor = Supervisor::default();
+    let failures = stats.counter(crate::telemetry::Scope::outrider().child("supervisor").name("failures"));
+    let watched = supervisor.clone();
+    tokio::spawn(async move {
+        watched.failed().await;
+        failures.inc();
+    });
     let worker_options = WorkerOptions {
         drain: draining,
         inbound_drain: inbound_draining,
@@ -224,6 +237,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         telemetry: ProxyTelemetry::new(stats.clone(), tracing.clone()),
         tls: tls.clone(),
         rng_seed,
+        supervisor: supervisor.clone(),
     };
     let workers = crate::proxy::Workers::start(concurrency, store.clone(), balancers.clone(), worker_options)
         .map_err(AppError::Runtime)?;
@@ -231,7 +245,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     match ads {
         Some(config) => {
             let client = AdsClient::new(config, state, store.clone(), signal.clone()).with_stats(stats.clone());
-            tokio::spawn(client.run(signal));
+            supervisor.watch("the ADS client", tokio::spawn(client.run(signal)));
         }
         None => store.publish(state.snapshot()),
     }
@@ -247,6 +261,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         shutdown: trigger,
         workers: Some(workers),
         tracing,
+        supervisor,
     })
 }
 
@@ -324,13 +339,17 @@ pub fn run_bootstrap(bootstrap: Bootstrap, options: RunOptions) -> Result<(), Ap
                 .map_err(|e| AppError::Admin(path.display().to_string(), e))?;
         }
         crate::core::allocator::release_free_memory();
-        tokio::select! {
-            _ = terminate() => tracing::info!("signal received; draining"),
-            _ = running.quit.notified() => tracing::info!("quitquitquit; draining"),
-        }
+        let supervisor = running.supervisor.clone();
+        let failure = tokio::select! {
+            _ = terminate() => { tracing::info!("signal received; draining"); None }
+            _ = running.quit.notified() => { tracing::info!("quitquitquit; draining"); None }
+            failure = supervisor.failed() => Some(failure),
+        };
         running.drain_and_stop().await;
         tracing::info!("drained; exiting");
-        Ok(())
+        // A dead ADS client or worker ends the process with an error, so that Kubernetes
+        // restarts the pod instead of keeping a sidecar that no longer updates or serves.
+        failure.map_or(Ok(()), |failure| Err(AppError::Supervised(failure)))
     })
 }
 

@@ -23,6 +23,7 @@ use super::shadow::ShadowSlots;
 use super::transport::{HandshakeStats, WorkerTls};
 use super::upstream::Upstreams;
 use crate::core::shutdown::{self, InboundDrain, Signal};
+use crate::core::supervisor::Supervisor;
 use crate::lb::{Balancers, WorkerPickers};
 use crate::store::Store;
 
@@ -74,6 +75,8 @@ pub struct WorkerOptions {
     /// A fixed seed for reproducible draws (worker `i` uses `seed + i`); `None` seeds each
     /// worker from the operating system.
     pub rng_seed: Option<u64>,
+    /// Told when a worker's main loop panics.
+    pub supervisor: Supervisor,
 }
 
 /// The running workers.
@@ -100,6 +103,9 @@ impl Workers {
             let (store, balancers, options, synced, limits, filters) =
                 (store.clone(), balancers.clone(), options.clone(), synced.clone(), limits.clone(), filters.clone());
             let thread = std::thread::Builder::new().name(format!("outrider-worker-{id}")).spawn(move || {
+                // A panic in the worker's own loop (not in a connection's task, which tokio
+                // contains) would silently stop its share of the traffic.
+                let _supervised = options.supervisor.guard(format!("worker {id}"));
                 let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(runtime) => runtime,
                     Err(e) => {
