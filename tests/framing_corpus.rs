@@ -200,9 +200,7 @@ fn corpus() -> Vec<(&'static str, Vec<u8>)> {
         ("CONNECT", text(format!("CONNECT h:443 HTTP/1.1\r\nhost: h:443\r\n{close}\r\n"))),
         (
             "h2c upgrade",
-            text(format!(
-                "GET / HTTP/1.1\r\nhost: h\r\nconnection: Upgrade, HTTP2-Settings\r\nupgrade: h2c\r\nhttp2-settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n"
-            )),
+            text("GET / HTTP/1.1\r\nhost: h\r\nconnection: Upgrade, HTTP2-Settings\r\nupgrade: h2c\r\nhttp2-settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n".to_owned()),
         ),
         (
             "pipelined behind a rejected request",
@@ -228,9 +226,7 @@ fn corpus() -> Vec<(&'static str, Vec<u8>)> {
         ),
         (
             "TE.CL smuggling",
-            text(format!(
-                "POST /p HTTP/1.1\r\nhost: h\r\ntransfer-encoding: chunked\r\ncontent-length: 4\r\n\r\n5c\r\nGET /hidden HTTP/1.1\r\nhost: h\r\ncontent-length: 15\r\n\r\nx=1\r\n0\r\n\r\n"
-            )),
+            text("POST /p HTTP/1.1\r\nhost: h\r\ntransfer-encoding: chunked\r\ncontent-length: 4\r\n\r\n5c\r\nGET /hidden HTTP/1.1\r\nhost: h\r\ncontent-length: 15\r\n\r\nx=1\r\n0\r\n\r\n".to_owned()),
         ),
         ("bare LF line endings", text(format!("GET / HTTP/1.1\nhost: h\n{}\n", close.trim_end()))),
     ]
