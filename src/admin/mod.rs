@@ -183,7 +183,10 @@ fn scrape(state: &AdminState, server_state: ServerState) -> Vec<crate::telemetry
     let mut samples = state.stats.samples();
     let uptime = crate::telemetry::Scope::envoy().child("server").name("uptime");
     samples.push((uptime, crate::telemetry::Value::Gauge(state.server.started.elapsed().as_secs() as f64)));
-    samples.extend(endpoints::samples(&state.balancers, std::time::Instant::now()));
+    let snapshot = state.store.load();
+    let exported = |cluster: &str| snapshot.clusters.get(cluster).is_some_and(|c| c.resource.per_endpoint_stats);
+    let computed = endpoints::samples(&state.balancers, exported, std::time::Instant::now());
+    samples.extend(computed.into_iter().filter(|(name, _)| state.stats.accepts(&name.flat)));
     samples
 }
 

@@ -146,7 +146,7 @@ pub async fn start_with(bootstrap: Bootstrap, concurrency: usize) -> Result<Runn
 /// [`start`] with every option.
 pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> Result<Running, AppError> {
     let StartOptions { concurrency, drain_time, logging } = options;
-    let stats = Arc::new(Stats::default());
+    let stats = Arc::new(stats_store(&bootstrap.stats));
     let server_stats = ServerStats::register(&stats);
     server_stats.concurrency.set(concurrency as i64);
     for ignored in &bootstrap.ignored {
@@ -243,6 +243,19 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         workers: Some(workers),
         tracing,
     })
+}
+
+/// The stats store, with the bootstrap's `stats_matcher` when it has one (no matcher
+/// keeps the check off every registration).
+fn stats_store(config: &crate::config::stats::StatsConfig) -> Stats {
+    use crate::config::stats::StatsMatcher;
+    match &config.matcher {
+        StatsMatcher::AcceptAll => Stats::default(),
+        matcher => {
+            let matcher = matcher.clone();
+            Stats::with_matcher(move |flat| matcher.rejects(flat))
+        }
+    }
 }
 
 /// The tracer the bootstrap's `tracing.http` names, else the one

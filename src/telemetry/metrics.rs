@@ -27,6 +27,10 @@ impl Counter {
         self.0.load(Ordering::Relaxed)
     }
 
+    pub(super) fn reset(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+
     pub(super) fn shared(&self) -> bool {
         Arc::strong_count(&self.0) > 1
     }
