@@ -193,6 +193,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         node_id: bootstrap.node.id.clone(),
         node_cluster: bootstrap.node.cluster.clone(),
     };
+    let health_check_failed = crate::core::health_check::HealthCheckFailed::default();
     let admin_state = AdminState {
         store: store.clone(),
         bootstrap: Arc::new(bootstrap.document.clone()),
@@ -205,6 +206,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         drain_inbound: Arc::new(inbound_drain),
         draining: draining.clone(),
         logging,
+        health_check_failed: health_check_failed.clone(),
     };
     tokio::spawn(admin::serve(admin_listener, admin_state, signal.clone()));
     tracing::info!(%admin_address, "admin server listening");
@@ -219,6 +221,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         drain_time,
         telemetry: ProxyTelemetry::new(stats.clone(), tracing.clone()),
         tls: tls.clone(),
+        health_check_failed: health_check_failed.clone(),
     };
     let workers = crate::proxy::Workers::start(concurrency, store.clone(), balancers.clone(), worker_options)
         .map_err(AppError::Runtime)?;

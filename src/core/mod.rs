@@ -3,5 +3,6 @@
 
 pub mod allocator;
 pub mod backoff;
+pub mod health_check;
 pub mod net;
 pub mod shutdown;

@@ -55,6 +55,8 @@ pub struct WorkerContext {
     pub filters: Arc<FilterChains>,
     /// Mirrored requests in flight (bounded per worker).
     pub shadows: ShadowSlots,
+    /// Set by `POST /healthcheck/fail`: health checks answer 503.
+    pub health_check_failed: crate::core::health_check::HealthCheckFailed,
 }
 
 /// How workers run and stop.
@@ -71,6 +73,8 @@ pub struct WorkerOptions {
     pub telemetry: ProxyTelemetry,
     /// TLS handshakes completed and refused, by reason, summed over workers.
     pub tls: Arc<HandshakeStats>,
+    /// Set by `POST /healthcheck/fail`: health checks answer 503.
+    pub health_check_failed: crate::core::health_check::HealthCheckFailed,
 }
 
 /// The running workers.
@@ -160,6 +164,7 @@ async fn run(
         connection_limits: WorkerLimits::new(shared.limits),
         filters: shared.filters,
         shadows: ShadowSlots::default(),
+        health_check_failed: options.health_check_failed.clone(),
     });
     let mut listeners = ListenerManager::default();
     let mut changes = store.subscribe();
