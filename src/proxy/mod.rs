@@ -3,6 +3,7 @@
 //! both sides.
 
 pub mod access_log;
+pub mod byte_count;
 pub mod completion;
 pub mod connection;
 pub mod connection_limit;

@@ -5,6 +5,8 @@
 //! creates one [`Stats`] and hands it to whoever registers stats.
 
 pub mod cluster;
+pub mod code_stats;
+pub mod connection;
 pub mod control_plane;
 pub mod downstream;
 pub mod exposition;
@@ -15,6 +17,8 @@ pub mod stats;
 pub mod trace;
 
 pub use cluster::ClusterStats;
+pub use code_stats::CodeCounters;
+pub use connection::{ConnectionLife, SslStats};
 pub use control_plane::{ControlPlaneStats, ServerState, ServerStats, SubscriptionStats};
 pub use downstream::{HttpStats, ListenerStats};
 pub use line_writer::{LineWriter, LineWriters, LogSink, WorkerLineBuffer};
