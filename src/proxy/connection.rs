@@ -181,10 +181,7 @@ async fn terminate_tls<S>(
     let accepted = tls::accept(stream, &config, timeout, |error| refused(error.refusal, &error)).await;
     if let Some(accepted) = accepted {
         stats.handshake();
-        listener_stats.ssl.handshake.inc();
-        if accepted.peer.is_none() {
-            listener_stats.ssl.no_certificate.inc();
-        }
+        listener_stats.ssl.handshake(accepted.peer.is_some());
         let secure = Secure::Tls { alpn: accepted.alpn, peer: accepted.peer };
         terminal(accepted.stream, info, chain, secure, context).await
     }

@@ -100,7 +100,7 @@ where
                 match handshake.await {
                     Ok(Ok(upstream)) => {
                         context.tls.stats.upstream.handshake();
-                        stats.ssl.handshake.inc();
+                        stats.ssl.handshake(true);
                         host.stats.record(Instant::now(), now.elapsed(), true);
                         copy(&mut downstream, upstream).await
                     }

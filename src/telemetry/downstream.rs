@@ -2,6 +2,8 @@
 //! `envoy_listener_address`) and per HTTP connection manager (`http.<stat_prefix>.…`,
 //! label `envoy_http_conn_manager_prefix`).
 
+use std::sync::Arc;
+
 use super::connection::{ConnectionLife, SslStats};
 use super::metrics::{Counter, Gauge, GaugeGuard, Histogram};
 use super::stats::{Scope, Stats};
@@ -28,7 +30,7 @@ pub struct Accepted {
 }
 
 impl ListenerStats {
-    pub fn register(stats: &Stats, address: &str) -> Self {
+    pub fn register(stats: &Arc<Stats>, address: &str) -> Self {
         let address = address.replace(':', "_");
         let scope = Scope::envoy().child("listener").tagged("envoy_listener_address", &address);
         Self {

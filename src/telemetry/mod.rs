@@ -18,7 +18,7 @@ pub mod trace;
 
 pub use cluster::ClusterStats;
 pub use code_stats::CodeCounters;
-pub use connection::{ConnectionLife, SslStats};
+pub use connection::{ConnectionLife, SslCells, SslStats};
 pub use control_plane::{ControlPlaneStats, ServerState, ServerStats, SubscriptionStats};
 pub use downstream::{HttpStats, ListenerStats};
 pub use line_writer::{LineWriter, LineWriters, LogSink, WorkerLineBuffer};

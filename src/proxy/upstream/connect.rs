@@ -122,7 +122,7 @@ impl Dial {
         match tokio::time::timeout(left, crate::tls::connect(io, tls, alpn)).await {
             Ok(Ok(stream)) => {
                 stats.upstream.handshake();
-                self.stats.ssl.handshake.inc();
+                self.stats.ssl.handshake(true);
                 Ok(stream)
             }
             Ok(Err(refused)) => {
