@@ -1,12 +1,15 @@
 //! A cluster's stats, with Envoy's names (`cluster.<name>.…`, Prometheus label
 //! `envoy_cluster_name`). Resolved once when the cluster is first built and kept across
 //! rebuilds; every host of the cluster carries the handle, so the request path updates
-//! them without a look-up.
+//! them without a look-up. The response stats (`upstream_rq_<class>xx`,
+//! `upstream_rq_<code>`, `upstream_rq_time`) exist from the cluster's first response on,
+//! as in Envoy.
 
 use std::sync::Arc;
 
 use super::code_stats::CodeCounters;
 use super::connection::SslStats;
+use super::lazy::{LazyCounter, LazyHistogram};
 use super::metrics::{Counter, Gauge, Histogram};
 use super::stats::{Scope, Stats};
 
@@ -20,11 +23,11 @@ pub struct ClusterStats {
     pub upstream_rq_active: Gauge,
     /// `upstream_rq_1xx` … `upstream_rq_5xx`: by response class; a reset or connect
     /// failure counts as 503 and a timeout as 504, as Envoy charges them.
-    upstream_rq_class: [Counter; 5],
+    upstream_rq_class: [LazyCounter; 5],
     /// `upstream_rq_<code>`, created per code on its first response.
     upstream_rq_code: CodeCounters,
     /// Milliseconds from sending the request to the end of the response.
-    pub upstream_rq_time: Histogram,
+    pub upstream_rq_time: LazyHistogram,
     pub upstream_rq_timeout: Counter,
     pub upstream_rq_per_try_timeout: Counter,
     pub upstream_rq_retry: Counter,
@@ -73,7 +76,7 @@ impl ClusterStats {
         let class = |n: usize| {
             let class = (n + 1).to_string();
             let flat = format!("upstream_rq_{class}xx");
-            stats.counter(scope.name_tagged(&flat, "upstream_rq_xx", "envoy_response_code_class", &class))
+            LazyCounter::counter(stats, scope.name_tagged(&flat, "upstream_rq_xx", "envoy_response_code_class", &class))
         };
         Self {
             upstream_rq_total: counter("upstream_rq_total"),
@@ -81,7 +84,7 @@ impl ClusterStats {
             upstream_rq_active: gauge("upstream_rq_active"),
             upstream_rq_class: std::array::from_fn(class),
             upstream_rq_code: CodeCounters::new(stats, scope.clone(), "upstream_rq"),
-            upstream_rq_time: stats.histogram(scope.name("upstream_rq_time")),
+            upstream_rq_time: LazyHistogram::histogram(stats, scope.name("upstream_rq_time")),
             upstream_rq_timeout: counter("upstream_rq_timeout"),
             upstream_rq_per_try_timeout: counter("upstream_rq_per_try_timeout"),
             upstream_rq_retry: counter("upstream_rq_retry"),
@@ -123,6 +126,6 @@ impl ClusterStats {
     }
 
     pub fn upstream_rq_class(&self, class: u16) -> u64 {
-        class.checked_sub(1).and_then(|i| self.upstream_rq_class.get(usize::from(i))).map_or(0, Counter::get)
+        class.checked_sub(1).and_then(|i| self.upstream_rq_class.get(usize::from(i))).map_or(0, LazyCounter::get)
     }
 }

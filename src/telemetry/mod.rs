@@ -9,6 +9,7 @@ pub mod code_stats;
 pub mod connection;
 pub mod control_plane;
 pub mod downstream;
+pub mod lazy;
 pub mod exposition;
 pub mod line_writer;
 pub mod logging;
@@ -21,6 +22,7 @@ pub use code_stats::CodeCounters;
 pub use connection::{ConnectionLife, SslCells, SslStats};
 pub use control_plane::{ControlPlaneStats, ServerState, ServerStats, SubscriptionStats};
 pub use downstream::{HttpStats, ListenerStats};
+pub use lazy::{LazyCounter, LazyHistogram};
 pub use line_writer::{LineWriter, LineWriters, LogSink, WorkerLineBuffer};
 pub use metrics::{Counter, Gauge, GaugeGuard, Histogram, TextReadout};
 /// Span attributes, for callers that add their own.
