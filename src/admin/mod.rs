@@ -114,7 +114,7 @@ fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Full<Bytes
         (&Method::GET, "/clusters") => text(StatusCode::OK, clusters::text(&snapshot, &state.balancers)),
         (&Method::GET, "/stats") => match stats::StatsQuery::parse(query) {
             Ok(selection) => {
-                let samples = selection.select(scrape(state, server_state));
+                let samples = selection.select(scrape(state, server_state, selection.used_only));
                 match selection.format {
                     stats::Format::Text => text(StatusCode::OK, exposition::text(&samples)),
                     stats::Format::Json => json(&stats::json(&samples)),
@@ -124,7 +124,7 @@ fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Full<Bytes
             Err(e) => text(StatusCode::BAD_REQUEST, format!("{e}\n")),
         },
         (&Method::GET, "/stats/prometheus") => match stats::StatsQuery::parse(query) {
-            Ok(selection) => prometheus(&selection.select(scrape(state, server_state))),
+            Ok(selection) => prometheus(&selection.select(scrape(state, server_state, selection.used_only))),
             Err(e) => text(StatusCode::BAD_REQUEST, format!("{e}\n")),
         },
         (&Method::GET, "/") => html(help::html()),
@@ -199,11 +199,12 @@ fn drain_listeners(state: &AdminState, query: &str) -> Response<Full<Bytes>> {
 }
 
 /// Every registered stat, the stats computed at scrape time (`server.*` figures, the
-/// per-endpoint gauges of clusters that export them), the matcher applied to all.
-fn scrape(state: &AdminState, server_state: ServerState) -> Vec<crate::telemetry::Sample> {
+/// per-endpoint gauges of clusters that export them, all set now and so all used), the
+/// matcher applied to all.
+fn scrape(state: &AdminState, server_state: ServerState, used_only: bool) -> Vec<crate::telemetry::Sample> {
     use crate::telemetry::{Scope, Value};
     state.server_stats.set_state(server_state);
-    let mut samples = state.stats.samples();
+    let mut samples = if used_only { state.stats.used_samples() } else { state.stats.samples() };
     let snapshot = state.store.load();
     let server = Scope::envoy().child("server");
     let memory = crate::core::allocator::usage();

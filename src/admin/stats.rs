@@ -2,9 +2,8 @@
 //! name, `usedonly`, and `format=json` (`{"stats": [{"name", "value"}…, {"histograms"}]}`)
 //! or `format=prometheus`.
 //!
-//! Outrider keeps no "used" flag per stat: `usedonly` shows the stats whose value is not
-//! zero (a counter reset by `/reset_counters`, or a gauge set back to 0, is hidden until it
-//! changes again).
+//! `usedonly` keeps Envoy's "used" stats: counters once incremented, gauges once set,
+//! histograms once recorded (the store decides, see `Stats::used_samples`).
 
 use serde_json::{Value as Json, json};
 
@@ -54,23 +53,9 @@ impl StatsQuery {
         Ok(out)
     }
 
-    /// The samples this query keeps.
+    /// The samples the filter keeps.
     pub fn select(&self, samples: Vec<Sample>) -> Vec<Sample> {
-        samples
-            .into_iter()
-            .filter(|(name, value)| {
-                self.filter.as_ref().is_none_or(|f| f.is_match(&name.flat)) && (!self.used_only || used(value))
-            })
-            .collect()
-    }
-}
-
-fn used(value: &Value) -> bool {
-    match value {
-        Value::Counter(n) => *n != 0,
-        Value::Gauge(g) => *g != 0.0,
-        Value::Histogram(h) => h.count != 0,
-        Value::Text(t) => !t.is_empty(),
+        samples.into_iter().filter(|(name, _)| self.filter.as_ref().is_none_or(|f| f.is_match(&name.flat))).collect()
     }
 }
 
@@ -107,17 +92,16 @@ mod tests {
     use crate::telemetry::Scope;
 
     #[test]
-    fn json_has_envoys_shape_and_usedonly_hides_zeroes() {
+    fn json_has_envoys_shape() {
         let server = Scope::envoy().child("server");
         let samples = vec![
             (server.name("live"), Value::Gauge(1.0)),
             (server.name("unused"), Value::Counter(0)),
             (server.name("lat"), Value::Histogram(crate::telemetry::Histogram::default().snapshot())),
         ];
-        let query = StatsQuery::parse("usedonly&format=json").unwrap();
-        assert_eq!(query.format, Format::Json);
-        let kept = query.select(samples.clone());
-        assert_eq!(kept.len(), 1);
+        let query = StatsQuery::parse("usedonly&format=json&filter=live").unwrap();
+        assert_eq!((query.format, query.used_only), (Format::Json, true));
+        assert_eq!(query.select(samples.clone()).len(), 1);
         let out = json(&samples);
         let stats = out["stats"].as_array().unwrap();
         assert_eq!(stats[0]["name"], "server.live");

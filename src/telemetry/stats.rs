@@ -110,6 +110,17 @@ impl Cell {
         }
     }
 
+    /// Envoy's "used" flag: a counter once incremented (even if reset since), a gauge once
+    /// set, a histogram once recorded, a text once set to something.
+    fn used(&self, reset_while_used: bool) -> bool {
+        match self {
+            Cell::Counter(c) => c.get() != 0 || reset_while_used,
+            Cell::Gauge(g) => g.used(),
+            Cell::Histogram(h) => h.snapshot().count != 0,
+            Cell::Text(t) => !t.get().is_empty(),
+        }
+    }
+
     fn value(&self) -> Value {
         match self {
             Cell::Counter(c) => Value::Counter(c.get()),
@@ -140,6 +151,8 @@ pub type Rejects = Box<dyn Fn(&str) -> bool + Send + Sync>;
 pub struct Stats {
     cells: Mutex<BTreeMap<String, (StatName, Cell)>>,
     rejects: Option<Rejects>,
+    /// Counters `/reset_counters` set back to 0 after they were used: still used.
+    reset_while_used: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for Stats {
@@ -173,7 +186,7 @@ macro_rules! get_or_create {
 impl Stats {
     /// A store that creates only the stats `rejects` lets through.
     pub fn with_matcher(rejects: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
-        Self { cells: Mutex::default(), rejects: Some(Box::new(rejects)) }
+        Self { rejects: Some(Box::new(rejects)), ..Self::default() }
     }
 
     /// Whether a stat named `flat` may exist (stats computed at scrape time ask too).
@@ -184,11 +197,28 @@ impl Stats {
     /// Sets every counter back to zero (`POST /reset_counters`); gauges and histograms
     /// keep their values, as in Envoy.
     pub fn reset_counters(&self) {
-        for (_, cell) in self.lock().values() {
+        let cells = self.lock();
+        let mut reset = self.reset_while_used.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for (flat, (_, cell)) in cells.iter() {
             if let Cell::Counter(counter) = cell {
+                if counter.get() != 0 {
+                    reset.insert(flat.clone());
+                }
                 counter.reset();
             }
         }
+    }
+
+    /// The live stats that were ever used (`/stats?usedonly`).
+    pub fn used_samples(&self) -> Vec<Sample> {
+        let mut cells = self.lock();
+        cells.retain(|_, (_, cell)| cell.shared());
+        let reset = self.reset_while_used.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        cells
+            .iter()
+            .filter(|(flat, (_, cell))| cell.used(reset.contains(*flat)))
+            .map(|(_, (name, cell))| (name.clone(), cell.value()))
+            .collect()
     }
 
     get_or_create!(counter, Counter, Counter);
@@ -240,6 +270,22 @@ mod tests {
         assert_eq!(stats.samples().len(), 1);
         drop(a);
         assert!(stats.samples().is_empty());
+    }
+
+    #[test]
+    fn used_samples_follow_envoys_used_flag() {
+        let stats = Stats::default();
+        let server = Scope::envoy().child("server");
+        let set_zero = stats.gauge(server.name("workers_started"));
+        let untouched = stats.gauge(server.name("untouched"));
+        let counted = stats.counter(server.name("counted"));
+        let idle = stats.counter(server.name("idle"));
+        set_zero.set(0);
+        counted.inc();
+        stats.reset_counters();
+        let used: Vec<String> = stats.used_samples().into_iter().map(|(n, _)| n.flat).collect();
+        assert_eq!(used, ["server.counted", "server.workers_started"], "a reset counter stays used");
+        drop((untouched, idle));
     }
 
     #[test]
