@@ -17,9 +17,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use bytes::Bytes;
+use common::WAIT;
 use common::backends::{self, Backend};
 use common::differential::{Pair, raw_http1};
-use common::WAIT;
 use http::{Response, StatusCode};
 use http_body_util::Full;
 use serde_json::Value;
@@ -183,7 +183,10 @@ async fn admin_shapes_and_stats_match_envoy() {
         assert_eq!(keys(&stats), BTreeSet::from(["stats".to_owned()]), "{who}");
         let entries = stats["stats"].as_array().unwrap();
         let histograms = entries.iter().find(|e| e.get("histograms").is_some()).expect("a histograms element");
-        assert_eq!(keys(&histograms["histograms"]), ["computed_quantiles", "supported_quantiles"].map(String::from).into());
+        assert_eq!(
+            keys(&histograms["histograms"]),
+            ["computed_quantiles", "supported_quantiles"].map(String::from).into()
+        );
         let supported = &histograms["histograms"]["supported_quantiles"];
         assert_eq!(supported.as_array().map(Vec::len), Some(10), "{who}: {supported}");
         let computed = &histograms["histograms"]["computed_quantiles"][0];
@@ -201,7 +204,14 @@ async fn admin_shapes_and_stats_match_envoy() {
         assert_eq!(text.trim(), format!("http::127.0.0.1:{port}"), "{who}");
 
         let memory = admin_json(*admin, "/memory").await;
-        let expected = ["allocated", "heap_size", "pageheap_free", "pageheap_unmapped", "total_physical_bytes", "total_thread_cache"];
+        let expected = [
+            "allocated",
+            "heap_size",
+            "pageheap_free",
+            "pageheap_unmapped",
+            "total_physical_bytes",
+            "total_thread_cache",
+        ];
         assert_eq!(keys(&memory), expected.map(String::from).into(), "{who}: {memory}");
         assert!(memory["allocated"].as_str().unwrap().parse::<u64>().unwrap() > 0, "{who}: {memory}");
 

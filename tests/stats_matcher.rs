@@ -113,14 +113,19 @@ async fn istios_inclusion_list_keeps_the_same_stats_as_envoy() {
     for (who, admin, port) in &admins {
         traffic(*port).await;
         let names = stat_names(*admin).await;
-        for name in ["server.live", "server.state", "server.uptime", "server.memory_allocated", "http.ingress.rbac.allowed"]
+        for name in
+            ["server.live", "server.state", "server.uptime", "server.memory_allocated", "http.ingress.rbac.allowed"]
         {
             assert!(names.contains(name), "{who}: {name} missing from {names:#?}");
         }
         assert!(names.iter().any(|n| n.starts_with("cluster.xds-grpc.")), "{who}: {names:#?}");
         let rejected: Vec<&String> = names
             .iter()
-            .filter(|n| n.starts_with("cluster.backend.") || n.starts_with("http.ingress.downstream") || n.starts_with("listener.127"))
+            .filter(|n| {
+                n.starts_with("cluster.backend.")
+                    || n.starts_with("http.ingress.downstream")
+                    || n.starts_with("listener.127")
+            })
             .collect();
         assert!(rejected.is_empty(), "{who} kept stats the inclusion list rejects: {rejected:?}");
         let (_, prometheus) = admin_get(*admin, "/stats/prometheus").await;
@@ -170,7 +175,11 @@ stats_config:
   stats_matcher: { inclusion_list: { patterns: [{ prefix: server }, { safe_regex: { regex: "(" } }] } }"#;
     match Bootstrap::parse(&bootstrap(1, 2, config, "")) {
         Err(BootstrapError::Invalid(error)) => {
-            assert_eq!(error.path(), "stats_config.stats_matcher.inclusion_list.patterns[1].safe_regex.regex", "{error}");
+            assert_eq!(
+                error.path(),
+                "stats_config.stats_matcher.inclusion_list.patterns[1].safe_regex.regex",
+                "{error}"
+            );
         }
         other => panic!("accepted: {other:?}"),
     }
@@ -184,9 +193,14 @@ fn istios_own_metric_names_pass_its_inclusion_list() {
     let matcher = Bootstrap::parse(&bootstrap(1, 2, ISTIO_STATS_CONFIG, "")).unwrap().stats.matcher;
     let stats = Stats::with_matcher(move |flat| matcher.rejects(flat));
     let istio = "reporter=.=destination;.;source_workload=.=a;.;istio_requests_total";
-    let name = outrider::telemetry::StatName { flat: istio.to_owned(), family: "istio_requests_total".to_owned(), labels: Vec::new() };
+    let name = outrider::telemetry::StatName {
+        flat: istio.to_owned(),
+        family: "istio_requests_total".to_owned(),
+        labels: Vec::new(),
+    };
     let kept = stats.counter(name);
-    let dropped = stats.counter(Scope::envoy().child("cluster").tagged("envoy_cluster_name", "a").name("upstream_rq_total"));
+    let dropped =
+        stats.counter(Scope::envoy().child("cluster").tagged("envoy_cluster_name", "a").name("upstream_rq_total"));
     kept.inc();
     dropped.inc();
     let names: Vec<String> = stats.samples().into_iter().map(|(n, _)| n.flat).collect();
@@ -197,10 +211,8 @@ fn istios_own_metric_names_pass_its_inclusion_list() {
 #[tokio::test]
 async fn per_endpoint_series_only_where_the_cluster_asks() {
     let backend = backends::healthy("backend").await;
-    let tracked = format!(
-        "{}\n    track_cluster_stats: {{ per_endpoint_stats: true }}",
-        static_cluster("tracked", backend.port)
-    );
+    let tracked =
+        format!("{}\n    track_cluster_stats: {{ per_endpoint_stats: true }}", static_cluster("tracked", backend.port));
     let pair = Pair::start(|port| bootstrap(port, backend.port, "", &tracked)).await;
     traffic(pair.outrider_port).await;
     let admin = pair.outrider.admin_address;

@@ -73,10 +73,8 @@ pub fn json(samples: &[Sample]) -> Json {
             Value::Gauge(g) => stats.push(json!({ "name": name.flat, "value": g })),
             Value::Text(t) => stats.push(json!({ "name": name.flat, "value": t })),
             Value::Histogram(h) => {
-                let values: Vec<Json> = QUANTILES
-                    .iter()
-                    .map(|(_, q)| json!({ "interval": null, "cumulative": h.quantile(*q) }))
-                    .collect();
+                let values: Vec<Json> =
+                    QUANTILES.iter().map(|(_, q)| json!({ "interval": null, "cumulative": h.quantile(*q) })).collect();
                 computed.push(json!({ "name": name.flat, "values": values }));
             }
         }
@@ -88,6 +86,7 @@ pub fn json(samples: &[Sample]) -> Json {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::telemetry::Scope;
 

@@ -53,6 +53,7 @@ fn matches(pattern: &StringMatcher, flat: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::config::route::matcher::Pattern;
 

@@ -30,7 +30,8 @@ struct Inner {
 
 impl std::fmt::Debug for CodeCounters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let codes: Vec<u16> = self.0.iter().flat_map(|i| i.seen.load().iter().map(|(c, _)| *c).collect::<Vec<_>>()).collect();
+        let codes: Vec<u16> =
+            self.0.iter().flat_map(|i| i.seen.load().iter().map(|(c, _)| *c).collect::<Vec<_>>()).collect();
         f.debug_tuple("CodeCounters").field(&codes).finish()
     }
 }
@@ -51,7 +52,8 @@ impl CodeCounters {
             return;
         }
         let value = code.to_string();
-        let name = inner.scope.name_tagged(&format!("{}_{value}", inner.stat), inner.stat, "envoy_response_code", &value);
+        let name =
+            inner.scope.name_tagged(&format!("{}_{value}", inner.stat), inner.stat, "envoy_response_code", &value);
         // Two workers seeing a new code at once get the same cell from the store.
         let counter = inner.stats.counter(name);
         counter.inc();
@@ -72,6 +74,7 @@ impl CodeCounters {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

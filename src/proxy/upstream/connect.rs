@@ -21,8 +21,8 @@ use super::limits::ConnectionPermit;
 use crate::config::Address;
 use crate::config::cluster::SourceAddresses;
 use crate::config::cluster::{Cluster, Http2Settings};
-use crate::proxy::transport::HandshakeStats;
 use crate::proxy::byte_count::ByteCounted;
+use crate::proxy::transport::HandshakeStats;
 use crate::telemetry::{ClusterStats, ConnectionLife};
 use crate::tls::{ClientAlpn, ClientTls, Refusal};
 
