@@ -156,7 +156,7 @@ pub async fn start_with(bootstrap: Bootstrap, concurrency: usize) -> Result<Runn
 /// [`start`] with every option.
 pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> Result<Running, AppError> {
     let StartOptions { concurrency, drain_time, logging, rng_seed } = options;
-    let stats = Arc::new(Stats::default());
+    let stats = Arc::new(stats_store(&bootstrap.stats));
     let server_stats = ServerStats::register(&stats);
     server_stats.concurrency.set(concurrency as i64);
     for ignored in &bootstrap.ignored {
@@ -203,6 +203,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         node_id: bootstrap.node.id.clone(),
         node_cluster: bootstrap.node.cluster.clone(),
     };
+    let health_check_failed = crate::core::health_check::HealthCheckFailed::default();
     let admin_state = AdminState {
         store: store.clone(),
         bootstrap: Arc::new(bootstrap.document.clone()),
@@ -215,6 +216,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         drain_inbound: Arc::new(inbound_drain),
         draining: draining.clone(),
         logging,
+        health_check_failed: health_check_failed.clone(),
     };
     tokio::spawn(admin::serve(admin_listener, admin_state, signal.clone()));
     tracing::info!(%admin_address, "admin server listening");
@@ -238,6 +240,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         tls: tls.clone(),
         rng_seed,
         supervisor: supervisor.clone(),
+        health_check_failed: health_check_failed.clone(),
     };
     let workers = crate::proxy::Workers::start(concurrency, store.clone(), balancers.clone(), worker_options)
         .map_err(AppError::Runtime)?;
@@ -263,6 +266,19 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         tracing,
         supervisor,
     })
+}
+
+/// The stats store, with the bootstrap's `stats_matcher` when it has one (no matcher
+/// keeps the check off every registration).
+fn stats_store(config: &crate::config::stats::StatsConfig) -> Stats {
+    use crate::config::stats::StatsMatcher;
+    match &config.matcher {
+        StatsMatcher::AcceptAll => Stats::default(),
+        matcher => {
+            let matcher = matcher.clone();
+            Stats::with_matcher(move |flat| matcher.rejects(flat))
+        }
+    }
 }
 
 /// The tracer the bootstrap's `tracing.http` names, else the one

@@ -66,6 +66,9 @@ pub struct Cluster {
     /// Istio binds inbound clusters to 127.0.0.6 (and ::6 on dual-stack pods) so that its
     /// iptables rules can tell the proxy's own traffic to the application apart.
     pub upstream_bind: Option<SourceAddresses>,
+    /// `track_cluster_stats.per_endpoint_stats`: export each endpoint's stats. Off by
+    /// default, as in Envoy: at mesh scale they would be most of the series.
+    pub per_endpoint_stats: bool,
 }
 
 /// `upstream_bind_config.source_address`, and the `extra_source_addresses` entry of the

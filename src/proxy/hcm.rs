@@ -172,7 +172,7 @@ async fn forward_request(
             response_hooks: &mut hooks,
             callouts: &callouts,
             stat_prefix: &manager.stat_prefix,
-            draining: context.draining.is_triggered(),
+            draining: context.draining.is_triggered() || context.health_check_failed.is_failed(),
             flags: &mut stream.flags,
             body: &mut body,
         };

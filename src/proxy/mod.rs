@@ -4,6 +4,7 @@
 
 mod accept_backoff;
 pub mod access_log;
+pub mod byte_count;
 pub mod completion;
 pub mod connection;
 pub mod connection_limit;

@@ -2,6 +2,8 @@
 //! ORIGINAL_DST cluster), connect (originating TLS when the endpoint's transport socket
 //! says so), copy bytes both ways.
 
+use crate::proxy::byte_count::ByteCounted;
+use crate::telemetry::ConnectionLife;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
@@ -77,9 +79,14 @@ where
                 continue;
             }
         };
-        stats.upstream_cx_total.inc();
-        let _active = stats.upstream_cx_active.track();
+        let _life = ConnectionLife::open(
+            &stats.upstream_cx_total,
+            &stats.upstream_cx_active,
+            &stats.upstream_cx_destroy,
+            &stats.upstream_cx_length_ms,
+        );
         let _ = upstream.set_nodelay(true);
+        let upstream = ByteCounted::new(upstream, &stats.upstream_cx_rx_bytes_total, &stats.upstream_cx_tx_bytes_total);
         let copied = match &tls {
             None => {
                 host.stats.record(Instant::now(), now.elapsed(), true);
@@ -93,17 +100,20 @@ where
                 match handshake.await {
                     Ok(Ok(upstream)) => {
                         context.tls.stats.upstream.handshake();
+                        stats.ssl.handshake(true);
                         host.stats.record(Instant::now(), now.elapsed(), true);
                         copy(&mut downstream, upstream).await
                     }
                     Ok(Err(refused)) => {
                         context.tls.stats.upstream.refused(refused.refusal);
+                        stats.ssl.refused(refused.refusal.stat_name());
                         tracing::info!(cluster = %cluster_name, %address, reason = %refused, "upstream TLS handshake refused");
                         host.stats.record(Instant::now(), now.elapsed(), false);
                         continue;
                     }
                     Err(_) => {
                         context.tls.stats.upstream.refused(Refusal::Timeout);
+                        stats.ssl.refused(Refusal::Timeout.stat_name());
                         host.stats.record(Instant::now(), now.elapsed(), false);
                         continue;
                     }

@@ -56,6 +56,8 @@ pub struct WorkerContext {
     pub filters: Arc<FilterChains>,
     /// Mirrored requests in flight (bounded per worker).
     pub shadows: ShadowSlots,
+    /// Set by `POST /healthcheck/fail`: health checks answer 503.
+    pub health_check_failed: crate::core::health_check::HealthCheckFailed,
 }
 
 /// How workers run and stop.
@@ -77,6 +79,8 @@ pub struct WorkerOptions {
     pub rng_seed: Option<u64>,
     /// Told when a worker's main loop panics.
     pub supervisor: Supervisor,
+    /// Set by `POST /healthcheck/fail`: health checks answer 503.
+    pub health_check_failed: crate::core::health_check::HealthCheckFailed,
 }
 
 /// The running workers.
@@ -172,6 +176,7 @@ async fn run(
         connection_limits: WorkerLimits::new(shared.limits),
         filters: shared.filters,
         shadows: ShadowSlots::default(),
+        health_check_failed: options.health_check_failed.clone(),
     });
     let mut listeners = ListenerManager::default();
     let mut changes = store.subscribe();
