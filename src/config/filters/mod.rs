@@ -13,8 +13,10 @@ pub mod fault;
 pub mod fractional_percent;
 pub mod grpc_service;
 pub mod health_check;
+pub mod istio_stats;
 pub mod jwt_authn;
 pub mod local_ratelimit;
+pub mod peer_metadata;
 pub mod ratelimit;
 pub mod rbac;
 
@@ -53,6 +55,10 @@ pub enum HttpFilterConfig {
     ExtAuthz(Arc<ext_authz::ExtAuthz>),
     /// `envoy.filters.http.ratelimit`.
     RateLimit(Arc<ratelimit::RateLimit>),
+    /// Istio's `istio.metadata_exchange` (`io.istio.http.peer_metadata.Config`).
+    PeerMetadata(Arc<peer_metadata::PeerMetadata>),
+    /// Istio's `istio.stats` (`stats.PluginConfig`).
+    IstioStats(Arc<istio_stats::IstioStats>),
 }
 
 /// One network filter of a filter chain, before its terminal filter.

@@ -54,7 +54,7 @@ pub async fn serve<S>(
     let stats = context.telemetry.http(&manager.stat_prefix);
     let access_logs = context.telemetry.access_logs(&manager.access_log, &context);
     // Built once per connection manager and shared; found once per connection.
-    let filters = context.filters.http(&manager);
+    let filters = context.filters.http_of(&manager, info.inbound);
     stats.downstream_cx_total.inc();
     let _active = stats.downstream_cx_active.track();
     // An inbound-only drain closes inbound connections; a full drain closes them all.

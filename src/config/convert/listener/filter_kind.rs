@@ -42,10 +42,10 @@ pub fn config_type(any: &Any) -> String {
 /// config type, or by filter name when the type says nothing (Wasm, a dropped or missing
 /// config). `docs/istio.md` lists them.
 const OBSERVE_ONLY: &[&str] = &[
-    // Istio telemetry and peer metadata.
+    // Istio telemetry and peer metadata. (`stats.PluginConfig` and `istio.stats` as HTTP
+    // filters run; these entries cover their network-filter and Wasm forms.)
     "stats.PluginConfig",
     "envoy.tcp.metadataexchange.config.MetadataExchange",
-    "io.istio.http.peer_metadata.Config",
     "io.istio.network.authn.Config",
     "istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig",
     "io.istio.http.connect_baggage.Config",
