@@ -6,7 +6,7 @@
 //! keeps it; its Prometheus family is `istio_requests_total` with the labels.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 
 use crate::config::filters::istio_stats::{IstioMetric, IstioStats, STANDARD_TAGS, TagOverride};
@@ -58,9 +58,7 @@ impl SeriesCache {
     pub fn get(&self, labels: &[(String, String)], grpc: bool) -> Arc<Series> {
         let mut key = key(labels);
         key.push(if grpc { 'g' } else { 'h' });
-        let mut hasher = self.hasher.build_hasher();
-        key.hash(&mut hasher);
-        let shard = &self.shards[(hasher.finish() as usize) % SHARDS];
+        let shard = &self.shards[(self.hasher.hash_one(&key) as usize) % SHARDS];
         if let Some(series) = lock(shard).get(&key) {
             return series.clone();
         }

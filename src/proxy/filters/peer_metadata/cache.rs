@@ -4,7 +4,7 @@
 //! the old one). Sharded so that workers seldom meet on a lock, and bounded.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 
 use super::wire;
@@ -14,18 +14,19 @@ const SHARDS: usize = 8;
 /// Entries per shard; a full shard is emptied (peers are few, so this is rare).
 const SHARD_CAPACITY: usize = 128;
 
+/// Decoded peers by header value.
+type Shard = Mutex<HashMap<Box<[u8]>, Arc<WorkloadMetadata>>>;
+
 #[derive(Default)]
 pub struct PeerCache {
     hasher: std::collections::hash_map::RandomState,
-    shards: [Mutex<HashMap<Box<[u8]>, Arc<WorkloadMetadata>>>; SHARDS],
+    shards: [Shard; SHARDS],
 }
 
 impl PeerCache {
     /// The peer a header value names; `None` when it does not decode.
     pub fn decode(&self, value: &[u8]) -> Option<Arc<WorkloadMetadata>> {
-        let mut hasher = self.hasher.build_hasher();
-        value.hash(&mut hasher);
-        let shard = &self.shards[(hasher.finish() as usize) % SHARDS];
+        let shard = &self.shards[(self.hasher.hash_one(value) as usize) % SHARDS];
         if let Some(peer) = lock(shard).get(value) {
             return Some(peer.clone());
         }
