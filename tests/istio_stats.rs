@@ -392,3 +392,160 @@ async fn two_sidecars_report_istios_standard_metrics_naming_each_other() {
     client.outrider.stop();
     server.outrider.stop();
 }
+
+/// A TCP backend that echoes what it reads until the client closes.
+async fn tcp_echo() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else { return };
+            tokio::spawn(async move {
+                let (mut read, mut write) = stream.split();
+                let _ = tokio::io::copy(&mut read, &mut write).await;
+            });
+        }
+    });
+    port
+}
+
+fn typed_struct(type_url: &str, value: Value) -> Value {
+    json!({ "@type": "type.googleapis.com/udpa.type.v1.TypedStruct", "type_url": type_url, "value": value })
+}
+
+const MX_TYPE: &str = "type.googleapis.com/envoy.tcp.metadataexchange.config.MetadataExchange";
+
+/// Istio's TCP filters: (inbound) the metadata exchange, then the stats, then the proxy.
+fn tcp_filters(inbound: bool, cluster: &str) -> Value {
+    let mut filters = Vec::new();
+    if inbound {
+        filters.push(json!({ "name": "istio.metadata_exchange", "typed_config":
+            typed_struct(MX_TYPE, json!({ "protocol": "istio-peer-exchange", "enable_discovery": true })) }));
+    }
+    filters.push(json!({ "name": "istio.stats", "typed_config": typed_struct("type.googleapis.com/stats.PluginConfig", json!({})) }));
+    filters.extend(yaml::tcp_proxy(cluster).as_array().unwrap().iter().cloned());
+    Value::Array(filters)
+}
+
+/// Waits (a bounded number of scrapes) until `done` holds for the sidecar's page: the
+/// close is reported when the proxy's copy ends, just after the client saw its end.
+async fn scrape_until(sidecar: &Sidecar, done: impl Fn(&prometheus_parse::Scrape) -> bool) -> prometheus_parse::Scrape {
+    for _ in 0..500 {
+        let scrape = sidecar.prometheus().await;
+        if done(&scrape) {
+            return scrape;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("the sidecar never reported the connection's close");
+}
+
+#[tokio::test]
+async fn tcp_metrics_carry_the_peer_from_the_in_band_exchange() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let ca = Ca::new("cluster.local root");
+    let backend = tcp_echo().await;
+    let (client_port, server_port) = (free_port(), free_port());
+    let client_sa = pki::spiffe("productpage");
+    let server_sa = pki::spiffe("reviews");
+    let alpn = ["istio-peer-exchange", "istio"];
+
+    let tls = yaml::common_tls(&alpn, json!({ "exact": client_sa }));
+    let chain = yaml::chain(
+        "mtls",
+        json!({ "transport_protocol": "tls" }),
+        yaml::downstream_tls(tls, true),
+        tcp_filters(true, "inbound|9000||"),
+    );
+    let inbound =
+        yaml::listener("virtualInbound", server_port, true, vec![chain], json!({ "traffic_direction": "INBOUND" }));
+    let server_clusters = [yaml::cluster("inbound|9000||", backend, Http::Http1, Value::Null, Value::Null)];
+    let server_secrets = [yaml::certificate_secret(&ca.leaf(&server_sa)), yaml::roots_secret(&ca)];
+    let server = Sidecar::start(
+        "sidecar~10.0.0.2~reviews-v1-5d8c7f9b6-x2k4q.bookinfo~bookinfo.svc.cluster.local",
+        node_metadata("reviews-v1", "reviews", "bookinfo"),
+        [
+            (&server_secrets, ResourceType::Secret),
+            (&server_clusters, ResourceType::Cluster),
+            (&[inbound], ResourceType::Listener),
+        ],
+    )
+    .await;
+
+    let cluster = "outbound|9000||tcp-echo.bookinfo.svc.cluster.local";
+    let tls = yaml::common_tls(&alpn, json!({ "exact": server_sa }));
+    let transport = yaml::upstream_tls(tls, "outbound_.9000_._.tcp-echo.bookinfo.svc.cluster.local");
+    let mx = json!({ "filters": [{ "name": "istio.metadata_exchange", "typed_config":
+        typed_struct(MX_TYPE, json!({ "protocol": "istio-peer-exchange", "enable_discovery": true })) }] });
+    let client_clusters = [yaml::cluster(cluster, server_port, Http::Http1, transport, mx)];
+    let chain = yaml::chain("tcp", json!({}), Value::Null, tcp_filters(false, cluster));
+    let outbound =
+        yaml::listener("0.0.0.0_9000", client_port, false, vec![chain], json!({ "traffic_direction": "OUTBOUND" }));
+    let client_secrets = [yaml::certificate_secret(&ca.leaf(&client_sa)), yaml::roots_secret(&ca)];
+    let client = Sidecar::start(
+        "sidecar~10.0.0.1~productpage-v1-6b746f74dc-9stvs.default~default.svc.cluster.local",
+        node_metadata("productpage-v1", "productpage", "default"),
+        [
+            (&client_secrets, ResourceType::Secret),
+            (&client_clusters, ResourceType::Cluster),
+            (&[outbound], ResourceType::Listener),
+        ],
+    )
+    .await;
+
+    // The application's bytes come back as they were: the frames never reach either app.
+    let mut stream = tokio::net::TcpStream::connect(addr(client_port)).await.unwrap();
+    let exchange = async {
+        stream.write_all(b"hello istio").await.unwrap();
+        let mut echoed = [0u8; 11];
+        stream.read_exact(&mut echoed).await.unwrap();
+        assert_eq!(&echoed, b"hello istio");
+        // Both peers are known before the first byte passes: the connection is open on both.
+        let opened_client = client.prometheus().await;
+        let opened_server = server.prometheus().await;
+        stream.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        stream.read_to_end(&mut rest).await.unwrap();
+        assert!(rest.is_empty());
+        (opened_client, opened_server)
+    };
+    let (opened_client, opened_server) = tokio::time::timeout(WAIT, exchange).await.unwrap();
+
+    let source = [
+        ("reporter", "source"),
+        ("source_workload", "productpage-v1"),
+        ("destination_workload", "reviews-v1"),
+        ("destination_workload_namespace", "bookinfo"),
+        ("destination_service", "tcp-echo.bookinfo.svc.cluster.local"),
+        ("request_protocol", "tcp"),
+        ("connection_security_policy", "unknown"),
+    ];
+    let destination = [
+        ("reporter", "destination"),
+        ("source_workload", "productpage-v1"),
+        ("source_workload_namespace", "default"),
+        ("source_principal", client_sa.as_str()),
+        ("destination_workload", "reviews-v1"),
+        ("request_protocol", "tcp"),
+        ("connection_security_policy", "mutual_tls"),
+    ];
+    assert_eq!(total(&opened_client, "istio_tcp_connections_opened_total", &source), 1.0, "{opened_client:#?}");
+    assert_eq!(total(&opened_server, "istio_tcp_connections_opened_total", &destination), 1.0, "{opened_server:#?}");
+
+    let closed = |labels: &'static [(&'static str, &'static str)]| {
+        move |s: &prometheus_parse::Scrape| total(s, "istio_tcp_connections_closed_total", labels) == 1.0
+    };
+    let client_closed = scrape_until(&client, closed(&[("reporter", "source")])).await;
+    let server_closed = scrape_until(&server, closed(&[("reporter", "destination")])).await;
+    // The client's app sent and got 11 bytes; the server's side of its downstream also
+    // carries the two exchange frames, so it counts more.
+    assert_eq!(total(&client_closed, "istio_tcp_received_bytes_total", &source), 11.0);
+    assert_eq!(total(&client_closed, "istio_tcp_sent_bytes_total", &source), 11.0);
+    assert!(total(&server_closed, "istio_tcp_received_bytes_total", &destination) > 11.0);
+    assert!(total(&server_closed, "istio_tcp_sent_bytes_total", &destination) > 11.0);
+    let labels = samples(&server_closed, "istio_tcp_connections_closed_total", &destination)[0].labels.iter().count();
+    assert_eq!(labels, 23, "Istio's TCP labels: no response code or gRPC status");
+
+    client.outrider.stop();
+    server.outrider.stop();
+}

@@ -1,13 +1,15 @@
 //! The TCP proxy filter: pick a host of the cluster (the original destination for an
 //! ORIGINAL_DST cluster), connect (originating TLS when the endpoint's transport socket
-//! says so), copy bytes both ways.
+//! says so), copy bytes both ways. Istio's TCP telemetry rides on the bytes: the metadata
+//! exchange frames at the front of each direction, and the connection's metrics
+//! ([`crate::proxy::filters::istio_tcp`]).
 
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
 
 use rand::Rng;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
 use super::filter_chain::ConnectionInfo;
@@ -17,12 +19,36 @@ use crate::config::Address;
 use crate::config::listener::TcpProxy;
 use crate::config::listener::tcp_proxy::TcpCluster;
 use crate::lb::PickContext;
+use crate::proxy::filters::istio_tcp::stream::{Counted, OnPeer, PeerReader};
+use crate::proxy::filters::istio_tcp::{self, TcpSession};
 use crate::tls::{ClientAlpn, Refusal};
 
-pub async fn serve<S>(mut downstream: S, info: ConnectionInfo, proxy: &TcpProxy, context: &Rc<WorkerContext>)
-where
+/// Reports the connection's Istio TCP metrics however `serve` ends.
+struct ReportOnClose(Rc<TcpSession>);
+
+impl Drop for ReportOnClose {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+pub async fn serve<S>(
+    downstream: S,
+    info: ConnectionInfo,
+    proxy: &TcpProxy,
+    context: &Rc<WorkerContext>,
+    session: Option<Rc<TcpSession>>,
+) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    let _report = session.clone().map(ReportOnClose);
+    let meter = session.as_ref().map(|s| s.meter.clone()).unwrap_or_default();
+    let on_peer = session.as_ref().and_then(TcpSession::downstream_reader);
+    let mut downstream = PeerReader::new(Counted::new(downstream, meter), on_peer);
+    let frame = istio_tcp::own_frame(context.filters.node());
+    if session.as_ref().is_some_and(|s| s.exchanges_downstream()) && downstream.write_all(&frame).await.is_err() {
+        return;
+    }
     let cluster_name = match &proxy.cluster {
         TcpCluster::Cluster(name) => name.clone(),
         TcpCluster::Weighted(clusters) => {
@@ -83,6 +109,9 @@ where
         let copied = match &tls {
             None => {
                 host.stats.record(Instant::now(), now.elapsed(), true);
+                if let Some(session) = &session {
+                    session.upstream_connected(&cluster_name, false);
+                }
                 copy(&mut downstream, upstream).await
             }
             Some(tls) => {
@@ -91,10 +120,21 @@ where
                     crate::tls::connect(upstream, tls, ClientAlpn::Tcp),
                 );
                 match handshake.await {
-                    Ok(Ok(upstream)) => {
+                    Ok(Ok(mut upstream)) => {
                         context.tls.stats.upstream.handshake();
                         host.stats.record(Instant::now(), now.elapsed(), true);
-                        copy(&mut downstream, upstream).await
+                        // Istio's upstream metadata exchange, when the ALPN says the peer speaks it.
+                        let alpn = upstream.get_ref().1.alpn_protocol();
+                        let exchange = cluster.resource.metadata_exchange.as_ref();
+                        let exchange = exchange.is_some_and(|e| alpn == Some(e.protocol.as_bytes()));
+                        if exchange && upstream.write_all(&frame).await.is_err() {
+                            return;
+                        }
+                        let on_peer = match &session {
+                            Some(session) => session.upstream_connected(&cluster_name, exchange),
+                            None => exchange.then(|| Rc::new(istio_tcp::IgnorePeer) as Rc<dyn OnPeer>),
+                        };
+                        copy(&mut downstream, PeerReader::new(upstream, on_peer)).await
                     }
                     Ok(Err(refused)) => {
                         context.tls.stats.upstream.refused(refused.refusal);

@@ -16,6 +16,7 @@ pub mod health_check;
 pub mod istio_stats;
 pub mod jwt_authn;
 pub mod local_ratelimit;
+pub mod metadata_exchange;
 pub mod peer_metadata;
 pub mod ratelimit;
 pub mod rbac;
@@ -77,6 +78,18 @@ pub enum NetworkFilterConfig {
     Rbac(Arc<rbac::NetworkRbac>),
     /// `envoy.filters.network.ext_authz`.
     ExtAuthz(Arc<ext_authz::NetworkExtAuthz>),
+    /// Istio's `istio.metadata_exchange` (TCP): run by the TCP proxy on the connection's
+    /// bytes.
+    MetadataExchange(Arc<metadata_exchange::TcpMetadataExchange>),
+    /// Istio's `istio.stats` (TCP metrics): reported by the TCP proxy.
+    IstioStats(Arc<istio_stats::IstioStats>),
+}
+
+impl NetworkFilterConfig {
+    /// Whether the filter acts in the TCP proxy rather than when the connection arrives.
+    pub fn is_tcp_telemetry(&self) -> bool {
+        matches!(self, Self::MetadataExchange(_) | Self::IstioStats(_))
+    }
 }
 
 /// A filter's settings for one virtual host, route or weighted cluster

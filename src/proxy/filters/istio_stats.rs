@@ -10,8 +10,8 @@
 //! created once ([`series`]).
 
 mod body;
-mod labels;
-mod series;
+pub(crate) mod labels;
+pub(crate) mod series;
 
 use std::cell::Cell;
 use std::sync::Arc;

@@ -31,6 +31,7 @@ mod header_options;
 pub mod health_check;
 pub mod http;
 pub mod istio_stats;
+pub mod istio_tcp;
 pub mod jwt_authn;
 pub mod local_ratelimit;
 pub mod network;

@@ -7,6 +7,7 @@
 //! when the response ends, whichever order the two filters run in.
 
 mod cache;
+pub mod tcp_frame;
 pub mod wire;
 
 use std::sync::{Arc, OnceLock};

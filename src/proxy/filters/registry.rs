@@ -37,6 +37,10 @@ impl FilterChains {
         Self { node, ..self }
     }
 
+    pub fn node(&self) -> &LocalNode {
+        &self.node
+    }
+
     /// The HTTP filters of `manager` of an outbound (or undirected) listener, built on
     /// first use.
     pub fn http(&self, manager: &Arc<HttpConnectionManager>) -> Arc<HttpFilterChain> {
@@ -59,8 +63,13 @@ impl FilterChains {
     /// The network filters of a filter chain, built on first use. `stat_prefix` is unused
     /// by the chain itself; each filter has its own.
     pub fn network(&self, filters: &Arc<[NetworkFilter]>) -> Arc<NetworkFilterChain> {
+        self.network_of(filters, false)
+    }
+
+    /// [`network`](Self::network) of a listener that is `inbound` or not.
+    pub fn network_of(&self, filters: &Arc<[NetworkFilter]>, inbound: bool) -> Arc<NetworkFilterChain> {
         let factory =
-            FactoryContext { stats: &self.stats, stat_prefix: "", filter_name: "", node: &self.node, inbound: false };
+            FactoryContext { stats: &self.stats, stat_prefix: "", filter_name: "", node: &self.node, inbound };
         lock(&self.network).get_or_build(filters, || NetworkFilterChain::build(filters, factory))
     }
 }

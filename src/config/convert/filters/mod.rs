@@ -19,6 +19,7 @@ mod istio_tests;
 mod istio_wasm;
 mod jwt_authn;
 mod local_ratelimit;
+pub(crate) mod metadata_exchange;
 mod peer_metadata;
 mod ratelimit;
 pub(crate) mod rbac;
@@ -65,6 +66,10 @@ pub fn network_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<Netwo
         }
         rbac::NETWORK_TYPE => NetworkFilterConfig::Rbac(Arc::new(rbac::network_rbac(any, warnings)?)),
         ext_authz::NETWORK_TYPE => NetworkFilterConfig::ExtAuthz(Arc::new(ext_authz::network(any, warnings)?)),
+        metadata_exchange::TYPE => {
+            NetworkFilterConfig::MetadataExchange(Arc::new(metadata_exchange::metadata_exchange(any, warnings)?))
+        }
+        istio_stats::TYPE => NetworkFilterConfig::IstioStats(Arc::new(istio_stats::istio_stats(any, warnings)?)),
         _ => return Ok(None),
     }))
 }

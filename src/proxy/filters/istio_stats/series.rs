@@ -28,12 +28,25 @@ pub struct Series {
     pub response_messages_total: Option<Counter>,
 }
 
+/// The cells of one TCP label set; `None` for a dropped metric.
+#[derive(Debug, Default)]
+pub struct TcpSeries {
+    pub connections_opened_total: Option<Counter>,
+    pub connections_closed_total: Option<Counter>,
+    pub sent_bytes_total: Option<Counter>,
+    pub received_bytes_total: Option<Counter>,
+}
+
+/// Series by label values.
+type Shard<T> = Mutex<HashMap<String, Arc<T>>>;
+
 /// Every series one filter has reported into.
 pub struct SeriesCache {
     stats: Arc<Stats>,
     config: Arc<IstioStats>,
     hasher: std::collections::hash_map::RandomState,
-    shards: [Mutex<HashMap<String, Arc<Series>>>; SHARDS],
+    shards: [Shard<Series>; SHARDS],
+    tcp: [Shard<TcpSeries>; SHARDS],
 }
 
 /// A label set as a string key: the values, each followed by a separator no label value
@@ -49,7 +62,27 @@ fn key(labels: &[(String, String)]) -> String {
 
 impl SeriesCache {
     pub fn new(stats: Arc<Stats>, config: Arc<IstioStats>) -> Self {
-        Self { stats, config, hasher: Default::default(), shards: Default::default() }
+        Self { stats, config, hasher: Default::default(), shards: Default::default(), tcp: Default::default() }
+    }
+
+    /// The TCP cells for `labels`, registered on first use.
+    pub fn tcp(&self, labels: &[(String, String)]) -> Arc<TcpSeries> {
+        let key = key(labels);
+        let shard = &self.tcp[(self.hasher.hash_one(&key) as usize) % SHARDS];
+        if let Some(series) = lock(shard).get(&key) {
+            return series.clone();
+        }
+        let counter = |metric: IstioMetric| {
+            (!self.config.dropped.contains(&metric))
+                .then(|| self.stats.counter(stat_name(metric, &self.labels_of(metric, labels))))
+        };
+        let series = Arc::new(TcpSeries {
+            connections_opened_total: counter(IstioMetric::TcpConnectionsOpenedTotal),
+            connections_closed_total: counter(IstioMetric::TcpConnectionsClosedTotal),
+            sent_bytes_total: counter(IstioMetric::TcpSentBytesTotal),
+            received_bytes_total: counter(IstioMetric::TcpReceivedBytesTotal),
+        });
+        lock(shard).entry(key).or_insert(series).clone()
     }
 
     /// The cells for `labels` (the standard labels, then the configuration's added ones),
@@ -87,7 +120,9 @@ impl SeriesCache {
     /// `labels` as `metric` reports them: standard labels removed or given another value,
     /// added ones appended (Istio's `overrideTags`).
     fn labels_of(&self, metric: IstioMetric, labels: &[(String, String)]) -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = labels.iter().take(STANDARD_TAGS.len()).cloned().collect();
+        // The request's own labels come first, then one value per override.
+        let base = labels.len().saturating_sub(self.config.overrides.len());
+        let mut out: Vec<(String, String)> = labels.iter().take(base).cloned().collect();
         for (i, (m, change)) in self.config.overrides.iter().enumerate() {
             if *m != metric {
                 continue;
@@ -96,7 +131,7 @@ impl SeriesCache {
                 TagOverride::Remove(tag) => out.retain(|(k, _)| k != tag),
                 TagOverride::Set(tag, _) => {
                     // The override's value was computed into the label list's tail.
-                    let value = labels.get(STANDARD_TAGS.len() + i).map(|(_, v)| v.clone()).unwrap_or_default();
+                    let value = labels.get(base + i).map(|(_, v)| v.clone()).unwrap_or_default();
                     match out.iter_mut().find(|(k, _)| k == tag) {
                         Some(slot) => slot.1 = value,
                         None if STANDARD_TAGS.contains(&tag.as_str()) => {}

@@ -25,27 +25,27 @@ const BASE64: GeneralPurpose = GeneralPurpose::new(
 
 /// `google.protobuf.Struct`, with its map ordered.
 #[derive(Clone, PartialEq, prost::Message)]
-struct Struct {
+pub(super) struct Struct {
     #[prost(btree_map = "string, message", tag = "1")]
-    fields: BTreeMap<String, Value>,
+    pub(super) fields: BTreeMap<String, Value>,
 }
 
 /// `google.protobuf.Value`: the two kinds the exchange uses.
 #[derive(Clone, PartialEq, prost::Message)]
-struct Value {
+pub(super) struct Value {
     #[prost(oneof = "Kind", tags = "3, 5")]
-    kind: Option<Kind>,
+    pub(super) kind: Option<Kind>,
 }
 
 #[derive(Clone, PartialEq, prost::Oneof)]
-enum Kind {
+pub(super) enum Kind {
     #[prost(string, tag = "3")]
     StringValue(String),
     #[prost(message, tag = "5")]
     StructValue(Struct),
 }
 
-fn text(value: &str) -> Value {
+pub(super) fn text(value: &str) -> Value {
     Value { kind: Some(Kind::StringValue(value.to_owned())) }
 }
 
@@ -58,6 +58,11 @@ fn map(entries: &BTreeMap<String, String>) -> Value {
 /// The serialized Struct of `workload` (before base64). Empty facts are left out, as
 /// Istio leaves out the keys a node's metadata does not have.
 pub fn to_bytes(workload: &WorkloadMetadata) -> Vec<u8> {
+    prost::Message::encode_to_vec(&to_struct(workload))
+}
+
+/// `workload` as the Struct Istio exchanges.
+pub(super) fn to_struct(workload: &WorkloadMetadata) -> Struct {
     let mut fields = BTreeMap::new();
     let strings = [
         ("NAME", &workload.name),
@@ -82,7 +87,7 @@ pub fn to_bytes(workload: &WorkloadMetadata) -> Vec<u8> {
     if !workload.app_containers.is_empty() {
         fields.insert("APP_CONTAINERS".to_owned(), text(&workload.app_containers.join(",")));
     }
-    prost::Message::encode_to_vec(&Struct { fields })
+    Struct { fields }
 }
 
 /// The header value for `workload`.
@@ -94,7 +99,12 @@ pub fn encode(workload: &WorkloadMetadata) -> String {
 /// does not exchange are ignored, as are values of other kinds.
 pub fn decode(value: &[u8]) -> Option<WorkloadMetadata> {
     let bytes = BASE64.decode(value).ok()?;
-    let fields = <Struct as prost::Message>::decode(bytes.as_slice()).ok()?.fields;
+    Some(from_struct(<Struct as prost::Message>::decode(bytes.as_slice()).ok()?))
+}
+
+/// The workload a Struct describes (keys Istio does not exchange ignored).
+pub(super) fn from_struct(metadata: Struct) -> WorkloadMetadata {
+    let fields = metadata.fields;
     let string = |key: &str| match fields.get(key).and_then(|v| v.kind.as_ref()) {
         Some(Kind::StringValue(s)) => s.clone(),
         _ => String::new(),
@@ -111,7 +121,7 @@ pub fn decode(value: &[u8]) -> Option<WorkloadMetadata> {
         _ => BTreeMap::new(),
     };
     let containers = string("APP_CONTAINERS");
-    Some(WorkloadMetadata {
+    WorkloadMetadata {
         name: string("NAME"),
         namespace: string("NAMESPACE"),
         owner: string("OWNER"),
@@ -126,7 +136,7 @@ pub fn decode(value: &[u8]) -> Option<WorkloadMetadata> {
         } else {
             containers.split(',').map(str::to_owned).collect()
         },
-    })
+    }
 }
 
 #[cfg(test)]
