@@ -112,7 +112,7 @@ pub async fn serve<S>(
                 if let Some(session) = &session {
                     session.upstream_connected(&cluster_name, false);
                 }
-                copy(&mut downstream, upstream).await
+                copy(&mut downstream, upstream, session.as_deref()).await
             }
             Some(tls) => {
                 let handshake = tokio::time::timeout(
@@ -134,7 +134,7 @@ pub async fn serve<S>(
                             Some(session) => session.upstream_connected(&cluster_name, exchange),
                             None => exchange.then(|| Rc::new(istio_tcp::IgnorePeer) as Rc<dyn OnPeer>),
                         };
-                        copy(&mut downstream, PeerReader::new(upstream, on_peer)).await
+                        copy(&mut downstream, PeerReader::new(upstream, on_peer), session.as_deref()).await
                     }
                     Ok(Err(refused)) => {
                         context.tls.stats.upstream.refused(refused.refusal);
@@ -168,12 +168,25 @@ async fn connect(address: SocketAddr, bind: Option<SocketAddr>) -> std::io::Resu
     socket.connect(address).await
 }
 
-async fn copy<D, U>(downstream: &mut D, mut upstream: U) -> std::io::Result<(u64, u64)>
+/// Copies both ways until both ends close; meanwhile a connection with Istio's TCP
+/// metrics reports its bytes every `tcp_reporting_duration`, as Istio does.
+async fn copy<D, U>(downstream: &mut D, mut upstream: U, session: Option<&TcpSession>) -> std::io::Result<(u64, u64)>
 where
     D: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
 {
-    tokio::io::copy_bidirectional(downstream, &mut upstream).await
+    let copy = tokio::io::copy_bidirectional(downstream, &mut upstream);
+    let Some((session, period)) = session.and_then(|s| Some((s, s.reporting_period()?))) else {
+        return copy.await;
+    };
+    tokio::pin!(copy);
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    loop {
+        tokio::select! {
+            copied = &mut copy => return copied,
+            _ = ticks.tick() => session.report_progress(),
+        }
+    }
 }
 
 /// Envoy hashes the source IP as a string with xxHash64 (seed 0).

@@ -81,6 +81,7 @@ impl TcpTelemetry {
             cluster: RefCell::new(None),
             opened: Cell::new(false),
             meter: Rc::new(Meter::default()),
+            reported: Cell::new((0, 0)),
         })
     }
 }
@@ -104,6 +105,8 @@ pub struct TcpSession {
     opened: Cell<bool>,
     /// The downstream connection's bytes.
     pub meter: Rc<Meter>,
+    /// The bytes (sent, received) already reported.
+    reported: Cell<(u64, u64)>,
 }
 
 /// The end a frame came from.
@@ -180,19 +183,40 @@ impl TcpSession {
         }
     }
 
-    /// The connection ended: its bytes and its close.
+    /// `tcp_reporting_duration`, when this connection reports metrics (zero: only at close).
+    pub fn reporting_period(&self) -> Option<std::time::Duration> {
+        self.stats.as_ref().map(|s| s.config.tcp_reporting_duration).filter(|d| !d.is_zero())
+    }
+
+    /// A long connection's bytes so far, once it is reported open (Istio's report timer).
+    pub fn report_progress(&self) {
+        if let Some(stats) = &self.stats
+            && self.opened.get()
+        {
+            self.report_bytes(&stats.series.tcp(&self.labels(stats)));
+        }
+    }
+
+    fn report_bytes(&self, series: &super::istio_stats::series::TcpSeries) {
+        let (sent, received) = (self.meter.sent.get(), self.meter.received.get());
+        let (reported_sent, reported_received) = self.reported.get();
+        if let Some(counter) = &series.sent_bytes_total {
+            counter.add(sent.saturating_sub(reported_sent));
+        }
+        if let Some(counter) = &series.received_bytes_total {
+            counter.add(received.saturating_sub(reported_received));
+        }
+        self.reported.set((sent, received));
+    }
+
+    /// The connection ended: its remaining bytes and its close.
     pub fn close(&self) {
         let Some(stats) = &self.stats else { return };
         if !self.opened.get() {
             self.open(stats);
         }
         let series = stats.series.tcp(&self.labels(stats));
-        if let Some(counter) = &series.sent_bytes_total {
-            counter.add(self.meter.sent.get());
-        }
-        if let Some(counter) = &series.received_bytes_total {
-            counter.add(self.meter.received.get());
-        }
+        self.report_bytes(&series);
         if let Some(counter) = &series.connections_closed_total {
             counter.inc();
         }
@@ -255,4 +279,56 @@ impl OnPeer for IgnorePeer {
 /// This node's exchange frame.
 pub fn own_frame(node: &crate::config::filters::peer_metadata::LocalNode) -> Vec<u8> {
     tcp_frame::encode(node)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::config::filters::peer_metadata::LocalNode;
+    use crate::telemetry::{Stats, Value};
+
+    fn counter(stats: &Stats, family: &str) -> u64 {
+        stats
+            .samples()
+            .iter()
+            .filter(|(name, _)| name.family == family)
+            .map(|(_, value)| match value {
+                Value::Counter(n) => *n,
+                _ => 0,
+            })
+            .sum()
+    }
+
+    #[test]
+    fn a_long_connection_reports_its_bytes_as_they_pass_and_the_rest_at_close() {
+        let stats = Arc::new(Stats::default());
+        let node = LocalNode::default();
+        let factory = FactoryContext { stats: &stats, stat_prefix: "", filter_name: "", node: &node, inbound: true };
+        let config = Arc::new(IstioStats::default());
+        let filters = [NetworkFilter { name: "istio.stats".into(), config: NetworkFilterConfig::IstioStats(config) }];
+        let telemetry = TcpTelemetry::build(&filters, factory).unwrap();
+        let connection = DownstreamConnection {
+            peer: "127.0.0.1:1".parse().unwrap(),
+            local: "127.0.0.1:2".parse().unwrap(),
+            server_name: None,
+            tls: false,
+            peer_identity: None,
+        };
+        let session = telemetry.session(&connection, None);
+        session.report_progress();
+        assert_eq!(counter(&stats, "istio_tcp_connections_opened_total"), 0, "not open before its upstream");
+        assert!(session.upstream_connected("inbound|9000||", false).is_none());
+        assert_eq!(counter(&stats, "istio_tcp_connections_opened_total"), 1);
+        session.meter.received.set(100);
+        session.meter.sent.set(40);
+        session.report_progress();
+        assert_eq!(counter(&stats, "istio_tcp_received_bytes_total"), 100);
+        session.meter.received.set(150);
+        session.close();
+        assert_eq!(counter(&stats, "istio_tcp_received_bytes_total"), 150);
+        assert_eq!(counter(&stats, "istio_tcp_sent_bytes_total"), 40);
+        assert_eq!(counter(&stats, "istio_tcp_connections_closed_total"), 1);
+        assert_eq!(counter(&stats, "istio_tcp_connections_opened_total"), 1);
+    }
 }

@@ -182,3 +182,35 @@ fn the_older_wasm_forms_on_the_null_vm_convert() {
     let other = wasm("acme.filter", serde_json::Value::Null);
     assert!(convert(&other).0.unwrap().is_none(), "not Istio's: left to the caller");
 }
+
+#[test]
+fn tcp_metadata_exchange_and_stats_convert_as_network_filters() {
+    use crate::config::filters::NetworkFilterConfig;
+    const MX: &str = "type.googleapis.com/envoy.tcp.metadataexchange.config.MetadataExchange";
+    let any = typed_struct(MX, serde_json::json!({"protocol": "istio-peer-exchange", "enable_discovery": true}));
+    let mut warnings = Warnings::new();
+    let Some(NetworkFilterConfig::MetadataExchange(mx)) = super::network_filter(&any, &mut warnings).unwrap() else {
+        panic!()
+    };
+    assert_eq!(mx.protocol, "istio-peer-exchange");
+    assert_eq!(warnings.items()[0].path, "enable_discovery");
+    let typed = Any {
+        type_url: MX.into(),
+        value: prost::Message::encode_to_vec(&crate::pb::istio_tcp_metadata_exchange::MetadataExchange {
+            protocol: "istio-peer-exchange".into(),
+            ..Default::default()
+        }),
+    };
+    let Some(NetworkFilterConfig::MetadataExchange(typed)) = super::network_filter(&typed, &mut warnings).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(typed, mx);
+    let unknown = typed_struct(MX, serde_json::json!({"protocol": "x", "mode": "strict"}));
+    assert_eq!(super::network_filter(&unknown, &mut warnings).unwrap_err().path(), "mode");
+    let stats = typed_struct(STATS, serde_json::json!({"tcp_reporting_duration": "10s"}));
+    let Some(NetworkFilterConfig::IstioStats(stats)) = super::network_filter(&stats, &mut warnings).unwrap() else {
+        panic!()
+    };
+    assert_eq!(stats.tcp_reporting_duration, std::time::Duration::from_secs(10));
+}
