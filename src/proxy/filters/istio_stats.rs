@@ -13,6 +13,7 @@ mod body;
 pub(crate) mod labels;
 pub(crate) mod series;
 
+use std::borrow::Cow;
 use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Instant;
@@ -240,14 +241,13 @@ impl Pending {
             grpc_status: self.grpc_status,
             flags,
         };
-        let mut labels: Vec<(String, String)> =
-            labels::standard(&facts).into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        let mut labels: Vec<(&str, Cow<'_, str>)> = labels::standard(&facts);
         for ((_, change), value) in shared.config.overrides.iter().zip(self.dimensions) {
             let tag = match change {
-                TagOverride::Remove(tag) => (*tag).to_owned(),
-                TagOverride::Set(tag, _) => tag.clone(),
+                TagOverride::Remove(tag) => tag,
+                TagOverride::Set(tag, _) => tag.as_str(),
             };
-            labels.push((tag, value.unwrap_or_default()));
+            labels.push((tag, Cow::Owned(value.unwrap_or_default())));
         }
         let series = shared.series.get(&labels, self.grpc);
         if let Some(counter) = &series.requests_total {

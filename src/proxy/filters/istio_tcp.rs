@@ -225,6 +225,7 @@ impl TcpSession {
     /// Istio's labels of a TCP connection: those of a request without its response code
     /// and gRPC status, `request_protocol="tcp"`.
     fn labels(&self, stats: &TcpStats) -> Vec<(String, String)> {
+        // Once or a few times per connection: owned values keep this simple.
         let downstream = self.downstream_peer.borrow();
         let upstream = self.upstream_peer.borrow();
         let cluster = self.cluster.borrow();
@@ -253,7 +254,7 @@ impl TcpSession {
         let mut out: Vec<(String, String)> = labels::standard(&facts)
             .into_iter()
             .filter(|(k, _)| !matches!(*k, "response_code" | "grpc_response_status"))
-            .map(|(k, v)| (k.to_owned(), if k == "request_protocol" { "tcp".to_owned() } else { v }))
+            .map(|(k, v)| (k.to_owned(), if k == "request_protocol" { "tcp".to_owned() } else { v.into_owned() }))
             .collect();
         for (_, change) in &stats.config.overrides {
             let (tag, value) = match change {

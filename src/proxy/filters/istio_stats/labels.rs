@@ -3,6 +3,7 @@
 //! from the metadata exchange on the other, `unknown` (or `latest` for a revision) where
 //! nothing says, and the destination service from the cluster or the `host` header.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::config::filters::peer_metadata::WorkloadMetadata;
@@ -65,135 +66,135 @@ fn san_namespace(san: &str) -> Option<&str> {
 /// Istio's special clusters and routes by name, else the service of an Istio cluster
 /// (`outbound|80||reviews.default.svc.cluster.local`: host, then its first label), else
 /// the `host` header.
-fn service(facts: &Facts<'_>) -> (String, String) {
-    let host = facts.host.unwrap_or_default().to_owned();
-    let mut name = host.clone();
-    let mut host = host;
+fn service<'a>(facts: &Facts<'a>) -> (&'a str, &'a str) {
+    let host = facts.host.unwrap_or_default();
     match facts.route_name {
-        Some("block_all") => return (host, "BlackHoleCluster".to_owned()),
-        Some("allow_any") => return (host, "PassthroughCluster".to_owned()),
+        Some("block_all") => return (host, "BlackHoleCluster"),
+        Some("allow_any") => return (host, "PassthroughCluster"),
         _ => {}
     }
-    if let Some(cluster) = facts.cluster {
-        match cluster {
-            "BlackHoleCluster"
-            | "PassthroughCluster"
-            | "InboundPassthroughClusterIpv4"
-            | "InboundPassthroughClusterIpv6"
-            | "InboundPassthroughCluster" => name = cluster.to_owned(),
-            _ => {
-                // istiod's `istio.services` metadata of such a cluster names this host.
-                let mut parts = cluster.splitn(4, '|');
-                let direction = parts.next();
-                if matches!(direction, Some("outbound" | "inbound"))
-                    && let Some(service) = parts.nth(2).filter(|h| !h.is_empty())
-                {
-                    host = service.to_owned();
-                    name = service.split('.').next().unwrap_or(service).to_owned();
+    let Some(cluster) = facts.cluster else { return (host, host) };
+    match cluster {
+        "BlackHoleCluster"
+        | "PassthroughCluster"
+        | "InboundPassthroughClusterIpv4"
+        | "InboundPassthroughClusterIpv6"
+        | "InboundPassthroughCluster" => (host, cluster),
+        _ => {
+            // istiod's `istio.services` metadata of such a cluster names this host.
+            let mut parts = cluster.splitn(4, '|');
+            let direction = parts.next();
+            match parts.nth(2).filter(|h| !h.is_empty()) {
+                Some(service) if matches!(direction, Some("outbound" | "inbound")) => {
+                    (service, service.split('.').next().unwrap_or(service))
                 }
+                _ => (host, host),
             }
         }
     }
-    (host, name)
 }
 
+/// A label and its value, borrowed from the facts where it can be.
+pub type Label<'a> = (&'static str, Cow<'a, str>);
+
 /// Istio's 25 standard labels, in Istio's order, for `facts`.
-pub fn standard(facts: &Facts<'_>) -> Vec<(&'static str, String)> {
-    let local = facts.local;
-    let peer = facts.peer.map(|p| p.as_ref());
-    let peer_text = |f: fn(&WorkloadMetadata) -> &str, fallback: &'static str| {
-        peer.map_or(fallback, |p| or(f(p), fallback)).to_owned()
+pub fn standard<'a>(facts: &Facts<'a>) -> Vec<Label<'a>> {
+    let local: &'a WorkloadMetadata = facts.local;
+    let peer: Option<&'a WorkloadMetadata> = facts.peer.map(|p| p.as_ref());
+    let peer_text = |f: fn(&WorkloadMetadata) -> &str, fallback: &'static str| -> Cow<'a, str> {
+        Cow::Borrowed(peer.map_or(fallback, |p| or(f(p), fallback)))
     };
-    let peer_namespace = facts
+    let peer_namespace: &'a str = facts
         .peer_san
         .and_then(san_namespace)
-        .map(str::to_owned)
-        .or_else(|| peer.map(|p| p.namespace.clone()).filter(|ns| !ns.is_empty()));
-    let peer_namespace = peer_namespace.unwrap_or_else(|| UNKNOWN.to_owned());
-    let peer_san = facts.peer_san.filter(|s| !s.is_empty()).unwrap_or(UNKNOWN).to_owned();
-    let local_san = facts.local_san.filter(|s| !s.is_empty()).unwrap_or(UNKNOWN).to_owned();
+        .or_else(|| peer.map(|p| p.namespace.as_str()).filter(|ns| !ns.is_empty()))
+        .unwrap_or(UNKNOWN);
+    let peer_san = facts.peer_san.filter(|s| !s.is_empty()).unwrap_or(UNKNOWN);
+    let local_san = facts.local_san.filter(|s| !s.is_empty()).unwrap_or(UNKNOWN);
     let (service_host, service_name) = service(facts);
-    let mut labels = Vec::with_capacity(25);
+    let b = Cow::Borrowed;
+    let mut labels: Vec<Label<'a>> = Vec::with_capacity(25);
     match facts.reporter {
         Reporter::ServerSidecar | Reporter::ServerGateway => {
-            labels.push(("reporter", "destination".to_owned()));
+            labels.push(("reporter", b("destination")));
             labels.push(("source_workload", peer_text(|p| &p.workload_name, UNKNOWN)));
             labels.push(("source_canonical_service", peer_text(WorkloadMetadata::canonical_name, UNKNOWN)));
             labels.push(("source_canonical_revision", peer_text(WorkloadMetadata::canonical_revision, LATEST)));
-            labels.push(("source_workload_namespace", peer_namespace));
-            labels.push(("source_principal", peer_san));
+            labels.push(("source_workload_namespace", b(peer_namespace)));
+            labels.push(("source_principal", b(peer_san)));
             labels.push(("source_app", peer_text(WorkloadMetadata::app, UNKNOWN)));
             labels.push(("source_version", peer_text(WorkloadMetadata::version, UNKNOWN)));
             labels.push(("source_cluster", peer_text(|p| &p.cluster_id, UNKNOWN)));
             if facts.reporter == Reporter::ServerGateway {
-                let endpoint = facts.endpoint_peer.map(|p| p.as_ref());
-                let canonical = endpoint.map_or(UNKNOWN, WorkloadMetadata::canonical_name).to_owned();
-                labels.push(("destination_workload", endpoint.map_or(UNKNOWN, |p| &p.workload_name).to_owned()));
-                labels.push(("destination_workload_namespace", local.namespace.clone()));
-                labels.push(("destination_principal", local_san));
+                let endpoint: Option<&'a WorkloadMetadata> = facts.endpoint_peer.map(|p| p.as_ref());
+                let canonical = endpoint.map_or(UNKNOWN, WorkloadMetadata::canonical_name);
+                labels.push(("destination_workload", b(endpoint.map_or(UNKNOWN, |p| &p.workload_name))));
+                labels.push(("destination_workload_namespace", b(&local.namespace)));
+                labels.push(("destination_principal", b(local_san)));
                 // The endpoint form has no app and version.
-                labels.push(("destination_app", UNKNOWN.to_owned()));
-                labels.push(("destination_version", UNKNOWN.to_owned()));
-                labels.push(("destination_service", or(&service_host, &canonical).to_owned()));
-                labels.push(("destination_canonical_service", canonical.clone()));
+                labels.push(("destination_app", b(UNKNOWN)));
+                labels.push(("destination_version", b(UNKNOWN)));
+                labels.push(("destination_service", b(or(service_host, canonical))));
+                labels.push(("destination_canonical_service", b(canonical)));
                 labels.push((
                     "destination_canonical_revision",
-                    endpoint.map_or(UNKNOWN, WorkloadMetadata::canonical_revision).to_owned(),
+                    b(endpoint.map_or(UNKNOWN, WorkloadMetadata::canonical_revision)),
                 ));
-                labels.push(("destination_service_name", or(&service_name, &canonical).to_owned()));
+                labels.push(("destination_service_name", b(or(service_name, canonical))));
             } else {
                 let canonical = local.canonical_name();
-                labels.push(("destination_workload", local.workload_name.clone()));
-                labels.push(("destination_workload_namespace", local.namespace.clone()));
-                labels.push(("destination_principal", local_san));
-                labels.push(("destination_app", local.app().to_owned()));
-                labels.push(("destination_version", local.version().to_owned()));
-                labels.push(("destination_service", or(&service_host, canonical).to_owned()));
-                labels.push(("destination_canonical_service", canonical.to_owned()));
-                labels.push(("destination_canonical_revision", local.canonical_revision().to_owned()));
-                labels.push(("destination_service_name", or(&service_name, canonical).to_owned()));
+                labels.push(("destination_workload", b(&local.workload_name)));
+                labels.push(("destination_workload_namespace", b(&local.namespace)));
+                labels.push(("destination_principal", b(local_san)));
+                labels.push(("destination_app", b(local.app())));
+                labels.push(("destination_version", b(local.version())));
+                labels.push(("destination_service", b(or(service_host, canonical))));
+                labels.push(("destination_canonical_service", b(canonical)));
+                labels.push(("destination_canonical_revision", b(local.canonical_revision())));
+                labels.push(("destination_service_name", b(or(service_name, canonical))));
             }
-            labels.push(("destination_service_namespace", local.namespace.clone()));
-            labels.push(("destination_cluster", local.cluster_id.clone()));
+            labels.push(("destination_service_namespace", b(&local.namespace)));
+            labels.push(("destination_cluster", b(&local.cluster_id)));
         }
         Reporter::ClientSidecar => {
-            labels.push(("reporter", "source".to_owned()));
-            labels.push(("source_workload", local.workload_name.clone()));
-            labels.push(("source_canonical_service", local.canonical_name().to_owned()));
-            labels.push(("source_canonical_revision", local.canonical_revision().to_owned()));
-            labels.push(("source_workload_namespace", local.namespace.clone()));
-            labels.push(("source_principal", local_san));
-            labels.push(("source_app", local.app().to_owned()));
-            labels.push(("source_version", local.version().to_owned()));
-            labels.push(("source_cluster", local.cluster_id.clone()));
+            labels.push(("reporter", b("source")));
+            labels.push(("source_workload", b(&local.workload_name)));
+            labels.push(("source_canonical_service", b(local.canonical_name())));
+            labels.push(("source_canonical_revision", b(local.canonical_revision())));
+            labels.push(("source_workload_namespace", b(&local.namespace)));
+            labels.push(("source_principal", b(local_san)));
+            labels.push(("source_app", b(local.app())));
+            labels.push(("source_version", b(local.version())));
+            labels.push(("source_cluster", b(&local.cluster_id)));
             labels.push(("destination_workload", peer_text(|p| &p.workload_name, UNKNOWN)));
-            labels.push(("destination_workload_namespace", peer_namespace.clone()));
-            labels.push(("destination_principal", peer_san));
+            labels.push(("destination_workload_namespace", b(peer_namespace)));
+            labels.push(("destination_principal", b(peer_san)));
             labels.push(("destination_app", peer_text(WorkloadMetadata::app, UNKNOWN)));
             labels.push(("destination_version", peer_text(WorkloadMetadata::version, UNKNOWN)));
-            labels.push(("destination_service", or(&service_host, UNKNOWN).to_owned()));
+            labels.push(("destination_service", b(or(service_host, UNKNOWN))));
             labels.push(("destination_canonical_service", peer_text(WorkloadMetadata::canonical_name, UNKNOWN)));
             labels.push(("destination_canonical_revision", peer_text(WorkloadMetadata::canonical_revision, LATEST)));
-            labels.push(("destination_service_name", or(&service_name, UNKNOWN).to_owned()));
-            labels.push(("destination_service_namespace", peer_namespace));
+            labels.push(("destination_service_name", b(or(service_name, UNKNOWN))));
+            labels.push(("destination_service_namespace", b(peer_namespace)));
             labels.push(("destination_cluster", peer_text(|p| &p.cluster_id, UNKNOWN)));
         }
     }
-    labels.push(("request_protocol", if facts.grpc { "grpc" } else { "http" }.to_owned()));
-    labels.push(("response_code", facts.response_code.to_string()));
+    labels.push(("request_protocol", b(if facts.grpc { "grpc" } else { "http" })));
+    labels.push(("response_code", Cow::Owned(facts.response_code.to_string())));
     let grpc_status = match (facts.grpc, facts.grpc_status) {
-        (true, Some(status)) => status.to_string(),
-        _ => String::new(),
+        (true, Some(status)) => Cow::Owned(status.to_string()),
+        _ => b(""),
     };
     labels.push(("grpc_response_status", grpc_status));
-    labels.push(("response_flags", facts.flags.to_string()));
+    let flags = if facts.flags.is_empty() { b("-") } else { Cow::Owned(facts.flags.to_string()) };
+    labels.push(("response_flags", flags));
     // Istio knows mutual TLS only on the server side: the client side says `unknown`.
     let security = match facts.reporter {
         Reporter::ClientSidecar => UNKNOWN,
         _ if facts.peer_san.is_some_and(|s| !s.is_empty()) => "mutual_tls",
         _ => "none",
     };
-    labels.push(("connection_security_policy", security.to_owned()));
+    labels.push(("connection_security_policy", b(security)));
     labels
 }
 
@@ -232,7 +233,7 @@ mod tests {
         }
     }
 
-    fn get<'a>(labels: &'a [(&str, String)], key: &str) -> &'a str {
+    fn get<'a>(labels: &'a [Label<'_>], key: &str) -> &'a str {
         &labels.iter().find(|(k, _)| *k == key).unwrap().1
     }
 

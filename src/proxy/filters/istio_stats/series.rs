@@ -51,13 +51,18 @@ pub struct SeriesCache {
 
 /// A label set as a string key: the values, each followed by a separator no label value
 /// contains in practice (and if one did, the values still differ, so do the keys).
-fn key(labels: &[(String, String)]) -> String {
-    let mut key = String::with_capacity(labels.iter().map(|(_, v)| v.len() + 1).sum());
+fn key<K, V: AsRef<str>>(labels: &[(K, V)]) -> String {
+    let mut key = String::with_capacity(labels.iter().map(|(_, v)| v.as_ref().len() + 1).sum::<usize>() + 1);
     for (_, value) in labels {
-        key.push_str(value);
+        key.push_str(value.as_ref());
         key.push('\u{1f}');
     }
     key
+}
+
+/// Labels as the store keeps them.
+fn owned<K: AsRef<str>, V: AsRef<str>>(labels: &[(K, V)]) -> Vec<(String, String)> {
+    labels.iter().map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned())).collect()
 }
 
 impl SeriesCache {
@@ -66,15 +71,16 @@ impl SeriesCache {
     }
 
     /// The TCP cells for `labels`, registered on first use.
-    pub fn tcp(&self, labels: &[(String, String)]) -> Arc<TcpSeries> {
+    pub fn tcp<K: AsRef<str>, V: AsRef<str>>(&self, labels: &[(K, V)]) -> Arc<TcpSeries> {
         let key = key(labels);
         let shard = &self.tcp[(self.hasher.hash_one(&key) as usize) % SHARDS];
         if let Some(series) = lock(shard).get(&key) {
             return series.clone();
         }
+        let labels = owned(labels);
         let counter = |metric: IstioMetric| {
             (!self.config.dropped.contains(&metric))
-                .then(|| self.stats.counter(stat_name(metric, &self.labels_of(metric, labels))))
+                .then(|| self.stats.counter(stat_name(metric, &self.labels_of(metric, &labels))))
         };
         let series = Arc::new(TcpSeries {
             connections_opened_total: counter(IstioMetric::TcpConnectionsOpenedTotal),
@@ -88,14 +94,14 @@ impl SeriesCache {
     /// The cells for `labels` (the standard labels, then the configuration's added ones),
     /// registered on first use. `grpc` requests also get the response message counter
     /// (request messages would need the request body's frames, which are not watched).
-    pub fn get(&self, labels: &[(String, String)], grpc: bool) -> Arc<Series> {
+    pub fn get<K: AsRef<str>, V: AsRef<str>>(&self, labels: &[(K, V)], grpc: bool) -> Arc<Series> {
         let mut key = key(labels);
         key.push(if grpc { 'g' } else { 'h' });
         let shard = &self.shards[(self.hasher.hash_one(&key) as usize) % SHARDS];
         if let Some(series) = lock(shard).get(&key) {
             return series.clone();
         }
-        let series = Arc::new(self.register(labels, grpc));
+        let series = Arc::new(self.register(&owned(labels), grpc));
         lock(shard).entry(key).or_insert(series).clone()
     }
 
