@@ -31,6 +31,10 @@ pub fn peer_metadata(any: &Any, warnings: &mut Warnings) -> Result<PeerMetadata>
                 for (i, label) in list(value, &name)?.iter().enumerate() {
                     out.additional_labels.push(string(label, &format!("{name}[{i}]"))?.to_owned());
                 }
+                if !out.additional_labels.is_empty() {
+                    // Every node label already travels in `LABELS`; nothing is added beside it.
+                    warnings.ignored(name, "the node's labels are exchanged in LABELS; no others are added");
+                }
             }
             _ => return Err(ConfigError::new(name, "unknown field of io.istio.http.peer_metadata.Config")),
         }
