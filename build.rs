@@ -25,6 +25,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 PathBuf::from("proto/outrider/echo/v1/echo.proto"),
                 PathBuf::from("proto/istio/alpn.proto"),
                 PathBuf::from("proto/istio/stats.proto"),
+                PathBuf::from("proto/istio/peer_metadata.proto"),
+                PathBuf::from("proto/istio/metadata_exchange.proto"),
             ],
             &[PathBuf::from("proto"), well_known],
         )?;
@@ -183,8 +185,8 @@ fn add_typed_structs(set: &mut prost_types::FileDescriptorSet) {
     }
 }
 
-/// Istio's two filter configs that istiod sends as typed messages (`istio.alpn`,
-/// `istio.stats`), so `/config_dump` can show the listeners that carry them.
+/// Istio's filter configs (`istio.alpn`, `istio.stats`, peer metadata exchange), so
+/// `/config_dump` can show the listeners that carry them and their JSON can be read.
 fn add_istio_filter_configs(
     set: &mut prost_types::FileDescriptorSet,
     own: &Path,

@@ -3,7 +3,7 @@
 
 For each variant (no filter; RBAC with 50 policies; JWT verification with RS256 and with
 ES256 against an inline JWKS, without and with Envoy's `jwt_cache_config`; a local rate
-limit that never limits), both proxies run the
+limit that never limits; Istio's telemetry filters), both proxies run the
 very same bootstrap (bench/proxy-bootstrap.yaml's listener and nginx backend, one worker),
 one after the other; wrk sends HTTP/1.1 keep-alive requests for a fixed time. The proxy's
 own CPU time (utime + stime from /proc) divided by the requests it served gives CPU
@@ -13,6 +13,13 @@ table reports it in microseconds and relative to that baseline, and the Outrider
 ratio of the relative costs (target: at most 1).
 
     bench/filter-bench.py [seconds-per-run]
+
+Istio's telemetry filters (`istio.metadata_exchange` and `istio.stats`, on an INBOUND
+listener of a node with Istio's metadata, each request carrying a peer's
+`x-envoy-peer-metadata`) exist only in Istio's build of Envoy, not in Envoy 1.40: that
+variant runs on Outrider alone, and its cost is also given relative to Envoy's no-filter
+baseline. FILTER_BENCH_ONLY="no filter,Istio telemetry" runs only the variants whose names
+start with one of the comma-separated prefixes.
 
 Needs nginx and wrk (installed from Debian's packages when missing), Envoy
 (bench/install-envoy.sh), and PyJWT + cryptography from PyPI to sign the tokens
@@ -135,8 +142,36 @@ LOCAL_RATELIMIT = """
               filter_enforced: { default_value: { numerator: 100, denominator: HUNDRED } }"""
 
 
-def bootstrap(filters):
+ISTIO_TELEMETRY = """
+          - name: istio.metadata_exchange
+            typed_config:
+              "@type": type.googleapis.com/udpa.type.v1.TypedStruct
+              type_url: type.googleapis.com/io.istio.http.peer_metadata.Config
+              value:
+                downstream_discovery: [{ istio_headers: {} }]
+                downstream_propagation: [{ istio_headers: {} }]
+          - name: istio.stats
+            typed_config:
+              "@type": type.googleapis.com/stats.PluginConfig
+              disable_host_header_fallback: true"""
+
+# The node an Istio sidecar's bootstrap names, and the listener's direction: what the
+# telemetry filters report as.
+ISTIO_NODE = """node:
+  id: sidecar~10.0.3.7~ratings-v1-5d8c7f9b6-x2k4q.bookinfo~bookinfo.svc.cluster.local
+  metadata: """ + open(os.path.join(ROOT, "tests/data/istio_peer_metadata/node_metadata.json")).read().replace("\n", " ") + "\n"
+
+# What a peer sidecar sends: Istio's header for that node (tests/data/istio_peer_metadata).
+PEER_HEADERS = [
+    "x-envoy-peer-metadata: " + open(os.path.join(ROOT, "tests/data/istio_peer_metadata/exchanged.b64")).read().strip(),
+    "x-envoy-peer-metadata-id: sidecar~10.0.0.1~productpage-v1-6b746f74dc-9stvs.default~default.svc.cluster.local",
+]
+
+
+def bootstrap(filters, istio=False):
     base = open(os.path.join(HERE, "proxy-bootstrap.yaml")).read()
+    if istio:
+        base = ISTIO_NODE + base.replace("  - name: ingress\n", "  - name: ingress\n    traffic_direction: INBOUND\n", 1)
     marker = "          http_filters:\n"
     return base.replace(marker, marker + filters.lstrip("\n") + "\n" if filters else marker)
 
@@ -184,9 +219,9 @@ def wrk(headers, seconds):
     return requests, int(non_2xx.group(1)) if non_2xx else 0
 
 
-def measure(proxy, filters, headers, tmp):
+def measure(proxy, filters, headers, tmp, istio=False):
     config = os.path.join(tmp, f"{proxy}.yaml")
-    open(config, "w").write(bootstrap(filters))
+    open(config, "w").write(bootstrap(filters, istio))
     process = start(proxy, config)
     try:
         wrk(headers, 2)  # warm-up
@@ -217,14 +252,19 @@ def main():
         ("JWT RS256, jwt_cache_config", jwt_filter(json.loads(jwks), cache=True), [f"authorization: Bearer {rs256}"]),
         ("JWT ES256, jwt_cache_config", jwt_filter(json.loads(jwks), cache=True), [f"authorization: Bearer {es256}"]),
         ("local rate limit", LOCAL_RATELIMIT, []),
+        ("Istio telemetry (metadata exchange + istio.stats)", ISTIO_TELEMETRY, PEER_HEADERS),
     ]
+    only = [p for p in os.environ.get("FILTER_BENCH_ONLY", "").split(",") if p]
+    if only:
+        variants = [v for v in variants if v[0] == "no filter" or any(v[0].startswith(p) for p in only)]
+    outrider_only = {"Istio telemetry (metadata exchange + istio.stats)"}
     results = {}
     try:
         wait_port(18080)
         with tempfile.TemporaryDirectory() as tmp:
             for name, filters, headers in variants:
-                for proxy in ("envoy", "outrider"):
-                    results[(name, proxy)] = measure(proxy, filters, headers, tmp)
+                for proxy in ("outrider",) if name in outrider_only else ("envoy", "outrider"):
+                    results[(name, proxy)] = measure(proxy, filters, headers, tmp, istio=name in outrider_only)
     finally:
         nginx.terminate()
     print(f"wrk -t1 -c{CONNECTIONS} -d{SECS}s, HTTP/1.1 keep-alive, one worker each; CPU µs per request from /proc")
@@ -236,6 +276,13 @@ def main():
     for name, _, _ in variants:
         row = [name]
         relative = {}
+        if name in outrider_only:
+            rps, cpu = results[(name, "outrider")]
+            cost = cpu - base["outrider"]
+            row += ["not in Envoy 1.40", "—", "—", f"{rps:,.0f}", f"{cpu:.1f}",
+                    f"{cost:+.1f} µs ({cost / base['outrider']:+.0%})", f"cost / Envoy's baseline: {cost / base['envoy']:+.0%}"]
+            print("| " + " | ".join(row) + " |")
+            continue
         for proxy in ("envoy", "outrider"):
             rps, cpu = results[(name, proxy)]
             cost = cpu - base[proxy]

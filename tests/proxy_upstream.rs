@@ -92,6 +92,7 @@ fn cluster(protocol: UpstreamProtocol) -> Cluster {
         http: UpstreamHttpOptions { protocol, ..UpstreamHttpOptions::default() },
         upstream_bind: None,
         per_endpoint_stats: false,
+        metadata_exchange: None,
     }
 }
 

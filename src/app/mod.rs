@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crate::admin::{self, AdminState, ServerInfo};
 use crate::config::Address;
 use crate::config::bootstrap::{Bootstrap, BootstrapError, TraceCollector, TracingConfig};
+use crate::config::filters::peer_metadata::{LocalNode, WorkloadMetadata};
 use crate::core::shutdown::{self, InboundDrain, Trigger};
 use crate::core::supervisor::Supervisor;
 use crate::proxy::WorkerOptions;
@@ -236,7 +237,10 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         inbound_drain: inbound_draining,
         shutdown: workers_stopping,
         drain_time,
-        telemetry: ProxyTelemetry::new(stats.clone(), tracing.clone()),
+        telemetry: ProxyTelemetry::new(stats.clone(), tracing.clone()).with_node(LocalNode {
+            id: bootstrap.node.id.clone(),
+            workload: WorkloadMetadata::from_node_metadata(&bootstrap.node.metadata),
+        }),
         tls: tls.clone(),
         rng_seed,
         supervisor: supervisor.clone(),

@@ -69,6 +69,9 @@ pub struct Cluster {
     /// `track_cluster_stats.per_endpoint_stats`: export each endpoint's stats. Off by
     /// default, as in Envoy: at mesh scale they would be most of the series.
     pub per_endpoint_stats: bool,
+    /// Istio's upstream `istio.metadata_exchange` filter: the TCP proxy exchanges node
+    /// metadata in-band on connections whose ALPN is its protocol.
+    pub metadata_exchange: Option<crate::config::filters::metadata_exchange::TcpMetadataExchange>,
 }
 
 /// `upstream_bind_config.source_address`, and the `extra_source_addresses` entry of the

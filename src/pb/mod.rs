@@ -1,5 +1,5 @@
 //! Protobuf messages: Envoy's and xds' come from `envoy-types`; ORCA, the echo service and
-//! the two Istio filter configs istiod sends as typed messages are Outrider's own (see
+//! Istio's filter configs are Outrider's own (see
 //! `proto/`). `json` speaks protobuf's JSON mapping for all of them,
 //! which is how Envoy's bootstrap files and `/config_dump` are written.
 
@@ -46,6 +46,26 @@ mod own {
     pub mod stats {
         tonic::include_proto!("stats");
     }
+    pub mod io {
+        pub mod istio {
+            pub mod http {
+                pub mod peer_metadata {
+                    tonic::include_proto!("io.istio.http.peer_metadata");
+                }
+            }
+        }
+    }
+    pub mod envoy_tcp {
+        pub mod envoy {
+            pub mod tcp {
+                pub mod metadataexchange {
+                    pub mod config {
+                        tonic::include_proto!("envoy.tcp.metadataexchange.config");
+                    }
+                }
+            }
+        }
+    }
     pub mod outrider {
         pub mod echo {
             pub mod v1 {
@@ -55,6 +75,10 @@ mod own {
     }
 }
 
+/// `envoy.tcp.metadataexchange.config`: Istio's TCP metadata exchange filter config.
+pub use own::envoy_tcp::envoy::tcp::metadataexchange::config as istio_tcp_metadata_exchange;
+/// `io.istio.http.peer_metadata`: Istio's HTTP peer metadata exchange filter config.
+pub use own::io::istio::http::peer_metadata as istio_peer_metadata;
 /// `istio.envoy.config.filter.http.alpn.v2alpha1`: Istio's `istio.alpn` filter config.
 pub use own::istio::envoy::config::filter::http::alpn::v2alpha1 as istio_alpn;
 /// `outrider.echo.v1`: the echo service that tests, the demo and benches use as a backend.

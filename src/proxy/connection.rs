@@ -202,8 +202,9 @@ where
             Secure::Plain => None,
         },
     });
+    let mut tcp_session = None;
     if !chain.network_filters.is_empty() {
-        let filters = context.filters.network(&chain.network_filters);
+        let filters = context.filters.network_of(&chain.network_filters, info.inbound);
         let callouts = Callouts::new(&context);
         let status =
             filters.on_new_connection(&ConnectionContext { connection: &connection, callouts: &callouts }).await;
@@ -211,11 +212,16 @@ where
             tracing::debug!(peer = %info.peer, chain = %chain.name, "a network filter closed the connection");
             return;
         }
+        let alpn = match &secure {
+            Secure::Tls { alpn, .. } => alpn.as_deref(),
+            Secure::Plain => None,
+        };
+        tcp_session = filters.tcp_telemetry.as_ref().map(|t| t.session(&connection, alpn));
     }
     match &chain.terminal {
         TerminalFilter::HttpConnectionManager(manager) => {
             Box::pin(hcm::serve(stream, connection, info, secure, manager.clone(), context)).await
         }
-        TerminalFilter::TcpProxy(proxy) => Box::pin(tcp_proxy::serve(stream, info, proxy, &context)).await,
+        TerminalFilter::TcpProxy(proxy) => Box::pin(tcp_proxy::serve(stream, info, proxy, &context, tcp_session)).await,
     }
 }

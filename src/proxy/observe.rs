@@ -12,6 +12,7 @@ use super::access_log::grpc::GrpcLogBuffer;
 use super::access_log::{ActiveLog, LogOutput};
 use super::worker::WorkerContext;
 use crate::config::Listener;
+use crate::config::filters::peer_metadata::LocalNode;
 use crate::config::listener::http_connection_manager::{AccessLog, AccessLogSink};
 use crate::telemetry::line_writer::FLUSH_INTERVAL;
 use crate::telemetry::stats::Scope;
@@ -24,11 +25,18 @@ pub struct ProxyTelemetry {
     pub line_writers: Arc<LineWriters>,
     /// The tracer, when one is configured (bootstrap or `OTEL_EXPORTER_OTLP_ENDPOINT`).
     pub tracing: Option<Tracing>,
+    /// This proxy's node as Istio's telemetry filters name it.
+    pub node: Arc<LocalNode>,
 }
 
 impl ProxyTelemetry {
     pub fn new(stats: Arc<Stats>, tracing: Option<Tracing>) -> Self {
-        Self { line_writers: Arc::new(LineWriters::new(stats.clone())), stats, tracing }
+        Self { line_writers: Arc::new(LineWriters::new(stats.clone())), stats, tracing, node: Arc::default() }
+    }
+
+    /// The node Istio's metadata exchange announces and `istio.stats` reports as.
+    pub fn with_node(self, node: LocalNode) -> Self {
+        Self { node: Arc::new(node), ..self }
     }
 }
 

@@ -1,6 +1,8 @@
 //! The TCP proxy filter: pick a host of the cluster (the original destination for an
 //! ORIGINAL_DST cluster), connect (originating TLS when the endpoint's transport socket
-//! says so), copy bytes both ways.
+//! says so), copy bytes both ways. Istio's TCP telemetry rides on the bytes: the metadata
+//! exchange frames at the front of each direction, and the connection's metrics
+//! ([`crate::proxy::filters::istio_tcp`]).
 
 use crate::proxy::byte_count::ByteCounted;
 use crate::telemetry::ConnectionLife;
@@ -9,7 +11,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use rand::Rng;
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
 use super::filter_chain::ConnectionInfo;
@@ -19,12 +21,36 @@ use crate::config::Address;
 use crate::config::listener::TcpProxy;
 use crate::config::listener::tcp_proxy::TcpCluster;
 use crate::lb::PickContext;
+use crate::proxy::filters::istio_tcp::stream::{Counted, OnPeer, PeerReader};
+use crate::proxy::filters::istio_tcp::{self, TcpSession};
 use crate::tls::{ClientAlpn, Refusal};
 
-pub async fn serve<S>(mut downstream: S, info: ConnectionInfo, proxy: &TcpProxy, context: &Rc<WorkerContext>)
-where
+/// Reports the connection's Istio TCP metrics however `serve` ends.
+struct ReportOnClose(Rc<TcpSession>);
+
+impl Drop for ReportOnClose {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+pub async fn serve<S>(
+    downstream: S,
+    info: ConnectionInfo,
+    proxy: &TcpProxy,
+    context: &Rc<WorkerContext>,
+    session: Option<Rc<TcpSession>>,
+) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    let _report = session.clone().map(ReportOnClose);
+    let meter = session.as_ref().map(|s| s.meter.clone()).unwrap_or_default();
+    let on_peer = session.as_ref().and_then(TcpSession::downstream_reader);
+    let mut downstream = PeerReader::new(Counted::new(downstream, meter), on_peer);
+    let frame = istio_tcp::own_frame(context.filters.node());
+    if session.as_ref().is_some_and(|s| s.exchanges_downstream()) && downstream.write_all(&frame).await.is_err() {
+        return;
+    }
     let cluster_name = match &proxy.cluster {
         TcpCluster::Cluster(name) => name.clone(),
         TcpCluster::Weighted(clusters) => {
@@ -90,7 +116,10 @@ where
         let copied = match &tls {
             None => {
                 host.stats.record(Instant::now(), now.elapsed(), true);
-                copy(&mut downstream, upstream).await
+                if let Some(session) = &session {
+                    session.upstream_connected(&cluster_name, false);
+                }
+                copy(&mut downstream, upstream, session.as_deref()).await
             }
             Some(tls) => {
                 let handshake = tokio::time::timeout(
@@ -98,11 +127,22 @@ where
                     crate::tls::connect(upstream, tls, ClientAlpn::Tcp),
                 );
                 match handshake.await {
-                    Ok(Ok(upstream)) => {
+                    Ok(Ok(mut upstream)) => {
                         context.tls.stats.upstream.handshake();
                         stats.ssl.handshake(true);
                         host.stats.record(Instant::now(), now.elapsed(), true);
-                        copy(&mut downstream, upstream).await
+                        // Istio's upstream metadata exchange, when the ALPN says the peer speaks it.
+                        let alpn = upstream.get_ref().1.alpn_protocol();
+                        let exchange = cluster.resource.metadata_exchange.as_ref();
+                        let exchange = exchange.is_some_and(|e| alpn == Some(e.protocol.as_bytes()));
+                        if exchange && upstream.write_all(&frame).await.is_err() {
+                            return;
+                        }
+                        let on_peer = match &session {
+                            Some(session) => session.upstream_connected(&cluster_name, exchange),
+                            None => exchange.then(|| Rc::new(istio_tcp::IgnorePeer) as Rc<dyn OnPeer>),
+                        };
+                        copy(&mut downstream, PeerReader::new(upstream, on_peer), session.as_deref()).await
                     }
                     Ok(Err(refused)) => {
                         context.tls.stats.upstream.refused(refused.refusal);
@@ -138,12 +178,25 @@ async fn connect(address: SocketAddr, bind: Option<SocketAddr>) -> std::io::Resu
     socket.connect(address).await
 }
 
-async fn copy<D, U>(downstream: &mut D, mut upstream: U) -> std::io::Result<(u64, u64)>
+/// Copies both ways until both ends close; meanwhile a connection with Istio's TCP
+/// metrics reports its bytes every `tcp_reporting_duration`, as Istio does.
+async fn copy<D, U>(downstream: &mut D, mut upstream: U, session: Option<&TcpSession>) -> std::io::Result<(u64, u64)>
 where
     D: AsyncRead + AsyncWrite + Unpin,
     U: AsyncRead + AsyncWrite + Unpin,
 {
-    tokio::io::copy_bidirectional(downstream, &mut upstream).await
+    let copy = tokio::io::copy_bidirectional(downstream, &mut upstream);
+    let Some((session, period)) = session.and_then(|s| Some((s, s.reporting_period()?))) else {
+        return copy.await;
+    };
+    tokio::pin!(copy);
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    loop {
+        tokio::select! {
+            copied = &mut copy => return copied,
+            _ = ticks.tick() => session.report_progress(),
+        }
+    }
 }
 
 /// Envoy hashes the source IP as a string with xxHash64 (seed 0).

@@ -101,7 +101,8 @@ impl Workers {
         let count = count.max(1);
         let synced = Arc::new(watch::Sender::new(vec![0; count]));
         let limits = Arc::new(ConnectionLimits::new(options.telemetry.stats.clone()));
-        let filters = Arc::new(FilterChains::new(options.telemetry.stats.clone()));
+        let filters =
+            Arc::new(FilterChains::new(options.telemetry.stats.clone()).with_node(options.telemetry.node.clone()));
         let mut threads = Vec::with_capacity(count);
         for id in 0..count {
             let (store, balancers, options, synced, limits, filters) =

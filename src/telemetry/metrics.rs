@@ -145,6 +145,14 @@ impl Histogram {
         self.0.sum_micros.fetch_add(micros, Ordering::Relaxed);
     }
 
+    /// Records a value that is not a duration (a size in bytes) in the same buckets:
+    /// Envoy's bucket bounds are unitless, so `value` is read in the histogram's own unit.
+    pub fn record_value(&self, value: u64) {
+        let bucket = DEFAULT_BUCKETS_MS.partition_point(|bound| *bound < value as f64);
+        self.0.counts[bucket].fetch_add(1, Ordering::Relaxed);
+        self.0.sum_micros.fetch_add(value.saturating_mul(1000), Ordering::Relaxed);
+    }
+
     pub fn snapshot(&self) -> HistogramSnapshot {
         let mut total = 0;
         let mut cumulative = Vec::with_capacity(DEFAULT_BUCKETS_MS.len());
@@ -221,6 +229,18 @@ mod tests {
         let median = s.quantile(0.5).unwrap_or_default();
         assert!((5.0..=10.0).contains(&median), "{median}");
         assert_eq!(Histogram::default().snapshot().quantile(0.5), None);
+    }
+
+    #[test]
+    fn values_fall_in_the_same_buckets_as_milliseconds() {
+        let h = Histogram::default();
+        h.record_value(1);
+        h.record_value(700);
+        let s = h.snapshot();
+        assert_eq!(s.cumulative[1], (1.0, 1));
+        assert_eq!(s.cumulative[8], (500.0, 1));
+        assert_eq!(s.cumulative[9], (1000.0, 2));
+        assert!((s.sum - 701.0).abs() < 1e-9);
     }
 
     #[test]

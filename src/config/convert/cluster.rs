@@ -101,14 +101,26 @@ pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster
     if let Some((field, _)) = refused.iter().find(|(_, set)| *set) {
         return Err(ConfigError::new(*field, "not supported"));
     }
+    let mut metadata_exchange = None;
     for (i, filter) in filters.iter().enumerate() {
+        let at = format!("filters[{i}]");
         if !TELEMETRY_FILTERS.contains(&filter.name.as_str()) {
-            return Err(ConfigError::new(
-                format!("filters[{i}]"),
-                format!("upstream filter {:?} is not supported", filter.name),
-            ));
+            return Err(ConfigError::new(at, format!("upstream filter {:?} is not supported", filter.name)));
         }
-        warnings.ignored(format!("filters[{i}]"), "peer metadata exchange only feeds Istio telemetry");
+        let exchange = filter
+            .typed_config
+            .as_ref()
+            .filter(|any| super::listener::filter_kind::config_type(any) == super::filters::metadata_exchange::TYPE);
+        match exchange {
+            Some(any) => {
+                let at = format!("{at}.typed_config");
+                let config = warnings
+                    .within(&at, |w| super::filters::metadata_exchange::metadata_exchange(any, w))
+                    .map_err(|e| e.at(&at))?;
+                metadata_exchange = Some(config);
+            }
+            None => warnings.ignored(at, "peer metadata exchange only feeds Istio telemetry; not run"),
+        }
     }
     let ignored = [
         ("alt_stat_name", !alt_stat_name.is_empty(), "stats use the cluster name"),
@@ -268,6 +280,7 @@ pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster
         http,
         upstream_bind,
         per_endpoint_stats,
+        metadata_exchange,
     })
 }
 

@@ -13,8 +13,11 @@ pub mod fault;
 pub mod fractional_percent;
 pub mod grpc_service;
 pub mod health_check;
+pub mod istio_stats;
 pub mod jwt_authn;
 pub mod local_ratelimit;
+pub mod metadata_exchange;
+pub mod peer_metadata;
 pub mod ratelimit;
 pub mod rbac;
 
@@ -53,6 +56,10 @@ pub enum HttpFilterConfig {
     ExtAuthz(Arc<ext_authz::ExtAuthz>),
     /// `envoy.filters.http.ratelimit`.
     RateLimit(Arc<ratelimit::RateLimit>),
+    /// Istio's `istio.metadata_exchange` (`io.istio.http.peer_metadata.Config`).
+    PeerMetadata(Arc<peer_metadata::PeerMetadata>),
+    /// Istio's `istio.stats` (`stats.PluginConfig`).
+    IstioStats(Arc<istio_stats::IstioStats>),
 }
 
 /// One network filter of a filter chain, before its terminal filter.
@@ -71,6 +78,18 @@ pub enum NetworkFilterConfig {
     Rbac(Arc<rbac::NetworkRbac>),
     /// `envoy.filters.network.ext_authz`.
     ExtAuthz(Arc<ext_authz::NetworkExtAuthz>),
+    /// Istio's `istio.metadata_exchange` (TCP): run by the TCP proxy on the connection's
+    /// bytes.
+    MetadataExchange(Arc<metadata_exchange::TcpMetadataExchange>),
+    /// Istio's `istio.stats` (TCP metrics): reported by the TCP proxy.
+    IstioStats(Arc<istio_stats::IstioStats>),
+}
+
+impl NetworkFilterConfig {
+    /// Whether the filter acts in the TCP proxy rather than when the connection arrives.
+    pub fn is_tcp_telemetry(&self) -> bool {
+        matches!(self, Self::MetadataExchange(_) | Self::IstioStats(_))
+    }
 }
 
 /// A filter's settings for one virtual host, route or weighted cluster

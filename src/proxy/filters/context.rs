@@ -124,6 +124,12 @@ impl LocalResponse {
     }
 }
 
+/// The response flags the connection manager settles for a request, for a filter that
+/// reports when the response ends (`istio.stats`): the filter's response hook puts one in
+/// the response's extensions and the connection manager fills it before sending.
+#[derive(Debug, Clone, Default)]
+pub struct ResponseFlagsSlot(pub std::sync::Arc<std::sync::OnceLock<ResponseFlags>>);
+
 /// The body of every response the proxy sends downstream (the upstream's or its own).
 pub type ProxyBody = http_body_util::combinators::UnsyncBoxBody<Bytes, crate::proxy::upstream::BoxError>;
 

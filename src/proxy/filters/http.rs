@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use super::context::RequestContext;
 use super::{
-    LocalResponse, compressor, cors, ext_authz, fault, health_check, jwt_authn, local_ratelimit, ratelimit, rbac,
+    LocalResponse, compressor, cors, ext_authz, fault, health_check, istio_stats, jwt_authn, local_ratelimit,
+    peer_metadata, ratelimit, rbac,
 };
+use crate::config::filters::peer_metadata::LocalNode;
 use crate::config::filters::{FilterOverride, HttpFilterConfig};
 use crate::telemetry::Stats;
 
@@ -36,6 +38,10 @@ pub struct FactoryContext<'a> {
     pub stat_prefix: &'a str,
     /// The filter's name in the configuration (its per-route settings are found by it).
     pub filter_name: &'a str,
+    /// This proxy's node (id and Istio workload metadata), from the bootstrap.
+    pub node: &'a LocalNode,
+    /// The listener's `traffic_direction` is INBOUND (Istio's reporter side).
+    pub inbound: bool,
 }
 
 /// A filter, whichever it is. (An enum rather than trait objects: each filter's
@@ -50,6 +56,8 @@ enum Filter {
     Compressor(compressor::CompressorFilter),
     ExtAuthz(ext_authz::ExtAuthzFilter),
     RateLimit(ratelimit::RateLimitFilter),
+    PeerMetadata(peer_metadata::PeerMetadataFilter),
+    IstioStats(istio_stats::IstioStatsFilter),
 }
 
 impl Filter {
@@ -83,6 +91,12 @@ impl Filter {
             HttpFilterConfig::RateLimit(config) => {
                 Self::RateLimit(ratelimit::RateLimitFilter::new(config.clone(), factory))
             }
+            HttpFilterConfig::PeerMetadata(config) => {
+                Self::PeerMetadata(peer_metadata::PeerMetadataFilter::new(config.clone(), factory))
+            }
+            HttpFilterConfig::IstioStats(config) => {
+                Self::IstioStats(istio_stats::IstioStatsFilter::new(config.clone(), factory))
+            }
         }
     }
 
@@ -97,6 +111,8 @@ impl Filter {
             Self::Compressor(filter) => filter.decode_headers(request).await,
             Self::ExtAuthz(filter) => filter.decode_headers(request).await,
             Self::RateLimit(filter) => filter.decode_headers(request).await,
+            Self::PeerMetadata(filter) => filter.decode_headers(request).await,
+            Self::IstioStats(filter) => filter.decode_headers(request).await,
         }
     }
 }

@@ -30,9 +30,12 @@ pub mod fault;
 mod header_options;
 pub mod health_check;
 pub mod http;
+pub mod istio_stats;
+pub mod istio_tcp;
 pub mod jwt_authn;
 pub mod local_ratelimit;
 pub mod network;
+pub mod peer_metadata;
 pub mod ratelimit;
 pub mod rbac;
 pub mod registry;
@@ -42,7 +45,8 @@ pub mod token_bucket;
 pub use body::DownstreamBody;
 pub use callout::{CalloutError, Callouts};
 pub use context::{
-    DownstreamConnection, DynamicMetadata, HeaderEdit, LocalResponse, ProxyBody, RequestContext, ResponseHook,
+    DownstreamConnection, DynamicMetadata, HeaderEdit, LocalResponse, ProxyBody, RequestContext, ResponseFlagsSlot,
+    ResponseHook,
 };
 pub use http::{FilterHeadersStatus, HttpFilter, HttpFilterChain};
 pub use network::{ConnectionContext, NetworkFilter, NetworkFilterChain, NetworkFilterStatus};

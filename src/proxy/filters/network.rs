@@ -8,6 +8,7 @@ use super::callout::Callouts;
 use super::context::DownstreamConnection;
 use super::ext_authz::network::NetworkExtAuthzFilter;
 use super::http::FactoryContext;
+use super::istio_tcp::TcpTelemetry;
 use super::local_ratelimit::NetworkLocalRateLimitFilter;
 use super::rbac;
 use crate::config::filters::{NetworkFilter as NetworkFilterEntry, NetworkFilterConfig};
@@ -42,8 +43,10 @@ enum Filter {
 }
 
 impl Filter {
-    fn build(config: &NetworkFilterConfig, factory: FactoryContext<'_>) -> Self {
-        match config {
+    /// `None` for Istio's TCP telemetry filters, which act in the TCP proxy
+    /// ([`TcpTelemetry`]).
+    fn build(config: &NetworkFilterConfig, factory: FactoryContext<'_>) -> Option<Self> {
+        Some(match config {
             NetworkFilterConfig::LocalRateLimit(config) => {
                 Self::LocalRateLimit(NetworkLocalRateLimitFilter::new(config, factory))
             }
@@ -53,7 +56,8 @@ impl Filter {
             NetworkFilterConfig::ExtAuthz(config) => {
                 Self::ExtAuthz(NetworkExtAuthzFilter::new(config.clone(), factory))
             }
-        }
+            NetworkFilterConfig::MetadataExchange(_) | NetworkFilterConfig::IstioStats(_) => return None,
+        })
     }
 
     async fn on_new_connection(&self, connection: &ConnectionContext<'_>) -> NetworkFilterStatus {
@@ -68,11 +72,16 @@ impl Filter {
 /// The network filters of one filter chain, in order, the terminal filter excluded.
 pub struct NetworkFilterChain {
     filters: Vec<Filter>,
+    /// Istio's metadata exchange and TCP metrics, when the chain has them.
+    pub tcp_telemetry: Option<TcpTelemetry>,
 }
 
 impl NetworkFilterChain {
     pub fn build(configs: &Arc<[NetworkFilterEntry]>, factory: FactoryContext<'_>) -> Self {
-        Self { filters: configs.iter().map(|c| Filter::build(&c.config, factory)).collect() }
+        Self {
+            filters: configs.iter().filter_map(|c| Filter::build(&c.config, factory)).collect(),
+            tcp_telemetry: TcpTelemetry::build(configs, factory),
+        }
     }
 
     /// Runs each filter until one closes the connection.

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, Weak};
 use super::http::{FactoryContext, HttpFilterChain};
 use super::network::NetworkFilterChain;
 use crate::config::filters::NetworkFilter;
+use crate::config::filters::peer_metadata::LocalNode;
 use crate::config::listener::HttpConnectionManager;
 use crate::telemetry::Stats;
 
@@ -15,6 +16,7 @@ use crate::telemetry::Stats;
 #[derive(Default)]
 pub struct FilterChains {
     stats: Arc<Stats>,
+    node: Arc<LocalNode>,
     http: Mutex<Cache<HttpConnectionManager, HttpFilterChain>>,
     network: Mutex<Cache<[NetworkFilter], NetworkFilterChain>>,
 }
@@ -30,16 +32,44 @@ impl FilterChains {
         Self { stats, ..Self::default() }
     }
 
-    /// The HTTP filters of `manager`, built on first use.
+    /// The node filters announce (Istio's metadata exchange) and report as (`istio.stats`).
+    pub fn with_node(self, node: Arc<LocalNode>) -> Self {
+        Self { node, ..self }
+    }
+
+    pub fn node(&self) -> &LocalNode {
+        &self.node
+    }
+
+    /// The HTTP filters of `manager` of an outbound (or undirected) listener, built on
+    /// first use.
     pub fn http(&self, manager: &Arc<HttpConnectionManager>) -> Arc<HttpFilterChain> {
-        let factory = FactoryContext { stats: &self.stats, stat_prefix: &manager.stat_prefix, filter_name: "" };
+        self.http_of(manager, false)
+    }
+
+    /// The HTTP filters of `manager`, whose listener is `inbound` or not (a connection
+    /// manager belongs to one listener, so this is fixed per manager).
+    pub fn http_of(&self, manager: &Arc<HttpConnectionManager>, inbound: bool) -> Arc<HttpFilterChain> {
+        let factory = FactoryContext {
+            stats: &self.stats,
+            stat_prefix: &manager.stat_prefix,
+            filter_name: "",
+            node: &self.node,
+            inbound,
+        };
         lock(&self.http).get_or_build(manager, || HttpFilterChain::build(&manager.http_filters, factory))
     }
 
     /// The network filters of a filter chain, built on first use. `stat_prefix` is unused
     /// by the chain itself; each filter has its own.
     pub fn network(&self, filters: &Arc<[NetworkFilter]>) -> Arc<NetworkFilterChain> {
-        let factory = FactoryContext { stats: &self.stats, stat_prefix: "", filter_name: "" };
+        self.network_of(filters, false)
+    }
+
+    /// [`network`](Self::network) of a listener that is `inbound` or not.
+    pub fn network_of(&self, filters: &Arc<[NetworkFilter]>, inbound: bool) -> Arc<NetworkFilterChain> {
+        let factory =
+            FactoryContext { stats: &self.stats, stat_prefix: "", filter_name: "", node: &self.node, inbound };
         lock(&self.network).get_or_build(filters, || NetworkFilterChain::build(filters, factory))
     }
 }

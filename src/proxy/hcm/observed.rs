@@ -11,6 +11,7 @@ use hyper::body::Incoming;
 
 use super::super::access_log::ActiveLog;
 use super::super::completion::{Completed, Completion, PendingSpan};
+use super::super::filters::ResponseFlagsSlot;
 use super::super::response_flags::ResponseFlags;
 use super::{Exchange, ProxyBody, forward_request};
 use crate::telemetry::{HttpStats, RequestSpan};
@@ -36,6 +37,9 @@ pub(super) async fn handle(
     let mut pending = None;
     let response = forward_request(request, exchange, &mut stream, &mut pending).await;
     let status = response.status().as_u16();
+    if let Some(slot) = response.extensions().get::<ResponseFlagsSlot>() {
+        let _ = slot.0.set(stream.flags);
+    }
     let stats = completion.stats();
     stats.charge(status);
     if stream.flags.contains(ResponseFlags::NO_ROUTE_FOUND) {

@@ -55,7 +55,7 @@ pub async fn serve<S>(
     let stats = context.telemetry.http(&manager.stat_prefix);
     let access_logs = context.telemetry.access_logs(&manager.access_log, &context);
     // Built once per connection manager and shared; found once per connection.
-    let filters = context.filters.http(&manager);
+    let filters = context.filters.http_of(&manager, info.inbound);
     let _connection = stats.connection();
     // An inbound-only drain closes inbound connections; a full drain closes them all.
     let draining = if info.inbound { context.draining_inbound.clone() } else { context.draining.clone() };

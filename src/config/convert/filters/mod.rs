@@ -12,8 +12,15 @@ mod fault;
 pub(crate) mod fractional_percent;
 mod grpc_service;
 mod health_check;
+mod istio_json;
+mod istio_stats;
+#[cfg(test)]
+mod istio_tests;
+mod istio_wasm;
 mod jwt_authn;
 mod local_ratelimit;
+pub(crate) mod metadata_exchange;
+mod peer_metadata;
 mod ratelimit;
 pub(crate) mod rbac;
 
@@ -27,6 +34,9 @@ use crate::pb::google::protobuf::Any;
 
 /// An HTTP filter's `typed_config`, when Outrider runs filters of its type.
 pub fn http_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<HttpFilterConfig>> {
+    if config_type(any) == istio_wasm::TYPE {
+        return istio_wasm::http_filter(any, warnings);
+    }
     Ok(Some(match config_type(any).as_str() {
         health_check::TYPE => HttpFilterConfig::HealthCheck(Arc::new(health_check::health_check(any, warnings)?)),
         jwt_authn::TYPE => HttpFilterConfig::JwtAuthn(Arc::new(jwt_authn::jwt_authentication(any, warnings)?)),
@@ -42,6 +52,8 @@ pub fn http_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<HttpFilt
         compressor::TYPE => HttpFilterConfig::Compressor(Arc::new(compressor::compressor(any, warnings)?)),
         ext_authz::TYPE => HttpFilterConfig::ExtAuthz(Arc::new(ext_authz::ext_authz(any, warnings)?)),
         ratelimit::TYPE => HttpFilterConfig::RateLimit(Arc::new(ratelimit::ratelimit(any, warnings)?)),
+        peer_metadata::TYPE => HttpFilterConfig::PeerMetadata(Arc::new(peer_metadata::peer_metadata(any, warnings)?)),
+        istio_stats::TYPE => HttpFilterConfig::IstioStats(Arc::new(istio_stats::istio_stats(any, warnings)?)),
         _ => return Ok(None),
     }))
 }
@@ -54,6 +66,10 @@ pub fn network_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<Netwo
         }
         rbac::NETWORK_TYPE => NetworkFilterConfig::Rbac(Arc::new(rbac::network_rbac(any, warnings)?)),
         ext_authz::NETWORK_TYPE => NetworkFilterConfig::ExtAuthz(Arc::new(ext_authz::network(any, warnings)?)),
+        metadata_exchange::TYPE => {
+            NetworkFilterConfig::MetadataExchange(Arc::new(metadata_exchange::metadata_exchange(any, warnings)?))
+        }
+        istio_stats::TYPE => NetworkFilterConfig::IstioStats(Arc::new(istio_stats::istio_stats(any, warnings)?)),
         _ => return Ok(None),
     }))
 }

@@ -138,7 +138,14 @@ fn sidecar_listeners_convert() {
     assert!(!http80.bind_to_port);
     assert_eq!(http80.route_config_names(), ["80"]);
     let TerminalFilter::HttpConnectionManager(hcm) = &http80.filter_chains.last().unwrap().terminal else { panic!() };
-    assert!(hcm.skipped_http_filters.iter().any(|f| f.name == "istio.stats"));
+    // Istio's telemetry filters run: the metadata exchange (here in its older Wasm form,
+    // which propagates by the listener's direction), then the standard metrics.
+    use crate::config::filters::HttpFilterConfig;
+    let run = |name: &str| hcm.http_filters.iter().find(|f| f.name == name).map(|f| &f.config);
+    let mx = run("istio.metadata_exchange");
+    assert!(matches!(mx, Some(HttpFilterConfig::PeerMetadata(mx)) if mx.for_direction(false).upstream_propagation));
+    assert!(matches!(run("istio.stats"), Some(HttpFilterConfig::IstioStats(_))));
+    assert!(!hcm.skipped_http_filters.iter().any(|f| f.name == "istio.stats"));
 
     let internal = by_name(&listeners, "main_internal");
     assert!(internal.internal && !internal.bind_to_port);
