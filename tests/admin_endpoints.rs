@@ -1,6 +1,7 @@
 //! The admin endpoints side by side with Envoy 1.40: the same bootstrap (a listener with a
-//! TLS chain and a plaintext chain, a static cluster, static secrets) starts both, the same
-//! requests go through each, and then
+//! TLS chain and a plaintext chain, a static cluster, a cluster that originates TLS to the
+//! proxy's own TLS chain, static secrets) starts both, the same requests go through each,
+//! and then
 //! - `/stats?format=json`, `/listeners?format=json`, `/memory`, `/certs` and `/runtime`
 //!   have Envoy's keys and shapes;
 //! - every stat Envoy created in the families tools read (per-code `upstream_rq_<code>`,
@@ -36,7 +37,8 @@ async fn backend() -> Backend {
     .await
 }
 
-fn hcm(filters: &str) -> String {
+/// A connection manager routing `routes` (then everything else to `backend`).
+fn hcm(routes: &str, filters: &str) -> String {
     format!(
         r#"
       - name: envoy.filters.network.http_connection_manager
@@ -44,7 +46,7 @@ fn hcm(filters: &str) -> String {
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: ingress
           route_config:
-            virtual_hosts: [{{ name: all, domains: ["*"], routes: [{{ match: {{ prefix: "/" }}, route: {{ cluster: backend }} }}] }}]
+            virtual_hosts: [{{ name: all, domains: ["*"], routes: [{routes}{{ match: {{ prefix: "/" }}, route: {{ cluster: backend }} }}] }}]
           http_filters:{filters}
           - name: envoy.filters.http.router
             typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }}"#
@@ -57,6 +59,24 @@ const HEALTH_CHECK: &str = r#"
               "@type": type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck
               pass_through_mode: false
               headers: [{ name: ":path", string_match: { exact: "/healthz" } }]"#;
+
+/// `/tls` on the plaintext chain goes through `loop_tls`, which originates TLS to the
+/// listener's own TLS chain, whose manager routes it to `backend`.
+const TO_LOOP_TLS: &str = r#"{ match: { prefix: "/tls" }, route: { cluster: loop_tls } }, "#;
+
+fn loop_tls_cluster(port: u16, ca: &Ca) -> String {
+    let roots = serde_json::to_string(&ca.pem()).unwrap();
+    format!(
+        r#"{}
+    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        sni: server.test
+        common_tls_context: {{ validation_context: {{ trusted_ca: {{ inline_string: {roots} }} }} }}"#,
+        common::differential::static_cluster("loop_tls", port)
+    )
+}
 
 fn bootstrap(port: u16, backend: u16, leaf: &Leaf, ca: &Ca) -> String {
     let inline = |pem: &str| serde_json::to_string(pem).unwrap();
@@ -85,14 +105,15 @@ static_resources:
             validation_context_sds_secret_config: {{ name: ROOTCA }}
       filters:{tls_hcm}
     - filters:{plain_hcm}
-  clusters:{cluster}
+  clusters:{cluster}{loop_tls}
 "#,
         chain = inline(&leaf.cert_pem),
         key = inline(&leaf.key_pem),
         roots = inline(&ca.pem()),
-        tls_hcm = hcm(""),
-        plain_hcm = hcm(HEALTH_CHECK),
+        tls_hcm = hcm("", ""),
+        plain_hcm = hcm(TO_LOOP_TLS, HEALTH_CHECK),
         cluster = common::differential::static_cluster("backend", backend),
+        loop_tls = loop_tls_cluster(port, ca),
     )
 }
 
@@ -136,7 +157,8 @@ fn keys(value: &Value) -> BTreeSet<String> {
 /// The stat families of this test, with the listener's port written `PORT`.
 fn families(text: &str, port: u16) -> BTreeMap<String, String> {
     let family = regex::Regex::new(concat!(
-        r"^(cluster\.backend\.(upstream_rq_\d{3}|upstream_cx_(rx|tx)_bytes_total|upstream_cx_destroy|upstream_cx_length_ms)",
+        r"^(cluster\.(backend|loop_tls)\.(upstream_rq_\d{3}|upstream_cx_(rx|tx)_bytes_total|upstream_cx_destroy|upstream_cx_length_ms)",
+        r"|cluster\.loop_tls\.ssl\.(handshake|connection_error|no_certificate)",
         r"|http\.ingress\.downstream_cx_((rx|tx)_bytes_total|destroy|length_ms)",
         r"|listener\.127\.0\.0\.1_PORT\.(downstream_cx_destroy|downstream_cx_length_ms|ssl\.(handshake|connection_error|no_certificate))",
         r"|server\.(state|uptime|memory_allocated|memory_heap_size|memory_physical_size|live|concurrency|total_connections|version|days_until_first_cert_expiring))$",
@@ -150,10 +172,10 @@ fn families(text: &str, port: u16) -> BTreeMap<String, String> {
 }
 
 async fn traffic(port: u16, ca: &Ca) {
-    for path in ["/a", "/b", "/missing"] {
+    for path in ["/a", "/b", "/missing", "/tls"] {
         let (status, _, _) =
             raw_http1(port, &format!("GET {path} HTTP/1.1\r\nhost: app\r\nconnection: close\r\n\r\n")).await;
-        assert_eq!(status, if path == "/missing" { 404 } else { 200 });
+        assert_eq!(status, if path == "/missing" { 404 } else { 200 }, "{path}");
     }
     let (status, _) = tls_support::tls_get(port, tls_support::client_config(ca, None, &["http/1.1"])).await.unwrap();
     assert_eq!(status, 200);
@@ -246,15 +268,19 @@ async fn admin_shapes_and_stats_match_envoy() {
     for name in ["cluster.backend.upstream_rq_200", "cluster.backend.upstream_rq_404", "server.total_connections"] {
         assert!(outrider.contains_key(name), "{name} missing in {outrider:#?}");
     }
-    assert_eq!(outrider["cluster.backend.upstream_rq_200"], "3", "two plaintext and one TLS request");
-    assert_eq!(outrider["listener.127.0.0.1_PORT.ssl.handshake"], "1");
-    assert_eq!(outrider["listener.127.0.0.1_PORT.ssl.no_certificate"], "1");
+    assert_eq!(outrider["cluster.backend.upstream_rq_200"], "4", "two plaintext, one looped, one TLS request");
+    assert_eq!(outrider["cluster.loop_tls.upstream_rq_200"], "1");
+    assert_eq!(outrider["cluster.loop_tls.ssl.handshake"], "1");
+    assert_eq!(outrider["listener.127.0.0.1_PORT.ssl.handshake"], "2", "the loop's and the client's");
+    assert_eq!(outrider["listener.127.0.0.1_PORT.ssl.no_certificate"], "2");
     if let [(_, envoy, envoy_certs), _] = seen.as_slice() {
         let missing: Vec<&String> = envoy.keys().filter(|name| !outrider.contains_key(*name)).collect();
         assert!(missing.is_empty(), "Envoy has, Outrider lacks: {missing:?}");
         for name in [
             "cluster.backend.upstream_rq_200",
             "cluster.backend.upstream_rq_404",
+            "cluster.loop_tls.upstream_rq_200",
+            "cluster.loop_tls.ssl.handshake",
             "listener.127.0.0.1_PORT.ssl.handshake",
             "listener.127.0.0.1_PORT.ssl.no_certificate",
             "server.concurrency",
@@ -317,14 +343,14 @@ async fn index_help_usedonly_and_reset_counters() {
     let (_, used) = admin_get(admin, "/stats?usedonly").await;
     assert!(all.contains("cluster.backend.upstream_rq_retry: 0"), "{all}");
     assert!(!used.contains("upstream_rq_retry:"), "{used}");
-    assert!(used.contains("cluster.backend.upstream_rq_200: 3"), "{used}");
-    let (_, filtered) = admin_get(admin, "/stats?usedonly&filter=upstream_rq_2").await;
-    assert_eq!(filtered.trim(), "cluster.backend.upstream_rq_200: 3\ncluster.backend.upstream_rq_2xx: 3");
+    assert!(used.contains("cluster.backend.upstream_rq_200: 4"), "{used}");
+    let (_, filtered) = admin_get(admin, "/stats?usedonly&filter=backend%5C.upstream_rq_2").await;
+    assert_eq!(filtered.trim(), "cluster.backend.upstream_rq_200: 4\ncluster.backend.upstream_rq_2xx: 4");
     let (status, _) = admin_get(admin, "/stats?format=xml").await;
     assert_eq!(status, 400);
 
     assert_eq!(admin_post(admin, "/reset_counters").await, 200);
-    let (_, after) = admin_get(admin, "/stats?filter=upstream_rq_200").await;
+    let (_, after) = admin_get(admin, "/stats?filter=backend%5C.upstream_rq_200").await;
     assert_eq!(after.trim(), "cluster.backend.upstream_rq_200: 0");
     let (_, gauges) = admin_get(admin, "/stats?filter=^server%5C.concurrency$").await;
     assert_eq!(gauges.trim(), "server.concurrency: 1", "gauges keep their values");

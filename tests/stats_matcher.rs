@@ -226,3 +226,51 @@ async fn per_endpoint_series_only_where_the_cluster_asks() {
     let (_, clusters) = admin_get(admin, "/clusters").await;
     assert!(clusters.contains(&format!("backend::127.0.0.1:{}::rq_success::3", backend.port)), "{clusters}");
 }
+
+/// The `le` bounds (without `+Inf`) of `family` for the cluster or prefix `scope`, as
+/// numbers.
+fn bucket_bounds(prometheus: &str, family: &str, label: &str) -> Vec<f64> {
+    let line = regex::Regex::new(&format!(r#"^{family}_bucket\{{(.*)\}} "#)).unwrap();
+    let le = regex::Regex::new(r#"le="([^"]+)""#).unwrap();
+    prometheus
+        .lines()
+        .filter_map(|l| line.captures(l))
+        .filter(|c| c[1].contains(label))
+        .filter_map(|c| le.captures(&c[1]).map(|l| l[1].to_owned()))
+        .filter(|le| le != "+Inf")
+        .map(|le| le.parse().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn histogram_bucket_settings_as_envoy() {
+    let backend = backends::healthy("backend").await;
+    let settings = r#"
+stats_config:
+  histogram_bucket_settings:
+  - { match: { prefix: "cluster.backend.upstream_rq_time" }, buckets: [1000, 1, 5] }
+  - { match: { suffix: "_time" }, buckets: [2, 20] }"#;
+    let pair = Pair::start(|port| bootstrap(port, backend.port, settings, "")).await;
+    let mut admins = vec![("outrider", pair.outrider.admin_address, pair.outrider_port)];
+    if let Some(envoy) = &pair.envoy {
+        admins.insert(0, ("envoy", envoy.admin, pair.envoy_port));
+    }
+    let mut seen = Vec::new();
+    for (who, admin, port) in admins {
+        traffic(port).await;
+        let (_, prometheus) = admin_get(admin, "/stats/prometheus").await;
+        let rq_time = bucket_bounds(&prometheus, "envoy_cluster_upstream_rq_time", "envoy_cluster_name=\"backend\"");
+        assert_eq!(rq_time, [1.0, 5.0, 1000.0], "{who}: the first matching setting, sorted");
+        let downstream =
+            bucket_bounds(&prometheus, "envoy_http_downstream_rq_time", "envoy_http_conn_manager_prefix=\"ingress\"");
+        assert_eq!(downstream, [2.0, 20.0], "{who}: the second setting");
+        let length =
+            bucket_bounds(&prometheus, "envoy_cluster_upstream_cx_length_ms", "envoy_cluster_name=\"backend\"");
+        seen.push(length);
+    }
+    let outrider_default = seen.last().unwrap();
+    assert_eq!(outrider_default.len(), 19, "Envoy's default buckets where no setting matches");
+    if let [envoy, outrider] = seen.as_slice() {
+        assert_eq!(envoy, outrider, "the same default buckets");
+    }
+}

@@ -1,10 +1,9 @@
-//! `/certs`: the certificates in use (static and SDS secrets), in Envoy's shape: one entry
-//! per secret with `ca_cert` (a validation context's trusted CAs) or `cert_chain` (a
-//! certificate to present), each certificate with its serial number, SANs, days until
-//! expiration, `valid_from` and `expiration_time`.
-//!
-//! Envoy groups them by TLS context; Outrider's contexts refer to secrets by name, so it
-//! lists each secret once. The same parse gives `server.days_until_first_cert_expiring`.
+//! `/certs`: the certificates in use, in Envoy's shape: one entry per TLS context (each
+//! listener filter chain's and each cluster transport socket's), with `ca_cert` (the CAs
+//! it verifies peers with) and `cert_chain` (the certificates it presents), inline or from
+//! static or SDS secrets; each certificate with its serial number, SANs, days until
+//! expiration, `valid_from` and `expiration_time`. The same certificates give
+//! `server.days_until_first_cert_expiring`.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -12,7 +11,9 @@ use serde_json::{Value, json};
 use x509_parser::extensions::GeneralName;
 use x509_parser::pem::Pem;
 
+use crate::config::cluster::UpstreamTransport;
 use crate::config::secret::{DataSource, SecretKind};
+use crate::config::tls::{Certificates, CommonTlsContext, SdsSecretConfig, Validation};
 use crate::store::Snapshot;
 
 /// One parsed certificate.
@@ -43,34 +44,80 @@ impl CertInfo {
     }
 }
 
-/// `{"certificates": [{"ca_cert": […], "cert_chain": […]}…]}`.
+/// Where one TLS context's certificates come from.
+struct ContextSources<'a> {
+    ca: Vec<&'a DataSource>,
+    chain: Vec<&'a DataSource>,
+}
+
+/// Every TLS context of the snapshot's listeners and clusters, its secrets resolved (a
+/// secret not delivered yet contributes nothing).
+fn contexts(snapshot: &Snapshot) -> Vec<ContextSources<'_>> {
+    let listeners = snapshot.listeners.values().flat_map(|l| {
+        let listener = &l.resource;
+        listener.filter_chains.iter().chain(listener.default_filter_chain.as_deref()).filter_map(|c| c.tls.as_ref())
+    });
+    let clusters = snapshot.clusters.values().flat_map(|c| {
+        let cluster = &c.resource;
+        std::iter::once(&cluster.transport_socket).chain(cluster.transport_socket_matches.iter().map(|m| &m.transport))
+    });
+    let upstream = clusters.filter_map(|t| match t {
+        UpstreamTransport::Tls(tls) => Some(&tls.common),
+        UpstreamTransport::Plain => None,
+    });
+    listeners.map(|tls| &tls.common).chain(upstream).map(|common| sources(snapshot, common)).collect()
+}
+
+fn sources<'a>(snapshot: &'a Snapshot, common: &'a CommonTlsContext) -> ContextSources<'a> {
+    let secret = |config: &SdsSecretConfig| snapshot.secrets.get(&config.name).map(|s| &s.resource.kind);
+    let ca = match &common.validation {
+        None => Vec::new(),
+        Some(Validation::Inline(validation)) => validation.trusted_ca.iter().collect(),
+        Some(Validation::Sds(config) | Validation::Combined { sds: config, .. }) => match secret(config) {
+            Some(SecretKind::ValidationContext(validation)) => validation.trusted_ca.iter().collect(),
+            _ => Vec::new(),
+        },
+    };
+    let chain = match &common.certificates {
+        Certificates::None => Vec::new(),
+        Certificates::Inline(certificates) => certificates.iter().map(|c| &c.certificate_chain).collect(),
+        Certificates::Sds(configs) => configs
+            .iter()
+            .filter_map(|config| match secret(config) {
+                Some(SecretKind::TlsCertificate(tls)) => Some(&tls.certificate_chain),
+                _ => None,
+            })
+            .collect(),
+    };
+    ContextSources { ca, chain }
+}
+
+/// `{"certificates": [{"ca_cert": […], "cert_chain": […]}…]}`, one entry per context.
 pub fn json(snapshot: &Snapshot, now: SystemTime) -> Value {
-    let certificates: Vec<Value> = snapshot
-        .secrets
-        .values()
-        .map(|secret| {
-            let (ca, chain) = match &secret.resource.kind {
-                SecretKind::TlsCertificate(tls) => (Vec::new(), parse(&tls.certificate_chain)),
-                SecretKind::ValidationContext(validation) => {
-                    (validation.trusted_ca.as_ref().map(parse).unwrap_or_default(), Vec::new())
-                }
-            };
-            let list = |certs: Vec<CertInfo>| certs.iter().map(|c| c.json(now)).collect::<Vec<_>>();
-            json!({ "ca_cert": list(ca), "cert_chain": list(chain) })
-        })
+    let list = |sources: &[&DataSource]| -> Vec<Value> {
+        sources.iter().flat_map(|source| parse(source)).map(|cert| cert.json(now)).collect()
+    };
+    let certificates: Vec<Value> = contexts(snapshot)
+        .iter()
+        .map(|context| json!({ "ca_cert": list(&context.ca), "cert_chain": list(&context.chain) }))
         .collect();
     json!({ "certificates": certificates })
 }
 
-/// Days until the first certificate in use expires (`u32::MAX` with none, as Envoy).
+/// Days until the first certificate in use expires (`u32::MAX` with none, as Envoy). Each
+/// distinct source is parsed once, however many contexts share it.
 pub fn days_until_first_expiring(snapshot: &Snapshot, now: SystemTime) -> u64 {
-    snapshot
-        .secrets
-        .values()
-        .flat_map(|secret| match &secret.resource.kind {
-            SecretKind::TlsCertificate(tls) => parse(&tls.certificate_chain),
-            SecretKind::ValidationContext(validation) => validation.trusted_ca.as_ref().map(parse).unwrap_or_default(),
-        })
+    let mut distinct: Vec<&DataSource> = Vec::new();
+    for context in contexts(snapshot) {
+        for source in context.ca.into_iter().chain(context.chain) {
+            if !distinct.contains(&source) {
+                distinct.push(source);
+            }
+        }
+    }
+    distinct
+        .into_iter()
+        .flat_map(parse)
         .map(|cert| cert.days_until_expiration(now))
         .min()
         .unwrap_or(u64::from(u32::MAX))

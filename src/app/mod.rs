@@ -272,17 +272,22 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     })
 }
 
-/// The stats store, with the bootstrap's `stats_matcher` when it has one (no matcher
-/// keeps the check off every registration).
+/// The stats store, with the bootstrap's `stats_matcher` and histogram buckets when it has
+/// them (none keeps the checks off every registration).
 fn stats_store(config: &crate::config::stats::StatsConfig) -> Stats {
     use crate::config::stats::StatsMatcher;
-    match &config.matcher {
+    let stats = match &config.matcher {
         StatsMatcher::AcceptAll => Stats::default(),
         matcher => {
             let matcher = matcher.clone();
             Stats::with_matcher(move |flat| matcher.rejects(flat))
         }
+    };
+    if config.histogram_buckets.is_empty() {
+        return stats;
     }
+    let config = config.clone();
+    stats.with_histogram_buckets(move |flat| config.buckets_for(flat).map(<[f64]>::to_vec))
 }
 
 /// The tracer the bootstrap's `tracing.http` names, else the one

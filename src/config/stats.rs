@@ -1,4 +1,5 @@
-//! The bootstrap's `stats_config`: which stats exist at all (`stats_matcher`).
+//! The bootstrap's `stats_config`: which stats exist at all (`stats_matcher`), and the
+//! buckets of histograms (`histogram_bucket_settings`).
 //!
 //! At mesh scale the stats are most of a sidecar's memory, so Istio's bootstrap keeps only
 //! the stats its tools read (an inclusion list of prefixes, suffixes and regexes). A stat
@@ -6,10 +7,28 @@
 
 use super::route::matcher::StringMatcher;
 
-/// `stats_config`, as far as it decides what exists.
+/// `stats_config`, as far as it decides what exists and how histograms are bucketed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StatsConfig {
     pub matcher: StatsMatcher,
+    /// `histogram_bucket_settings`, in order: the first whose matcher accepts a
+    /// histogram's flat name gives its buckets.
+    pub histogram_buckets: Vec<HistogramBuckets>,
+}
+
+/// One `histogram_bucket_settings` entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramBuckets {
+    pub matcher: StringMatcher,
+    /// Upper bounds, ascending, each positive and distinct.
+    pub buckets: Vec<f64>,
+}
+
+impl StatsConfig {
+    /// The buckets of the histogram named `flat`, if the settings give it any.
+    pub fn buckets_for(&self, flat: &str) -> Option<&[f64]> {
+        self.histogram_buckets.iter().find(|h| h.matcher.matches(flat)).map(|h| h.buckets.as_slice())
+    }
 }
 
 /// `stats_config.stats_matcher`, matched against a stat's flat name before tag extraction

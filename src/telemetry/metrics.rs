@@ -108,28 +108,38 @@ pub const DEFAULT_BUCKETS_MS: [f64; 19] = [
     600000.0, 1800000.0, 3600000.0,
 ];
 
-/// A latency histogram in milliseconds over Envoy's default buckets. Recording is one
-/// bucket increment and one sum increment (microseconds), both relaxed atomics.
+/// A latency histogram in milliseconds, over Envoy's default buckets or the ones the
+/// bootstrap's `histogram_bucket_settings` give its name. Recording is one bucket increment
+/// and one sum increment (microseconds), both relaxed atomics.
 #[derive(Debug, Clone, Default)]
 pub struct Histogram(Arc<HistogramCells>);
 
 #[derive(Debug)]
 struct HistogramCells {
-    /// Per bucket (not cumulative); the last one is `+Inf`.
-    counts: [AtomicU64; DEFAULT_BUCKETS_MS.len() + 1],
+    /// Upper bounds, ascending, finite and positive.
+    bounds: Arc<[f64]>,
+    /// Per bucket (not cumulative), one per bound and a last one for `+Inf`.
+    counts: Box<[AtomicU64]>,
     sum_micros: AtomicU64,
+}
+
+impl HistogramCells {
+    fn new(bounds: Arc<[f64]>) -> Self {
+        let counts = (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect();
+        Self { bounds, counts, sum_micros: AtomicU64::new(0) }
+    }
 }
 
 impl Default for HistogramCells {
     fn default() -> Self {
-        Self { counts: std::array::from_fn(|_| AtomicU64::new(0)), sum_micros: AtomicU64::new(0) }
+        Self::new(Arc::from(DEFAULT_BUCKETS_MS.as_slice()))
     }
 }
 
 /// A histogram's values at one moment.
 #[derive(Debug, Clone, PartialEq)]
 pub struct HistogramSnapshot {
-    /// Cumulative counts per bucket bound of [`DEFAULT_BUCKETS_MS`].
+    /// Cumulative counts per bucket bound (the histogram's bounds, ascending).
     pub cumulative: Vec<(f64, u64)>,
     pub count: u64,
     /// Sum of the recorded values, in milliseconds.
@@ -137,30 +147,43 @@ pub struct HistogramSnapshot {
 }
 
 impl Histogram {
+    /// A histogram over `bounds` (milliseconds; sorted here, duplicates dropped, anything
+    /// not finite and positive left out, as the configuration already refused it).
+    pub fn with_buckets(bounds: &[f64]) -> Self {
+        let mut bounds: Vec<f64> = bounds.iter().copied().filter(|b| b.is_finite() && *b > 0.0).collect();
+        bounds.sort_by(f64::total_cmp);
+        bounds.dedup();
+        Self(Arc::new(HistogramCells::new(Arc::from(bounds))))
+    }
+
     pub fn record(&self, elapsed: Duration) {
         let micros = elapsed.as_micros().min(u128::from(u64::MAX)) as u64;
         let millis = micros as f64 / 1000.0;
-        let bucket = DEFAULT_BUCKETS_MS.partition_point(|bound| *bound < millis);
-        self.0.counts[bucket].fetch_add(1, Ordering::Relaxed);
+        let bucket = self.0.bounds.partition_point(|bound| *bound < millis);
+        if let Some(count) = self.0.counts.get(bucket) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
         self.0.sum_micros.fetch_add(micros, Ordering::Relaxed);
     }
 
     /// Records a value that is not a duration (a size in bytes) in the same buckets:
     /// Envoy's bucket bounds are unitless, so `value` is read in the histogram's own unit.
     pub fn record_value(&self, value: u64) {
-        let bucket = DEFAULT_BUCKETS_MS.partition_point(|bound| *bound < value as f64);
-        self.0.counts[bucket].fetch_add(1, Ordering::Relaxed);
+        let bucket = self.0.bounds.partition_point(|bound| *bound < value as f64);
+        if let Some(count) = self.0.counts.get(bucket) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
         self.0.sum_micros.fetch_add(value.saturating_mul(1000), Ordering::Relaxed);
     }
 
     pub fn snapshot(&self) -> HistogramSnapshot {
         let mut total = 0;
-        let mut cumulative = Vec::with_capacity(DEFAULT_BUCKETS_MS.len());
-        for (bound, count) in DEFAULT_BUCKETS_MS.iter().zip(&self.0.counts) {
+        let mut cumulative = Vec::with_capacity(self.0.bounds.len());
+        for (bound, count) in self.0.bounds.iter().zip(self.0.counts.iter()) {
             total += count.load(Ordering::Relaxed);
             cumulative.push((*bound, total));
         }
-        total += self.0.counts[DEFAULT_BUCKETS_MS.len()].load(Ordering::Relaxed);
+        total += self.0.counts.last().map_or(0, |c| c.load(Ordering::Relaxed));
         let sum = self.0.sum_micros.load(Ordering::Relaxed) as f64 / 1000.0;
         HistogramSnapshot { cumulative, count: total, sum }
     }
@@ -241,6 +264,16 @@ mod tests {
         assert_eq!(s.cumulative[8], (500.0, 1));
         assert_eq!(s.cumulative[9], (1000.0, 2));
         assert!((s.sum - 701.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn configured_buckets_are_sorted_and_used() {
+        let h = Histogram::with_buckets(&[100.0, 1.0, 10.0, 10.0]);
+        h.record(Duration::from_millis(5));
+        h.record(Duration::from_secs(1));
+        let s = h.snapshot();
+        assert_eq!(s.cumulative, vec![(1.0, 0), (10.0, 1), (100.0, 1)]);
+        assert_eq!(s.count, 2, "1 s is only in +Inf");
     }
 
     #[test]

@@ -146,23 +146,31 @@ pub type Sample = (StatName, Value);
 /// Decides from a stat's flat name whether it must not exist.
 pub type Rejects = Box<dyn Fn(&str) -> bool + Send + Sync>;
 
+/// The bucket bounds (milliseconds) a histogram's flat name is given, if not Envoy's
+/// defaults (`stats_config.histogram_bucket_settings`).
+pub type BucketsFor = Box<dyn Fn(&str) -> Option<Vec<f64>> + Send + Sync>;
+
 /// Every registered stat. Shared by `Arc`; handed explicitly to whoever registers.
 #[derive(Default)]
 pub struct Stats {
     cells: Mutex<BTreeMap<String, (StatName, Cell)>>,
     rejects: Option<Rejects>,
+    buckets: Option<BucketsFor>,
     /// Counters `/reset_counters` set back to 0 after they were used: still used.
     reset_while_used: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for Stats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Stats").field("matcher", &self.rejects.is_some()).finish_non_exhaustive()
+        f.debug_struct("Stats")
+            .field("matcher", &self.rejects.is_some())
+            .field("histogram_buckets", &self.buckets.is_some())
+            .finish_non_exhaustive()
     }
 }
 
 macro_rules! get_or_create {
-    ($fn:ident, $ty:ident, $variant:ident) => {
+    ($fn:ident, $ty:ident, $variant:ident, $new:expr) => {
         /// The cell named `name`, created on first use. The same name always gives the
         /// same cell (a name registered as another kind gets a fresh, unlisted cell).
         pub fn $fn(&self, name: StatName) -> $ty {
@@ -174,7 +182,7 @@ macro_rules! get_or_create {
                 Some((_, Cell::$variant(cell))) => cell.clone(),
                 Some(_) => $ty::default(),
                 None => {
-                    let cell = $ty::default();
+                    let cell: $ty = $new(self, &name.flat);
                     cells.insert(name.flat.clone(), (name, Cell::$variant(cell.clone())));
                     cell
                 }
@@ -221,10 +229,26 @@ impl Stats {
             .collect()
     }
 
-    get_or_create!(counter, Counter, Counter);
-    get_or_create!(gauge, Gauge, Gauge);
-    get_or_create!(histogram, Histogram, Histogram);
-    get_or_create!(text, TextReadout, Text);
+    get_or_create!(counter, Counter, Counter, |_: &Self, _: &str| Counter::default());
+    get_or_create!(gauge, Gauge, Gauge, |_: &Self, _: &str| Gauge::default());
+    get_or_create!(histogram, Histogram, Histogram, Self::new_histogram);
+    get_or_create!(text, TextReadout, Text, |_: &Self, _: &str| TextReadout::default());
+
+    /// Histograms get the buckets `buckets` gives their flat name, else Envoy's defaults.
+    pub fn with_histogram_buckets(
+        mut self,
+        buckets: impl Fn(&str) -> Option<Vec<f64>> + Send + Sync + 'static,
+    ) -> Self {
+        self.buckets = Some(Box::new(buckets));
+        self
+    }
+
+    fn new_histogram(&self, flat: &str) -> Histogram {
+        match self.buckets.as_ref().and_then(|buckets| buckets(flat)) {
+            Some(bounds) => Histogram::with_buckets(&bounds),
+            None => Histogram::default(),
+        }
+    }
 
     /// Every live stat's value, by flat name; cells nobody holds are forgotten.
     pub fn samples(&self) -> Vec<Sample> {
