@@ -47,7 +47,7 @@ use crate::config::route::Action;
 use crate::lb::resources::{Priority, Slot};
 use crate::lb::{Host, PickContext};
 use crate::store::Snapshot;
-use crate::telemetry::KeyValue;
+use crate::telemetry::{KeyValue, Tracing};
 
 /// What the proxy answers with: an upstream body or a local one.
 pub use super::filters::ProxyBody;
@@ -79,6 +79,10 @@ pub(super) struct Exchange<'a> {
     pub filters: &'a HttpFilterChain,
     /// HTTP/1.1 connections: where an upgraded request leaves its upstream half.
     pub upgrades: Option<&'a upgrade::UpgradeSlot>,
+    /// The connection manager's tracer, when it has a `tracing` block and a tracer.
+    pub tracer: Option<&'a Tracing>,
+    /// The listener is OUTBOUND.
+    pub outbound: bool,
 }
 
 /// One request: path normalization, the connection manager's header handling, route
@@ -127,14 +131,16 @@ async fn forward_request(
         };
         *pending = Some(Box::new(PendingLog::new(loggers, SystemTime::now(), Instant::now(), &parts, info)));
     }
-    if manager.tracing
-        && let Some(tracing) = context.telemetry.tracing()
-        && request_trace::sampled(manager.trace_sampling, &parts, || context.rng.borrow_mut().random::<u32>())
-    {
-        // The upstream sees this span as its parent.
-        let span = request_trace::start(tracing, &parts);
-        span.inject(&mut parts.headers);
-        stream.span = Some(span);
+    if let Some(tracing) = &manager.tracing {
+        // Decided (and packed into x-request-id) whether a tracer is set or not, as Envoy.
+        let reason = request_trace::trace_reason(tracing, &mut parts.headers, || context.rng.borrow_mut().random());
+        if let Some(tracer) = exchange.tracer
+            && let Some(span) = request_trace::start(tracer, tracing, &parts, reason, exchange.outbound)
+        {
+            // The upstream sees this span as its parent, sampled or not.
+            span.inject(&mut parts.headers);
+            stream.span = Some(span);
+        }
     }
     let selection = router::select(routes, &parts);
     if let Some(log) = pending.as_mut() {
@@ -173,6 +179,11 @@ async fn forward_request(
             body: &mut body,
         };
         let status = exchange.filters.decode_headers(&mut request).await;
+        if let (Some(span), Some(tracing)) = (&stream.span, &manager.tracing) {
+            for tag in request_trace::metadata_tags(&tracing.custom_tags, &metadata) {
+                span.set(tag);
+            }
+        }
         if let Some(log) = pending.as_mut()
             && !metadata.0.is_empty()
         {

@@ -18,6 +18,7 @@ pub mod observe;
 pub mod original_dst;
 pub mod path_normalization;
 pub mod request_trace;
+mod tracers;
 pub mod response_flags;
 pub mod retry;
 pub mod router;

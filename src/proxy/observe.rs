@@ -10,10 +10,14 @@ use std::rc::Rc;
 
 use super::access_log::grpc::GrpcLogBuffer;
 use super::access_log::{ActiveLog, LogOutput};
+use super::tracers::Tracers;
 use super::worker::WorkerContext;
 use crate::config::Listener;
+use crate::config::bootstrap::TracingConfig;
+use crate::config::listener::HttpConnectionManager;
 use crate::config::listener::http_connection_manager::{AccessLog, AccessLogSink};
 use crate::telemetry::line_writer::FLUSH_INTERVAL;
+use crate::store::Store;
 use crate::telemetry::stats::Scope;
 use crate::telemetry::{HttpStats, LineWriters, ListenerStats, LogSink, Stats, Tracing, WorkerLineBuffer};
 
@@ -24,11 +28,15 @@ pub struct ProxyTelemetry {
     pub line_writers: Arc<LineWriters>,
     /// The tracer, when one is configured (bootstrap or `OTEL_EXPORTER_OTLP_ENDPOINT`).
     pub tracing: Option<Tracing>,
+    /// The connection managers' own providers (`tracing.provider`).
+    pub tracers: Arc<Tracers>,
 }
 
 impl ProxyTelemetry {
+    /// Must be called on the control runtime, which carries the providers' exports.
     pub fn new(stats: Arc<Stats>, tracing: Option<Tracing>) -> Self {
-        Self { line_writers: Arc::new(LineWriters::new(stats.clone())), stats, tracing }
+        let tracers = Arc::new(Tracers::on_current_runtime());
+        Self { line_writers: Arc::new(LineWriters::new(stats.clone())), stats, tracing, tracers }
     }
 }
 
@@ -39,6 +47,7 @@ pub struct WorkerTelemetry {
     http: RefCell<HashMap<String, Arc<HttpStats>>>,
     listeners: RefCell<HashMap<String, Arc<ListenerStats>>>,
     writers: RefCell<HashMap<AccessLogSink, LogOutput>>,
+    providers: RefCell<HashMap<TracingConfig, Tracing>>,
 }
 
 impl WorkerTelemetry {
@@ -46,8 +55,17 @@ impl WorkerTelemetry {
         Self { shared, ..Self::default() }
     }
 
-    pub fn tracing(&self) -> Option<&Tracing> {
-        self.shared.tracing.as_ref()
+    /// The tracer of a connection manager with a `tracing` block: its own provider's,
+    /// else the bootstrap's. Found once per connection.
+    pub fn tracer(&self, manager: &HttpConnectionManager, store: &Arc<Store>) -> Option<Tracing> {
+        let tracing = manager.tracing.as_ref()?;
+        let Some(provider) = &tracing.provider else { return self.shared.tracing.clone() };
+        if let Some(tracer) = self.providers.borrow().get(provider.as_ref()) {
+            return Some(tracer.clone());
+        }
+        let tracer = self.shared.tracers.get(provider, store)?;
+        self.providers.borrow_mut().insert(provider.as_ref().clone(), tracer.clone());
+        Some(tracer)
     }
 
     /// `http.<stat_prefix>.*`, resolved on the first connection of this worker.

@@ -11,6 +11,7 @@ pub(super) mod filter_kind;
 mod hcm;
 mod protocol_options;
 mod tcp_proxy;
+mod hcm_tracing;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

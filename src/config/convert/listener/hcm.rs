@@ -110,11 +110,6 @@ pub fn http_connection_manager(
         &[
             (add_user_agent.is_some(), "add_user_agent", "user agent headers are not added"),
             (
-                tracing.as_ref().is_some_and(|t| t.provider.is_some()),
-                "tracing.provider",
-                "spans go to the bootstrap's tracer",
-            ),
-            (
                 http1_safe_max_connection_duration,
                 "http1_safe_max_connection_duration",
                 "HTTP/1 connections are closed at max_connection_duration",
@@ -199,13 +194,11 @@ pub fn http_connection_manager(
     };
     let access_log = super::access_log::access_logs(access_log, warnings)?;
     let upgrade_configs = super::upgrade::hcm_upgrades(upgrade_configs)?;
-    let trace_sampling = match &tracing {
-        Some(t) => common::percent_or(&t.random_sampling, 100.0, "tracing.random_sampling")?,
-        None => 100.0,
-    };
+    let tracing = tracing
+        .map(|t| warnings.within("tracing", |w| super::hcm_tracing::hcm_tracing(t, w)).map_err(|e| e.at("tracing")))
+        .transpose()?;
     Ok(HttpConnectionManager {
-        tracing: tracing.is_some(),
-        trace_sampling,
+        tracing,
         access_log,
         stat_prefix,
         codec_type,
