@@ -199,6 +199,28 @@ async fn forward_request(
     finish_response(response, &edits, hooks)
 }
 
+/// `spawn_upstream_span`: a client span for one upstream attempt, named as Envoy names it,
+/// whose context replaces the request span's in the attempt's headers.
+fn upstream_span(
+    manager: &HttpConnectionManager,
+    stream: &StreamInfo,
+    cluster: &str,
+    host: &Host,
+    headers: &mut HeaderMap,
+) -> Option<crate::telemetry::RequestSpan> {
+    let spawn = manager.tracing.as_ref().is_some_and(|t| t.spawn_upstream_span);
+    let parent = stream.span.as_ref().filter(|_| spawn)?;
+    let attributes = vec![
+        KeyValue::new("component", "proxy"),
+        KeyValue::new("upstream_cluster", cluster.to_owned()),
+        KeyValue::new("upstream_cluster.name", cluster.to_owned()),
+        KeyValue::new("upstream_address", host.address().to_string()),
+    ];
+    let span = parent.child(format!("router {cluster} egress"), attributes);
+    span.inject(headers);
+    Some(span)
+}
+
 /// What the filters asked for on the way back: header edits, then whole-response changes
 /// from the last filter to the first.
 fn finish_response(
@@ -436,6 +458,7 @@ async fn route_and_forward(
             false,
             &options,
         );
+        let upstream_span = upstream_span(manager, stream, &cluster.resource.name, &host, &mut attempt_parts.headers);
         let upstream_request = Request::from_parts(attempt_parts, body);
         let try_timeout = match (forward.per_try_timeout, remaining) {
             (Some(per_try), Some(remaining)) => Some(per_try.min(remaining)),
@@ -461,6 +484,9 @@ async fn route_and_forward(
             Some(limit) => tokio::time::timeout(limit, send).await.map_err(|_| Attempt::Timeout),
             None => Ok(send.await),
         };
+        if let Some(span) = upstream_span {
+            span.end_upstream(result.as_ref().ok().and_then(|r| r.as_ref().ok()).map(|r| r.status().as_u16()));
+        }
         if let Ok(Err(UpstreamError::Overflow)) = result {
             // max_pending_requests: Envoy never retries an overflow.
             return overflow(manager, stream, is_grpc);

@@ -16,8 +16,8 @@ use crate::config::Listener;
 use crate::config::bootstrap::TracingConfig;
 use crate::config::listener::HttpConnectionManager;
 use crate::config::listener::http_connection_manager::{AccessLog, AccessLogSink};
-use crate::telemetry::line_writer::FLUSH_INTERVAL;
 use crate::store::Store;
+use crate::telemetry::line_writer::FLUSH_INTERVAL;
 use crate::telemetry::stats::Scope;
 use crate::telemetry::{HttpStats, LineWriters, ListenerStats, LogSink, Stats, Tracing, WorkerLineBuffer};
 

@@ -46,6 +46,9 @@ const UUID_LENGTH: usize = 36;
 /// on the same key. The decision is written back into `x-request-id`. `random` draws the
 /// `client_sampling` lottery, which Envoy does not key on the ID.
 pub fn trace_reason(tracing: &HcmTracing, headers: &mut HeaderMap, random: impl FnOnce() -> u64) -> TraceReason {
+    if !tracing.request_id_sampling {
+        return TraceReason::Sampling;
+    }
     let Some(id) = headers.get(X_REQUEST_ID).and_then(|v| v.to_str().ok()) else {
         return TraceReason::NotTraceable;
     };
@@ -64,11 +67,11 @@ pub fn trace_reason(tracing: &HcmTracing, headers: &mut HeaderMap, random: impl 
         } else {
             return TraceReason::NotTraceable;
         };
-        pack_reason(headers, reason);
+        pack_reason(tracing, headers, reason);
     }
     if reason.traced() && key >= tracing.overall_sampling {
         reason = TraceReason::NotTraceable;
-        pack_reason(headers, reason);
+        pack_reason(tracing, headers, reason);
     }
     reason
 }
@@ -85,7 +88,10 @@ fn packed_reason(id: &str) -> TraceReason {
     }
 }
 
-fn pack_reason(headers: &mut HeaderMap, reason: TraceReason) {
+fn pack_reason(tracing: &HcmTracing, headers: &mut HeaderMap, reason: TraceReason) {
+    if !tracing.pack_trace_reason {
+        return;
+    }
     let Some(id) = headers.get(X_REQUEST_ID) else { return };
     let mut id = id.as_bytes().to_vec();
     if id.len() != UUID_LENGTH {

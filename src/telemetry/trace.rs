@@ -7,10 +7,10 @@
 //! the control runtime (its handle is given at start-up), from the processor's thread.
 //!
 //! Which requests are sampled is the connection manager's decision (Envoy's trace
-//! reason); the sampler here only carries it out: a span with a caller's `traceparent`
-//! follows the caller's sampled flag, a root span the decision it was started with. An
-//! unsampled span still has its identifiers, so the upstream gets its context with the
-//! sampled flag 0, as Envoy propagates it.
+//! reason); the sampler here only carries it out, as Envoy's OpenTelemetry tracer does: a
+//! root span is sampled when the decision says so, a span with a caller's `traceparent`
+//! when the decision and the caller's sampled flag both say so. An unsampled span still
+//! has its identifiers, so the upstream gets its context with the sampled flag 0.
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
@@ -18,16 +18,13 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
-use opentelemetry::trace::{
-    Link, SpanKind, Status, TraceContextExt, TraceId, TraceState, Tracer as _,
-    TracerProvider as _,
-};
+use opentelemetry::trace::{Link, SpanKind, Status, TraceContextExt, TraceId, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{
-    BatchConfigBuilder, BatchSpanProcessor, Sampler, SamplingDecision, SamplingResult, SdkTracer, SdkTracerProvider,
+    BatchConfigBuilder, BatchSpanProcessor, SamplingDecision, SamplingResult, SdkTracer, SdkTracerProvider,
     ShouldSample, SpanData, SpanExporter,
 };
 
@@ -80,7 +77,7 @@ impl Tracing {
         let provider = SdkTracerProvider::builder()
             .with_span_processor(processor)
             .with_resource(resource)
-            .with_sampler(Sampler::ParentBased(Box::new(Decided)))
+            .with_sampler(Decided)
             .build();
         let tracer = provider.tracer("outrider");
         Self { tracer, provider, propagator: TraceContextPropagator::new() }
@@ -136,8 +133,8 @@ fn otlp_exporter(endpoint: &str) -> Result<opentelemetry_otlp::SpanExporter, Tra
 #[derive(Debug, Clone, Copy)]
 struct Traced(bool);
 
-/// Samples a root span as the connection manager decided ([`Traced`]); children follow
-/// their parent (`ParentBased` around it).
+/// Samples a span when the connection manager decided to ([`Traced`], which children
+/// inherit with their parent's context) and its parent, if any, is sampled.
 #[derive(Debug, Clone)]
 struct Decided;
 
@@ -151,11 +148,13 @@ impl ShouldSample for Decided {
         _attributes: &[KeyValue],
         _links: &[Link],
     ) -> SamplingResult {
-        let sampled = parent_context.and_then(|cx| cx.get::<Traced>()).is_none_or(|t| t.0);
+        let traced = parent_context.and_then(|cx| cx.get::<Traced>()).is_none_or(|t| t.0);
+        let parent = parent_context.map(|cx| cx.span().span_context().clone()).filter(|p| p.is_valid());
+        let sampled = traced && parent.as_ref().is_none_or(|p| p.is_sampled());
         SamplingResult {
             decision: if sampled { SamplingDecision::RecordAndSample } else { SamplingDecision::Drop },
             attributes: Vec::new(),
-            trace_state: TraceState::default(),
+            trace_state: parent.map(|p| p.trace_state().clone()).unwrap_or_default(),
         }
     }
 }
@@ -205,6 +204,22 @@ impl RequestSpan {
             span.set_status(Status::error(Cow::Owned(format!("{status}"))));
         }
         span.end();
+    }
+}
+
+impl RequestSpan {
+    /// Ends an upstream attempt's span: the upstream's status, or none when the attempt
+    /// got no response (an error, as Envoy marks a reset).
+    pub fn end_upstream(self, status: Option<u16>) {
+        match status {
+            Some(status) => self.end(status, Vec::new()),
+            None => {
+                let span = self.cx.span();
+                span.set_attribute(KeyValue::new("error", true));
+                span.set_status(Status::error("upstream reset"));
+                span.end();
+            }
+        }
     }
 }
 

@@ -9,9 +9,9 @@ mod connection_limit;
 mod filter_chain;
 pub(super) mod filter_kind;
 mod hcm;
+mod hcm_tracing;
 mod protocol_options;
 mod tcp_proxy;
-mod hcm_tracing;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

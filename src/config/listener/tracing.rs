@@ -30,6 +30,12 @@ pub struct HcmTracing {
     /// `spawn_upstream_span`: each upstream request gets a client span of its own, the
     /// child of the request's span.
     pub spawn_upstream_span: bool,
+    /// The UUID request ID's `pack_trace_reason`: the decision is written into
+    /// `x-request-id` (default true).
+    pub pack_trace_reason: bool,
+    /// Its `use_request_id_for_trace_sampling` (default true): when false every request
+    /// is sampled, as Envoy then decides without a key.
+    pub request_id_sampling: bool,
 }
 
 impl Default for HcmTracing {
@@ -43,6 +49,8 @@ impl Default for HcmTracing {
             custom_tags: Vec::new(),
             max_path_tag_length: DEFAULT_MAX_PATH_TAG_LENGTH,
             spawn_upstream_span: false,
+            pack_trace_reason: true,
+            request_id_sampling: true,
         }
     }
 }

@@ -55,8 +55,8 @@ pub fn hcm_tracing(tracing: Tracing, warnings: &mut Warnings) -> Result<HcmTraci
         .enumerate()
         .map(|(i, tag)| custom_tag(tag).map_err(|e| e.at(format!("custom_tags[{i}]"))))
         .collect::<Result<Vec<_>>>()?;
-    let max_path_tag_length = max_path_tag_length
-        .map_or(DEFAULT_MAX_PATH_TAG_LENGTH, |v| usize::try_from(v.value).unwrap_or(usize::MAX));
+    let max_path_tag_length =
+        max_path_tag_length.map_or(DEFAULT_MAX_PATH_TAG_LENGTH, |v| usize::try_from(v.value).unwrap_or(usize::MAX));
     Ok(HcmTracing {
         provider,
         client_sampling: truncated(&client_sampling, "client_sampling")?,
@@ -65,6 +65,7 @@ pub fn hcm_tracing(tracing: Tracing, warnings: &mut Warnings) -> Result<HcmTraci
         custom_tags,
         max_path_tag_length,
         spawn_upstream_span: common::bool_or(&spawn_upstream_span, false),
+        ..HcmTracing::default()
     })
 }
 
