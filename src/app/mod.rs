@@ -217,7 +217,14 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         inbound_drain: inbound_draining,
         shutdown: workers_stopping,
         drain_time,
-        telemetry: ProxyTelemetry::new(stats.clone(), tracing.clone()),
+        telemetry: ProxyTelemetry {
+            node: crate::proxy::access_log::otel::NodeLabels {
+                node_name: bootstrap.node.id.clone(),
+                cluster_name: bootstrap.node.cluster.clone(),
+                zone_name: bootstrap.node.locality.zone.clone(),
+            },
+            ..ProxyTelemetry::new(stats.clone(), tracing.clone())
+        },
         tls: tls.clone(),
     };
     let workers = crate::proxy::Workers::start(concurrency, store.clone(), balancers.clone(), worker_options)

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::rc::Rc;
 
 use super::access_log::grpc::GrpcLogBuffer;
+use super::access_log::otel::{NodeLabels, OtelLogBuffer};
 use super::access_log::{ActiveLog, LogOutput};
 use super::tracers::Tracers;
 use super::worker::WorkerContext;
@@ -30,13 +31,21 @@ pub struct ProxyTelemetry {
     pub tracing: Option<Tracing>,
     /// The connection managers' own providers (`tracing.provider`).
     pub tracers: Arc<Tracers>,
+    /// This proxy's node, for the OpenTelemetry access logger's built-in labels.
+    pub node: NodeLabels,
 }
 
 impl ProxyTelemetry {
     /// Must be called on the control runtime, which carries the providers' exports.
     pub fn new(stats: Arc<Stats>, tracing: Option<Tracing>) -> Self {
         let tracers = Arc::new(Tracers::on_current_runtime());
-        Self { line_writers: Arc::new(LineWriters::new(stats.clone())), stats, tracing, tracers }
+        Self {
+            line_writers: Arc::new(LineWriters::new(stats.clone())),
+            stats,
+            tracing,
+            tracers,
+            node: NodeLabels::default(),
+        }
     }
 }
 
@@ -112,11 +121,17 @@ impl WorkerTelemetry {
             self.writers.borrow_mut().insert(sink.clone(), out.clone());
             return Some(out);
         }
+        if let AccessLogSink::OpenTelemetry(config) = sink {
+            let dropped = self.shared.stats.counter(Scope::outrider().child("access_log").name("otel_dropped_entries"));
+            let out = LogOutput::OpenTelemetry(OtelLogBuffer::start(context, config, &self.shared.node, dropped));
+            self.writers.borrow_mut().insert(sink.clone(), out.clone());
+            return Some(out);
+        }
         let target = match sink {
             AccessLogSink::Stdout => LogSink::Stdout,
             AccessLogSink::Stderr => LogSink::Stderr,
             AccessLogSink::File(path) => LogSink::File(path.clone()),
-            AccessLogSink::Grpc(_) => return None,
+            AccessLogSink::Grpc(_) | AccessLogSink::OpenTelemetry(_) => return None,
         };
         match self.shared.line_writers.get(&target) {
             Ok(writer) => {

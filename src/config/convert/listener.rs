@@ -4,6 +4,7 @@
 mod access_log;
 mod access_log_filter;
 mod access_log_grpc;
+mod access_log_otel;
 mod chain_matcher;
 mod connection_limit;
 mod filter_chain;
