@@ -63,12 +63,8 @@ impl OtelLogBuffer {
         dropped: Counter,
     ) -> Arc<Self> {
         let (tx, rx) = mpsc::channel(QUEUE_BATCHES);
-        let buffer = Arc::new(Self {
-            config: config.clone(),
-            batch: Mutex::new((Vec::new(), 0)),
-            tx,
-            dropped: dropped.clone(),
-        });
+        let buffer =
+            Arc::new(Self { config: config.clone(), batch: Mutex::new((Vec::new(), 0)), tx, dropped: dropped.clone() });
         let resource = resource(config, node);
         tokio::task::spawn_local(export_task(Rc::downgrade(context), config.clone(), resource, rx, dropped));
         let timer = Arc::downgrade(&buffer);
@@ -138,15 +134,16 @@ fn value(template: &OtelTemplate, log: &PendingLog) -> AnyValue {
         OtelTemplate::Array(values) => {
             any_value::Value::ArrayValue(ArrayValue { values: values.iter().map(|v| value(v, log)).collect() })
         }
-        OtelTemplate::KvList(pairs) => {
-            any_value::Value::KvlistValue(KeyValueList { values: key_values(pairs, log) })
-        }
+        OtelTemplate::KvList(pairs) => any_value::Value::KvlistValue(KeyValueList { values: key_values(pairs, log) }),
     };
     AnyValue { value: Some(value) }
 }
 
 fn key_values(pairs: &[(String, OtelTemplate)], log: &PendingLog) -> Vec<KeyValue> {
-    pairs.iter().map(|(key, template)| KeyValue { key: key.clone(), value: Some(value(template, log)), ..KeyValue::default() }).collect()
+    pairs
+        .iter()
+        .map(|(key, template)| KeyValue { key: key.clone(), value: Some(value(template, log)), ..KeyValue::default() })
+        .collect()
 }
 
 /// The resource every batch carries: Envoy's built-in labels unless disabled, then the
@@ -195,7 +192,11 @@ async fn export_task(
 }
 
 /// One unary `Export` call; whether the collector accepted it (HTTP 200, `grpc-status` 0).
-async fn export(context: &Rc<WorkerContext>, config: &OpenTelemetryAccessLog, request: &ExportLogsServiceRequest) -> bool {
+async fn export(
+    context: &Rc<WorkerContext>,
+    config: &OpenTelemetryAccessLog,
+    request: &ExportLogsServiceRequest,
+) -> bool {
     let snapshot = context.store.load();
     let Some(cluster) = snapshot.clusters.get(config.cluster.as_str()).cloned() else {
         tracing::debug!(cluster = %config.cluster, "OpenTelemetry access log: no such cluster");

@@ -87,7 +87,8 @@ pub fn open_telemetry(config: OpenTelemetryAccessLogConfig, warnings: &mut Warni
     let (service, service_at) = match grpc_service {
         Some(service) => (service, "grpc_service"),
         None => (
-            common_service.ok_or_else(|| ConfigError::new("grpc_service", "an OpenTelemetry logger needs a grpc_service"))?,
+            common_service
+                .ok_or_else(|| ConfigError::new("grpc_service", "an OpenTelemetry logger needs a grpc_service"))?,
             "common_config.grpc_service",
         ),
     };
@@ -141,9 +142,9 @@ fn key_values(list: KeyValueList) -> Result<Vec<(String, OtelTemplate)>> {
 /// Strings, lists and key-value lists; Envoy refuses any other value in a format.
 fn template(value: AnyValue) -> Result<OtelTemplate> {
     match value.value {
-        Some(any_value::Value::StringValue(text)) => Ok(OtelTemplate::Text(
-            format::parse(&text).map_err(|e| ConfigError::new("string_value", e.to_string()))?,
-        )),
+        Some(any_value::Value::StringValue(text)) => {
+            Ok(OtelTemplate::Text(format::parse(&text).map_err(|e| ConfigError::new("string_value", e.to_string()))?))
+        }
         Some(any_value::Value::ArrayValue(array)) => array
             .values
             .into_iter()
@@ -191,7 +192,11 @@ mod tests {
             disable_builtin_labels: true,
             body: Some(string("[%START_TIME%] \"%REQ(:METHOD)%\" %RESPONSE_CODE%\n")),
             attributes: Some(KeyValueList {
-                values: vec![KeyValue { key: "pod".into(), value: Some(string("%ENVIRONMENT(POD_NAME)%")) }],
+                values: vec![KeyValue {
+                    key: "pod".into(),
+                    value: Some(string("%ENVIRONMENT(POD_NAME)%")),
+                    ..Default::default()
+                }],
             }),
             ..Default::default()
         }
@@ -205,8 +210,14 @@ mod tests {
     fn istios_provider_converts_with_a_warning_for_filter_state() {
         let mut warnings = Warnings::new();
         let log = open_telemetry(istio(), &mut warnings).ok();
-        assert_eq!(log.as_ref().map(|l| l.cluster.as_str()), Some("outbound|4317||otel-collector.observability.svc.cluster.local"));
-        assert_eq!(log.as_ref().map(|l| (l.log_name.as_str(), l.builtin_labels)), Some(("otel_envoy_accesslog", false)));
+        assert_eq!(
+            log.as_ref().map(|l| l.cluster.as_str()),
+            Some("outbound|4317||otel-collector.observability.svc.cluster.local")
+        );
+        assert_eq!(
+            log.as_ref().map(|l| (l.log_name.as_str(), l.builtin_labels)),
+            Some(("otel_envoy_accesslog", false))
+        );
         assert_eq!(log.map(|l| l.attributes.len()), Some(1));
         assert!(!warnings.is_empty());
     }
@@ -221,6 +232,7 @@ mod tests {
                 values: vec![KeyValue {
                     key: "n".into(),
                     value: Some(AnyValue { value: Some(any_value::Value::IntValue(1)) }),
+                    ..Default::default()
                 }],
             }),
             ..istio()
