@@ -71,3 +71,24 @@ fn cluster_endpoint(store: Arc<Store>, cluster: String) -> Resolve {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Snapshot;
+
+    fn provider(cluster: &str) -> TracingConfig {
+        TracingConfig { collector: TraceCollector::Cluster(cluster.into()), service_name: "svc".into() }
+    }
+
+    #[tokio::test]
+    async fn one_exporter_per_distinct_provider() {
+        let tracers = Tracers::on_current_runtime();
+        let store = Arc::new(Store::new(Snapshot::default()));
+        for cluster in ["otel", "otel", "other", "otel"] {
+            assert!(tracers.get(&provider(cluster), &store).is_some());
+        }
+        let built = tracers.built.lock().map(|b| b.len()).unwrap_or_default();
+        assert_eq!(built, 2, "equal configurations share one exporter");
+    }
+}

@@ -132,8 +132,12 @@ fn custom_tag(tag: ProtoTag) -> Result<CustomTag> {
     Ok(CustomTag { tag, value })
 }
 
-/// `provider`: the OpenTelemetry tracer and where it exports.
-fn opentelemetry(provider: trace::tracing::Http, warnings: &mut Warnings) -> Result<TracingConfig> {
+/// `provider` (and the bootstrap's `tracing.http`): the OpenTelemetry tracer and where it
+/// exports.
+pub(in crate::config::convert) fn opentelemetry(
+    provider: trace::tracing::Http,
+    warnings: &mut Warnings,
+) -> Result<TracingConfig> {
     let trace::tracing::Http { name: _, config_type } = provider;
     let Some(trace::tracing::http::ConfigType::TypedConfig(any)) = config_type else {
         return Err(ConfigError::new("typed_config", "a tracer needs a typed_config"));
