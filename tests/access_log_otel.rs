@@ -1,7 +1,8 @@
 //! The OpenTelemetry access logger (`envoy.access_loggers.open_telemetry`) end to end:
 //! each request's record reaches a real OTLP logs receiver (a tonic `LogsService` server)
 //! over the cluster the logger names, with its body and attributes written from format
-//! strings and the resource's labels. The same bootstrap runs on Envoy 1.40 when
+//! strings, the resource's labels and the IDs of the request's span. The same bootstrap
+//! runs on Envoy 1.40 when
 //! installed, and both proxies' records must be the same.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -29,6 +30,12 @@ static_resources:
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: http
+          tracing:
+            provider:
+              name: envoy.tracers.opentelemetry
+              typed_config:
+                "@type": type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig
+                grpc_service: {{ envoy_grpc: {{ cluster_name: otel }} }}
           access_log:
           - name: envoy.access_loggers.open_telemetry
             typed_config:
@@ -64,11 +71,16 @@ static_resources:
     )
 }
 
+/// The caller's trace: the request's span is its child, and the record says so.
+const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+
 async fn get(port: u16, path: &str, tenant: Option<&str>) -> u16 {
     let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
     tokio::spawn(connection);
-    let mut request = http::Request::get(path).header("host", "example.com");
+    let mut request = http::Request::get(path)
+        .header("host", "example.com")
+        .header("traceparent", format!("00-{TRACE_ID}-00f067aa0ba902b7-01"));
     if let Some(tenant) = tenant {
         request = request.header("x-tenant", tenant);
     }
@@ -116,6 +128,9 @@ async fn records_reach_the_collector_formatted_as_envoys() {
         for _ in requests {
             let log = otlp::next_log(&mut logs).await;
             assert!(log.record.time_unix_nano > 0, "{name}: the record has the request's start time");
+            assert_eq!(otlp::hex(&log.record.trace_id), TRACE_ID, "{name}: the record is in the caller's trace");
+            assert_eq!(log.record.span_id.len(), 8, "{name}: and names the request's span");
+            assert_ne!(otlp::hex(&log.record.span_id), "00f067aa0ba902b7");
             records.push(describe(&log));
         }
         // Batches keep the order of one worker's requests; sort anyway for the comparison.

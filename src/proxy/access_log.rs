@@ -84,6 +84,8 @@ pub struct PendingLog {
     pub duration: Duration,
     /// The request carries a sampled span (`traceable_filter`).
     pub traced: bool,
+    /// The trace and span IDs of the request's span, if it has one.
+    pub span_ids: Option<([u8; 16], [u8; 8])>,
 }
 
 impl PendingLog {
@@ -119,6 +121,7 @@ impl PendingLog {
             bytes_sent: 0,
             duration: Duration::ZERO,
             traced: false,
+            span_ids: None,
         }
     }
 

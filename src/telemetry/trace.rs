@@ -168,6 +168,13 @@ pub struct RequestSpan {
 }
 
 impl RequestSpan {
+    /// The span's trace and span IDs (sampled or not).
+    pub fn ids(&self) -> ([u8; 16], [u8; 8]) {
+        let span = self.cx.span();
+        let context = span.span_context();
+        (context.trace_id().to_bytes(), context.span_id().to_bytes())
+    }
+
     /// Whether the span is recorded and exported.
     pub fn sampled(&self) -> bool {
         self.cx.span().span_context().is_sampled()

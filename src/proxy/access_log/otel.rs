@@ -1,5 +1,6 @@
 //! Envoy's OpenTelemetry access logger: each request becomes an OTLP `LogRecord` (its
-//! start time, the configured body and attributes written from their format strings),
+//! start time, the configured body and attributes written from their format strings, the
+//! trace and span IDs of the request's span),
 //! batched per worker ([`OtelLogBuffer`]) and exported with `LogsService/Export` over the
 //! named cluster, through the worker's balancer and pools as any upstream request. As
 //! with the gRPC access log service, nothing waits on the collector: a batch the export
@@ -120,6 +121,9 @@ pub fn record(config: &OpenTelemetryAccessLog, log: &PendingLog) -> LogRecord {
         time_unix_nano: u64::try_from(start.as_nanos()).unwrap_or(u64::MAX),
         body: config.body.as_ref().map(|body| value(body, log)),
         attributes: key_values(&config.attributes, log),
+        // The request's span, as Envoy links a record to it.
+        trace_id: log.span_ids.map(|(trace, _)| trace.to_vec()).unwrap_or_default(),
+        span_id: log.span_ids.map(|(_, span)| span.to_vec()).unwrap_or_default(),
         ..LogRecord::default()
     }
 }
