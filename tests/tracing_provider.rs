@@ -73,7 +73,14 @@ fn listener(name: &str, port: u16, tracing: &str) -> String {
             virtual_hosts:
             - name: all
               domains: ["*"]
-              routes: [{{ match: {{ prefix: "/" }}, route: {{ cluster: backend }} }}]
+              routes:
+              - match: {{ prefix: "/route-" }}
+                route: {{ cluster: backend }}
+                # The route's sampling replaces the connection manager's; its tags add to them.
+                tracing:
+                  random_sampling: {{ numerator: 100, denominator: HUNDRED }}
+                  custom_tags: [{{ tag: mesh.literal, literal: {{ value: route }} }}]
+              - {{ match: {{ prefix: "/" }}, route: {{ cluster: backend }} }}
           http_filters:
           - name: envoy.filters.http.router
             typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }}"#
@@ -116,7 +123,7 @@ struct Case {
 
 /// Envoy samples a span when its own decision says so and, with a caller's
 /// `traceparent`, when the caller's flag says so too.
-const CASES: [Case; 9] = [
+const CASES: [Case; 10] = [
     Case {
         name: "random-hit",
         request_id: KEY_1000,
@@ -189,6 +196,15 @@ const CASES: [Case; 9] = [
         exported: true,
         upstream_flags: "01",
         upstream_reason: 'a',
+    },
+    Case {
+        name: "route-sampled",
+        request_id: KEY_9000,
+        parent: None,
+        headers: &[],
+        exported: true,
+        upstream_flags: "01",
+        upstream_reason: '9',
     },
     Case {
         name: "packed",
@@ -275,10 +291,11 @@ fn expected() -> Vec<(String, Observed)> {
         .iter()
         .map(|case| {
             let tenant = case.headers.iter().find(|(name, _)| *name == "x-tenant").map_or("none", |(_, v)| v);
+            let literal = if case.name.starts_with("route-") { "route" } else { "demo" };
             let url = format!("http://example.com{}", &format!("/{}?x=1", case.name)[..8]);
             let tags = if case.exported {
                 vec![
-                    ("mesh.literal".to_owned(), Some("demo".to_owned())),
+                    ("mesh.literal".to_owned(), Some(literal.to_owned())),
                     ("mesh.header".to_owned(), Some(tenant.to_owned())),
                     ("mesh.env".to_owned(), Some(home.clone())),
                     ("http.url".to_owned(), Some(url)),

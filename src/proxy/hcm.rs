@@ -131,18 +131,22 @@ async fn forward_request(
         };
         *pending = Some(Box::new(PendingLog::new(loggers, SystemTime::now(), Instant::now(), &parts, info)));
     }
+    let selection = router::select(routes, &parts);
+    // After route selection, as Envoy: a route's `tracing` replaces the sampling.
+    let route_tracing = selection.and_then(|s| s.route).and_then(|r| r.tracing.as_deref());
     if let Some(tracing) = &manager.tracing {
         // Decided (and packed into x-request-id) whether a tracer is set or not, as Envoy.
-        let reason = request_trace::trace_reason(tracing, &mut parts.headers, || context.rng.borrow_mut().random());
+        let sampling = route_tracing.map_or(&tracing.sampling, |r| &r.sampling);
+        let random = || context.rng.borrow_mut().random();
+        let reason = request_trace::trace_reason(tracing, sampling, &mut parts.headers, random);
         if let Some(tracer) = exchange.tracer
-            && let Some(span) = request_trace::start(tracer, tracing, &parts, reason, exchange.outbound)
+            && let Some(span) = request_trace::start(tracer, tracing, route_tracing, &parts, reason, exchange.outbound)
         {
             // The upstream sees this span as its parent, sampled or not.
             span.inject(&mut parts.headers);
             stream.span = Some(span);
         }
     }
-    let selection = router::select(routes, &parts);
     if let Some(log) = pending.as_mut() {
         log.route_name = selection.and_then(|s| s.route).map(|r| r.name.clone()).filter(|n| !n.is_empty());
     }
@@ -180,7 +184,7 @@ async fn forward_request(
         };
         let status = exchange.filters.decode_headers(&mut request).await;
         if let (Some(span), Some(tracing)) = (&stream.span, &manager.tracing) {
-            for tag in request_trace::metadata_tags(&tracing.custom_tags, &metadata) {
+            for tag in request_trace::metadata_tags(&request_trace::custom_tags(tracing, route_tracing), &metadata) {
                 span.set(tag);
             }
         }

@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderValue};
 
 use super::filters::DynamicMetadata;
 use crate::config::cluster::{Cluster, LbPolicy};
-use crate::config::listener::tracing::{CustomTag, CustomTagValue, HcmTracing};
+use crate::config::listener::tracing::{CustomTag, CustomTagValue, HcmTracing, RouteTracing, Sampling};
 use crate::telemetry::{KeyValue, RequestSpan, SpanKind, Tracing};
 
 const X_REQUEST_ID: &str = "x-request-id";
@@ -43,9 +43,15 @@ const UUID_LENGTH: usize = 36;
 /// `x-client-trace-id` within `client_sampling`, else `x-envoy-force-trace`, else
 /// `random_sampling` — keyed on the request ID (its first 8 hex digits modulo 10 000), so
 /// every proxy that sees the same ID decides the same — and finally `overall_sampling`
-/// on the same key. The decision is written back into `x-request-id`. `random` draws the
-/// `client_sampling` lottery, which Envoy does not key on the ID.
-pub fn trace_reason(tracing: &HcmTracing, headers: &mut HeaderMap, random: impl FnOnce() -> u64) -> TraceReason {
+/// on the same key. The decision is written back into `x-request-id`. `sampling` is the
+/// route's when it has its own. `random` draws the `client_sampling` lottery, which Envoy
+/// does not key on the ID.
+pub fn trace_reason(
+    tracing: &HcmTracing,
+    sampling: &Sampling,
+    headers: &mut HeaderMap,
+    random: impl FnOnce() -> u64,
+) -> TraceReason {
     if !tracing.request_id_sampling {
         return TraceReason::Sampling;
     }
@@ -58,18 +64,18 @@ pub fn trace_reason(tracing: &HcmTracing, headers: &mut HeaderMap, random: impl 
     let key = key % 10_000;
     let mut reason = packed_reason(id);
     if reason == TraceReason::NotTraceable {
-        reason = if headers.contains_key(X_CLIENT_TRACE_ID) && random() % 100 < tracing.client_sampling {
+        reason = if headers.contains_key(X_CLIENT_TRACE_ID) && sampling.client.includes(random()) {
             TraceReason::ClientForced
         } else if headers.contains_key(X_ENVOY_FORCE_TRACE) {
             TraceReason::ServiceForced
-        } else if key < tracing.random_sampling {
+        } else if sampling.random.includes(key) {
             TraceReason::Sampling
         } else {
             return TraceReason::NotTraceable;
         };
         pack_reason(tracing, headers, reason);
     }
-    if reason.traced() && key >= tracing.overall_sampling {
+    if reason.traced() && !sampling.overall.includes(key) {
         reason = TraceReason::NotTraceable;
         pack_reason(tracing, headers, reason);
     }
@@ -116,6 +122,7 @@ fn pack_reason(tracing: &HcmTracing, headers: &mut HeaderMap, reason: TraceReaso
 pub fn start(
     tracer: &Tracing,
     tracing: &HcmTracing,
+    route: Option<&RouteTracing>,
     parts: &Parts,
     reason: TraceReason,
     outbound: bool,
@@ -141,7 +148,7 @@ pub fn start(
         KeyValue::new("guid:x-request-id", header(X_REQUEST_ID)),
         KeyValue::new("user_agent", header("user-agent")),
     ];
-    attributes.extend(request_tags(&tracing.custom_tags, &parts.headers));
+    attributes.extend(request_tags(&custom_tags(tracing, route), &parts.headers));
     let kind = if outbound && !tracing.spawn_upstream_span { SpanKind::Client } else { SpanKind::Server };
     tracer.start(name, &parts.headers, kind, reason.traced(), attributes)
 }
@@ -158,9 +165,17 @@ fn url(parts: &Parts, authority: &str, max_path: usize) -> String {
     format!("{scheme}://{authority}{}", path.get(..cut).unwrap_or(""))
 }
 
+/// The connection manager's custom tags, those of the route replacing the ones of the
+/// same name (Envoy keeps them in one map keyed by tag).
+pub fn custom_tags<'a>(tracing: &'a HcmTracing, route: Option<&'a RouteTracing>) -> Vec<&'a CustomTag> {
+    let route = route.map_or(&[][..], |r| r.custom_tags.as_slice());
+    let kept = tracing.custom_tags.iter().filter(|tag| !route.iter().any(|r| r.tag == tag.tag));
+    kept.chain(route).collect()
+}
+
 /// The custom tags known when the request's headers are: literals and request headers.
 /// Envoy adds a tag only when its value is not empty.
-fn request_tags(tags: &[CustomTag], headers: &HeaderMap) -> Vec<KeyValue> {
+fn request_tags(tags: &[&CustomTag], headers: &HeaderMap) -> Vec<KeyValue> {
     tags.iter()
         .filter_map(|tag| {
             let value = match &tag.value {
@@ -177,7 +192,7 @@ fn request_tags(tags: &[CustomTag], headers: &HeaderMap) -> Vec<KeyValue> {
 
 /// The custom tags read from the request's dynamic metadata, once the filters ran.
 /// Strings as they are, other values as JSON (Envoy's rendering of a `Value`).
-pub fn metadata_tags(tags: &[CustomTag], metadata: &DynamicMetadata) -> Vec<KeyValue> {
+pub fn metadata_tags(tags: &[&CustomTag], metadata: &DynamicMetadata) -> Vec<KeyValue> {
     tags.iter()
         .filter_map(|tag| {
             let CustomTagValue::RequestMetadata { namespace, path, default_value } = &tag.value else {
@@ -209,6 +224,7 @@ pub fn policy(cluster: &Cluster) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::filters::fractional_percent::FractionalPercent;
 
     fn headers(id: &str, extra: &[(&'static str, &str)]) -> HeaderMap {
         let mut headers = HeaderMap::new();
@@ -219,8 +235,13 @@ mod tests {
         headers
     }
 
-    fn sampling(random: u64, client: u64, overall: u64) -> HcmTracing {
-        HcmTracing { random_sampling: random, client_sampling: client, overall_sampling: overall, ..Default::default() }
+    fn sampling(random: u32, client: u32, overall: u32) -> Sampling {
+        let of = |numerator, denominator| FractionalPercent { numerator, denominator };
+        Sampling { random: of(random, 10_000), client: of(client, 100), overall: of(overall, 10_000) }
+    }
+
+    fn reason(sampling: Sampling, headers: &mut HeaderMap, random: u64) -> TraceReason {
+        trace_reason(&HcmTracing::default(), &sampling, headers, || random)
     }
 
     // 0x0000_1388 = 5000: the key of this request ID is 5000.
@@ -229,28 +250,28 @@ mod tests {
     #[test]
     fn random_sampling_is_keyed_on_the_request_id_and_packed_into_it() {
         let mut h = headers(ID, &[]);
-        assert_eq!(trace_reason(&sampling(5_001, 100, 10_000), &mut h, || 0), TraceReason::Sampling);
+        assert_eq!(reason(sampling(5_001, 100, 10_000), &mut h, 0), TraceReason::Sampling);
         assert_eq!(h.get(X_REQUEST_ID).map(HeaderValue::as_bytes), Some(&b"00001388-0000-9000-8000-000000000000"[..]));
         // The next proxy honours the packed decision whatever its own percentage.
-        assert_eq!(trace_reason(&sampling(0, 100, 10_000), &mut h, || 0), TraceReason::Sampling);
+        assert_eq!(reason(sampling(0, 100, 10_000), &mut h, 0), TraceReason::Sampling);
         let mut h = headers(ID, &[]);
-        assert_eq!(trace_reason(&sampling(5_000, 100, 10_000), &mut h, || 0), TraceReason::NotTraceable);
+        assert_eq!(reason(sampling(5_000, 100, 10_000), &mut h, 0), TraceReason::NotTraceable);
         assert_eq!(h.get(X_REQUEST_ID).map(HeaderValue::as_bytes), Some(ID.as_bytes()), "left alone");
     }
 
     #[test]
     fn client_and_forced_traces_then_the_overall_cap() {
         let mut h = headers(ID, &[(X_CLIENT_TRACE_ID, "abc")]);
-        assert_eq!(trace_reason(&sampling(0, 100, 10_000), &mut h, || 99), TraceReason::ClientForced);
+        assert_eq!(reason(sampling(0, 100, 10_000), &mut h, 99), TraceReason::ClientForced);
         let mut h = headers(ID, &[(X_CLIENT_TRACE_ID, "abc")]);
-        assert_eq!(trace_reason(&sampling(0, 0, 10_000), &mut h, || 0), TraceReason::NotTraceable);
+        assert_eq!(reason(sampling(0, 0, 10_000), &mut h, 0), TraceReason::NotTraceable);
         let mut h = headers(ID, &[(X_ENVOY_FORCE_TRACE, "true")]);
-        assert_eq!(trace_reason(&sampling(0, 100, 10_000), &mut h, || 0), TraceReason::ServiceForced);
+        assert_eq!(reason(sampling(0, 100, 10_000), &mut h, 0), TraceReason::ServiceForced);
         let mut h = headers(ID, &[(X_ENVOY_FORCE_TRACE, "true")]);
-        assert_eq!(trace_reason(&sampling(0, 100, 5_000), &mut h, || 0), TraceReason::NotTraceable);
+        assert_eq!(reason(sampling(0, 100, 5_000), &mut h, 0), TraceReason::NotTraceable);
         assert_eq!(h.get(X_REQUEST_ID).map(HeaderValue::as_bytes), Some(ID.as_bytes()), "packed back to 4");
         let mut no_id = HeaderMap::new();
-        assert_eq!(trace_reason(&sampling(10_000, 100, 10_000), &mut no_id, || 0), TraceReason::NotTraceable);
+        assert_eq!(reason(sampling(10_000, 100, 10_000), &mut no_id, 0), TraceReason::NotTraceable);
     }
 
     #[test]

@@ -23,6 +23,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 pub use chain_matcher::IpMatcher;
+pub(super) use hcm_tracing::custom_tags as route_custom_tags;
 pub(super) use hcm_tracing::opentelemetry as opentelemetry_tracer;
 
 use super::common;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use http::HeaderName;
 
 use crate::config::bootstrap::TracingConfig;
+use crate::config::filters::fractional_percent::FractionalPercent;
 
 /// Envoy's default `max_path_tag_length`.
 pub const DEFAULT_MAX_PATH_TAG_LENGTH: usize = 256;
@@ -17,13 +18,7 @@ pub struct HcmTracing {
     /// `provider` (`envoy.tracers.opentelemetry`): this connection manager's own exporter.
     /// `None`: the bootstrap's tracer.
     pub provider: Option<Arc<TracingConfig>>,
-    /// `client_sampling`, in units of 1 % (Envoy's `FractionalPercent` of HUNDRED): the
-    /// share of requests with `x-client-trace-id` that are traced for that reason.
-    pub client_sampling: u64,
-    /// `random_sampling`, in units of 0.01 % (Envoy rounds the percent to TEN_THOUSAND).
-    pub random_sampling: u64,
-    /// `overall_sampling`, in units of 0.01 %: the cap applied after the other two.
-    pub overall_sampling: u64,
+    pub sampling: Sampling,
     pub custom_tags: Vec<CustomTag>,
     /// `max_path_tag_length`: the path in `http.url` is cut to this many bytes.
     pub max_path_tag_length: usize,
@@ -43,9 +38,7 @@ impl Default for HcmTracing {
     fn default() -> Self {
         Self {
             provider: None,
-            client_sampling: 100,
-            random_sampling: 10_000,
-            overall_sampling: 10_000,
+            sampling: Sampling::default(),
             custom_tags: Vec::new(),
             max_path_tag_length: DEFAULT_MAX_PATH_TAG_LENGTH,
             spawn_upstream_span: false,
@@ -53,6 +46,34 @@ impl Default for HcmTracing {
             request_id_sampling: true,
         }
     }
+}
+
+/// Envoy's three sampling percentages, as a connection manager or a route sets them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sampling {
+    /// `client_sampling`: the share of requests with `x-client-trace-id` traced for that
+    /// reason (a connection manager's is over HUNDRED, its percent truncated).
+    pub client: FractionalPercent,
+    /// `random_sampling` (a connection manager's is rounded to TEN_THOUSAND).
+    pub random: FractionalPercent,
+    /// `overall_sampling`: the cap applied after the other two.
+    pub overall: FractionalPercent,
+}
+
+impl Default for Sampling {
+    /// Everything: the connection manager's defaults, and a route's.
+    fn default() -> Self {
+        let all = FractionalPercent { numerator: 10_000, denominator: 10_000 };
+        Self { client: FractionalPercent::ALL, random: all, overall: all }
+    }
+}
+
+/// A route's `tracing`: its sampling replaces the connection manager's; its custom tags
+/// are added to (or replace, by name) the connection manager's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteTracing {
+    pub sampling: Sampling,
+    pub custom_tags: Vec<CustomTag>,
 }
 
 /// `envoy.type.tracing.v3.CustomTag`: one attribute added to every span.

@@ -12,7 +12,8 @@ use http::HeaderName;
 use super::super::common;
 use crate::config::bootstrap::{TraceCollector, TracingConfig};
 use crate::config::error::{ConfigError, Result, Warnings};
-use crate::config::listener::tracing::{CustomTag, CustomTagValue, DEFAULT_MAX_PATH_TAG_LENGTH, HcmTracing};
+use crate::config::filters::fractional_percent::FractionalPercent;
+use crate::config::listener::tracing::{CustomTag, CustomTagValue, DEFAULT_MAX_PATH_TAG_LENGTH, HcmTracing, Sampling};
 use crate::pb::envoy::config::core::v3::grpc_service::TargetSpecifier;
 use crate::pb::envoy::config::trace::v3 as trace;
 use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing;
@@ -50,18 +51,22 @@ pub fn hcm_tracing(tracing: Tracing, warnings: &mut Warnings) -> Result<HcmTraci
         .map(|p| warnings.within("provider", |w| opentelemetry(p, w)).map_err(|e| e.at("provider")))
         .transpose()?
         .map(Arc::new);
-    let custom_tags = custom_tags
-        .into_iter()
-        .enumerate()
-        .map(|(i, tag)| custom_tag(tag).map_err(|e| e.at(format!("custom_tags[{i}]"))))
-        .collect::<Result<Vec<_>>>()?;
+    let custom_tags = self::custom_tags(custom_tags)?;
     let max_path_tag_length =
         max_path_tag_length.map_or(DEFAULT_MAX_PATH_TAG_LENGTH, |v| usize::try_from(v.value).unwrap_or(usize::MAX));
     Ok(HcmTracing {
         provider,
-        client_sampling: truncated(&client_sampling, "client_sampling")?,
-        random_sampling: rounded(&random_sampling, 10_000, "random_sampling")?,
-        overall_sampling: rounded(&overall_sampling, 10_000, "overall_sampling")?,
+        sampling: Sampling {
+            client: FractionalPercent { numerator: truncated(&client_sampling, "client_sampling")?, denominator: 100 },
+            random: FractionalPercent {
+                numerator: rounded(&random_sampling, 10_000, "random_sampling")?,
+                denominator: 10_000,
+            },
+            overall: FractionalPercent {
+                numerator: rounded(&overall_sampling, 10_000, "overall_sampling")?,
+                denominator: 10_000,
+            },
+        },
         custom_tags,
         max_path_tag_length,
         spawn_upstream_span: common::bool_or(&spawn_upstream_span, false),
@@ -71,21 +76,29 @@ pub fn hcm_tracing(tracing: Tracing, warnings: &mut Warnings) -> Result<HcmTraci
 
 /// A percentage as Envoy stores it: rounded to a numerator over `denominator` (HUNDRED
 /// for `client_sampling`, TEN_THOUSAND for the others); unset is everything.
-fn rounded(value: &Option<Percent>, denominator: u64, field: &str) -> Result<u64> {
+fn rounded(value: &Option<Percent>, denominator: u32, field: &str) -> Result<u32> {
     let percent = common::percent_or(value, 100.0, field)?;
     // In [0, 100] by the check above, so the product is in [0, denominator].
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let numerator = (percent * denominator as f64 / 100.0).round() as u64;
+    let numerator = (percent * f64::from(denominator) / 100.0).round() as u32;
     Ok(numerator.min(denominator))
 }
 
 /// `client_sampling` as Envoy stores it: the percent's whole part over HUNDRED (its
 /// numerator is set from the double, which truncates).
-fn truncated(value: &Option<Percent>, field: &str) -> Result<u64> {
+fn truncated(value: &Option<Percent>, field: &str) -> Result<u32> {
     let percent = common::percent_or(value, 100.0, field)?;
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let numerator = percent.trunc() as u64;
+    let numerator = percent.trunc() as u32;
     Ok(numerator.min(100))
+}
+
+/// The custom tags of a connection manager or a route, each refused with its index.
+pub(in crate::config::convert) fn custom_tags(tags: Vec<ProtoTag>) -> Result<Vec<CustomTag>> {
+    tags.into_iter()
+        .enumerate()
+        .map(|(i, tag)| custom_tag(tag).map_err(|e| e.at(format!("custom_tags[{i}]"))))
+        .collect()
 }
 
 fn custom_tag(tag: ProtoTag) -> Result<CustomTag> {
@@ -261,9 +274,11 @@ mod tests {
                     collector: TraceCollector::Cluster(cluster.into()),
                     service_name: "reviews.default".into(),
                 })),
-                client_sampling: 50,
-                random_sampling: 100,
-                overall_sampling: 10_000,
+                sampling: Sampling {
+                    client: FractionalPercent { numerator: 50, denominator: 100 },
+                    random: FractionalPercent { numerator: 100, denominator: 10_000 },
+                    ..Sampling::default()
+                },
                 custom_tags: vec![CustomTag {
                     tag: "istio.canonical_service".into(),
                     value: CustomTagValue::Literal("reviews".into()),
