@@ -46,9 +46,17 @@ static_resources:
     )
 }
 
+/// The OpenTelemetry provider every test uses: OTLP/gRPC to the cluster `otel`.
+const GRPC_PROVIDER: &str = "                grpc_service: { envoy_grpc: { cluster_name: otel } }";
+
 /// A listener whose connection manager traces with `tracing` (lines of the block, at
-/// its indentation) and the OpenTelemetry provider every test uses.
+/// its indentation) and the gRPC provider.
 fn listener(name: &str, port: u16, tracing: &str) -> String {
+    listener_with(name, port, tracing, GRPC_PROVIDER)
+}
+
+/// [`listener`] with the provider's transport (`grpc_service` or `http_service` lines).
+fn listener_with(name: &str, port: u16, tracing: &str, transport: &str) -> String {
     format!(
         r#"
   - name: {name}
@@ -67,7 +75,7 @@ fn listener(name: &str, port: u16, tracing: &str) -> String {
               name: envoy.tracers.opentelemetry
               typed_config:
                 "@type": type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig
-                grpc_service: {{ envoy_grpc: {{ cluster_name: otel }} }}
+{transport}
                 service_name: provider-under-test
           route_config:
             virtual_hosts:
@@ -407,4 +415,37 @@ async fn upstream_spans_are_children_of_the_request_span() {
     let traceparent = body.split(' ').next().unwrap();
     assert_eq!(traceparent, format!("00-{}-{}-01", hex(&request.trace_id), hex(&upstream.span_id)));
     outrider.stop();
+}
+
+#[tokio::test]
+async fn spans_travel_over_otlp_http_to_a_cluster_and_path() {
+    let (collector, mut spans) = otlp::http_receiver().await;
+    let backend = echo().await;
+    let transport = r#"                http_service:
+                  http_uri: { uri: "http://otel-collector.observability:4318/v1/traces", cluster: otel_http, timeout: 5s }
+                  request_headers_to_add: [{ header: { key: x-tenant, value: t1 } }]"#;
+    let pair = Pair::start(|port| {
+        format!(
+            r#"
+admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}
+static_resources:
+  listeners:{}
+  clusters:{}{}
+"#,
+            listener_with("http", port, "            random_sampling: { value: 100 }", transport),
+            static_cluster("backend", backend),
+            static_cluster("otel_http", collector),
+        )
+    })
+    .await;
+    for (name, port) in pair.ports() {
+        let trace_id = if name == "envoy" { "0e" } else { "0a" }.repeat(16);
+        let traceparent = format!("00-{trace_id}-00f067aa0ba902b7-01");
+        get(port, "/over-http", &[("traceparent", traceparent)]).await;
+        let (path, tenant, span) = tokio::time::timeout(common::WAIT, spans.recv()).await.unwrap().unwrap();
+        assert_eq!(hex(&span.trace_id), trace_id, "{name}");
+        assert_eq!(path, "/v1/traces", "{name}: the URI's path");
+        assert_eq!(tenant.as_deref(), Some("t1"), "{name}: request_headers_to_add");
+    }
+    pair.outrider.stop();
 }

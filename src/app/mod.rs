@@ -278,6 +278,12 @@ fn tracer(bootstrap: &Bootstrap) -> Result<Option<Tracing>, AppError> {
                 }
             }
         }
+        Some(TracingConfig { collector: TraceCollector::HttpCluster { .. }, .. }) => {
+            return Err(AppError::Config(crate::config::ConfigError::new(
+                "tracing.http.typed_config.http_service",
+                "the bootstrap's tracer exports over gRPC only (a connection manager's provider may use HTTP)",
+            )));
+        }
         None => match std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT") {
             Ok(endpoint) if !endpoint.trim().is_empty() => (endpoint, "outrider".to_owned()),
             _ => return Ok(None),

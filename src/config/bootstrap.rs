@@ -56,6 +56,9 @@ pub enum TraceCollector {
     Cluster(String),
     /// `google_grpc.target_uri`, as `http://host:port`.
     Uri(String),
+    /// `http_service`: OTLP over HTTP (protobuf) to a cluster, as `Cluster` finds it, at
+    /// `path`, with `request_headers_to_add`.
+    HttpCluster { cluster: String, path: String, headers: Vec<(String, String)> },
 }
 
 /// This proxy's identity towards the control plane.

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use crate::config::Address;
 use crate::config::bootstrap::{TraceCollector, TracingConfig};
 use crate::store::Store;
-use crate::telemetry::{Resolve, Tracing};
+use crate::telemetry::{Resolve, Tracing, Transport};
 
 #[derive(Debug, Default)]
 pub struct Tracers {
@@ -45,11 +45,18 @@ impl Tracers {
                     return None;
                 }
             },
-            TraceCollector::Cluster(cluster) => {
-                Tracing::otlp_resolved(cluster_endpoint(store.clone(), cluster.clone()), &config.service_name)
-            }
+            TraceCollector::Cluster(cluster) => Tracing::otlp_resolved(
+                cluster_endpoint(store.clone(), cluster.clone()),
+                Transport::Grpc,
+                &config.service_name,
+            ),
+            TraceCollector::HttpCluster { cluster, path, headers } => Tracing::otlp_resolved(
+                cluster_endpoint(store.clone(), cluster.clone()),
+                Transport::Http { path: path.clone(), headers: headers.iter().cloned().collect() },
+                &config.service_name,
+            ),
         };
-        tracing::info!(collector = ?config.collector, "exporting a tracing provider's spans over OTLP/gRPC");
+        tracing::info!(collector = ?config.collector, "exporting a tracing provider's spans over OTLP");
         built.insert(config.clone(), tracing.clone());
         Some(tracing)
     }

@@ -23,4 +23,4 @@ pub use metrics::{Counter, Gauge, GaugeGuard, Histogram, TextReadout};
 pub use opentelemetry::KeyValue;
 pub use opentelemetry::trace::SpanKind;
 pub use stats::{Sample, Scope, StatName, Stats, Value};
-pub use trace::{RequestSpan, Resolve, Tracing};
+pub use trace::{RequestSpan, Resolve, Tracing, Transport};

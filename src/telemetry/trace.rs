@@ -45,6 +45,15 @@ pub struct Tracing {
     propagator: TraceContextPropagator,
 }
 
+/// How spans travel to the collector.
+#[derive(Debug, Clone)]
+pub enum Transport {
+    /// OTLP/gRPC (`TraceService/Export`).
+    Grpc,
+    /// OTLP/HTTP with protobuf bodies, POSTed to `path` with `headers`.
+    Http { path: String, headers: std::collections::HashMap<String, String> },
+}
+
 /// Finds the collector's `http://host:port` when a batch is exported (a cluster's
 /// endpoint in the current configuration); `None` while there is none.
 pub type Resolve = Arc<dyn Fn() -> Option<String> + Send + Sync>;
@@ -61,8 +70,8 @@ impl Tracing {
     /// Exports to wherever `resolve` says when each batch leaves, reconnecting when that
     /// changes (a collector cluster's endpoints come and go with the configuration).
     /// Must be called within the control runtime's context, which carries the exports.
-    pub fn otlp_resolved(resolve: Resolve, service_name: &str) -> Self {
-        let exporter = Resolving { resolve, resource: None, current: Mutex::new(None) };
+    pub fn otlp_resolved(resolve: Resolve, transport: Transport, service_name: &str) -> Self {
+        let exporter = Resolving { resolve, transport, resource: None, current: Mutex::new(None) };
         Self::with_exporter(exporter, service_name)
     }
 
@@ -118,6 +127,22 @@ impl Tracing {
 }
 
 const TRACEPARENT: &str = "traceparent";
+
+/// OTLP/HTTP (protobuf) to `url`, the collector's whole address with its path.
+fn otlp_http_exporter(
+    url: &str,
+    headers: &std::collections::HashMap<String, String>,
+) -> Result<opentelemetry_otlp::SpanExporter, TraceError> {
+    use opentelemetry_otlp::WithHttpConfig;
+    opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_endpoint(url)
+        .with_headers(headers.clone())
+        .with_timeout(Duration::from_secs(10))
+        .build()
+        .map_err(|e| TraceError::Exporter(url.to_owned(), e.to_string()))
+}
 
 fn otlp_exporter(endpoint: &str) -> Result<opentelemetry_otlp::SpanExporter, TraceError> {
     opentelemetry_otlp::SpanExporter::builder()
@@ -282,6 +307,7 @@ impl<E: SpanExporter> SpanExporter for OnRuntime<E> {
 /// An OTLP/gRPC exporter to wherever [`Resolve`] says at the time of each export.
 struct Resolving {
     resolve: Resolve,
+    transport: Transport,
     /// Given by the provider once; each new exporter gets it.
     resource: Option<opentelemetry_sdk::Resource>,
     current: Mutex<Option<(String, Arc<opentelemetry_otlp::SpanExporter>)>>,
@@ -303,7 +329,11 @@ impl Resolving {
         {
             return Some(exporter.clone());
         }
-        match otlp_exporter(&endpoint) {
+        let built = match &self.transport {
+            Transport::Grpc => otlp_exporter(&endpoint),
+            Transport::Http { path, headers } => otlp_http_exporter(&format!("{endpoint}{path}"), headers),
+        };
+        match built {
             Ok(mut exporter) => {
                 if let Some(resource) = &self.resource {
                     exporter.set_resource(resource);

@@ -75,6 +75,35 @@ pub async fn receiver() -> (u16, mpsc::UnboundedReceiver<Exported>, mpsc::Unboun
     (port, span_rx, log_rx)
 }
 
+/// An OTLP/HTTP span as it arrived: the request's path and `x-tenant` header, the span.
+pub type ExportedOverHttp = (String, Option<String>, Span);
+
+/// A receiver of OTLP/HTTP (protobuf) trace exports; returns its port.
+pub async fn http_receiver() -> (u16, mpsc::UnboundedReceiver<ExportedOverHttp>) {
+    use http_body_util::BodyExt;
+    use prost::Message;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let backend = super::backends::http(move |request: hyper::Request<hyper::body::Incoming>| {
+        let tx = tx.clone();
+        async move {
+            let path = request.uri().path().to_owned();
+            let tenant = request.headers().get("x-tenant").map(|v| v.to_str().unwrap().to_owned());
+            let body = request.into_body().collect().await.unwrap().to_bytes();
+            let export = ExportTraceServiceRequest::decode(body).unwrap();
+            for span in export.resource_spans.into_iter().flat_map(|r| r.scope_spans).flat_map(|s| s.spans) {
+                let _ = tx.send((path.clone(), tenant.clone(), span));
+            }
+            let reply = ExportTraceServiceResponse { partial_success: None }.encode_to_vec();
+            hyper::Response::builder()
+                .header("content-type", "application/x-protobuf")
+                .body(http_body_util::Full::new(bytes::Bytes::from(reply)))
+                .unwrap()
+        }
+    })
+    .await;
+    (backend.port, rx)
+}
+
 pub async fn next_span(spans: &mut mpsc::UnboundedReceiver<Exported>) -> Exported {
     tokio::time::timeout(WAIT, spans.recv()).await.expect("a span is exported").unwrap()
 }

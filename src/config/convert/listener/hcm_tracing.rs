@@ -1,9 +1,10 @@
 //! `HttpConnectionManager.tracing` → [`HcmTracing`]: the three sampling percentages in
 //! the units Envoy rounds them to, the custom tags, and the `provider` — an
 //! OpenTelemetry tracer (`envoy.tracers.opentelemetry`) exporting over OTLP/gRPC to a
-//! cluster (`envoy_grpc`) or a target (`google_grpc`), as Istio's Telemetry API renders it.
-//! Other tracers, OTLP over HTTP, samplers and resource detectors are refused with their
-//! path: each would change which requests are sampled or what the spans say.
+//! cluster (`envoy_grpc`) or a target (`google_grpc`), as Istio's Telemetry API renders it,
+//! or over HTTP (`http_service` to a cluster and path). Other tracers, samplers and
+//! resource detectors are refused with their path: each would change which requests are
+//! sampled or what the spans say.
 
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::fractional_percent::FractionalPercent;
 use crate::config::listener::tracing::{CustomTag, CustomTagValue, DEFAULT_MAX_PATH_TAG_LENGTH, HcmTracing, Sampling};
 use crate::pb::envoy::config::core::v3::grpc_service::TargetSpecifier;
+use crate::pb::envoy::config::core::v3::{HttpService, HttpUri, http_uri};
 use crate::pb::envoy::config::trace::v3 as trace;
 use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing;
 use crate::pb::envoy::r#type::metadata::v3::{metadata_key, metadata_kind};
@@ -176,9 +178,6 @@ pub(in crate::config::convert) fn opentelemetry(
         ..
     } = config;
     let at = |field: &str| format!("typed_config.{field}");
-    if http_service.is_some() {
-        return Err(ConfigError::new(at("http_service"), "OTLP over HTTP is not supported (use grpc_service)"));
-    }
     if exporter.is_some() {
         return Err(ConfigError::new(at("exporter"), "exporter extensions are not supported"));
     }
@@ -201,6 +200,14 @@ pub(in crate::config::convert) fn opentelemetry(
             warnings.ignored(at(field), what);
         }
     }
+    let service_name = if service_name.is_empty() { "outrider".to_owned() } else { service_name };
+    if let Some(http) = http_service {
+        if grpc_service.is_some() {
+            return Err(ConfigError::new(at("http_service"), "conflicts with grpc_service"));
+        }
+        let collector = http_collector(http).map_err(|e| e.at(at("http_service")))?;
+        return Ok(TracingConfig { collector, service_name });
+    }
     let service = grpc_service.ok_or_else(|| ConfigError::new(at("grpc_service"), "is required"))?;
     let collector = match service.target_specifier {
         Some(TargetSpecifier::EnvoyGrpc(grpc)) if !grpc.cluster_name.is_empty() => {
@@ -212,8 +219,44 @@ pub(in crate::config::convert) fn opentelemetry(
         }
         _ => return Err(ConfigError::new(at("grpc_service"), "names no cluster or target URI")),
     };
-    let service_name = if service_name.is_empty() { "outrider".to_owned() } else { service_name };
     Ok(TracingConfig { collector, service_name })
+}
+
+/// `http_service`: OTLP/HTTP to `http_uri.cluster` at the URI's path, with the headers to
+/// add. The URI's host names the collector only for humans; the cluster is where it is.
+fn http_collector(http: HttpService) -> Result<TraceCollector> {
+    let HttpService { http_uri, request_headers_to_add, formatters } = http;
+    if !formatters.is_empty() {
+        return Err(ConfigError::new("formatters", "formatter extensions are not supported"));
+    }
+    let HttpUri { uri, timeout: _, http_upstream_type } =
+        http_uri.ok_or_else(|| ConfigError::new("http_uri", "is required"))?;
+    let Some(http_uri::HttpUpstreamType::Cluster(cluster)) = http_upstream_type.filter(|t| match t {
+        http_uri::HttpUpstreamType::Cluster(c) => !c.is_empty(),
+    }) else {
+        return Err(ConfigError::new("http_uri.cluster", "is required"));
+    };
+    let parsed = http::Uri::try_from(uri.as_str())
+        .map_err(|e| ConfigError::new("http_uri.uri", format!("{uri:?} is not a URI: {e}")))?;
+    let path = parsed.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+    let headers = request_headers_to_add
+        .into_iter()
+        .enumerate()
+        .map(|(i, option)| {
+            let header = option
+                .header
+                .ok_or_else(|| ConfigError::new(format!("request_headers_to_add[{i}].header"), "is required"))?;
+            let value = if header.value.is_empty() {
+                String::from_utf8(header.raw_value).map_err(|_| {
+                    ConfigError::new(format!("request_headers_to_add[{i}].header.raw_value"), "is not UTF-8")
+                })?
+            } else {
+                header.value
+            };
+            Ok((header.key.to_ascii_lowercase(), value))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(TraceCollector::HttpCluster { cluster, path, headers })
 }
 
 #[cfg(test)]
@@ -305,9 +348,9 @@ mod tests {
         let with_sampler = trace::OpenTelemetryConfig { sampler: Some(Default::default()), ..to_cluster("otel") };
         let sampled = Tracing { provider: provider(with_sampler), ..Tracing::default() };
         assert_eq!(error_path(hcm_tracing(sampled, &mut warnings)), "provider.typed_config.sampler");
-        let over_http = trace::OpenTelemetryConfig { http_service: Some(Default::default()), ..to_cluster("otel") };
-        let over_http = Tracing { provider: provider(over_http), ..Tracing::default() };
-        assert_eq!(error_path(hcm_tracing(over_http, &mut warnings)), "provider.typed_config.http_service");
+        let both = trace::OpenTelemetryConfig { http_service: Some(Default::default()), ..to_cluster("otel") };
+        let both = Tracing { provider: provider(both), ..Tracing::default() };
+        assert_eq!(error_path(hcm_tracing(both, &mut warnings)), "provider.typed_config.http_service");
         let route_metadata = Tracing {
             custom_tags: vec![
                 ProtoTag { tag: "ok".into(), r#type: Some(custom_tag::Type::Literal(Default::default())) },
@@ -325,6 +368,36 @@ mod tests {
         assert_eq!(error_path(hcm_tracing(route_metadata, &mut warnings)), "custom_tags[1].metadata.kind");
         let unpropagated = Tracing { no_context_propagation: true, ..Tracing::default() };
         assert_eq!(error_path(hcm_tracing(unpropagated, &mut warnings)), "no_context_propagation");
+    }
+
+    #[test]
+    fn otlp_over_http_goes_to_the_uris_path_on_the_cluster() {
+        use crate::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
+        let http = HttpService {
+            http_uri: Some(HttpUri {
+                uri: "http://otel-collector.observability.svc.cluster.local:4318/v1/traces".into(),
+                timeout: None,
+                http_upstream_type: Some(http_uri::HttpUpstreamType::Cluster(
+                    "outbound|4318||otel-collector.observability.svc.cluster.local".into(),
+                )),
+            }),
+            request_headers_to_add: vec![HeaderValueOption {
+                header: Some(HeaderValue { key: "X-Tenant".into(), value: "t1".into(), ..Default::default() }),
+                ..Default::default()
+            }],
+            formatters: Vec::new(),
+        };
+        let config = trace::OpenTelemetryConfig { http_service: Some(http), ..Default::default() };
+        let tracing = Tracing { provider: provider(config), ..Tracing::default() };
+        let converted = hcm_tracing(tracing, &mut Warnings::new()).ok().and_then(|t| t.provider);
+        assert_eq!(
+            converted.map(|p| p.collector.clone()),
+            Some(TraceCollector::HttpCluster {
+                cluster: "outbound|4318||otel-collector.observability.svc.cluster.local".into(),
+                path: "/v1/traces".into(),
+                headers: vec![("x-tenant".into(), "t1".into())],
+            })
+        );
     }
 
     #[test]
