@@ -19,6 +19,7 @@ use crate::admin::{self, AdminState, ServerInfo};
 use crate::config::Address;
 use crate::config::bootstrap::{Bootstrap, BootstrapError, TraceCollector, TracingConfig};
 use crate::core::shutdown::{self, InboundDrain, Trigger};
+use crate::core::supervisor::Supervisor;
 use crate::proxy::WorkerOptions;
 use crate::proxy::observe::ProxyTelemetry;
 use crate::store::{ConfigState, Store, WarmingTimeouts};
@@ -49,12 +50,16 @@ pub struct StartOptions {
     pub concurrency: usize,
     pub drain_time: Duration,
     pub logging: Option<LogControl>,
+    /// Seeds the workers' random draws (weighted clusters, random picks, sampling, retry
+    /// jitter) for a reproducible run. `None`, the default, seeds each worker from the
+    /// operating system, so that a fleet of sidecars does not draw in lockstep.
+    pub rng_seed: Option<u64>,
 }
 
 impl Default for StartOptions {
     /// Every CPU; a 5 s drain (tests and the demo stop quickly).
     fn default() -> Self {
-        Self { concurrency: default_concurrency(), drain_time: Duration::from_secs(5), logging: None }
+        Self { concurrency: default_concurrency(), drain_time: Duration::from_secs(5), logging: None, rng_seed: None }
     }
 }
 
@@ -70,6 +75,9 @@ pub enum AppError {
     Runtime(std::io::Error),
     #[error("demo: {0}")]
     Demo(String),
+    /// A task the process cannot do without died (see `core::supervisor`).
+    #[error("{0}")]
+    Supervised(crate::core::supervisor::Failure),
     #[error("lab: {0}")]
     Lab(String),
 }
@@ -94,6 +102,8 @@ pub struct Running {
     shutdown: Trigger,
     workers: Option<crate::proxy::Workers>,
     tracing: Option<Tracing>,
+    /// The ADS client's and the workers' first failure, if one died.
+    pub supervisor: Supervisor,
 }
 
 impl Running {
@@ -145,7 +155,7 @@ pub async fn start_with(bootstrap: Bootstrap, concurrency: usize) -> Result<Runn
 
 /// [`start`] with every option.
 pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> Result<Running, AppError> {
-    let StartOptions { concurrency, drain_time, logging } = options;
+    let StartOptions { concurrency, drain_time, logging, rng_seed } = options;
     let stats = Arc::new(Stats::default());
     let server_stats = ServerStats::register(&stats);
     server_stats.concurrency.set(concurrency as i64);
@@ -212,6 +222,13 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     tokio::spawn(balancing::keep_balancers(store.clone(), balancers.clone(), stats.clone(), signal.clone()));
     crate::tls::provider::install_default();
     let tls = Arc::new(crate::proxy::HandshakeStats::default());
+    let supervisor = Supervisor::default();
+    let failures = stats.counter(crate::telemetry::Scope::outrider().child("supervisor").name("failures"));
+    let watched = supervisor.clone();
+    tokio::spawn(async move {
+        watched.failed().await;
+        failures.inc();
+    });
     let worker_options = WorkerOptions {
         drain: draining,
         inbound_drain: inbound_draining,
@@ -226,6 +243,8 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
             ..ProxyTelemetry::new(stats.clone(), tracing.clone())
         },
         tls: tls.clone(),
+        rng_seed,
+        supervisor: supervisor.clone(),
     };
     let workers = crate::proxy::Workers::start(concurrency, store.clone(), balancers.clone(), worker_options)
         .map_err(AppError::Runtime)?;
@@ -233,7 +252,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     match ads {
         Some(config) => {
             let client = AdsClient::new(config, state, store.clone(), signal.clone()).with_stats(stats.clone());
-            tokio::spawn(client.run(signal));
+            supervisor.watch("the ADS client", tokio::spawn(client.run(signal)));
         }
         None => store.publish(state.snapshot()),
     }
@@ -249,6 +268,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         shutdown: trigger,
         workers: Some(workers),
         tracing,
+        supervisor,
     })
 }
 
@@ -311,7 +331,12 @@ pub fn run(options: RunOptions) -> Result<(), AppError> {
 pub fn run_bootstrap(bootstrap: Bootstrap, options: RunOptions) -> Result<(), AppError> {
     let concurrency = options.concurrency.unwrap_or_else(default_concurrency);
     tracing::info!(config = %options.config.display(), concurrency, "starting");
-    let start = StartOptions { concurrency, drain_time: options.drain_time, logging: options.logging };
+    let start = StartOptions {
+        concurrency,
+        drain_time: options.drain_time,
+        logging: options.logging,
+        ..StartOptions::default()
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("outrider-control")
@@ -327,13 +352,17 @@ pub fn run_bootstrap(bootstrap: Bootstrap, options: RunOptions) -> Result<(), Ap
                 .map_err(|e| AppError::Admin(path.display().to_string(), e))?;
         }
         crate::core::allocator::release_free_memory();
-        tokio::select! {
-            _ = terminate() => tracing::info!("signal received; draining"),
-            _ = running.quit.notified() => tracing::info!("quitquitquit; draining"),
-        }
+        let supervisor = running.supervisor.clone();
+        let failure = tokio::select! {
+            _ = terminate() => { tracing::info!("signal received; draining"); None }
+            _ = running.quit.notified() => { tracing::info!("quitquitquit; draining"); None }
+            failure = supervisor.failed() => Some(failure),
+        };
         running.drain_and_stop().await;
         tracing::info!("drained; exiting");
-        Ok(())
+        // A dead ADS client or worker ends the process with an error, so that Kubernetes
+        // restarts the pod instead of keeping a sidecar that no longer updates or serves.
+        failure.map_or(Ok(()), |failure| Err(AppError::Supervised(failure)))
     })
 }
 

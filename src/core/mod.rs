@@ -5,3 +5,4 @@ pub mod allocator;
 pub mod backoff;
 pub mod net;
 pub mod shutdown;
+pub mod supervisor;

@@ -2,6 +2,7 @@
 //! manager, routing, retries and timeouts, upstream connection pools, the TCP proxy, TLS on
 //! both sides.
 
+mod accept_backoff;
 pub mod access_log;
 pub mod completion;
 pub mod connection;

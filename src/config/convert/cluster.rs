@@ -213,9 +213,6 @@ pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster
             warnings.within(&at, |w| health_check::health_check(check, w)).at_field(&at)
         })
         .collect::<Result<Vec<_>>>()?;
-    if !health_checks.is_empty() {
-        warnings.ignored("health_checks", "active health checks are validated but not run yet");
-    }
     let circuit_breakers = match circuit_breakers {
         None => CircuitBreakers::default(),
         Some(cb) => warnings
