@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::config::Address;
 use crate::config::bootstrap::{TraceCollector, TracingConfig};
+use crate::config::endpoint::HealthStatus;
 use crate::store::Store;
 use crate::telemetry::{Resolve, Tracing, Transport};
 
@@ -62,8 +63,8 @@ impl Tracers {
     }
 }
 
-/// The first endpoint of `cluster` in the snapshot current at each export (EDS first,
-/// then the cluster's own load assignment).
+/// An endpoint of `cluster` in the snapshot current at each export (EDS first, then the
+/// cluster's own load assignment).
 fn cluster_endpoint(store: Arc<Store>, cluster: String) -> Resolve {
     Arc::new(move || {
         let snapshot = store.load();
@@ -71,7 +72,12 @@ fn cluster_endpoint(store: Arc<Store>, cluster: String) -> Resolve {
             Some(eds) => &eds.resource,
             None => snapshot.clusters.get(&cluster)?.resource.load_assignment.as_ref()?,
         };
-        match &assignment.endpoints().next()?.address {
+        // A healthy endpoint if there is one (as the control plane says), else any.
+        let endpoint = assignment
+            .endpoints()
+            .find(|e| e.health == HealthStatus::Healthy)
+            .or_else(|| assignment.endpoints().next())?;
+        match &endpoint.address {
             Address::Socket(address) => Some(format!("http://{address}")),
             Address::Dns { host, port } => Some(format!("http://{host}:{port}")),
             _ => None,
