@@ -539,3 +539,79 @@ async fn istio_mutual_tls_between_outbound_and_inbound() {
     let updates = xds_updates(&outrider).await;
     assert!(updates.values().all(|(_, rejected)| *rejected == 0), "rejected: {updates:?}");
 }
+
+/// The Telemetry API's OpenTelemetry providers as istiod renders them: tracing on the
+/// connection manager (`tracing.provider`, OTLP/gRPC to `outbound|4317||<collector>`) and
+/// the `envoyOtelAls` access logger, both to a collector that is a ServiceEntry whose
+/// endpoint is a real OTLP receiver. Everything is ACKed, and a request through the
+/// generated listener yields a span and a log record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_api_opentelemetry_tracing_and_access_logs_export() {
+    let Some(binary) = Istiod::binary("telemetry_api_opentelemetry_tracing_and_access_logs_export") else { return };
+    let (collector, mut spans, mut logs) = common::otlp::receiver().await;
+    let v1 = named_backend("v1").await;
+    let port = common::lab::free_port();
+    let collector_host = "otel-collector.observability.svc.cluster.local";
+    let mesh = format!(
+        r#"extensionProviders:
+- name: otel-tracing
+  opentelemetry: {{ service: {collector_host}, port: 4317 }}
+- name: otel-als
+  envoyOtelAls: {{ service: {collector_host}, port: 4317 }}
+"#
+    );
+    let reviews = service_entry("reviews", HOST, port, &[(v1.port, "v1")]);
+    let otel = format!(
+        r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{ name: otel-collector, namespace: default }}
+spec:
+  hosts: [{collector_host}]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{{ number: 4317, name: grpc, protocol: GRPC }}]
+  endpoints: [{{ address: 127.0.0.1, ports: {{ grpc: {collector} }} }}]
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {{ name: default, namespace: default }}
+spec:
+  tracing:
+  - providers: [{{ name: otel-tracing }}]
+    randomSamplingPercentage: 100
+  accessLogging:
+  - providers: [{{ name: otel-als }}]
+"#
+    );
+    let configs = [("reviews.yaml", reviews.as_str()), ("otel.yaml", otel.as_str())];
+    let istiod = Istiod::start_with_mesh(&binary, &mesh, &configs).await;
+    let agent = Agent::start().await;
+    let outrider = start_sidecar(&istiod, &agent, "DELTA_GRPC", port, HOST).await;
+    let updates = xds_updates(&outrider).await;
+    assert!(updates.values().all(|(_, rejected)| *rejected == 0), "rejected: {updates:?}");
+    let (_, dump) = admin_get(outrider.admin_address, "/config_dump").await;
+    assert!(dump.contains("outbound|4317||otel-collector.observability.svc.cluster.local"), "{dump}");
+
+    let (status, _, body) = get(port, HOST, "/traced").await;
+    assert_eq!((status, body.as_str()), (200, "v1"));
+    // The requests that waited for the listener came first; each receive is bounded.
+    let span = loop {
+        let (_, span) = common::otlp::next_span(&mut spans).await;
+        if span.name == format!("{HOST}/traced") {
+            break span;
+        }
+    };
+    let (record, body) = loop {
+        let log = common::otlp::next_log(&mut logs).await;
+        let body = match log.record.body.as_ref().and_then(|b| b.value.as_ref()) {
+            Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s)) => s.clone(),
+            other => panic!("a text body: {other:?}"),
+        };
+        if body.contains("/traced") {
+            break (log.record, body);
+        }
+    };
+    assert!(body.contains("\"GET /traced HTTP/1.1\" 200"), "Istio's default format: {body}");
+    assert_eq!(record.trace_id, span.trace_id, "the record names the request's trace");
+    outrider.stop();
+}

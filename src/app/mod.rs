@@ -237,10 +237,17 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         inbound_drain: inbound_draining,
         shutdown: workers_stopping,
         drain_time,
-        telemetry: ProxyTelemetry::new(stats.clone(), tracing.clone()).with_node(LocalNode {
-            id: bootstrap.node.id.clone(),
-            workload: WorkloadMetadata::from_node_metadata(&bootstrap.node.metadata),
-        }),
+        telemetry: ProxyTelemetry {
+            node_labels: crate::proxy::access_log::otel::NodeLabels {
+                node_name: bootstrap.node.id.clone(),
+                cluster_name: bootstrap.node.cluster.clone(),
+                zone_name: bootstrap.node.locality.zone.clone(),
+            },
+            ..ProxyTelemetry::new(stats.clone(), tracing.clone()).with_node(LocalNode {
+                id: bootstrap.node.id.clone(),
+                workload: WorkloadMetadata::from_node_metadata(&bootstrap.node.metadata),
+            })
+        },
         tls: tls.clone(),
         rng_seed,
         supervisor: supervisor.clone(),
@@ -315,6 +322,12 @@ fn tracer(bootstrap: &Bootstrap) -> Result<Option<Tracing>, AppError> {
                     )));
                 }
             }
+        }
+        Some(TracingConfig { collector: TraceCollector::HttpCluster { .. }, .. }) => {
+            return Err(AppError::Config(crate::config::ConfigError::new(
+                "tracing.http.typed_config.http_service",
+                "the bootstrap's tracer exports over gRPC only (a connection manager's provider may use HTTP)",
+            )));
         }
         None => match std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT") {
             Ok(endpoint) if !endpoint.trim().is_empty() => (endpoint, "outrider".to_owned()),

@@ -2,6 +2,7 @@
 
 pub mod filter;
 pub mod format;
+pub mod open_telemetry;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -31,6 +32,8 @@ pub enum AccessLogSink {
     File(PathBuf),
     /// `envoy.access_loggers.http_grpc`: Envoy's access log service.
     Grpc(GrpcAccessLog),
+    /// `envoy.access_loggers.open_telemetry`: OTLP log records.
+    OpenTelemetry(std::sync::Arc<open_telemetry::OpenTelemetryAccessLog>),
 }
 
 /// `HttpGrpcAccessLogConfig`: entries streamed to `StreamAccessLogs` on a cluster.

@@ -41,8 +41,9 @@ pub struct Bootstrap {
     pub document: serde_json::Value,
 }
 
-/// The OpenTelemetry tracer of the bootstrap (`envoy.tracers.opentelemetry`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An OpenTelemetry tracer (`envoy.tracers.opentelemetry`): the bootstrap's, or a
+/// connection manager's `tracing.provider`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TracingConfig {
     pub collector: TraceCollector,
     /// `service.name` of the exported spans (default `outrider`).
@@ -50,12 +51,16 @@ pub struct TracingConfig {
 }
 
 /// Where the OTLP/gRPC collector is.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum TraceCollector {
-    /// `envoy_grpc.cluster_name`: a static cluster's first endpoint.
+    /// `envoy_grpc.cluster_name`: the bootstrap's tracer, a static cluster's first
+    /// endpoint; a connection manager's provider, the cluster's in the current snapshot.
     Cluster(String),
     /// `google_grpc.target_uri`, as `http://host:port`.
     Uri(String),
+    /// `http_service`: OTLP over HTTP (protobuf) to a cluster, as `Cluster` finds it, at
+    /// `path`, with `request_headers_to_add`.
+    HttpCluster { cluster: String, path: String, headers: Vec<(String, String)> },
 }
 
 /// This proxy's identity towards the control plane.

@@ -5,6 +5,7 @@ pub mod chain_matcher;
 pub mod connection_limit;
 pub mod http_connection_manager;
 pub mod tcp_proxy;
+pub mod tracing;
 pub mod upgrade;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

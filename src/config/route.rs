@@ -204,6 +204,8 @@ pub struct Route {
     pub headers: HeaderMutations,
     /// `typed_per_filter_config`: the HTTP filters' settings for this route.
     pub per_filter: PerFilterConfig,
+    /// `tracing`: this route's sampling and extra custom tags.
+    pub tracing: Option<Arc<super::listener::tracing::RouteTracing>>,
 }
 
 /// What a matched route does.

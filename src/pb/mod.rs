@@ -8,6 +8,7 @@ pub mod pgv;
 
 pub use envoy_types::pb::envoy;
 pub use envoy_types::pb::google;
+pub use envoy_types::pb::opentelemetry;
 
 /// Outrider's own protos, nested by package because the generated code refers to its
 /// siblings by relative paths.

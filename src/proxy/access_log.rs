@@ -8,6 +8,7 @@ mod entry;
 mod filter;
 pub mod format;
 pub mod grpc;
+pub mod otel;
 mod time;
 
 use std::borrow::Cow;
@@ -39,6 +40,8 @@ pub enum LogOutput {
     Lines(Arc<WorkerLineBuffer>),
     /// An entry for the access log service.
     Grpc(Arc<grpc::GrpcLogBuffer>),
+    /// An OTLP log record.
+    OpenTelemetry(Arc<otel::OtelLogBuffer>),
 }
 
 /// What the downstream connection tells the log.
@@ -81,6 +84,8 @@ pub struct PendingLog {
     pub duration: Duration,
     /// The request carries a sampled span (`traceable_filter`).
     pub traced: bool,
+    /// The trace and span IDs of the request's span, if it has one.
+    pub span_ids: Option<([u8; 16], [u8; 8])>,
 }
 
 impl PendingLog {
@@ -116,6 +121,7 @@ impl PendingLog {
             bytes_sent: 0,
             duration: Duration::ZERO,
             traced: false,
+            span_ids: None,
         }
     }
 
@@ -151,6 +157,7 @@ impl PendingLog {
             match &logger.out {
                 LogOutput::Lines(lines) => lines.append(|out| format::write(&logger.format, self, out)),
                 LogOutput::Grpc(grpc) => grpc.append(entry::http_entry(self, &grpc.config)),
+                LogOutput::OpenTelemetry(otel) => otel.append(otel::record(&otel.config, self)),
             }
         }
     }

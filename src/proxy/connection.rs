@@ -49,6 +49,7 @@ pub async fn serve(
         transport_protocol: None,
         application_protocols: Vec::new(),
         inbound: listener.resource.traffic_direction == TrafficDirection::Inbound,
+        outbound: listener.resource.traffic_direction == TrafficDirection::Outbound,
     };
     // The listener filters of the listener that serves the connection (after a hand-off,
     // the one bound to the original destination), as Envoy runs them.

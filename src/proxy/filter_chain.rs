@@ -27,6 +27,9 @@ pub struct ConnectionInfo {
     /// The serving listener's `traffic_direction` is INBOUND: `/drain_listeners?inboundonly`
     /// drains this connection.
     pub inbound: bool,
+    /// The serving listener's `traffic_direction` is OUTBOUND (Envoy's egress operation:
+    /// its spans are client spans).
+    pub outbound: bool,
 }
 
 /// The chain for `connection`, or `None` when nothing matches (Envoy closes the connection).

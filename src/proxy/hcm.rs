@@ -48,7 +48,7 @@ use crate::config::route::Action;
 use crate::lb::resources::{Priority, Slot};
 use crate::lb::{Host, PickContext};
 use crate::store::Snapshot;
-use crate::telemetry::KeyValue;
+use crate::telemetry::{KeyValue, Tracing};
 
 /// What the proxy answers with: an upstream body or a local one.
 pub use super::filters::ProxyBody;
@@ -80,6 +80,10 @@ pub(super) struct Exchange<'a> {
     pub filters: &'a HttpFilterChain,
     /// HTTP/1.1 connections: where an upgraded request leaves its upstream half.
     pub upgrades: Option<&'a upgrade::UpgradeSlot>,
+    /// The connection manager's tracer, when it has a `tracing` block and a tracer.
+    pub tracer: Option<&'a Tracing>,
+    /// The listener is OUTBOUND.
+    pub outbound: bool,
 }
 
 /// One request: path normalization, the connection manager's header handling, route
@@ -131,16 +135,22 @@ async fn forward_request(
         };
         *pending = Some(Box::new(PendingLog::new(loggers, SystemTime::now(), Instant::now(), &parts, info)));
     }
-    if manager.tracing
-        && let Some(tracing) = context.telemetry.tracing()
-        && request_trace::sampled(manager.trace_sampling, &parts, || context.rng.borrow_mut().random::<u32>())
-    {
-        // The upstream sees this span as its parent.
-        let span = request_trace::start(tracing, &parts);
-        span.inject(&mut parts.headers);
-        stream.span = Some(span);
-    }
     let selection = router::select(routes, &parts);
+    // After route selection, as Envoy: a route's `tracing` replaces the sampling.
+    let route_tracing = selection.and_then(|s| s.route).and_then(|r| r.tracing.as_deref());
+    if let Some(tracing) = &manager.tracing {
+        // Decided (and packed into x-request-id) whether a tracer is set or not, as Envoy.
+        let sampling = route_tracing.map_or(&tracing.sampling, |r| &r.sampling);
+        let random = || context.rng.borrow_mut().random();
+        let reason = request_trace::trace_reason(tracing, sampling, &mut parts.headers, random);
+        if let Some(tracer) = exchange.tracer
+            && let Some(span) = request_trace::start(tracer, tracing, route_tracing, &parts, reason, exchange.outbound)
+        {
+            // The upstream sees this span as its parent, sampled or not.
+            span.inject(&mut parts.headers);
+            stream.span = Some(span);
+        }
+    }
     if let Some(log) = pending.as_mut() {
         log.route_name = selection.and_then(|s| s.route).map(|r| r.name.clone()).filter(|n| !n.is_empty());
     }
@@ -177,6 +187,11 @@ async fn forward_request(
             body: &mut body,
         };
         let status = exchange.filters.decode_headers(&mut request).await;
+        if let (Some(span), Some(tracing)) = (&stream.span, &manager.tracing) {
+            for tag in request_trace::metadata_tags(&request_trace::custom_tags(tracing, route_tracing), &metadata) {
+                span.set(tag);
+            }
+        }
         if let Some(log) = pending.as_mut()
             && !metadata.0.is_empty()
         {
@@ -190,6 +205,28 @@ async fn forward_request(
     let routed = Routed { snapshot: &snapshot, routes, selection };
     let response = route_and_forward(parts, body, routed, exchange, stream, pending, is_grpc).await;
     finish_response(response, &edits, hooks)
+}
+
+/// `spawn_upstream_span`: a client span for one upstream attempt, named as Envoy names it,
+/// whose context replaces the request span's in the attempt's headers.
+fn upstream_span(
+    manager: &HttpConnectionManager,
+    stream: &StreamInfo,
+    cluster: &str,
+    host: &Host,
+    headers: &mut HeaderMap,
+) -> Option<crate::telemetry::RequestSpan> {
+    let spawn = manager.tracing.as_ref().is_some_and(|t| t.spawn_upstream_span);
+    let parent = stream.span.as_ref().filter(|_| spawn)?;
+    let attributes = vec![
+        KeyValue::new("component", "proxy"),
+        KeyValue::new("upstream_cluster", cluster.to_owned()),
+        KeyValue::new("upstream_cluster.name", cluster.to_owned()),
+        KeyValue::new("upstream_address", host.address().to_string()),
+    ];
+    let span = parent.child(format!("router {cluster} egress"), attributes);
+    span.inject(headers);
+    Some(span)
 }
 
 /// What the filters asked for on the way back: header edits, then whole-response changes
@@ -471,6 +508,7 @@ async fn route_and_forward(
             false,
             &options,
         );
+        let upstream_span = upstream_span(manager, stream, &cluster.resource.name, &host, &mut attempt_parts.headers);
         let upstream_request = Request::from_parts(attempt_parts, body);
         let try_timeout = match (forward.per_try_timeout, remaining) {
             (Some(per_try), Some(remaining)) => Some(per_try.min(remaining)),
@@ -500,6 +538,9 @@ async fn route_and_forward(
             Some(limit) => tokio::time::timeout(limit, send).await.map_err(|_| Attempt::Timeout),
             None => Ok(send.await),
         };
+        if let Some(span) = upstream_span {
+            span.end_upstream(result.as_ref().ok().and_then(|r| r.as_ref().ok()).map(|r| r.status().as_u16()));
+        }
         if let Ok(Err(UpstreamError::Overflow)) = result {
             // max_pending_requests: Envoy never retries an overflow.
             return attempted(&forward, retry.attempts(), overflow(manager, stream, is_grpc));

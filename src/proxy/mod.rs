@@ -25,6 +25,7 @@ pub mod retry;
 pub mod router;
 pub mod shadow;
 pub mod tcp_proxy;
+mod tracers;
 pub mod transport;
 pub mod upstream;
 pub mod worker;

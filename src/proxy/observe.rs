@@ -9,11 +9,16 @@ use std::sync::Arc;
 use std::rc::Rc;
 
 use super::access_log::grpc::GrpcLogBuffer;
+use super::access_log::otel::{NodeLabels, OtelLogBuffer};
 use super::access_log::{ActiveLog, LogOutput};
+use super::tracers::Tracers;
 use super::worker::WorkerContext;
 use crate::config::Listener;
+use crate::config::bootstrap::TracingConfig;
 use crate::config::filters::peer_metadata::LocalNode;
+use crate::config::listener::HttpConnectionManager;
 use crate::config::listener::http_connection_manager::{AccessLog, AccessLogSink};
+use crate::store::Store;
 use crate::telemetry::line_writer::FLUSH_INTERVAL;
 use crate::telemetry::stats::Scope;
 use crate::telemetry::{HttpStats, LineWriters, ListenerStats, LogSink, Stats, Tracing, WorkerLineBuffer};
@@ -27,11 +32,24 @@ pub struct ProxyTelemetry {
     pub tracing: Option<Tracing>,
     /// This proxy's node as Istio's telemetry filters name it.
     pub node: Arc<LocalNode>,
+    /// The connection managers' own providers (`tracing.provider`).
+    pub tracers: Arc<Tracers>,
+    /// This proxy's node, for the OpenTelemetry access logger's built-in labels.
+    pub node_labels: NodeLabels,
 }
 
 impl ProxyTelemetry {
+    /// Must be called on the control runtime, which carries the providers' exports.
     pub fn new(stats: Arc<Stats>, tracing: Option<Tracing>) -> Self {
-        Self { line_writers: Arc::new(LineWriters::new(stats.clone())), stats, tracing, node: Arc::default() }
+        let tracers = Arc::new(Tracers::on_current_runtime());
+        Self {
+            line_writers: Arc::new(LineWriters::new(stats.clone())),
+            stats,
+            tracing,
+            tracers,
+            node: Arc::default(),
+            node_labels: NodeLabels::default(),
+        }
     }
 
     /// The node Istio's metadata exchange announces and `istio.stats` reports as.
@@ -47,6 +65,7 @@ pub struct WorkerTelemetry {
     http: RefCell<HashMap<String, Arc<HttpStats>>>,
     listeners: RefCell<HashMap<String, Arc<ListenerStats>>>,
     writers: RefCell<HashMap<AccessLogSink, LogOutput>>,
+    providers: RefCell<HashMap<TracingConfig, Tracing>>,
 }
 
 impl WorkerTelemetry {
@@ -54,8 +73,17 @@ impl WorkerTelemetry {
         Self { shared, ..Self::default() }
     }
 
-    pub fn tracing(&self) -> Option<&Tracing> {
-        self.shared.tracing.as_ref()
+    /// The tracer of a connection manager with a `tracing` block: its own provider's,
+    /// else the bootstrap's. Found once per connection.
+    pub fn tracer(&self, manager: &HttpConnectionManager, store: &Arc<Store>) -> Option<Tracing> {
+        let tracing = manager.tracing.as_ref()?;
+        let Some(provider) = &tracing.provider else { return self.shared.tracing.clone() };
+        if let Some(tracer) = self.providers.borrow().get(provider.as_ref()) {
+            return Some(tracer.clone());
+        }
+        let tracer = self.shared.tracers.get(provider, store)?;
+        self.providers.borrow_mut().insert(provider.as_ref().clone(), tracer.clone());
+        Some(tracer)
     }
 
     /// `http.<stat_prefix>.*`, resolved on the first connection of this worker.
@@ -110,11 +138,18 @@ impl WorkerTelemetry {
             self.writers.borrow_mut().insert(sink.clone(), out.clone());
             return Some(out);
         }
+        if let AccessLogSink::OpenTelemetry(config) = sink {
+            let dropped = self.shared.stats.counter(Scope::outrider().child("access_log").name("otel_dropped_entries"));
+            let out =
+                LogOutput::OpenTelemetry(OtelLogBuffer::start(context, config, &self.shared.node_labels, dropped));
+            self.writers.borrow_mut().insert(sink.clone(), out.clone());
+            return Some(out);
+        }
         let target = match sink {
             AccessLogSink::Stdout => LogSink::Stdout,
             AccessLogSink::Stderr => LogSink::Stderr,
             AccessLogSink::File(path) => LogSink::File(path.clone()),
-            AccessLogSink::Grpc(_) => return None,
+            AccessLogSink::Grpc(_) | AccessLogSink::OpenTelemetry(_) => return None,
         };
         match self.shared.line_writers.get(&target) {
             Ok(writer) => {

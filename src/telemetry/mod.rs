@@ -27,5 +27,6 @@ pub use line_writer::{LineWriter, LineWriters, LogSink, WorkerLineBuffer};
 pub use metrics::{Counter, Gauge, GaugeGuard, Histogram, TextReadout};
 /// Span attributes, for callers that add their own.
 pub use opentelemetry::KeyValue;
+pub use opentelemetry::trace::SpanKind;
 pub use stats::{BucketsFor, Rejects, Sample, Scope, StatName, Stats, Value};
-pub use trace::{RequestSpan, Tracing};
+pub use trace::{RequestSpan, Resolve, Tracing, Transport};

@@ -208,4 +208,5 @@ pub mod differential;
 pub mod istiod;
 pub mod lab;
 pub mod load;
+pub mod otlp;
 pub mod peers;

@@ -4,11 +4,13 @@
 mod access_log;
 mod access_log_filter;
 mod access_log_grpc;
+mod access_log_otel;
 mod chain_matcher;
 mod connection_limit;
 mod filter_chain;
 pub(super) mod filter_kind;
 mod hcm;
+mod hcm_tracing;
 mod protocol_options;
 mod tcp_proxy;
 #[cfg(test)]
@@ -21,6 +23,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 pub use chain_matcher::IpMatcher;
+pub(super) use hcm_tracing::custom_tags as route_custom_tags;
+pub(super) use hcm_tracing::opentelemetry as opentelemetry_tracer;
 
 use super::common;
 use crate::config::address::Address;

@@ -18,6 +18,8 @@ pub use retry::parse_retry_on;
 
 use super::common;
 use crate::config::error::{ConfigError, Result, Warnings};
+use crate::config::filters::fractional_percent::FractionalPercent;
+use crate::config::listener::tracing::{RouteTracing, Sampling};
 use crate::config::route::{
     Action, DEFAULT_MAX_DIRECT_RESPONSE_BODY_BYTES, DomainMatcher, HeaderAppendAction, HeaderMutations,
     HeaderValueOption, Route, RouteConfiguration, TlsRequirement, VirtualHost,
@@ -262,7 +264,6 @@ fn route(proto: proto::Route, max_body: u32, warnings: &mut Warnings) -> Result<
     for (present, field, what) in [
         (metadata.is_some(), "metadata", "route metadata is not used"),
         (decorator.is_some(), "decorator", "tracing span names are not set"),
-        (tracing.is_some(), "tracing", "tracing sampling is not applied"),
         (per_request_buffer_limit_bytes.is_some(), "per_request_buffer_limit_bytes", "bodies are streamed"),
         (!stat_prefix.is_empty(), "stat_prefix", "per-route statistics are not kept"),
         (request_body_buffer_limit.is_some(), "request_body_buffer_limit", "bodies are streamed"),
@@ -294,7 +295,41 @@ fn route(proto: proto::Route, max_body: u32, warnings: &mut Warnings) -> Result<
         response_headers_to_remove,
     )?;
     let per_filter = per_filter(typed_per_filter_config, warnings)?;
-    Ok(Route { name, route_match, action, headers, per_filter })
+    let tracing = tracing
+        .map(|t| warnings.within("tracing", |w| route_tracing(t, w)).map_err(|e| e.at("tracing")))
+        .transpose()?
+        .map(Arc::new);
+    Ok(Route { name, route_match, action, headers, per_filter, tracing })
+}
+
+/// A route's `tracing`: each percentage unset is everything (100 of HUNDRED), as Envoy's
+/// `RouteTracingImpl` fills it in.
+fn route_tracing(tracing: proto::Tracing, warnings: &mut Warnings) -> Result<RouteTracing> {
+    use crate::config::convert::filters::fractional_percent::fractional_percent;
+    let proto::Tracing {
+        client_sampling,
+        random_sampling,
+        overall_sampling,
+        custom_tags,
+        operation,
+        upstream_operation,
+    } = tracing;
+    if !operation.is_empty() || !upstream_operation.is_empty() {
+        let field = if operation.is_empty() { "upstream_operation" } else { "operation" };
+        warnings.ignored(field, "spans keep Envoy's default names");
+    }
+    let percent = |value: Option<crate::pb::envoy::r#type::v3::FractionalPercent>, field: &str| match value {
+        None => Ok(FractionalPercent::ALL),
+        Some(p) => fractional_percent(&p).map_err(|e| e.at(field)),
+    };
+    Ok(RouteTracing {
+        sampling: Sampling {
+            client: percent(client_sampling, "client_sampling")?,
+            random: percent(random_sampling, "random_sampling")?,
+            overall: percent(overall_sampling, "overall_sampling")?,
+        },
+        custom_tags: super::listener::route_custom_tags(custom_tags)?,
+    })
 }
 
 /// The four header-mutation fields that route configurations, virtual hosts, routes and

@@ -75,11 +75,9 @@ pub struct HttpConnectionManager {
     pub access_log: Vec<AccessLog>,
     /// `upgrade_configs`: the `Upgrade:` types requests may ask for.
     pub upgrade_configs: Vec<super::upgrade::UpgradeConfig>,
-    /// A `tracing` block is set: requests get a span when a tracer is configured.
-    pub tracing: bool,
-    /// `tracing.random_sampling`, percent of requests without a trace that start one
-    /// (default 100; requests that carry a `traceparent` follow its sampled flag).
-    pub trace_sampling: f64,
+    /// The `tracing` block: requests get a span, exported to its provider or to the
+    /// bootstrap's tracer.
+    pub tracing: Option<super::tracing::HcmTracing>,
 }
 
 pub use crate::config::access_log::{AccessLog, AccessLogSink};

@@ -35,7 +35,8 @@ pub fn write(format: &LogFormat, record: &PendingLog, out: &mut Vec<u8>) {
     }
 }
 
-fn text(pieces: &[Piece], record: &PendingLog, omit_empty: bool, out: &mut Vec<u8>) {
+/// A text format's pieces, filled in (also the OpenTelemetry logger's strings).
+pub(super) fn text(pieces: &[Piece], record: &PendingLog, omit_empty: bool, out: &mut Vec<u8>) {
     for piece in pieces {
         match piece {
             Piece::Literal(literal) => out.extend_from_slice(literal.as_bytes()),

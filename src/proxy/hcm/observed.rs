@@ -54,7 +54,8 @@ pub(super) async fn handle(
     if let Some(mut log) = pending {
         log.respond(status, response.headers(), stream.flags);
         // Every local answer says why; anything else came from the upstream.
-        log.traced = stream.span.is_some();
+        log.traced = stream.span.as_ref().is_some_and(|s| s.sampled());
+        log.span_ids = stream.span.as_ref().map(|s| s.ids());
         log.details = Some(stream.details.take().unwrap_or(std::borrow::Cow::Borrowed("via_upstream")));
         completion.log_with(Some(log));
     }

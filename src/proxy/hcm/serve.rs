@@ -56,6 +56,8 @@ pub async fn serve<S>(
     let access_logs = context.telemetry.access_logs(&manager.access_log, &context);
     // Built once per connection manager and shared; found once per connection.
     let filters = context.filters.http_of(&manager, info.inbound);
+    let tracer = context.telemetry.tracer(&manager, &context.store).map(Rc::new);
+    let outbound = info.outbound;
     let _connection = stats.connection();
     // An inbound-only drain closes inbound connections; a full drain closes them all.
     let draining = if info.inbound { context.draining_inbound.clone() } else { context.draining.clone() };
@@ -82,10 +84,12 @@ pub async fn serve<S>(
     let upgrades: Rc<UpgradeSlot> = Rc::default();
     let service = {
         let (manager, stats, lifetime, upgrades) = (manager.clone(), stats.clone(), lifetime.clone(), upgrades.clone());
+        let tracer = tracer.clone();
         service_fn(move |request: Request<Incoming>| -> Served {
             let (manager, context, stats, access_logs, lifetime) =
                 (manager.clone(), context.clone(), stats.clone(), access_logs.clone(), lifetime.clone());
             let (filters, connection, upgrades) = (filters.clone(), connection.clone(), upgrades.clone());
+            let tracer = tracer.clone();
             Box::pin(async move {
                 let http1 = request.version() == http::Version::HTTP_11;
                 let exchange = Exchange {
@@ -96,6 +100,8 @@ pub async fn serve<S>(
                     context: &context,
                     filters: &filters,
                     upgrades: http1.then_some(&*upgrades),
+                    tracer: tracer.as_deref(),
+                    outbound,
                 };
                 let run = |request| handle(request, exchange, stats.clone(), &access_logs);
                 Ok(stream::limited(request, &lifetime, &manager, &stats, run).await)

@@ -14,8 +14,7 @@ use crate::config::listener::http_connection_manager::{
 fn hcm() -> HttpConnectionManager {
     HttpConnectionManager {
         access_log: Vec::new(),
-        tracing: false,
-        trace_sampling: 100.0,
+        tracing: None,
         stat_prefix: "ingress".into(),
         codec_type: CodecType::Auto,
         route_source: RouteSource::Rds("r".into()),

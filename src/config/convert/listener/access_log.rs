@@ -1,6 +1,7 @@
 //! `access_log` of the HTTP connection manager → [`AccessLog`]: the stdout, stderr and
 //! file loggers with their formats (`log_format` / `access_log_format`, parsed here
-//! once). Other loggers are refused with their path.
+//! once), Envoy's gRPC access log service and the OpenTelemetry logger. Other loggers are
+//! refused with their path.
 
 use super::super::common;
 use crate::config::access_log::LogFormat;
@@ -19,6 +20,7 @@ const STDOUT: &str = "envoy.extensions.access_loggers.stream.v3.StdoutAccessLog"
 const STDERR: &str = "envoy.extensions.access_loggers.stream.v3.StderrAccessLog";
 const FILE: &str = "envoy.extensions.access_loggers.file.v3.FileAccessLog";
 const HTTP_GRPC: &str = "envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig";
+const OPEN_TELEMETRY: &str = "envoy.extensions.access_loggers.open_telemetry.v3.OpenTelemetryAccessLogConfig";
 
 pub fn access_logs(logs: Vec<proto::AccessLog>, warnings: &mut Warnings) -> Result<Vec<AccessLog>> {
     logs.into_iter()
@@ -63,6 +65,14 @@ fn access_log(log: proto::AccessLog, warnings: &mut Warnings) -> Result<AccessLo
             let config = common::unpack(&any).map_err(|e| e.at("typed_config"))?;
             let grpc = super::access_log_grpc::http_grpc(config, warnings).map_err(|e| e.at("typed_config"))?;
             (AccessLogSink::Grpc(grpc), LogFormat::envoy_default())
+        }
+        OPEN_TELEMETRY => {
+            let config = common::unpack(&any).map_err(|e| e.at("typed_config"))?;
+            let otel = warnings
+                .within("typed_config", |w| super::access_log_otel::open_telemetry(config, w))
+                .map_err(|e| e.at("typed_config"))?;
+            // The format is the logger's body and attributes; this one is unused.
+            (AccessLogSink::OpenTelemetry(std::sync::Arc::new(otel)), LogFormat::envoy_default())
         }
         other => {
             return Err(ConfigError::new("typed_config", format!("access logger {other} is not supported")));

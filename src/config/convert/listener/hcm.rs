@@ -16,6 +16,7 @@ use crate::config::listener::http_connection_manager::{
 use crate::pb::envoy::config::core::v3 as core;
 use crate::pb::envoy::extensions::filters::http::router::v3::Router;
 use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3 as proto;
+use crate::pb::envoy::extensions::request_id::uuid::v3::UuidRequestIdConfig;
 
 const UUID_REQUEST_ID: &str = "envoy.extensions.request_id.uuid.v3.UuidRequestIdConfig";
 
@@ -110,11 +111,6 @@ pub fn http_connection_manager(
         &[
             (add_user_agent.is_some(), "add_user_agent", "user agent headers are not added"),
             (
-                tracing.as_ref().is_some_and(|t| t.provider.is_some()),
-                "tracing.provider",
-                "spans go to the bootstrap's tracer",
-            ),
-            (
                 http1_safe_max_connection_duration,
                 "http1_safe_max_connection_duration",
                 "HTTP/1 connections are closed at max_connection_duration",
@@ -199,13 +195,19 @@ pub fn http_connection_manager(
     };
     let access_log = super::access_log::access_logs(access_log, warnings)?;
     let upgrade_configs = super::upgrade::hcm_upgrades(upgrade_configs)?;
-    let trace_sampling = match &tracing {
-        Some(t) => common::percent_or(&t.random_sampling, 100.0, "tracing.random_sampling")?,
-        None => 100.0,
-    };
+    let mut tracing = tracing
+        .map(|t| warnings.within("tracing", |w| super::hcm_tracing::hcm_tracing(t, w)).map_err(|e| e.at("tracing")))
+        .transpose()?;
+    if let (Some(tracing), Some(any)) = (tracing.as_mut(), request_id_extension.and_then(|r| r.typed_config))
+        && common::type_name(&any.type_url) == UUID_REQUEST_ID
+    {
+        let UuidRequestIdConfig { pack_trace_reason, use_request_id_for_trace_sampling } =
+            common::unpack(&any).map_err(|e| e.at("request_id_extension.typed_config"))?;
+        tracing.pack_trace_reason = common::bool_or(&pack_trace_reason, true);
+        tracing.request_id_sampling = common::bool_or(&use_request_id_for_trace_sampling, true);
+    }
     Ok(HttpConnectionManager {
-        tracing: tracing.is_some(),
-        trace_sampling,
+        tracing,
         access_log,
         stat_prefix,
         codec_type,
