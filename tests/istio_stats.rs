@@ -299,8 +299,9 @@ async fn two_sidecars_report_istios_standard_metrics_naming_each_other() {
 
     // The client reports as the source and names the server's workload (from the
     // response's metadata), and the service from its Istio cluster name.
-    let source: [(&str, &str); 11] = [
+    let source: [(&str, &str); 12] = [
         ("reporter", "source"),
+        ("destination_principal", server_sa.as_str()),
         ("source_workload", "productpage-v1"),
         ("source_workload_namespace", "default"),
         ("source_app", "productpage"),
