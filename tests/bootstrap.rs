@@ -31,10 +31,14 @@ fn istio_sidecar_bootstrap_loads_with_a_list_of_what_is_ignored() {
     assert_eq!(bootstrap.static_listeners.len(), 2);
 
     let ignored: Vec<_> = bootstrap.ignored.iter().map(|i| i.path.as_str()).collect();
-    for expected in ["stats_config", "overload_manager.resource_monitors", "bootstrap_extensions"] {
+    for expected in ["stats_config.stats_tags", "overload_manager.resource_monitors", "bootstrap_extensions"] {
         assert!(ignored.contains(&expected), "{expected} is reported as ignored: {ignored:?}");
     }
     assert!(!ignored.iter().any(|p| p.starts_with("layered_runtime")), "layered_runtime is ignored silently");
+    // Istio's inclusion list is enforced, not ignored.
+    assert!(!ignored.iter().any(|p| p.starts_with("stats_config.stats_matcher")), "{ignored:?}");
+    assert!(!bootstrap.stats.matcher.rejects("cluster.xds-grpc.upstream_rq_total"));
+    assert!(bootstrap.stats.matcher.rejects("cluster.outbound|80||a.default.svc.cluster.local.upstream_rq_total"));
 }
 
 fn invalid(yaml: &str) -> String {
@@ -90,7 +94,7 @@ fn validate_command_lists_ignored_fields_and_fails_on_errors() {
     let ok = Command::new(outrider).args(["validate", "--config"]).arg(istio_path()).output().unwrap();
     assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
     let stdout = String::from_utf8_lossy(&ok.stdout);
-    assert!(stdout.contains("ignored: stats_config:"), "{stdout}");
+    assert!(stdout.contains("ignored: stats_config.stats_tags:"), "{stdout}");
     assert!(stdout.contains("valid (2 static listeners, 4 static clusters"), "{stdout}");
 
     let dir = tempfile::tempdir().unwrap();

@@ -40,7 +40,9 @@ async fn lab(backends: Vec<BackendBehaviour>, dead: &[u32], hcm_extra: &str, rou
     ports.extend_from_slice(dead);
     let proxy_port = free_port();
     let control_plane = ControlPlane::start().await;
-    control_plane.set(ResourceType::Cluster, &[CLUSTER]);
+    // Per-endpoint series are exported only when the cluster asks, as in Envoy.
+    let cluster = format!("{CLUSTER}track_cluster_stats: {{ per_endpoint_stats: true }}\n");
+    control_plane.set(ResourceType::Cluster, &[&cluster]);
     control_plane.set(ResourceType::ClusterLoadAssignment, &[&endpoints("backend", &ports)]);
     let listener = LISTENER
         .replace("port_value: 0 ", &format!("port_value: {proxy_port} "))

@@ -91,6 +91,7 @@ fn cluster(protocol: UpstreamProtocol) -> Cluster {
         transport_socket_matches: Vec::new(),
         http: UpstreamHttpOptions { protocol, ..UpstreamHttpOptions::default() },
         upstream_bind: None,
+        per_endpoint_stats: false,
         metadata_exchange: None,
     }
 }

@@ -92,3 +92,14 @@ fn an_identical_push_is_not_applied() {
     assert!(!state.apply(ResourceType::ClusterLoadAssignment, "5", Vec::new(), &["big".to_owned()], false));
     assert_eq!(state.snapshot().versions[&ResourceType::ClusterLoadAssignment].version_info, "4");
 }
+
+/// An initial-fetch timer that fires after its resource arrived times nothing out.
+#[test]
+fn a_resource_that_arrived_is_not_timed_out() {
+    let mut state = state();
+    assert!(!state.arrived(ResourceType::ClusterLoadAssignment, "big"));
+    state.apply(ResourceType::ClusterLoadAssignment, "1", vec![assignment(0..3)], &[], false);
+    assert!(state.arrived(ResourceType::ClusterLoadAssignment, "big"));
+    assert!(!state.arrived(ResourceType::ClusterLoadAssignment, "other"));
+    assert!(!state.arrived(ResourceType::Cluster, ""), "no CDS response yet");
+}

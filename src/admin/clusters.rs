@@ -136,7 +136,7 @@ fn report_json(report: &crate::lb::load::LoadReport, age_seconds: f64) -> Value 
     })
 }
 
-fn address(address: &Address) -> Value {
+pub(super) fn address(address: &Address) -> Value {
     match address {
         Address::Socket(addr) => {
             json!({ "socket_address": { "address": addr.ip().to_string(), "port_value": addr.port() } })

@@ -2,6 +2,10 @@
 //! per-endpoint stats at scrape time: in-flight requests, peak-EWMA latency, outcomes,
 //! the latest ORCA report and the utilization taken from it, the weight client-side
 //! weighted round robin derived from it, outlier ejection and active health check flags.
+//!
+//! `/clusters` always shows them; `/stats` exports them only for clusters that ask
+//! (`track_cluster_stats.per_endpoint_stats`), as Envoy exports per-host stats: with
+//! thousands of clusters they would otherwise be most of the series.
 
 use std::time::{Duration, Instant};
 
@@ -49,10 +53,11 @@ impl EndpointView {
     }
 }
 
-/// `outrider_cluster_endpoint_*` gauges, labelled by cluster and endpoint address.
-pub fn samples(balancers: &Balancers, now: Instant) -> Vec<Sample> {
+/// `outrider_cluster_endpoint_*` gauges, labelled by cluster and endpoint address, of the
+/// clusters `exported` names.
+pub fn samples(balancers: &Balancers, exported: impl Fn(&str) -> bool, now: Instant) -> Vec<Sample> {
     let mut out = Vec::new();
-    for (cluster, lb) in balancers.all().iter() {
+    for (cluster, lb) in balancers.all().iter().filter(|(cluster, _)| exported(cluster)) {
         for host in lb.hosts() {
             let view = EndpointView::of(host, now);
             let scope = Scope::outrider()

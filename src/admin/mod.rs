@@ -1,13 +1,19 @@
 //! The admin server: readiness, health, what configuration was received, stats, log
-//! levels, and the lifecycle endpoints (`/drain_listeners`, `/quitquitquit`).
+//! levels, certificates, memory, and the lifecycle endpoints (`/drain_listeners`,
+//! `/healthcheck/fail`, `/quitquitquit`). `/help` and `/` list them all.
 //!
 //! It runs on the control runtime, reads the published snapshot like any other reader,
 //! and never takes a lock the data path could wait on.
 
+pub mod certs;
 mod clusters;
 mod config_dump;
 pub mod endpoints;
+mod help;
+mod listeners;
+mod memory;
 pub mod server_info;
+mod stats;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -48,11 +54,14 @@ pub struct AdminState {
     pub draining: Signal,
     /// The running log filter, when this process installed the logger.
     pub logging: Option<LogControl>,
+    /// `POST /healthcheck/fail` and `/healthcheck/ok`.
+    pub health_check_failed: crate::core::health_check::HealthCheckFailed,
 }
 
 impl AdminState {
+    /// Envoy's server state: a failed health check reads as DRAINING, as in Envoy.
     fn server_state(&self, ready: bool) -> ServerState {
-        if self.draining.is_triggered() {
+        if self.draining.is_triggered() || self.health_check_failed.is_failed() {
             ServerState::Draining
         } else if ready {
             ServerState::Live
@@ -103,27 +112,41 @@ fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Full<Bytes
         (&Method::GET, "/config_dump") => json(&config_dump::dump(&snapshot, &state.bootstrap)),
         (&Method::GET, "/clusters") if json_format => json(&clusters::json(&snapshot, &state.balancers)),
         (&Method::GET, "/clusters") => text(StatusCode::OK, clusters::text(&snapshot, &state.balancers)),
-        (&Method::GET, "/stats") => {
-            let samples = scrape(state, server_state);
-            let filter = query_param(query, "filter");
-            match filter.as_deref().map(regex::Regex::new).transpose() {
-                Ok(filter) => {
-                    let kept: Vec<_> = samples
-                        .into_iter()
-                        .filter(|(n, _)| filter.as_ref().is_none_or(|f| f.is_match(&n.flat)))
-                        .collect();
-                    text(StatusCode::OK, exposition::text(&kept))
+        (&Method::GET, "/stats") => match stats::StatsQuery::parse(query) {
+            Ok(selection) => {
+                let samples = selection.select(scrape(state, server_state, selection.used_only));
+                match selection.format {
+                    stats::Format::Text => text(StatusCode::OK, exposition::text(&samples)),
+                    stats::Format::Json => json(&stats::json(&samples)),
+                    stats::Format::Prometheus => prometheus(&samples),
                 }
-                Err(e) => text(StatusCode::BAD_REQUEST, format!("invalid filter: {e}\n")),
             }
+            Err(e) => text(StatusCode::BAD_REQUEST, format!("{e}\n")),
+        },
+        (&Method::GET, "/stats/prometheus") => match stats::StatsQuery::parse(query) {
+            Ok(selection) => prometheus(&selection.select(scrape(state, server_state, selection.used_only))),
+            Err(e) => text(StatusCode::BAD_REQUEST, format!("{e}\n")),
+        },
+        (&Method::GET, "/") => html(help::html()),
+        (&Method::GET, "/help") => text(StatusCode::OK, help::text()),
+        (&Method::GET, "/listeners") if json_format => json(&listeners::json(&snapshot)),
+        (&Method::GET, "/listeners") => text(StatusCode::OK, listeners::text(&snapshot)),
+        (&Method::GET, "/certs") => json(&certs::json(&snapshot, std::time::SystemTime::now())),
+        (&Method::GET, "/memory") => json(&memory::json(crate::core::allocator::usage())),
+        // Outrider has no runtime layers: `layered_runtime` is not read, so there is
+        // nothing to list and nothing to override.
+        (&Method::GET, "/runtime") => json(&serde_json::json!({ "layers": [], "entries": {} })),
+        (&Method::POST, "/reset_counters") => {
+            state.stats.reset_counters();
+            text(StatusCode::OK, "OK\n")
         }
-        (&Method::GET, "/stats/prometheus") => {
-            let mut response = text(StatusCode::OK, exposition::prometheus(&scrape(state, server_state)));
-            response.headers_mut().insert(
-                header::CONTENT_TYPE,
-                header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-            );
-            response
+        (&Method::POST, "/healthcheck/fail") => {
+            state.health_check_failed.set(true);
+            text(StatusCode::OK, "OK\n")
+        }
+        (&Method::POST, "/healthcheck/ok") => {
+            state.health_check_failed.set(false);
+            text(StatusCode::OK, "OK\n")
         }
         (&Method::GET, "/server_info") => json(&server_info::json(&state.server, server_state.name())),
         (&Method::GET, "/logging") => match &state.logging {
@@ -136,11 +159,9 @@ fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Full<Bytes
             state.quit.notify_one();
             text(StatusCode::OK, "OK\n")
         }
-        (
-            _,
-            "/ready" | "/healthz" | "/config_dump" | "/clusters" | "/stats" | "/stats/prometheus" | "/server_info"
-            | "/logging" | "/drain_listeners" | "/quitquitquit",
-        ) => text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
+        (_, path) if help::ENDPOINTS.iter().any(|(p, _)| *p == path) => {
+            text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n")
+        }
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
@@ -177,13 +198,29 @@ fn drain_listeners(state: &AdminState, query: &str) -> Response<Full<Bytes>> {
     text(StatusCode::OK, "OK\n")
 }
 
-/// Every registered stat, the server's state, and the per-endpoint gauges.
-fn scrape(state: &AdminState, server_state: ServerState) -> Vec<crate::telemetry::Sample> {
+/// Every registered stat, the stats computed at scrape time (`server.*` figures, the
+/// per-endpoint gauges of clusters that export them, all set now and so all used), the
+/// matcher applied to all.
+fn scrape(state: &AdminState, server_state: ServerState, used_only: bool) -> Vec<crate::telemetry::Sample> {
+    use crate::telemetry::{Scope, Value};
     state.server_stats.set_state(server_state);
-    let mut samples = state.stats.samples();
-    let uptime = crate::telemetry::Scope::envoy().child("server").name("uptime");
-    samples.push((uptime, crate::telemetry::Value::Gauge(state.server.started.elapsed().as_secs() as f64)));
-    samples.extend(endpoints::samples(&state.balancers, std::time::Instant::now()));
+    let mut samples = if used_only { state.stats.used_samples() } else { state.stats.samples() };
+    let snapshot = state.store.load();
+    let server = Scope::envoy().child("server");
+    let memory = crate::core::allocator::usage();
+    let now = std::time::SystemTime::now();
+    let computed = [
+        ("uptime", state.server.started.elapsed().as_secs() as f64),
+        ("memory_allocated", memory.committed as f64),
+        ("memory_heap_size", memory.committed as f64),
+        ("memory_physical_size", memory.resident as f64),
+        ("days_until_first_cert_expiring", certs::days_until_first_expiring(&snapshot, now) as f64),
+        ("version", server_info::version_number() as f64),
+    ];
+    samples.extend(computed.into_iter().map(|(stat, value)| (server.name(stat), Value::Gauge(value))));
+    let exported = |cluster: &str| snapshot.clusters.get(cluster).is_some_and(|c| c.resource.per_endpoint_stats);
+    samples.extend(endpoints::samples(&state.balancers, exported, std::time::Instant::now()));
+    samples.retain(|(name, _)| state.stats.accepts(&name.flat));
     samples
 }
 
@@ -240,6 +277,20 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body.into())));
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain"));
+    response
+}
+
+fn prometheus(samples: &[crate::telemetry::Sample]) -> Response<Full<Bytes>> {
+    let mut response = text(StatusCode::OK, exposition::prometheus(samples));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    response
+}
+
+fn html(body: String) -> Response<Full<Bytes>> {
+    let mut response = text(StatusCode::OK, body);
+    response.headers_mut().insert(header::CONTENT_TYPE, header::HeaderValue::from_static("text/html; charset=UTF-8"));
     response
 }
 

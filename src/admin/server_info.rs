@@ -35,3 +35,11 @@ pub fn json(info: &ServerInfo, state: &str) -> Value {
         "uptime_all_epochs": uptime,
     })
 }
+
+/// `server.version`: Envoy shows its build's revision as a number; Outrider shows its
+/// release, `MAJOR * 1_000_000 + MINOR * 1_000 + PATCH`.
+pub fn version_number() -> u64 {
+    let mut parts = env!("CARGO_PKG_VERSION").split(['.', '-']).map(|p| p.parse::<u64>().unwrap_or(0));
+    let mut next = || parts.next().unwrap_or(0);
+    next().saturating_mul(1_000_000).saturating_add(next().saturating_mul(1_000)).saturating_add(next())
+}

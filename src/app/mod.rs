@@ -20,6 +20,7 @@ use crate::config::Address;
 use crate::config::bootstrap::{Bootstrap, BootstrapError, TraceCollector, TracingConfig};
 use crate::config::filters::peer_metadata::{LocalNode, WorkloadMetadata};
 use crate::core::shutdown::{self, InboundDrain, Trigger};
+use crate::core::supervisor::Supervisor;
 use crate::proxy::WorkerOptions;
 use crate::proxy::observe::ProxyTelemetry;
 use crate::store::{ConfigState, Store, WarmingTimeouts};
@@ -50,12 +51,16 @@ pub struct StartOptions {
     pub concurrency: usize,
     pub drain_time: Duration,
     pub logging: Option<LogControl>,
+    /// Seeds the workers' random draws (weighted clusters, random picks, sampling, retry
+    /// jitter) for a reproducible run. `None`, the default, seeds each worker from the
+    /// operating system, so that a fleet of sidecars does not draw in lockstep.
+    pub rng_seed: Option<u64>,
 }
 
 impl Default for StartOptions {
     /// Every CPU; a 5 s drain (tests and the demo stop quickly).
     fn default() -> Self {
-        Self { concurrency: default_concurrency(), drain_time: Duration::from_secs(5), logging: None }
+        Self { concurrency: default_concurrency(), drain_time: Duration::from_secs(5), logging: None, rng_seed: None }
     }
 }
 
@@ -71,6 +76,9 @@ pub enum AppError {
     Runtime(std::io::Error),
     #[error("demo: {0}")]
     Demo(String),
+    /// A task the process cannot do without died (see `core::supervisor`).
+    #[error("{0}")]
+    Supervised(crate::core::supervisor::Failure),
     #[error("lab: {0}")]
     Lab(String),
 }
@@ -95,6 +103,8 @@ pub struct Running {
     shutdown: Trigger,
     workers: Option<crate::proxy::Workers>,
     tracing: Option<Tracing>,
+    /// The ADS client's and the workers' first failure, if one died.
+    pub supervisor: Supervisor,
 }
 
 impl Running {
@@ -146,8 +156,8 @@ pub async fn start_with(bootstrap: Bootstrap, concurrency: usize) -> Result<Runn
 
 /// [`start`] with every option.
 pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> Result<Running, AppError> {
-    let StartOptions { concurrency, drain_time, logging } = options;
-    let stats = Arc::new(Stats::default());
+    let StartOptions { concurrency, drain_time, logging, rng_seed } = options;
+    let stats = Arc::new(stats_store(&bootstrap.stats));
     let server_stats = ServerStats::register(&stats);
     server_stats.concurrency.set(concurrency as i64);
     for ignored in &bootstrap.ignored {
@@ -194,6 +204,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         node_id: bootstrap.node.id.clone(),
         node_cluster: bootstrap.node.cluster.clone(),
     };
+    let health_check_failed = crate::core::health_check::HealthCheckFailed::default();
     let admin_state = AdminState {
         store: store.clone(),
         bootstrap: Arc::new(bootstrap.document.clone()),
@@ -206,6 +217,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         drain_inbound: Arc::new(inbound_drain),
         draining: draining.clone(),
         logging,
+        health_check_failed: health_check_failed.clone(),
     };
     tokio::spawn(admin::serve(admin_listener, admin_state, signal.clone()));
     tracing::info!(%admin_address, "admin server listening");
@@ -213,6 +225,13 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     tokio::spawn(balancing::keep_balancers(store.clone(), balancers.clone(), stats.clone(), signal.clone()));
     crate::tls::provider::install_default();
     let tls = Arc::new(crate::proxy::HandshakeStats::default());
+    let supervisor = Supervisor::default();
+    let failures = stats.counter(crate::telemetry::Scope::outrider().child("supervisor").name("failures"));
+    let watched = supervisor.clone();
+    tokio::spawn(async move {
+        watched.failed().await;
+        failures.inc();
+    });
     let worker_options = WorkerOptions {
         drain: draining,
         inbound_drain: inbound_draining,
@@ -223,6 +242,9 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
             workload: WorkloadMetadata::from_node_metadata(&bootstrap.node.metadata),
         }),
         tls: tls.clone(),
+        rng_seed,
+        supervisor: supervisor.clone(),
+        health_check_failed: health_check_failed.clone(),
     };
     let workers = crate::proxy::Workers::start(concurrency, store.clone(), balancers.clone(), worker_options)
         .map_err(AppError::Runtime)?;
@@ -230,7 +252,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     match ads {
         Some(config) => {
             let client = AdsClient::new(config, state, store.clone(), signal.clone()).with_stats(stats.clone());
-            tokio::spawn(client.run(signal));
+            supervisor.watch("the ADS client", tokio::spawn(client.run(signal)));
         }
         None => store.publish(state.snapshot()),
     }
@@ -246,7 +268,21 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         shutdown: trigger,
         workers: Some(workers),
         tracing,
+        supervisor,
     })
+}
+
+/// The stats store, with the bootstrap's `stats_matcher` when it has one (no matcher
+/// keeps the check off every registration).
+fn stats_store(config: &crate::config::stats::StatsConfig) -> Stats {
+    use crate::config::stats::StatsMatcher;
+    match &config.matcher {
+        StatsMatcher::AcceptAll => Stats::default(),
+        matcher => {
+            let matcher = matcher.clone();
+            Stats::with_matcher(move |flat| matcher.rejects(flat))
+        }
+    }
 }
 
 /// The tracer the bootstrap's `tracing.http` names, else the one
@@ -302,7 +338,12 @@ pub fn run(options: RunOptions) -> Result<(), AppError> {
 pub fn run_bootstrap(bootstrap: Bootstrap, options: RunOptions) -> Result<(), AppError> {
     let concurrency = options.concurrency.unwrap_or_else(default_concurrency);
     tracing::info!(config = %options.config.display(), concurrency, "starting");
-    let start = StartOptions { concurrency, drain_time: options.drain_time, logging: options.logging };
+    let start = StartOptions {
+        concurrency,
+        drain_time: options.drain_time,
+        logging: options.logging,
+        ..StartOptions::default()
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("outrider-control")
@@ -318,13 +359,17 @@ pub fn run_bootstrap(bootstrap: Bootstrap, options: RunOptions) -> Result<(), Ap
                 .map_err(|e| AppError::Admin(path.display().to_string(), e))?;
         }
         crate::core::allocator::release_free_memory();
-        tokio::select! {
-            _ = terminate() => tracing::info!("signal received; draining"),
-            _ = running.quit.notified() => tracing::info!("quitquitquit; draining"),
-        }
+        let supervisor = running.supervisor.clone();
+        let failure = tokio::select! {
+            _ = terminate() => { tracing::info!("signal received; draining"); None }
+            _ = running.quit.notified() => { tracing::info!("quitquitquit; draining"); None }
+            failure = supervisor.failed() => Some(failure),
+        };
         running.drain_and_stop().await;
         tracing::info!("drained; exiting");
-        Ok(())
+        // A dead ADS client or worker ends the process with an error, so that Kubernetes
+        // restarts the pod instead of keeping a sidecar that no longer updates or serves.
+        failure.map_or(Ok(()), |failure| Err(AppError::Supervised(failure)))
     })
 }
 

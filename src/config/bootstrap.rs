@@ -32,6 +32,8 @@ pub struct Bootstrap {
     pub static_secrets: Vec<Secret>,
     /// `tracing.http`: where spans are exported.
     pub tracing: Option<TracingConfig>,
+    /// `stats_config`: which stats exist.
+    pub stats: super::stats::StatsConfig,
     /// Everything that was set but is ignored, with its path: shown by `outrider validate`
     /// and logged once at start-up.
     pub ignored: Vec<Ignored>,

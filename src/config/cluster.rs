@@ -66,6 +66,9 @@ pub struct Cluster {
     /// Istio binds inbound clusters to 127.0.0.6 (and ::6 on dual-stack pods) so that its
     /// iptables rules can tell the proxy's own traffic to the application apart.
     pub upstream_bind: Option<SourceAddresses>,
+    /// `track_cluster_stats.per_endpoint_stats`: export each endpoint's stats. Off by
+    /// default, as in Envoy: at mesh scale they would be most of the series.
+    pub per_endpoint_stats: bool,
     /// Istio's upstream `istio.metadata_exchange` filter: the TCP proxy exchanges node
     /// metadata in-band on connections whose ALPN is its protocol.
     pub metadata_exchange: Option<crate::config::filters::metadata_exchange::TcpMetadataExchange>,

@@ -15,6 +15,7 @@ pub mod filters;
 pub mod listener;
 pub mod route;
 pub mod secret;
+pub mod stats;
 pub mod tls;
 
 #[cfg(test)]

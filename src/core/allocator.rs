@@ -18,3 +18,24 @@ pub fn release_free_memory() {
     // it only frees memory the allocator itself holds unused.
     unsafe { libmimalloc_sys::mi_collect(true) }
 }
+
+/// The allocator's view of the process's memory, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Memory the allocator has committed (mimalloc's `current_commit`): what it holds for
+    /// allocations, live or free in its pages.
+    pub committed: u64,
+    /// The process's resident set (mimalloc's `current_rss`).
+    pub resident: u64,
+}
+
+/// The allocator's current numbers (`/memory`, `server.memory_*`).
+#[allow(unsafe_code)] // a foreign call; see the SAFETY note
+pub fn usage() -> Usage {
+    let mut values = [0usize; 8];
+    let [elapsed, user, system, rss, peak_rss, commit, peak_commit, faults] = &mut values;
+    // SAFETY: every pointer is to a distinct, live, writable `usize` on this stack frame;
+    // `mi_process_info` only writes through them and keeps none.
+    unsafe { libmimalloc_sys::mi_process_info(elapsed, user, system, rss, peak_rss, commit, peak_commit, faults) };
+    Usage { committed: values[5] as u64, resident: values[3] as u64 }
+}

@@ -3,5 +3,7 @@
 
 pub mod allocator;
 pub mod backoff;
+pub mod health_check;
 pub mod net;
 pub mod shutdown;
+pub mod supervisor;

@@ -162,8 +162,11 @@ async fn terminate_tls<S>(
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
     let stats = &context.tls.stats.downstream;
+    // `listener.<address>.ssl.*` of the listener that serves the connection.
+    let listener_stats = context.telemetry.listener(&listener.resource);
     let refused = |refusal: Refusal, reason: &dyn std::fmt::Display| {
         stats.refused(refusal);
+        listener_stats.ssl.refused(refusal.stat_name());
         tracing::info!(peer = %info.peer, listener = %listener.resource.name, chain = %chain.name, %reason, "TLS handshake refused");
     };
     let config = {
@@ -178,6 +181,7 @@ async fn terminate_tls<S>(
     let accepted = tls::accept(stream, &config, timeout, |error| refused(error.refusal, &error)).await;
     if let Some(accepted) = accepted {
         stats.handshake();
+        listener_stats.ssl.handshake(accepted.peer.is_some());
         let secure = Secure::Tls { alpn: accepted.alpn, peer: accepted.peer };
         terminal(accepted.stream, info, chain, secure, context).await
     }

@@ -14,6 +14,7 @@ mod upgrade;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -102,6 +103,9 @@ async fn forward_request(
     };
     let (mut parts, body) = request.into_parts();
     let is_grpc = router::is_grpc(&parts);
+    if !transfer_codings_supported(&parts.headers) {
+        return unsupported_transfer_coding(manager, stream, is_grpc);
+    }
     if let Some(response) = normalize_path(manager, stream, &mut parts, is_grpc) {
         return response;
     }
@@ -168,7 +172,7 @@ async fn forward_request(
             response_hooks: &mut hooks,
             callouts: &callouts,
             stat_prefix: &manager.stat_prefix,
-            draining: context.draining.is_triggered(),
+            draining: context.draining.is_triggered() || context.health_check_failed.is_failed(),
             flags: &mut stream.flags,
             body: &mut body,
         };
@@ -233,6 +237,48 @@ fn normalize_path(
             Some(response)
         }
     }
+}
+
+/// Whether the request's `Transfer-Encoding` is one Envoy's codec takes: `chunked`, once,
+/// and nothing else. The HTTP/1 codec only checks that `chunked` comes last, so
+/// `gzip, chunked` would reach the upstream with its gzip coding silently dropped.
+fn transfer_codings_supported(headers: &HeaderMap) -> bool {
+    let mut chunked = 0;
+    for value in headers.get_all(http::header::TRANSFER_ENCODING) {
+        let Ok(value) = value.to_str() else { return false };
+        for coding in value.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+            if !coding.eq_ignore_ascii_case("chunked") {
+                return false;
+            }
+            chunked += 1;
+        }
+    }
+    chunked <= 1
+}
+
+/// Envoy's 501 for a transfer coding it does not implement; the connection closes.
+fn unsupported_transfer_coding(
+    manager: &HttpConnectionManager,
+    stream: &mut StreamInfo,
+    is_grpc: bool,
+) -> Response<ProxyBody> {
+    let mut reply = LocalResponse {
+        flags: ResponseFlags::DOWNSTREAM_PROTOCOL_ERROR,
+        ..LocalResponse::new(StatusCode::NOT_IMPLEMENTED, "Not Implemented", "http1.invalid_transfer_encoding")
+    };
+    reply.headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    filter_reply(manager, stream, reply, is_grpc)
+}
+
+/// Envoy's 400 for a request whose framing its codec refuses (a broken chunked body);
+/// the connection closes after it, as Envoy closes it.
+fn malformed_request(manager: &HttpConnectionManager, stream: &mut StreamInfo, is_grpc: bool) -> Response<ProxyBody> {
+    let mut reply = LocalResponse {
+        flags: ResponseFlags::DOWNSTREAM_PROTOCOL_ERROR,
+        ..LocalResponse::new(StatusCode::BAD_REQUEST, "Bad Request", "http1.codec_error")
+    };
+    reply.headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    filter_reply(manager, stream, reply, is_grpc)
 }
 
 /// Envoy's 400 for a request it will not route (`path_normalization_failed`).
@@ -352,17 +398,13 @@ async fn route_and_forward(
     let downstream_is_h2 = parts.version == Version::HTTP_2;
 
     // Keep small bodies so a retry can resend them; stream large ones without retries.
-    let (buffered, mut streamed) = match buffer_for_retry(body, &parts.headers).await {
+    // Set when the client's body turns out malformed (a broken chunk) while it streams
+    // upstream: the client gets Envoy's 400, not an upstream reset.
+    let body_failed = Arc::new(AtomicBool::new(false));
+    let (buffered, mut streamed) = match buffer_for_retry(body, &parts.headers, &body_failed).await {
         Ok(Buffered::Whole(bytes)) => (Some(bytes), None),
         Ok(Buffered::Stream(body)) => (None, Some(body)),
-        Err(()) => {
-            return local(
-                manager,
-                stream,
-                LocalReply::UpstreamReset { reason: ResetReason::LocalReset, retried: false },
-                is_grpc,
-            );
-        }
+        Err(()) => return malformed_request(manager, stream, is_grpc),
     };
 
     if !forward.action.request_mirror_policies.is_empty() {
@@ -386,7 +428,7 @@ async fn route_and_forward(
         let now = Instant::now();
         let remaining = deadline.map(|d| d.saturating_duration_since(now));
         if remaining == Some(Duration::ZERO) {
-            return local(manager, stream, LocalReply::UpstreamTimeout, is_grpc);
+            return attempted(&forward, retry.attempts(), local(manager, stream, LocalReply::UpstreamTimeout, is_grpc));
         }
         let avoid: &[Arc<Host>] = if retry.avoid_previous_hosts() { &previous } else { &[] };
         let ctx = PickContext { hash, attempt: 0, previous: avoid, now };
@@ -395,12 +437,16 @@ async fn route_and_forward(
             if let Some(lb) = context.balancers.get(&cluster.resource.name) {
                 lb.stats.upstream_cx_none_healthy.inc();
             }
-            return local(manager, stream, LocalReply::NoHealthyUpstream, is_grpc);
+            return attempted(
+                &forward,
+                retry.attempts(),
+                local(manager, stream, LocalReply::NoHealthyUpstream, is_grpc),
+            );
         };
         let request_slot = match resources.as_ref().map(|r| r.try_request(limits, Priority::Default)) {
             Some(None) => {
                 host.cluster_stats.upstream_rq_pending_overflow.inc();
-                return overflow(manager, stream, is_grpc);
+                return attempted(&forward, retry.attempts(), overflow(manager, stream, is_grpc));
             }
             Some(slot) => slot,
             None => None,
@@ -420,7 +466,7 @@ async fn route_and_forward(
         router::set_attempt_headers(
             &forward,
             &mut attempt_parts.headers,
-            retry.attempts() + 1,
+            retry.attempts(),
             started.elapsed(),
             false,
             &options,
@@ -435,7 +481,11 @@ async fn route_and_forward(
             Err(error) => {
                 let failure =
                     UpstreamError::ConnectFailure { address: host.address().to_string(), reason: error.to_string() };
-                return reset_reply(manager, stream, Some(failure), retry.attempts() > 0, is_grpc);
+                return attempted(
+                    &forward,
+                    retry.attempts(),
+                    reset_reply(manager, stream, Some(failure), retry.attempts() > 1, is_grpc),
+                );
             }
         };
         let send = context.upstreams.forward_over(
@@ -452,7 +502,7 @@ async fn route_and_forward(
         };
         if let Ok(Err(UpstreamError::Overflow)) = result {
             // max_pending_requests: Envoy never retries an overflow.
-            return overflow(manager, stream, is_grpc);
+            return attempted(&forward, retry.attempts(), overflow(manager, stream, is_grpc));
         }
         let outcome_decision = match &result {
             Ok(Ok(response)) => {
@@ -507,7 +557,11 @@ async fn route_and_forward(
                 previous.push(host);
                 let wake = Instant::now() + backoff;
                 if deadline.is_some_and(|d| wake >= d) {
-                    return local(manager, stream, LocalReply::UpstreamTimeout, is_grpc);
+                    return attempted(
+                        &forward,
+                        retry.attempts(),
+                        local(manager, stream, LocalReply::UpstreamTimeout, is_grpc),
+                    );
                 }
                 tokio::time::sleep(backoff).await;
                 continue;
@@ -516,11 +570,21 @@ async fn route_and_forward(
                 let response = respond(manager, &forward, response, started, retry.attempts(), &options);
                 return hold_until_body_ends(response, request_slot);
             }
+            (_, Ok(Err(_))) if body_failed.load(Ordering::Relaxed) => {
+                return malformed_request(manager, stream, is_grpc);
+            }
             (_, Ok(Err(error))) => {
                 last_failure = Some(error);
-                return reset_reply(manager, stream, last_failure, retry.attempts() > 1, is_grpc);
+                return attempted(
+                    &forward,
+                    retry.attempts(),
+                    reset_reply(manager, stream, last_failure, retry.attempts() > 1, is_grpc),
+                );
             }
-            (_, Err(Attempt::Timeout)) => return local(manager, stream, LocalReply::UpstreamTimeout, is_grpc),
+            (_, Err(Attempt::Timeout)) => {
+                let reply = local(manager, stream, LocalReply::UpstreamTimeout, is_grpc);
+                return attempted(&forward, retry.attempts(), reply);
+            }
         }
     }
 }
@@ -620,13 +684,18 @@ enum Buffered {
 
 /// Reads the body whole when it is known to be small (or empty); otherwise streams it. A
 /// body a filter read whole is kept as it is; one it read in part streams.
-async fn buffer_for_retry(body: DownstreamBody, headers: &HeaderMap) -> Result<Buffered, ()> {
+async fn buffer_for_retry(body: DownstreamBody, headers: &HeaderMap, failed: &Arc<AtomicBool>) -> Result<Buffered, ()> {
     use hyper::body::Body;
     if let Some(whole) = body.complete() {
         return Ok(Buffered::Whole(whole));
     }
+    let failed = failed.clone();
+    let mark = move |error| {
+        failed.store(true, Ordering::Relaxed);
+        error
+    };
     if !body.is_untouched() {
-        return Ok(Buffered::Stream(body.into_request_body()));
+        return Ok(Buffered::Stream(body.into_request_body().map_err(mark).boxed()));
     }
     let Some(body) = body.into_rest() else { return Ok(Buffered::Whole(Bytes::new())) };
     let small = body.is_end_stream()
@@ -639,7 +708,7 @@ async fn buffer_for_retry(body: DownstreamBody, headers: &HeaderMap) -> Result<B
         let collected = Limited::new(body, RETRY_BUFFER_LIMIT).collect().await.map_err(|_| ())?;
         Ok(Buffered::Whole(collected.to_bytes()))
     } else {
-        Ok(Buffered::Stream(body.map_err(|e| Box::new(e) as BoxError).boxed()))
+        Ok(Buffered::Stream(body.map_err(move |e| mark(Box::new(e) as BoxError)).boxed()))
     }
 }
 
@@ -670,6 +739,13 @@ fn respond(
     headers::set_upstream_service_time(&mut parts.headers, started.elapsed(), options.suppress_envoy_headers);
     headers::mutate_response_headers(manager, None, &mut parts.headers);
     Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed_unsync())
+}
+
+/// A reply the router makes itself once it has tried (or tried to try) the upstream: it
+/// carries `x-envoy-attempt-count` when the virtual host asks for it, as Envoy's do.
+fn attempted(forward: &Forward<'_>, attempts: u32, mut response: Response<ProxyBody>) -> Response<ProxyBody> {
+    router::set_response_attempt_count(forward, response.headers_mut(), attempts);
+    response
 }
 
 fn reset_reply(

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use socket2::{Domain, Socket, Type};
 use tokio::net::TcpListener;
 
+use super::accept_backoff::AcceptBackoff;
 use super::connection;
 use super::worker::WorkerContext;
 use crate::config::listener::TrafficDirection;
@@ -164,6 +165,8 @@ fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
 async fn accept_loop(socket: TcpListener, current: Current, context: Rc<WorkerContext>, stopped: shutdown::Signal) {
     // Listener stats are per address, which an update in place keeps.
     let stats = context.telemetry.listener(&current.borrow().resource);
+    let exhausted = context.telemetry.accept_backoffs(&current.borrow().resource);
+    let mut backoff = AcceptBackoff::default();
     loop {
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,
@@ -171,6 +174,7 @@ async fn accept_loop(socket: TcpListener, current: Current, context: Rc<WorkerCo
         };
         match accepted {
             Ok((stream, peer)) => {
+                backoff.on_success();
                 let listener = current.borrow().clone();
                 // Counted until the connection ends: listener stats and the worker's drain.
                 let counted = (stats.accepted(), context.connections.open());
@@ -180,7 +184,22 @@ async fn accept_loop(socket: TcpListener, current: Current, context: Rc<WorkerCo
                     drop(counted);
                 });
             }
-            Err(e) => tracing::warn!(listener = %current.borrow().resource.name, error = %e, "accept failed"),
+            Err(e) => match backoff.on_error(&e) {
+                Some(delay) => {
+                    exhausted.inc();
+                    let name = current.borrow().resource.name.clone();
+                    if backoff.first_of_run() {
+                        tracing::warn!(listener = %name, error = %e, "accept failed; backing off until resources free up");
+                    } else {
+                        tracing::debug!(listener = %name, error = %e, ?delay, "accept failed; backing off");
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = stopped.clone().triggered() => return,
+                    }
+                }
+                None => tracing::warn!(listener = %current.borrow().resource.name, error = %e, "accept failed"),
+            },
         }
     }
 }

@@ -2,7 +2,9 @@
 //! manager, routing, retries and timeouts, upstream connection pools, the TCP proxy, TLS on
 //! both sides.
 
+mod accept_backoff;
 pub mod access_log;
+pub mod byte_count;
 pub mod completion;
 pub mod connection;
 pub mod connection_limit;

@@ -79,6 +79,14 @@ impl WorkerTelemetry {
         stats
     }
 
+    /// `outrider.listener.<address>.accept_backoff`: accepts that failed for want of
+    /// descriptors or memory and made the accept loop back off.
+    pub fn accept_backoffs(&self, listener: &Listener) -> crate::telemetry::Counter {
+        let address = listener.address.to_string().replace(':', "_");
+        let scope = Scope::outrider().child("listener").tagged("envoy_listener_address", &address);
+        self.shared.stats.counter(scope.name("accept_backoff"))
+    }
+
     /// A connection manager's access logs with this worker's buffers (none when it has
     /// none). `context` is the worker's, for the gRPC loggers' streams.
     pub fn access_logs(&self, logs: &[AccessLog], context: &Rc<WorkerContext>) -> Arc<[ActiveLog]> {

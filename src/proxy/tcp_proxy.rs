@@ -4,6 +4,8 @@
 //! exchange frames at the front of each direction, and the connection's metrics
 //! ([`crate::proxy::filters::istio_tcp`]).
 
+use crate::proxy::byte_count::ByteCounted;
+use crate::telemetry::ConnectionLife;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
@@ -103,9 +105,14 @@ pub async fn serve<S>(
                 continue;
             }
         };
-        stats.upstream_cx_total.inc();
-        let _active = stats.upstream_cx_active.track();
+        let _life = ConnectionLife::open(
+            &stats.upstream_cx_total,
+            &stats.upstream_cx_active,
+            &stats.upstream_cx_destroy,
+            &stats.upstream_cx_length_ms,
+        );
         let _ = upstream.set_nodelay(true);
+        let upstream = ByteCounted::new(upstream, &stats.upstream_cx_rx_bytes_total, &stats.upstream_cx_tx_bytes_total);
         let copied = match &tls {
             None => {
                 host.stats.record(Instant::now(), now.elapsed(), true);
@@ -122,6 +129,7 @@ pub async fn serve<S>(
                 match handshake.await {
                     Ok(Ok(mut upstream)) => {
                         context.tls.stats.upstream.handshake();
+                        stats.ssl.handshake(true);
                         host.stats.record(Instant::now(), now.elapsed(), true);
                         // Istio's upstream metadata exchange, when the ALPN says the peer speaks it.
                         let alpn = upstream.get_ref().1.alpn_protocol();
@@ -144,12 +152,14 @@ pub async fn serve<S>(
                     }
                     Ok(Err(refused)) => {
                         context.tls.stats.upstream.refused(refused.refusal);
+                        stats.ssl.refused(refused.refusal.stat_name());
                         tracing::info!(cluster = %cluster_name, %address, reason = %refused, "upstream TLS handshake refused");
                         host.stats.record(Instant::now(), now.elapsed(), false);
                         continue;
                     }
                     Err(_) => {
                         context.tls.stats.upstream.refused(Refusal::Timeout);
+                        stats.ssl.refused(Refusal::Timeout.stat_name());
                         host.stats.record(Instant::now(), now.elapsed(), false);
                         continue;
                     }

@@ -23,6 +23,7 @@ use super::shadow::ShadowSlots;
 use super::transport::{HandshakeStats, WorkerTls};
 use super::upstream::Upstreams;
 use crate::core::shutdown::{self, InboundDrain, Signal};
+use crate::core::supervisor::Supervisor;
 use crate::lb::{Balancers, WorkerPickers};
 use crate::store::Store;
 
@@ -55,6 +56,8 @@ pub struct WorkerContext {
     pub filters: Arc<FilterChains>,
     /// Mirrored requests in flight (bounded per worker).
     pub shadows: ShadowSlots,
+    /// Set by `POST /healthcheck/fail`: health checks answer 503.
+    pub health_check_failed: crate::core::health_check::HealthCheckFailed,
 }
 
 /// How workers run and stop.
@@ -71,6 +74,13 @@ pub struct WorkerOptions {
     pub telemetry: ProxyTelemetry,
     /// TLS handshakes completed and refused, by reason, summed over workers.
     pub tls: Arc<HandshakeStats>,
+    /// A fixed seed for reproducible draws (worker `i` uses `seed + i`); `None` seeds each
+    /// worker from the operating system.
+    pub rng_seed: Option<u64>,
+    /// Told when a worker's main loop panics.
+    pub supervisor: Supervisor,
+    /// Set by `POST /healthcheck/fail`: health checks answer 503.
+    pub health_check_failed: crate::core::health_check::HealthCheckFailed,
 }
 
 /// The running workers.
@@ -98,6 +108,9 @@ impl Workers {
             let (store, balancers, options, synced, limits, filters) =
                 (store.clone(), balancers.clone(), options.clone(), synced.clone(), limits.clone(), filters.clone());
             let thread = std::thread::Builder::new().name(format!("outrider-worker-{id}")).spawn(move || {
+                // A panic in the worker's own loop (not in a connection's task, which tokio
+                // contains) would silently stop its share of the traffic.
+                let _supervised = options.supervisor.guard(format!("worker {id}"));
                 let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(runtime) => runtime,
                     Err(e) => {
@@ -142,7 +155,10 @@ async fn run(
     synced: Arc<watch::Sender<Vec<u64>>>,
     shared: Shared,
 ) {
-    let seed = 0x5eed_0000_u64 + id as u64;
+    let seed = match options.rng_seed {
+        Some(seed) => seed.wrapping_add(id as u64),
+        None => rand::random(),
+    };
     let (drain, draining) = shutdown::channel();
     let (drain_inbound, draining_inbound) = shutdown::channel();
     let context = Rc::new(WorkerContext {
@@ -161,6 +177,7 @@ async fn run(
         connection_limits: WorkerLimits::new(shared.limits),
         filters: shared.filters,
         shadows: ShadowSlots::default(),
+        health_check_failed: options.health_check_failed.clone(),
     });
     let mut listeners = ListenerManager::default();
     let mut changes = store.subscribe();

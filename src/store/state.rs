@@ -169,6 +169,17 @@ impl ConfigState {
         }
     }
 
+    /// Whether `name` of `resource_type` has arrived (for LDS and CDS, `name` is ignored:
+    /// whether the type's first response has). An initial-fetch timer that fires after
+    /// its resource arrived has nothing to time out.
+    pub fn arrived(&self, resource_type: ResourceType, name: &str) -> bool {
+        if resource_type.is_wildcard() {
+            self.initialized.contains(&resource_type)
+        } else {
+            self.held_raw(resource_type, name).is_some()
+        }
+    }
+
     /// Marks the initial fetch of `name` (of an EDS or RDS resource) as timed out: whatever
     /// waits for it is served without it. For LDS and CDS, `name` is ignored and the type
     /// counts as initialized.

@@ -1,8 +1,15 @@
 //! A cluster's stats, with Envoy's names (`cluster.<name>.…`, Prometheus label
 //! `envoy_cluster_name`). Resolved once when the cluster is first built and kept across
 //! rebuilds; every host of the cluster carries the handle, so the request path updates
-//! them without a look-up.
+//! them without a look-up. The response stats (`upstream_rq_<class>xx`,
+//! `upstream_rq_<code>`, `upstream_rq_time`) exist from the cluster's first response on,
+//! as in Envoy.
 
+use std::sync::Arc;
+
+use super::code_stats::CodeCounters;
+use super::connection::SslStats;
+use super::lazy::{LazyCounter, LazyHistogram};
 use super::metrics::{Counter, Gauge, Histogram};
 use super::stats::{Scope, Stats};
 
@@ -16,9 +23,11 @@ pub struct ClusterStats {
     pub upstream_rq_active: Gauge,
     /// `upstream_rq_1xx` … `upstream_rq_5xx`: by response class; a reset or connect
     /// failure counts as 503 and a timeout as 504, as Envoy charges them.
-    upstream_rq_class: [Counter; 5],
+    upstream_rq_class: [LazyCounter; 5],
+    /// `upstream_rq_<code>`, created per code on its first response.
+    upstream_rq_code: CodeCounters,
     /// Milliseconds from sending the request to the end of the response.
-    pub upstream_rq_time: Histogram,
+    pub upstream_rq_time: LazyHistogram,
     pub upstream_rq_timeout: Counter,
     pub upstream_rq_per_try_timeout: Counter,
     pub upstream_rq_retry: Counter,
@@ -33,6 +42,14 @@ pub struct ClusterStats {
     pub upstream_cx_overflow: Counter,
     pub upstream_cx_total: Counter,
     pub upstream_cx_active: Gauge,
+    pub upstream_cx_destroy: Counter,
+    /// Milliseconds from a connection's establishment to its end.
+    pub upstream_cx_length_ms: Histogram,
+    /// Bytes read from and written to upstream connections (after TLS, as Envoy counts).
+    pub upstream_cx_rx_bytes_total: Counter,
+    pub upstream_cx_tx_bytes_total: Counter,
+    /// `cluster.<name>.ssl.*`, for TLS origination.
+    pub ssl: SslStats,
     pub upstream_cx_connect_fail: Counter,
     pub upstream_cx_connect_timeout: Counter,
     /// Requests that found no healthy host.
@@ -52,21 +69,22 @@ impl ClusterStats {
         Scope::envoy().child("cluster").tagged("envoy_cluster_name", cluster)
     }
 
-    pub fn register(stats: &Stats, cluster: &str) -> Self {
+    pub fn register(stats: &Arc<Stats>, cluster: &str) -> Self {
         let scope = Self::scope(cluster);
         let counter = |name: &str| stats.counter(scope.name(name));
         let gauge = |name: &str| stats.gauge(scope.name(name));
         let class = |n: usize| {
             let class = (n + 1).to_string();
             let flat = format!("upstream_rq_{class}xx");
-            stats.counter(scope.name_tagged(&flat, "upstream_rq_xx", "envoy_response_code_class", &class))
+            LazyCounter::counter(stats, scope.name_tagged(&flat, "upstream_rq_xx", "envoy_response_code_class", &class))
         };
         Self {
             upstream_rq_total: counter("upstream_rq_total"),
             upstream_rq_completed: counter("upstream_rq_completed"),
             upstream_rq_active: gauge("upstream_rq_active"),
             upstream_rq_class: std::array::from_fn(class),
-            upstream_rq_time: stats.histogram(scope.name("upstream_rq_time")),
+            upstream_rq_code: CodeCounters::new(stats, scope.clone(), "upstream_rq"),
+            upstream_rq_time: LazyHistogram::histogram(stats, scope.name("upstream_rq_time")),
             upstream_rq_timeout: counter("upstream_rq_timeout"),
             upstream_rq_per_try_timeout: counter("upstream_rq_per_try_timeout"),
             upstream_rq_retry: counter("upstream_rq_retry"),
@@ -77,6 +95,11 @@ impl ClusterStats {
             upstream_cx_overflow: counter("upstream_cx_overflow"),
             upstream_cx_total: counter("upstream_cx_total"),
             upstream_cx_active: gauge("upstream_cx_active"),
+            upstream_cx_destroy: counter("upstream_cx_destroy"),
+            upstream_cx_length_ms: stats.histogram(scope.name("upstream_cx_length_ms")),
+            upstream_cx_rx_bytes_total: counter("upstream_cx_rx_bytes_total"),
+            upstream_cx_tx_bytes_total: counter("upstream_cx_tx_bytes_total"),
+            ssl: SslStats::register(stats, &scope),
             upstream_cx_connect_fail: counter("upstream_cx_connect_fail"),
             upstream_cx_connect_timeout: counter("upstream_cx_connect_timeout"),
             upstream_cx_none_healthy: counter("upstream_cx_none_healthy"),
@@ -89,14 +112,20 @@ impl ClusterStats {
         }
     }
 
-    /// Counts a response (or a local 503/504 standing for one) by its class.
+    /// Counts a response (or a local 503/504 standing for one) by its class and code.
     pub fn charge(&self, status: u16) {
+        self.upstream_rq_code.charge(status);
         if let Some(counter) = (status / 100).checked_sub(1).and_then(|i| self.upstream_rq_class.get(usize::from(i))) {
             counter.inc();
         }
     }
 
+    /// `upstream_rq_<code>` so far.
+    pub fn upstream_rq_code(&self, code: u16) -> u64 {
+        self.upstream_rq_code.get(code)
+    }
+
     pub fn upstream_rq_class(&self, class: u16) -> u64 {
-        class.checked_sub(1).and_then(|i| self.upstream_rq_class.get(usize::from(i))).map_or(0, Counter::get)
+        class.checked_sub(1).and_then(|i| self.upstream_rq_class.get(usize::from(i))).map_or(0, LazyCounter::get)
     }
 }

@@ -110,6 +110,9 @@ impl ServerStats {
             workers_started: stats.gauge(Scope::envoy().child("listener_manager").name("workers_started")),
         };
         server.set_state(ServerState::PreInitializing);
+        // Set, as Envoy sets it at start-up: `/stats?usedonly` (istio-agent's readiness
+        // query) shows it while it is still 0.
+        server.workers_started.set(0);
         server
     }
 

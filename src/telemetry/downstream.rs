@@ -2,6 +2,9 @@
 //! `envoy_listener_address`) and per HTTP connection manager (`http.<stat_prefix>.…`,
 //! label `envoy_http_conn_manager_prefix`).
 
+use std::sync::Arc;
+
+use super::connection::{ConnectionLife, SslStats};
 use super::metrics::{Counter, Gauge, GaugeGuard, Histogram};
 use super::stats::{Scope, Stats};
 
@@ -10,22 +13,47 @@ use super::stats::{Scope, Stats};
 pub struct ListenerStats {
     pub downstream_cx_total: Counter,
     pub downstream_cx_active: Gauge,
+    pub downstream_cx_destroy: Counter,
+    /// Milliseconds from accept to close.
+    pub downstream_cx_length_ms: Histogram,
+    /// `listener.<address>.ssl.*`, for TLS filter chains.
+    pub ssl: SslStats,
+    /// `server.total_connections`: one cell shared by every listener (same name, same cell).
+    server_total_connections: Gauge,
+}
+
+/// An accepted connection, counted until it drops.
+#[derive(Debug)]
+pub struct Accepted {
+    _life: ConnectionLife,
+    _server: GaugeGuard,
 }
 
 impl ListenerStats {
-    pub fn register(stats: &Stats, address: &str) -> Self {
+    pub fn register(stats: &Arc<Stats>, address: &str) -> Self {
         let address = address.replace(':', "_");
         let scope = Scope::envoy().child("listener").tagged("envoy_listener_address", &address);
         Self {
             downstream_cx_total: stats.counter(scope.name("downstream_cx_total")),
             downstream_cx_active: stats.gauge(scope.name("downstream_cx_active")),
+            downstream_cx_destroy: stats.counter(scope.name("downstream_cx_destroy")),
+            downstream_cx_length_ms: stats.histogram(scope.name("downstream_cx_length_ms")),
+            ssl: SslStats::register(stats, &scope),
+            server_total_connections: stats.gauge(Scope::envoy().child("server").name("total_connections")),
         }
     }
 
-    /// Counts an accepted connection, active until the guard drops.
-    pub fn accepted(&self) -> GaugeGuard {
-        self.downstream_cx_total.inc();
-        self.downstream_cx_active.track()
+    /// Counts an accepted connection, active until the value drops.
+    pub fn accepted(&self) -> Accepted {
+        Accepted {
+            _life: ConnectionLife::open(
+                &self.downstream_cx_total,
+                &self.downstream_cx_active,
+                &self.downstream_cx_destroy,
+                &self.downstream_cx_length_ms,
+            ),
+            _server: self.server_total_connections.track(),
+        }
     }
 }
 
@@ -34,6 +62,12 @@ impl ListenerStats {
 pub struct HttpStats {
     pub downstream_cx_total: Counter,
     pub downstream_cx_active: Gauge,
+    pub downstream_cx_destroy: Counter,
+    /// Milliseconds from the connection's start to its end.
+    pub downstream_cx_length_ms: Histogram,
+    /// Bytes read from and written to downstream connections (after TLS).
+    pub downstream_cx_rx_bytes_total: Counter,
+    pub downstream_cx_tx_bytes_total: Counter,
     pub downstream_rq_total: Counter,
     pub downstream_rq_active: Gauge,
     pub downstream_rq_http1_total: Counter,
@@ -62,6 +96,16 @@ pub struct HttpStats {
 }
 
 impl HttpStats {
+    /// Counts a connection the manager serves, until the value drops.
+    pub fn connection(&self) -> ConnectionLife {
+        ConnectionLife::open(
+            &self.downstream_cx_total,
+            &self.downstream_cx_active,
+            &self.downstream_cx_destroy,
+            &self.downstream_cx_length_ms,
+        )
+    }
+
     pub fn register(stats: &Stats, stat_prefix: &str) -> Self {
         let scope = Scope::envoy().child("http").tagged("envoy_http_conn_manager_prefix", stat_prefix);
         let counter = |name: &str| stats.counter(scope.name(name));
@@ -73,6 +117,10 @@ impl HttpStats {
         Self {
             downstream_cx_total: counter("downstream_cx_total"),
             downstream_cx_active: stats.gauge(scope.name("downstream_cx_active")),
+            downstream_cx_destroy: counter("downstream_cx_destroy"),
+            downstream_cx_length_ms: stats.histogram(scope.name("downstream_cx_length_ms")),
+            downstream_cx_rx_bytes_total: counter("downstream_cx_rx_bytes_total"),
+            downstream_cx_tx_bytes_total: counter("downstream_cx_tx_bytes_total"),
             downstream_rq_total: counter("downstream_rq_total"),
             downstream_rq_active: stats.gauge(scope.name("downstream_rq_active")),
             downstream_rq_http1_total: counter("downstream_rq_http1_total"),

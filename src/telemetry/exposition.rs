@@ -6,8 +6,8 @@ use std::fmt::Write;
 
 use super::stats::{Sample, StatName, Value};
 
-/// The quantiles Envoy prints for a histogram in `/stats`.
-const QUANTILES: [(&str, f64); 10] = [
+/// The quantiles Envoy prints for a histogram in `/stats` (label, fraction).
+pub const QUANTILES: [(&str, f64); 10] = [
     ("P0", 0.0),
     ("P25", 0.25),
     ("P50", 0.5),

@@ -5,7 +5,7 @@
 //! without a lock. Only registration and scraping touch the registry's lock.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -27,36 +27,63 @@ impl Counter {
         self.0.load(Ordering::Relaxed)
     }
 
+    pub(super) fn reset(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+
     pub(super) fn shared(&self) -> bool {
         Arc::strong_count(&self.0) > 1
     }
 }
 
-/// A value that goes up and down.
+/// A value that goes up and down. It remembers whether it was ever set (Envoy's "used"
+/// flag, which `/stats?usedonly` reads: istio-agent's readiness check asks for
+/// `listener_manager.workers_started` while it is still a set 0).
 #[derive(Debug, Clone, Default)]
-pub struct Gauge(Arc<AtomicI64>);
+pub struct Gauge(Arc<GaugeCell>);
+
+#[derive(Debug, Default)]
+struct GaugeCell {
+    value: AtomicI64,
+    used: AtomicBool,
+}
 
 impl Gauge {
     pub fn set(&self, value: i64) {
-        self.0.store(value, Ordering::Relaxed);
+        self.0.value.store(value, Ordering::Relaxed);
+        self.mark_used();
     }
 
     pub fn inc(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
+        self.0.value.fetch_add(1, Ordering::Relaxed);
+        self.mark_used();
     }
 
     pub fn dec(&self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.value.fetch_sub(1, Ordering::Relaxed);
+        self.mark_used();
     }
 
     pub fn get(&self) -> i64 {
-        self.0.load(Ordering::Relaxed)
+        self.0.value.load(Ordering::Relaxed)
     }
 
     /// Increments now and decrements when the guard drops: no path can leak the count.
     pub fn track(&self) -> GaugeGuard {
         self.inc();
         GaugeGuard(self.clone())
+    }
+
+    /// Whether it was ever set, incremented or decremented.
+    pub fn used(&self) -> bool {
+        self.0.used.load(Ordering::Relaxed)
+    }
+
+    /// A load first: once set, the flag costs no write (and no cache-line transfer).
+    fn mark_used(&self) {
+        if !self.0.used.load(Ordering::Relaxed) {
+            self.0.used.store(true, Ordering::Relaxed);
+        }
     }
 
     pub(super) fn shared(&self) -> bool {

@@ -5,9 +5,12 @@
 //! creates one [`Stats`] and hands it to whoever registers stats.
 
 pub mod cluster;
+pub mod code_stats;
+pub mod connection;
 pub mod control_plane;
 pub mod downstream;
 pub mod exposition;
+pub mod lazy;
 pub mod line_writer;
 pub mod logging;
 pub mod metrics;
@@ -15,11 +18,14 @@ pub mod stats;
 pub mod trace;
 
 pub use cluster::ClusterStats;
+pub use code_stats::CodeCounters;
+pub use connection::{ConnectionLife, SslCells, SslStats};
 pub use control_plane::{ControlPlaneStats, ServerState, ServerStats, SubscriptionStats};
 pub use downstream::{HttpStats, ListenerStats};
+pub use lazy::{LazyCounter, LazyHistogram};
 pub use line_writer::{LineWriter, LineWriters, LogSink, WorkerLineBuffer};
 pub use metrics::{Counter, Gauge, GaugeGuard, Histogram, TextReadout};
 /// Span attributes, for callers that add their own.
 pub use opentelemetry::KeyValue;
-pub use stats::{Sample, Scope, StatName, Stats, Value};
+pub use stats::{Rejects, Sample, Scope, StatName, Stats, Value};
 pub use trace::{RequestSpan, Tracing};

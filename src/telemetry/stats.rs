@@ -10,6 +10,11 @@
 //! request path only ever holds handles. A cell nobody holds any more (its cluster or
 //! listener is gone) is dropped at the next scrape, as Envoy drops a removed cluster's
 //! scope.
+//!
+//! A store may be given the bootstrap's stats matcher ([`Stats::with_matcher`]): a name
+//! it rejects is never registered, and its handle is a cell nobody scrapes. Code that
+//! registers does not know the difference, and the rejected stat costs no memory and no
+//! scrape time.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
@@ -105,6 +110,17 @@ impl Cell {
         }
     }
 
+    /// Envoy's "used" flag: a counter once incremented (even if reset since), a gauge once
+    /// set, a histogram once recorded, a text once set to something.
+    fn used(&self, reset_while_used: bool) -> bool {
+        match self {
+            Cell::Counter(c) => c.get() != 0 || reset_while_used,
+            Cell::Gauge(g) => g.used(),
+            Cell::Histogram(h) => h.snapshot().count != 0,
+            Cell::Text(t) => !t.get().is_empty(),
+        }
+    }
+
     fn value(&self) -> Value {
         match self {
             Cell::Counter(c) => Value::Counter(c.get()),
@@ -127,10 +143,22 @@ pub enum Value {
 /// A scraped stat.
 pub type Sample = (StatName, Value);
 
+/// Decides from a stat's flat name whether it must not exist.
+pub type Rejects = Box<dyn Fn(&str) -> bool + Send + Sync>;
+
 /// Every registered stat. Shared by `Arc`; handed explicitly to whoever registers.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Stats {
     cells: Mutex<BTreeMap<String, (StatName, Cell)>>,
+    rejects: Option<Rejects>,
+    /// Counters `/reset_counters` set back to 0 after they were used: still used.
+    reset_while_used: Mutex<std::collections::BTreeSet<String>>,
+}
+
+impl std::fmt::Debug for Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stats").field("matcher", &self.rejects.is_some()).finish_non_exhaustive()
+    }
 }
 
 macro_rules! get_or_create {
@@ -138,6 +166,9 @@ macro_rules! get_or_create {
         /// The cell named `name`, created on first use. The same name always gives the
         /// same cell (a name registered as another kind gets a fresh, unlisted cell).
         pub fn $fn(&self, name: StatName) -> $ty {
+            if !self.accepts(&name.flat) {
+                return $ty::default();
+            }
             let mut cells = self.lock();
             match cells.get(&name.flat) {
                 Some((_, Cell::$variant(cell))) => cell.clone(),
@@ -153,6 +184,43 @@ macro_rules! get_or_create {
 }
 
 impl Stats {
+    /// A store that creates only the stats `rejects` lets through.
+    pub fn with_matcher(rejects: impl Fn(&str) -> bool + Send + Sync + 'static) -> Self {
+        Self { rejects: Some(Box::new(rejects)), ..Self::default() }
+    }
+
+    /// Whether a stat named `flat` may exist (stats computed at scrape time ask too).
+    pub fn accepts(&self, flat: &str) -> bool {
+        self.rejects.as_ref().is_none_or(|rejects| !rejects(flat))
+    }
+
+    /// Sets every counter back to zero (`POST /reset_counters`); gauges and histograms
+    /// keep their values, as in Envoy.
+    pub fn reset_counters(&self) {
+        let cells = self.lock();
+        let mut reset = self.reset_while_used.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for (flat, (_, cell)) in cells.iter() {
+            if let Cell::Counter(counter) = cell {
+                if counter.get() != 0 {
+                    reset.insert(flat.clone());
+                }
+                counter.reset();
+            }
+        }
+    }
+
+    /// The live stats that were ever used (`/stats?usedonly`).
+    pub fn used_samples(&self) -> Vec<Sample> {
+        let mut cells = self.lock();
+        cells.retain(|_, (_, cell)| cell.shared());
+        let reset = self.reset_while_used.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        cells
+            .iter()
+            .filter(|(flat, (_, cell))| cell.used(reset.contains(*flat)))
+            .map(|(_, (name, cell))| (name.clone(), cell.value()))
+            .collect()
+    }
+
     get_or_create!(counter, Counter, Counter);
     get_or_create!(gauge, Gauge, Gauge);
     get_or_create!(histogram, Histogram, Histogram);
@@ -173,6 +241,7 @@ impl Stats {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
@@ -202,5 +271,36 @@ mod tests {
         assert_eq!(stats.samples().len(), 1);
         drop(a);
         assert!(stats.samples().is_empty());
+    }
+
+    #[test]
+    fn used_samples_follow_envoys_used_flag() {
+        let stats = Stats::default();
+        let server = Scope::envoy().child("server");
+        let set_zero = stats.gauge(server.name("workers_started"));
+        let untouched = stats.gauge(server.name("untouched"));
+        let counted = stats.counter(server.name("counted"));
+        let idle = stats.counter(server.name("idle"));
+        set_zero.set(0);
+        counted.inc();
+        stats.reset_counters();
+        let used: Vec<String> = stats.used_samples().into_iter().map(|(n, _)| n.flat).collect();
+        assert_eq!(used, ["server.counted", "server.workers_started"], "a reset counter stays used");
+        drop((untouched, idle));
+    }
+
+    #[test]
+    fn rejected_names_are_never_registered() {
+        let stats = Stats::with_matcher(|flat| !flat.starts_with("server."));
+        let kept = stats.counter(Scope::envoy().child("server").name("live"));
+        let rejected = stats.counter(Scope::envoy().child("cluster").name("upstream_rq_total"));
+        rejected.inc();
+        kept.add(2);
+        let samples = stats.samples();
+        assert_eq!(samples.len(), 1);
+        assert_eq!(samples[0].0.flat, "server.live");
+        assert!(!stats.accepts("cluster.a.upstream_rq_total"));
+        stats.reset_counters();
+        assert_eq!(kept.get(), 0);
     }
 }

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 mod overload;
+mod stats;
 mod tracer;
 
 use super::common;
@@ -80,7 +81,7 @@ pub fn bootstrap(document: serde_json::Value, warnings: &mut Warnings) -> Result
         stats_eviction,
     } = proto;
     ignore_set!(warnings, "statistics are Outrider's own";
-        stats_sinks, deferred_stat_options, stats_config, stats_flush_interval, enable_dispatcher_stats,
+        stats_sinks, deferred_stat_options, stats_flush_interval, enable_dispatcher_stats,
         stats_server_version_override, stats_flush, stats_eviction);
     ignore_set!(warnings, "not used by Outrider";
         node_context_params, cluster_manager, flags_path, watchdog, watchdogs,
@@ -107,6 +108,12 @@ pub fn bootstrap(document: serde_json::Value, warnings: &mut Warnings) -> Result
         return Err(ConfigError::new("listener_manager", "only the default listener manager is supported"));
     }
 
+    let stats = match stats_config {
+        Some(config) => {
+            warnings.within("stats_config", |w| stats::stats_config(config, w)).map_err(|e| e.at("stats_config"))?
+        }
+        None => Default::default(),
+    };
     let node = node.map(|n| warnings.within("node", |w| convert_node(n, w))).transpose().map_err(|e| e.at("node"))?;
     let tracing = match tracing {
         Some(t) => warnings.within("tracing", |w| tracer::tracing(t, w)).map_err(|e| e.at("tracing"))?,
@@ -176,6 +183,7 @@ pub fn bootstrap(document: serde_json::Value, warnings: &mut Warnings) -> Result
         static_clusters,
         static_secrets,
         tracing,
+        stats,
         ignored: Vec::new(),
         document,
     })

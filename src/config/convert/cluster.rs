@@ -141,12 +141,20 @@ pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster
         ("lrs_server", lrs_server.is_some(), "load reports are not sent to the control plane"),
         ("lrs_report_endpoint_metrics", !lrs_report_endpoint_metrics.is_empty(), "load reports are not sent"),
         ("track_timeout_budgets", track_timeout_budgets, "stats only"),
-        ("track_cluster_stats", track_cluster_stats.is_some(), "stats only"),
         ("preconnect_policy", preconnect_policy.is_some(), "connections are made on demand"),
     ];
     for (field, set, why) in ignored {
         if set {
             warnings.ignored(field, why);
+        }
+    }
+    let per_endpoint_stats = track_cluster_stats.as_ref().is_some_and(|t| t.per_endpoint_stats);
+    if let Some(track) = &track_cluster_stats {
+        if track.timeout_budgets {
+            warnings.ignored("track_cluster_stats.timeout_budgets", "stats only");
+        }
+        if track.request_response_sizes {
+            warnings.ignored("track_cluster_stats.request_response_sizes", "stats only");
         }
     }
 
@@ -225,9 +233,6 @@ pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster
             warnings.within(&at, |w| health_check::health_check(check, w)).at_field(&at)
         })
         .collect::<Result<Vec<_>>>()?;
-    if !health_checks.is_empty() {
-        warnings.ignored("health_checks", "active health checks are validated but not run yet");
-    }
     let circuit_breakers = match circuit_breakers {
         None => CircuitBreakers::default(),
         Some(cb) => warnings
@@ -274,6 +279,7 @@ pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster
         transport_socket_matches,
         http,
         upstream_bind,
+        per_endpoint_stats,
         metadata_exchange,
     })
 }

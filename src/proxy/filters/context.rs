@@ -171,7 +171,7 @@ pub struct RequestContext<'a> {
     pub callouts: &'a Callouts<'a>,
     /// The stat prefix of the connection manager (`http.<stat_prefix>.…`).
     pub stat_prefix: &'a str,
-    /// The proxy is draining (health checks fail).
+    /// The proxy is draining, or `/healthcheck/fail` was posted (health checks fail).
     pub draining: bool,
     /// The request's body, for filters that read it (ext_authz `with_request_body`).
     pub body: &'a mut super::body::DownstreamBody,

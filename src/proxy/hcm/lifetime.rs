@@ -132,12 +132,26 @@ impl Lifetime {
             match next {
                 Some((at, reason)) => {
                     tokio::select! {
-                        _ = tokio::time::sleep_until(at) => self.close(reason),
+                        // A stream may have started (or ended and restarted the idle
+                        // period) since the deadline was computed: close only if it
+                        // still holds.
+                        _ = tokio::time::sleep_until(at) => if self.still_due(reason) { self.close(reason) },
                         _ = self.changed.notified() => {}
                     }
                 }
                 None => self.changed.notified().await,
             }
+        }
+    }
+
+    /// Whether `reason`'s deadline, just reached, still applies: an idle deadline only
+    /// while no stream is active and the connection has been idle for the whole timeout.
+    fn still_due(&self, reason: Close) -> bool {
+        match (reason, self.idle_timeout) {
+            (Close::Idle, Some(timeout)) => {
+                self.active.load(Relaxed) == 0 && self.at(&self.idle_since) + timeout <= Instant::now()
+            }
+            _ => true,
         }
     }
 
@@ -228,5 +242,26 @@ mod tests {
         let started = Instant::now();
         assert_eq!(watch.await, Close::Idle);
         assert_eq!(started.elapsed(), Duration::from_secs(10));
+    }
+
+    /// A stream that starts just before the idle deadline keeps the connection: the
+    /// watcher, woken by the old deadline, sees the stream and does not close it.
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_started_just_before_the_idle_deadline_keeps_the_connection() {
+        let options = CommonHttpOptions { idle_timeout: Some(Duration::from_secs(10)), ..Default::default() };
+        let lifetime = Lifetime::new(&options);
+        let watch = lifetime.until_close();
+        tokio::pin!(watch);
+        assert!(tokio::time::timeout(Duration::from_millis(9_999), watch.as_mut()).await.is_err());
+        let (guard, _) = lifetime.stream_started();
+        assert!(
+            tokio::time::timeout(Duration::from_secs(60), watch.as_mut()).await.is_err(),
+            "the connection was closed under an active stream"
+        );
+        assert_eq!(lifetime.reason(), None);
+        drop(guard);
+        let ended = Instant::now();
+        assert_eq!(watch.await, Close::Idle);
+        assert_eq!(ended.elapsed(), Duration::from_secs(10), "idle from the stream's end");
     }
 }

@@ -2,6 +2,7 @@
 //! limits around each request, and the connection's end — by the client, by a drain, or
 //! by one of Envoy's connection limits (see [`super::lifetime`]).
 
+use crate::proxy::byte_count::ByteCounted;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -55,12 +56,12 @@ pub async fn serve<S>(
     let access_logs = context.telemetry.access_logs(&manager.access_log, &context);
     // Built once per connection manager and shared; found once per connection.
     let filters = context.filters.http_of(&manager, info.inbound);
-    stats.downstream_cx_total.inc();
-    let _active = stats.downstream_cx_active.track();
+    let _connection = stats.connection();
     // An inbound-only drain closes inbound connections; a full drain closes them all.
     let draining = if info.inbound { context.draining_inbound.clone() } else { context.draining.clone() };
     let original_dst = info.local_restored.then_some(info.local);
     let lifetime = Lifetime::new(&manager.common);
+    let stream = ByteCounted::new(stream, &stats.downstream_cx_rx_bytes_total, &stats.downstream_cx_tx_bytes_total);
     let mut stream = Metered::new(stream, lifetime.clone());
     let (protocol, read) = match codec::known(&manager, alpn) {
         Some(protocol) => (protocol, Vec::new()),

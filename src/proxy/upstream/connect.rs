@@ -21,8 +21,9 @@ use super::limits::ConnectionPermit;
 use crate::config::Address;
 use crate::config::cluster::SourceAddresses;
 use crate::config::cluster::{Cluster, Http2Settings};
+use crate::proxy::byte_count::ByteCounted;
 use crate::proxy::transport::HandshakeStats;
-use crate::telemetry::ClusterStats;
+use crate::telemetry::{ClusterStats, ConnectionLife};
 use crate::tls::{ClientAlpn, ClientTls, Refusal};
 
 /// What a connection needs from its cluster, copied so that a connect in progress owns it.
@@ -135,15 +136,18 @@ impl Dial {
         match tokio::time::timeout(left, crate::tls::connect(io, tls, alpn)).await {
             Ok(Ok(stream)) => {
                 stats.upstream.handshake();
+                self.stats.ssl.handshake(true);
                 Ok(stream)
             }
             Ok(Err(refused)) => {
                 stats.upstream.refused(refused.refusal);
+                self.stats.ssl.refused(refused.refusal.stat_name());
                 tracing::info!(address = %self.address, reason = %refused, "upstream TLS handshake refused");
                 Err(self.failure(format_args!("TLS error: {}", refused.reason)))
             }
             Err(_) => {
                 stats.upstream.refused(Refusal::Timeout);
+                self.stats.ssl.refused(Refusal::Timeout.stat_name());
                 Err(UpstreamError::ConnectTimeout { address: self.address.to_string(), timeout: self.connect_timeout })
             }
         }
@@ -158,7 +162,7 @@ impl Dial {
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
         let (sender, connection) =
-            http1::Builder::new().handshake(TokioIo::new(io)).await.map_err(|e| self.failure(e))?;
+            http1::Builder::new().handshake(TokioIo::new(self.counted(io))).await.map_err(|e| self.failure(e))?;
         let activity = Activity::new();
         self.drive(connection, activity.clone(), permit);
         Ok((sender, activity))
@@ -173,7 +177,7 @@ impl Dial {
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
         let (sender, connection) =
-            http1::Builder::new().handshake(TokioIo::new(io)).await.map_err(|e| self.failure(e))?;
+            http1::Builder::new().handshake(TokioIo::new(self.counted(io))).await.map_err(|e| self.failure(e))?;
         let activity = Activity::new();
         // No idle timeout: the tunnel's own end closes it.
         self.drive(connection.with_upgrades(), activity.clone(), permit);
@@ -201,7 +205,8 @@ impl Dial {
                 .keep_alive_timeout(keepalive.timeout)
                 .keep_alive_while_idle(keepalive.interval.is_some());
         }
-        let (sender, connection) = builder.handshake(TokioIo::new(io)).await.map_err(|e| self.failure(e))?;
+        let (sender, connection) =
+            builder.handshake(TokioIo::new(self.counted(io))).await.map_err(|e| self.failure(e))?;
         let activity = Activity::new();
         self.drive(connection, activity.clone(), permit);
         Ok((sender, activity))
@@ -217,10 +222,14 @@ impl Dial {
     {
         let idle_timeout = self.idle_timeout;
         let address = self.address.clone();
-        self.stats.upstream_cx_total.inc();
-        let active = self.stats.upstream_cx_active.track();
+        let life = ConnectionLife::open(
+            &self.stats.upstream_cx_total,
+            &self.stats.upstream_cx_active,
+            &self.stats.upstream_cx_destroy,
+            &self.stats.upstream_cx_length_ms,
+        );
         tokio::spawn(async move {
-            let _active = active;
+            let _life = life;
             let _permit = permit;
             let idle = async move {
                 match idle_timeout {
@@ -237,6 +246,11 @@ impl Dial {
                 () = idle => tracing::debug!(%address, "upstream connection idle; closing"),
             }
         });
+    }
+
+    /// The connection's bytes count in the cluster's `upstream_cx_{rx,tx}_bytes_total`.
+    fn counted<T>(&self, io: T) -> ByteCounted<T> {
+        ByteCounted::new(io, &self.stats.upstream_cx_rx_bytes_total, &self.stats.upstream_cx_tx_bytes_total)
     }
 
     async fn socket(&self) -> Result<Socket, UpstreamError> {

@@ -146,6 +146,9 @@ impl Session {
     /// Initial fetches that timed out: serve what waited for them.
     pub fn expire(&mut self, due: Vec<(ResourceType, String)>) {
         for (resource_type, name) in due {
+            if self.state.arrived(resource_type, &name) {
+                continue;
+            }
             tracing::warn!(resource = resource_type.short_name(), %name, "initial fetch timed out; serving without it");
             self.state.expire(resource_type, &name);
         }
