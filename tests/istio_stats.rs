@@ -225,7 +225,7 @@ async fn two_sidecars_report_istios_standard_metrics_naming_each_other() {
     tokio::spawn(serve_backend(grpc_listener, BackendBehaviour::new("reviews"), signal));
     let (client_port, server_port) = (free_port(), free_port());
     let client_sa = pki::spiffe("productpage");
-    let server_sa = pki::spiffe("reviews");
+    let server_sa = format!("{}/ns/bookinfo/sa/reviews", pki::TRUST_DOMAIN);
 
     // The server sidecar: STRICT mTLS inbound, gRPC to an HTTP/2 backend, the rest to the app.
     let tls = yaml::common_tls(&["h2", "http/1.1"], json!({ "exact": client_sa }));
@@ -299,8 +299,9 @@ async fn two_sidecars_report_istios_standard_metrics_naming_each_other() {
 
     // The client reports as the source and names the server's workload (from the
     // response's metadata), and the service from its Istio cluster name.
-    let source: [(&str, &str); 11] = [
+    let source: [(&str, &str); 12] = [
         ("reporter", "source"),
+        ("destination_principal", server_sa.as_str()),
         ("source_workload", "productpage-v1"),
         ("source_workload_namespace", "default"),
         ("source_app", "productpage"),
@@ -447,7 +448,7 @@ async fn tcp_metrics_carry_the_peer_from_the_in_band_exchange() {
     let backend = tcp_echo().await;
     let (client_port, server_port) = (free_port(), free_port());
     let client_sa = pki::spiffe("productpage");
-    let server_sa = pki::spiffe("reviews");
+    let server_sa = format!("{}/ns/bookinfo/sa/reviews", pki::TRUST_DOMAIN);
     let alpn = ["istio-peer-exchange", "istio"];
 
     let tls = yaml::common_tls(&alpn, json!({ "exact": client_sa }));
@@ -516,6 +517,7 @@ async fn tcp_metrics_carry_the_peer_from_the_in_band_exchange() {
         ("source_workload", "productpage-v1"),
         ("destination_workload", "reviews-v1"),
         ("destination_workload_namespace", "bookinfo"),
+        ("destination_principal", server_sa.as_str()),
         ("destination_service", "tcp-echo.bookinfo.svc.cluster.local"),
         ("request_protocol", "tcp"),
         ("connection_security_policy", "unknown"),

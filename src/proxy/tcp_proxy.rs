@@ -139,7 +139,13 @@ pub async fn serve<S>(
                             return;
                         }
                         let on_peer = match &session {
-                            Some(session) => session.upstream_connected(&cluster_name, exchange),
+                            Some(session) => {
+                                // The upstream's SPIFFE identity, Istio's client-side principal.
+                                let certificate = upstream.get_ref().1.peer_certificates().and_then(|c| c.first());
+                                let identity = certificate.and_then(|c| crate::tls::PeerIdentity::of(c));
+                                session.set_upstream_san(identity.and_then(|i| i.uri_sans.into_iter().next()));
+                                session.upstream_connected(&cluster_name, exchange)
+                            }
                             None => exchange.then(|| Rc::new(istio_tcp::IgnorePeer) as Rc<dyn OnPeer>),
                         };
                         copy(&mut downstream, PeerReader::new(upstream, on_peer), session.as_deref()).await

@@ -25,6 +25,19 @@ use http::{Request, Response};
 use http_body_util::combinators::BoxBody;
 
 pub use body::UpstreamBody;
+
+/// In a response's extensions: the upstream certificate's first URI SAN, when the
+/// connection it came on is TLS (what Istio's client-side telemetry names as the
+/// destination principal).
+#[derive(Debug, Clone)]
+pub struct UpstreamPeerUriSan(pub Arc<str>);
+
+fn with_peer<B>(mut response: Response<B>, san: Option<Arc<str>>) -> Response<B> {
+    if let Some(san) = san {
+        response.extensions_mut().insert(UpstreamPeerUriSan(san));
+    }
+    response
+}
 pub use error::UpstreamError;
 pub use feedback::{Feedback, ObservedBody};
 
@@ -168,6 +181,7 @@ impl Upstreams {
                 let mut conn = self.pools.http2(&cluster.name, &dial, max_requests, breakers).await?;
                 let lease = conn.activity.lease();
                 let response = conn.sender.send_request(request).await.map_err(|e| UpstreamError::from_hyper(&e))?;
+                let response = with_peer(response, conn.activity.peer_uri_san());
                 Ok(response.map(|body| UpstreamBody::new(body, lease, None)))
             }
         }
@@ -227,6 +241,7 @@ impl Upstreams {
             let lease = conn.activity.lease();
             match conn.sender.try_send_request(request).await {
                 Ok(response) => {
+                    let response = with_peer(response, conn.activity.peer_uri_san());
                     let reusable = max_requests.is_none_or(|max| conn.requests < max);
                     let checkin = reusable.then(|| self.pools.checkin(cluster, &dial.address, conn));
                     return Ok(response.map(|body| UpstreamBody::new(body, lease, checkin)));

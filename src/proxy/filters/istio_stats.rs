@@ -27,6 +27,7 @@ use crate::config::filters::istio_stats::{IstioStats, StatsReporter, TagOverride
 use crate::config::filters::peer_metadata::WorkloadMetadata;
 use crate::config::route::{Action, ClusterSpecifier};
 use crate::proxy::response_flags::ResponseFlags;
+use crate::proxy::upstream::UpstreamPeerUriSan;
 use crate::telemetry::{Gauge, StatName};
 use labels::{Facts, Reporter};
 
@@ -113,6 +114,7 @@ impl HttpFilter for IstioStatsFilter {
             cluster,
             route_name: route.map(|r| r.name.clone()).filter(|n| !n.is_empty()),
             peer_san: request.connection.peer_identity.as_ref().and_then(|p| p.uri_sans.first().cloned()),
+            upstream_san: None,
             exchange,
             request_bytes: request_header_bytes(parts).saturating_add(content_length),
             dimensions,
@@ -180,6 +182,8 @@ pub(crate) struct Pending {
     cluster: Option<String>,
     route_name: Option<String>,
     peer_san: Option<String>,
+    /// The upstream certificate's identity (client side).
+    upstream_san: Option<Arc<str>>,
     exchange: PeerExchange,
     request_bytes: u64,
     /// One value per configured label override (see `series`).
@@ -226,10 +230,9 @@ impl Pending {
             local: &shared.local,
             peer,
             endpoint_peer: self.exchange.upstream(),
-            // Server side: the client's certificate. Client side: the upstream's is not
-            // known here, so its principal is `unknown`.
+            // Server side: the client's certificate; client side: the upstream's.
             peer_san: match shared.reporter {
-                Reporter::ClientSidecar => None,
+                Reporter::ClientSidecar => self.upstream_san.as_deref(),
                 _ => self.peer_san.as_deref(),
             },
             local_san: None,
@@ -276,6 +279,7 @@ impl ResponseHook for OnResponse {
         let Some(mut pending) = self.0.take() else { return response };
         let (mut parts, body) = response.into_parts();
         pending.response_code = parts.status.as_u16();
+        pending.upstream_san = parts.extensions.get::<UpstreamPeerUriSan>().map(|san| san.0.clone());
         pending.response_bytes = (3 + header_bytes(&parts.headers)) as u64;
         // A trailers-only gRPC answer has its status in the headers.
         pending.grpc_status = grpc_status(&parts.headers);

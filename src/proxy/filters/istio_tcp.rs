@@ -75,6 +75,7 @@ impl TcpTelemetry {
             stats: self.stats.clone(),
             downstream_exchange,
             peer_san: connection.peer_identity.as_ref().and_then(|p| p.uri_sans.first().cloned()),
+            upstream_san: RefCell::new(None),
             downstream_peer: RefCell::new(None),
             upstream_peer: RefCell::new(None),
             pending: Cell::new(Pending { downstream: downstream_exchange, upstream: false }),
@@ -98,6 +99,8 @@ pub struct TcpSession {
     stats: Option<Arc<TcpStats>>,
     downstream_exchange: bool,
     peer_san: Option<String>,
+    /// The upstream certificate's first URI SAN (client side).
+    upstream_san: RefCell<Option<String>>,
     downstream_peer: RefCell<Option<Arc<WorkloadMetadata>>>,
     upstream_peer: RefCell<Option<Arc<WorkloadMetadata>>>,
     pending: Cell<Pending>,
@@ -158,6 +161,11 @@ impl TcpSession {
         self.pending.set(pending);
         self.maybe_open();
         exchange.then(|| Rc::new(PeerFrom(self.clone(), Side::Upstream)) as Rc<dyn OnPeer>)
+    }
+
+    /// The upstream's identity, from its TLS certificate.
+    pub fn set_upstream_san(&self, san: Option<String>) {
+        *self.upstream_san.borrow_mut() = san;
     }
 
     /// Reports the connection open once the peer it reports about is settled.
@@ -229,6 +237,7 @@ impl TcpSession {
         let downstream = self.downstream_peer.borrow();
         let upstream = self.upstream_peer.borrow();
         let cluster = self.cluster.borrow();
+        let upstream_san = self.upstream_san.borrow();
         let peer = match stats.reporter {
             Reporter::ClientSidecar => upstream.as_ref(),
             Reporter::ServerSidecar | Reporter::ServerGateway => downstream.as_ref(),
@@ -239,7 +248,7 @@ impl TcpSession {
             peer,
             endpoint_peer: upstream.as_ref(),
             peer_san: match stats.reporter {
-                Reporter::ClientSidecar => None,
+                Reporter::ClientSidecar => upstream_san.as_deref(),
                 _ => self.peer_san.as_deref(),
             },
             local_san: None,

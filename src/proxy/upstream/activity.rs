@@ -14,6 +14,8 @@ pub(crate) struct Activity {
     in_use: AtomicU32,
     /// Nanoseconds after `epoch` when the connection last became idle.
     last_idle: AtomicU64,
+    /// The upstream certificate's first URI SAN, on a TLS connection that has one.
+    peer_uri_san: std::sync::OnceLock<Arc<str>>,
 }
 
 /// One request on a connection; the connection counts as busy until every lease drops.
@@ -24,7 +26,23 @@ pub(crate) struct Lease {
 
 impl Activity {
     pub(crate) fn new() -> Arc<Self> {
-        Arc::new(Self { epoch: Instant::now(), in_use: AtomicU32::new(0), last_idle: AtomicU64::new(0) })
+        Arc::new(Self {
+            epoch: Instant::now(),
+            in_use: AtomicU32::new(0),
+            last_idle: AtomicU64::new(0),
+            peer_uri_san: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// Records the upstream's identity (set once, after the TLS handshake).
+    pub(crate) fn set_peer_uri_san(&self, san: Option<String>) {
+        if let Some(san) = san {
+            let _ = self.peer_uri_san.set(san.into());
+        }
+    }
+
+    pub(crate) fn peer_uri_san(&self) -> Option<Arc<str>> {
+        self.peer_uri_san.get().cloned()
     }
 
     pub(crate) fn lease(self: &Arc<Self>) -> Lease {

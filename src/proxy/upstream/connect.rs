@@ -48,13 +48,27 @@ macro_rules! over_transport {
             (Socket::Tcp(stream), None) => $dial.$then(stream, $permit).await,
             (Socket::Unix(stream), None) => $dial.$then(stream, $permit).await,
             (Socket::Tcp(stream), Some(tls)) => {
-                $dial.$then($dial.handshake_tls(stream, tls, $alpn, started).await?, $permit).await
+                let stream = $dial.handshake_tls(stream, tls, $alpn, started).await?;
+                let san = peer_uri_san(stream.get_ref().1);
+                let (sender, activity) = $dial.$then(stream, $permit).await?;
+                activity.set_peer_uri_san(san);
+                Ok((sender, activity))
             }
             (Socket::Unix(stream), Some(tls)) => {
-                $dial.$then($dial.handshake_tls(stream, tls, $alpn, started).await?, $permit).await
+                let stream = $dial.handshake_tls(stream, tls, $alpn, started).await?;
+                let san = peer_uri_san(stream.get_ref().1);
+                let (sender, activity) = $dial.$then(stream, $permit).await?;
+                activity.set_peer_uri_san(san);
+                Ok((sender, activity))
             }
         }
     }};
+}
+
+/// The first URI SAN of the upstream's certificate (Istio's peer principal).
+fn peer_uri_san(session: &rustls::ClientConnection) -> Option<String> {
+    let certificate = session.peer_certificates()?.first()?;
+    crate::tls::PeerIdentity::of(certificate)?.uri_sans.into_iter().next()
 }
 
 impl Dial {

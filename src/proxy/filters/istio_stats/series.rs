@@ -189,6 +189,24 @@ mod tests {
     }
 
     #[test]
+    fn istios_bootstrap_inclusion_prefix_keeps_the_flat_names() {
+        // Istio's bootstrap keeps `reporter=` (and drops, say, every `cluster.` stat).
+        let stats = Arc::new(Stats::with_matcher(|flat| !flat.starts_with("reporter=")));
+        let cache = SeriesCache::new(stats.clone(), Arc::new(IstioStats::default()));
+        let series = cache.get(&standard(), true);
+        series.requests_total.as_ref().unwrap().inc();
+        let families: std::collections::BTreeSet<String> = stats.samples().into_iter().map(|(n, _)| n.family).collect();
+        let expected = [
+            "istio_request_bytes",
+            "istio_request_duration_milliseconds",
+            "istio_requests_total",
+            "istio_response_bytes",
+            "istio_response_messages_total",
+        ];
+        assert_eq!(families.iter().map(String::as_str).collect::<Vec<_>>(), expected);
+    }
+
+    #[test]
     fn one_label_set_is_registered_once() {
         let stats = Arc::new(Stats::default());
         let cache = SeriesCache::new(stats.clone(), Arc::new(IstioStats::default()));
