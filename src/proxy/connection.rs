@@ -183,7 +183,8 @@ async fn terminate_tls<S>(
     if let Some(accepted) = accepted {
         stats.handshake();
         listener_stats.ssl.handshake(accepted.peer.is_some());
-        let secure = Secure::Tls { alpn: accepted.alpn, peer: accepted.peer };
+        let secure =
+            Secure::Tls { alpn: accepted.alpn, peer: accepted.peer, local_uri_san: config.local_uri_san.clone() };
         terminal(accepted.stream, info, chain, secure, context).await
     }
 }
@@ -200,6 +201,10 @@ where
         tls: secure != Secure::Plain,
         peer_identity: match &secure {
             Secure::Tls { peer, .. } => peer.clone(),
+            Secure::Plain => None,
+        },
+        local_uri_san: match &secure {
+            Secure::Tls { local_uri_san, .. } => local_uri_san.clone(),
             Secure::Plain => None,
         },
     });

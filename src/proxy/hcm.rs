@@ -66,6 +66,8 @@ pub enum Secure {
     Tls {
         alpn: Option<Vec<u8>>,
         peer: Option<crate::tls::PeerIdentity>,
+        /// The first URI SAN of the certificate this side presented.
+        local_uri_san: Option<Arc<str>>,
     },
 }
 

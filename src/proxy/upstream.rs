@@ -32,9 +32,17 @@ pub use body::UpstreamBody;
 #[derive(Debug, Clone)]
 pub struct UpstreamPeerUriSan(pub Arc<str>);
 
-fn with_peer<B>(mut response: Response<B>, san: Option<Arc<str>>) -> Response<B> {
-    if let Some(san) = san {
+/// In a response's extensions: the first URI SAN of the client certificate Outrider
+/// presented on the connection it came on (Istio's client-side source principal).
+#[derive(Debug, Clone)]
+pub struct UpstreamLocalUriSan(pub Arc<str>);
+
+fn with_peer<B>(mut response: Response<B>, activity: &activity::Activity) -> Response<B> {
+    if let Some(san) = activity.peer_uri_san() {
         response.extensions_mut().insert(UpstreamPeerUriSan(san));
+    }
+    if let Some(san) = activity.local_uri_san() {
+        response.extensions_mut().insert(UpstreamLocalUriSan(san));
     }
     response
 }
@@ -181,7 +189,7 @@ impl Upstreams {
                 let mut conn = self.pools.http2(&cluster.name, &dial, max_requests, breakers).await?;
                 let lease = conn.activity.lease();
                 let response = conn.sender.send_request(request).await.map_err(|e| UpstreamError::from_hyper(&e))?;
-                let response = with_peer(response, conn.activity.peer_uri_san());
+                let response = with_peer(response, &conn.activity);
                 Ok(response.map(|body| UpstreamBody::new(body, lease, None)))
             }
         }
@@ -241,7 +249,7 @@ impl Upstreams {
             let lease = conn.activity.lease();
             match conn.sender.try_send_request(request).await {
                 Ok(response) => {
-                    let response = with_peer(response, conn.activity.peer_uri_san());
+                    let response = with_peer(response, &conn.activity);
                     let reusable = max_requests.is_none_or(|max| conn.requests < max);
                     let checkin = reusable.then(|| self.pools.checkin(cluster, &dial.address, conn));
                     return Ok(response.map(|body| UpstreamBody::new(body, lease, checkin)));

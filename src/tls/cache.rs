@@ -18,6 +18,7 @@ use rustls_pki_types::ServerName;
 
 use super::client::{self, ClientAlpn};
 use super::secrets::{self, FileStamps, SecretSource, Stamp};
+use super::source;
 use super::{TlsError, server};
 use crate::config::tls::{DownstreamTlsContext, UpstreamTlsContext};
 
@@ -29,6 +30,8 @@ pub struct ServerTls {
     /// none of the configured protocols; rustls would refuse the handshake instead.
     without_alpn: Arc<ServerConfig>,
     pub require_sni: bool,
+    /// The presented certificate's first URI SAN (the local principal).
+    pub local_uri_san: Option<Arc<str>>,
 }
 
 /// The client side of one cluster transport's TLS.
@@ -38,6 +41,8 @@ pub struct ClientTls {
     http2: Arc<ClientConfig>,
     tcp: Arc<ClientConfig>,
     pub server_name: ServerName<'static>,
+    /// The client certificate's first URI SAN, when one is presented (the local principal).
+    pub local_uri_san: Option<Arc<str>>,
     /// Identifies the context (not the secret version) within this cache: connections made
     /// with one id may be reused for requests that want the same id.
     pub transport_id: u64,
@@ -95,6 +100,7 @@ impl TlsCache {
             config: Arc::new(config),
             without_alpn: Arc::new(without_alpn),
             require_sni: context.require_sni,
+            local_uri_san: source::local_uri_san(&material.certificates),
         };
         tracing::debug!(secrets = ?context.common.secret_names(), "downstream TLS config built");
         self.servers.retain(|_, e| e.owner.strong_count() > 0);
@@ -138,6 +144,7 @@ impl TlsCache {
             http2: with_alpn(ClientAlpn::Http2),
             tcp: with_alpn(ClientAlpn::Tcp),
             server_name,
+            local_uri_san: source::local_uri_san(&material.certificates),
             transport_id,
         });
         tracing::debug!(secrets = ?context.common.secret_names(), sni = %context.sni, "upstream TLS config built");

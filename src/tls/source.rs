@@ -37,6 +37,18 @@ pub(crate) fn certificates(pem: &[u8], what: &str) -> Result<Vec<CertificateDer<
     Ok(certs)
 }
 
+/// The first URI SAN of the leaf certificate a context presents (its first
+/// `tls_certificates` entry): the proxy's own SPIFFE identity in a mesh, which Istio's
+/// telemetry reports as the local principal. `None` when there is none or it cannot be
+/// read (the config build reports unreadable certificates itself).
+pub(crate) fn local_uri_san(certificates: &[std::borrow::Cow<'_, TlsCertificate>]) -> Option<Arc<str>> {
+    let first = certificates.first()?;
+    let pem = read(&first.certificate_chain, "certificate_chain").ok()?;
+    let leaf = CertificateDer::pem_slice_iter(&pem).next()?.ok()?;
+    let identity = super::PeerIdentity::of(&leaf)?;
+    identity.uri_sans.into_iter().next().map(Arc::from)
+}
+
 /// A certificate chain with its private key, ready to present.
 pub(crate) fn certified_key(
     certificate: &TlsCertificate,

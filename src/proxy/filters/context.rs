@@ -26,6 +26,8 @@ pub struct DownstreamConnection {
     pub tls: bool,
     /// The client's certificate, when TLS and it presented one (`authenticated`).
     pub peer_identity: Option<PeerIdentity>,
+    /// The first URI SAN of the certificate Outrider presented on it (its own identity).
+    pub local_uri_san: Option<std::sync::Arc<str>>,
 }
 
 /// Per-request dynamic metadata, by filter namespace (`envoy.filters.http.jwt_authn`):

@@ -27,7 +27,7 @@ use crate::config::filters::istio_stats::{IstioStats, StatsReporter, TagOverride
 use crate::config::filters::peer_metadata::WorkloadMetadata;
 use crate::config::route::{Action, ClusterSpecifier};
 use crate::proxy::response_flags::ResponseFlags;
-use crate::proxy::upstream::UpstreamPeerUriSan;
+use crate::proxy::upstream::{UpstreamLocalUriSan, UpstreamPeerUriSan};
 use crate::telemetry::{Gauge, StatName};
 use labels::{Facts, Reporter};
 
@@ -115,6 +115,9 @@ impl HttpFilter for IstioStatsFilter {
             route_name: route.map(|r| r.name.clone()).filter(|n| !n.is_empty()),
             peer_san: request.connection.peer_identity.as_ref().and_then(|p| p.uri_sans.first().cloned()),
             upstream_san: None,
+            // Server side: the certificate this sidecar presented to the client; client
+            // side, the one it presented upstream (set with the response).
+            local_san: request.connection.local_uri_san.clone(),
             exchange,
             request_bytes: request_header_bytes(parts).saturating_add(content_length),
             dimensions,
@@ -184,6 +187,8 @@ pub(crate) struct Pending {
     peer_san: Option<String>,
     /// The upstream certificate's identity (client side).
     upstream_san: Option<Arc<str>>,
+    /// This sidecar's own identity on the connection the request or its upstream used.
+    local_san: Option<Arc<str>>,
     exchange: PeerExchange,
     request_bytes: u64,
     /// One value per configured label override (see `series`).
@@ -235,7 +240,7 @@ impl Pending {
                 Reporter::ClientSidecar => self.upstream_san.as_deref(),
                 _ => self.peer_san.as_deref(),
             },
-            local_san: None,
+            local_san: self.local_san.as_deref(),
             host: self.host.as_deref(),
             route_name: self.route_name.as_deref(),
             cluster: self.cluster.as_deref(),
@@ -280,6 +285,9 @@ impl ResponseHook for OnResponse {
         let (mut parts, body) = response.into_parts();
         pending.response_code = parts.status.as_u16();
         pending.upstream_san = parts.extensions.get::<UpstreamPeerUriSan>().map(|san| san.0.clone());
+        if pending.shared.reporter == Reporter::ClientSidecar {
+            pending.local_san = parts.extensions.get::<UpstreamLocalUriSan>().map(|san| san.0.clone());
+        }
         pending.response_bytes = (3 + header_bytes(&parts.headers)) as u64;
         // A trailers-only gRPC answer has its status in the headers.
         pending.grpc_status = grpc_status(&parts.headers);

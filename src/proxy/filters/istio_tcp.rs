@@ -75,6 +75,7 @@ impl TcpTelemetry {
             stats: self.stats.clone(),
             downstream_exchange,
             peer_san: connection.peer_identity.as_ref().and_then(|p| p.uri_sans.first().cloned()),
+            local_san: connection.local_uri_san.clone(),
             upstream_san: RefCell::new(None),
             downstream_peer: RefCell::new(None),
             upstream_peer: RefCell::new(None),
@@ -99,6 +100,8 @@ pub struct TcpSession {
     stats: Option<Arc<TcpStats>>,
     downstream_exchange: bool,
     peer_san: Option<String>,
+    /// The certificate this sidecar presented downstream (server side's own principal).
+    local_san: Option<Arc<str>>,
     /// The upstream certificate's first URI SAN (client side).
     upstream_san: RefCell<Option<String>>,
     downstream_peer: RefCell<Option<Arc<WorkloadMetadata>>>,
@@ -251,7 +254,11 @@ impl TcpSession {
                 Reporter::ClientSidecar => upstream_san.as_deref(),
                 _ => self.peer_san.as_deref(),
             },
-            local_san: None,
+            // Server side only: the client side's upstream certificate is not tracked here.
+            local_san: match stats.reporter {
+                Reporter::ClientSidecar => None,
+                _ => self.local_san.as_deref(),
+            },
             host: None,
             route_name: None,
             cluster: cluster.as_deref(),
@@ -319,6 +326,7 @@ mod tests {
         let filters = [NetworkFilter { name: "istio.stats".into(), config: NetworkFilterConfig::IstioStats(config) }];
         let telemetry = TcpTelemetry::build(&filters, factory).unwrap();
         let connection = DownstreamConnection {
+            local_uri_san: None,
             peer: "127.0.0.1:1".parse().unwrap(),
             local: "127.0.0.1:2".parse().unwrap(),
             server_name: None,

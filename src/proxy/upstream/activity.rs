@@ -16,6 +16,8 @@ pub(crate) struct Activity {
     last_idle: AtomicU64,
     /// The upstream certificate's first URI SAN, on a TLS connection that has one.
     peer_uri_san: std::sync::OnceLock<Arc<str>>,
+    /// The first URI SAN of the certificate this side presented on it, if any.
+    local_uri_san: std::sync::OnceLock<Arc<str>>,
 }
 
 /// One request on a connection; the connection counts as busy until every lease drops.
@@ -31,6 +33,7 @@ impl Activity {
             in_use: AtomicU32::new(0),
             last_idle: AtomicU64::new(0),
             peer_uri_san: std::sync::OnceLock::new(),
+            local_uri_san: std::sync::OnceLock::new(),
         })
     }
 
@@ -43,6 +46,17 @@ impl Activity {
 
     pub(crate) fn peer_uri_san(&self) -> Option<Arc<str>> {
         self.peer_uri_san.get().cloned()
+    }
+
+    /// Records this side's identity on the connection (set once, after the handshake).
+    pub(crate) fn set_local_uri_san(&self, san: Option<Arc<str>>) {
+        if let Some(san) = san {
+            let _ = self.local_uri_san.set(san);
+        }
+    }
+
+    pub(crate) fn local_uri_san(&self) -> Option<Arc<str>> {
+        self.local_uri_san.get().cloned()
     }
 
     pub(crate) fn lease(self: &Arc<Self>) -> Lease {

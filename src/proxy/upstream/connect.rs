@@ -52,6 +52,7 @@ macro_rules! over_transport {
                 let san = peer_uri_san(stream.get_ref().1);
                 let (sender, activity) = $dial.$then(stream, $permit).await?;
                 activity.set_peer_uri_san(san);
+                activity.set_local_uri_san(tls.0.local_uri_san.clone());
                 Ok((sender, activity))
             }
             (Socket::Unix(stream), Some(tls)) => {
@@ -59,6 +60,7 @@ macro_rules! over_transport {
                 let san = peer_uri_san(stream.get_ref().1);
                 let (sender, activity) = $dial.$then(stream, $permit).await?;
                 activity.set_peer_uri_san(san);
+                activity.set_local_uri_san(tls.0.local_uri_san.clone());
                 Ok((sender, activity))
             }
         }

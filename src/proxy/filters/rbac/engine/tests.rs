@@ -36,6 +36,7 @@ fn policies(action: &str, permission: Value, principal: Value) -> Policies {
 
 fn connection() -> DownstreamConnection {
     DownstreamConnection {
+        local_uri_san: None,
         peer: "10.1.2.3:40000".parse().unwrap(),
         local: "10.0.0.1:8080".parse().unwrap(),
         server_name: None,
@@ -46,6 +47,7 @@ fn connection() -> DownstreamConnection {
 
 fn mtls(uri: &str) -> DownstreamConnection {
     DownstreamConnection {
+        local_uri_san: None,
         tls: true,
         server_name: Some("httpbin.default.svc".into()),
         peer_identity: Some(PeerIdentity {
