@@ -266,12 +266,9 @@ async fn istio_metrics_name_both_workloads_on_both_sides() {
     {
         let mut want = workloads.to_vec();
         want.push(("reporter", reporter));
-        if reporter == "source" {
-            // The client names the service it called by its host; the server side would
-            // need the inbound cluster's `istio.services` metadata, which Outrider does
-            // not read yet (it reports the canonical service instead).
-            want.push(("destination_service", HOST));
-        }
+        // The client names the service by its cluster's name, the server by its inbound
+        // cluster's `istio.services` metadata.
+        want.push(("destination_service", HOST));
         let requests = find(metrics, "istio_requests_total", &want);
         let families: Vec<_> = metrics.keys().filter(|k| k.starts_with("istio")).collect();
         assert_eq!(

@@ -93,6 +93,7 @@ fn cluster(protocol: UpstreamProtocol) -> Cluster {
         upstream_bind: None,
         per_endpoint_stats: false,
         metadata_exchange: None,
+        istio_service_host: None,
     }
 }
 

@@ -72,6 +72,9 @@ pub struct Cluster {
     /// Istio's upstream `istio.metadata_exchange` filter: the TCP proxy exchanges node
     /// metadata in-band on connections whose ALPN is its protocol.
     pub metadata_exchange: Option<crate::config::filters::metadata_exchange::TcpMetadataExchange>,
+    /// `metadata.filter_metadata.istio.services[0].host`: the service istiod rendered the
+    /// cluster for (`istio.stats` reports it as `destination_service` on inbound).
+    pub istio_service_host: Option<String>,
 }
 
 /// `upstream_bind_config.source_address`, and the `extra_source_addresses` entry of the

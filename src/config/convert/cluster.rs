@@ -122,6 +122,7 @@ pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster
             None => warnings.ignored(at, "peer metadata exchange only feeds Istio telemetry; not run"),
         }
     }
+    let istio_service_host = metadata.as_ref().and_then(istio_service_host);
     let ignored = [
         ("alt_stat_name", !alt_stat_name.is_empty(), "stats use the cluster name"),
         ("stats_matcher", stats_matcher.is_some(), "all cluster stats are kept"),
@@ -132,7 +133,11 @@ pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster
             BUFFERS,
         ),
         ("wait_for_warm_on_init", wait_for_warm_on_init.is_some(), "clusters are always used once converted"),
-        ("metadata", metadata.is_some(), "cluster metadata is not read"),
+        (
+            "metadata",
+            metadata.is_some(),
+            "cluster metadata is read only for Istio's service host (istio.services, telemetry)",
+        ),
         (
             "upstream_connection_options",
             upstream_connection_options.is_some(),
@@ -281,7 +286,22 @@ pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster
         upstream_bind,
         per_endpoint_stats,
         metadata_exchange,
+        istio_service_host,
     })
+}
+
+/// The host of the first service in Istio's cluster metadata
+/// (`filter_metadata.istio.services[0].host`), which istiod sets on every cluster it
+/// renders: `istio.stats` names the destination service by it on the server side.
+fn istio_service_host(metadata: &crate::pb::envoy::config::core::v3::Metadata) -> Option<String> {
+    use crate::pb::google::protobuf::value::Kind;
+    let istio = metadata.filter_metadata.get("istio")?;
+    let Some(Kind::ListValue(services)) = istio.fields.get("services")?.kind.as_ref() else { return None };
+    let Some(Kind::StructValue(first)) = services.values.first()?.kind.as_ref() else { return None };
+    match first.fields.get("host")?.kind.as_ref()? {
+        Kind::StringValue(host) if !host.is_empty() => Some(host.clone()),
+        _ => None,
+    }
 }
 
 const BUFFERS: &str = "flow control uses the HTTP stack's own windows";

@@ -44,6 +44,11 @@ impl<'a> Callouts<'a> {
         Self { context }
     }
 
+    /// The Istio service host of cluster `name` (`istio.services[0].host`), if it exists.
+    pub fn istio_service_host(&self, name: &str) -> Option<String> {
+        self.context.store.load().clusters.get(name)?.resource.istio_service_host.clone()
+    }
+
     /// Sends `request` to `cluster` and reads the whole response, within `timeout`.
     /// `http2`: speak HTTP/2 whatever the cluster's protocol options say (gRPC).
     pub async fn send(

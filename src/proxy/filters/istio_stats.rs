@@ -93,6 +93,10 @@ impl HttpFilter for IstioStatsFilter {
             },
             _ => None,
         });
+        let cluster_service_host = cluster
+            .as_deref()
+            .filter(|name| name.starts_with("inbound|") && name.ends_with("||"))
+            .and_then(|name| request.callouts.istio_service_host(name));
         let dimensions = config
             .overrides
             .iter()
@@ -112,6 +116,7 @@ impl HttpFilter for IstioStatsFilter {
             grpc: request.is_grpc,
             host,
             cluster,
+            cluster_service_host,
             route_name: route.map(|r| r.name.clone()).filter(|n| !n.is_empty()),
             peer_san: request.connection.peer_identity.as_ref().and_then(|p| p.uri_sans.first().cloned()),
             upstream_san: None,
@@ -183,6 +188,9 @@ pub(crate) struct Pending {
     grpc: bool,
     host: Option<String>,
     cluster: Option<String>,
+    /// The cluster's Istio service host, looked up only for inbound clusters, whose name
+    /// does not carry it.
+    cluster_service_host: Option<String>,
     route_name: Option<String>,
     peer_san: Option<String>,
     /// The upstream certificate's identity (client side).
@@ -244,6 +252,7 @@ impl Pending {
             host: self.host.as_deref(),
             route_name: self.route_name.as_deref(),
             cluster: self.cluster.as_deref(),
+            cluster_service_host: self.cluster_service_host.as_deref(),
             grpc: self.grpc,
             response_code: self.response_code,
             grpc_status: self.grpc_status,

@@ -262,6 +262,7 @@ impl TcpSession {
             host: None,
             route_name: None,
             cluster: cluster.as_deref(),
+            cluster_service_host: None,
             grpc: false,
             response_code: 0,
             grpc_status: None,

@@ -269,3 +269,13 @@ fn dual_stack_source_addresses() {
         "upstream_bind_config.extra_source_addresses[0]"
     );
 }
+
+#[test]
+fn istios_service_host_is_read_from_the_cluster_metadata() {
+    let metadata = json!({"filter_metadata": {"istio": {"services": [
+        {"host": "app.default.svc.cluster.local", "name": "app", "namespace": "default"}]}}});
+    let (cluster, _) = convert(eds(json!({"metadata": metadata}))).unwrap();
+    assert_eq!(cluster.istio_service_host.as_deref(), Some("app.default.svc.cluster.local"));
+    let (cluster, _) = convert(eds(json!({"metadata": {"filter_metadata": {"other": {}}}}))).unwrap();
+    assert_eq!(cluster.istio_service_host, None);
+}

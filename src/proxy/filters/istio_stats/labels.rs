@@ -40,6 +40,8 @@ pub struct Facts<'a> {
     pub host: Option<&'a str>,
     pub route_name: Option<&'a str>,
     pub cluster: Option<&'a str>,
+    /// The cluster's `istio.services[0].host` metadata, when istiod set it.
+    pub cluster_service_host: Option<&'a str>,
     pub grpc: bool,
     pub response_code: u16,
     pub grpc_status: Option<u32>,
@@ -81,7 +83,11 @@ fn service<'a>(facts: &Facts<'a>) -> (&'a str, &'a str) {
         | "InboundPassthroughClusterIpv6"
         | "InboundPassthroughCluster" => (host, cluster),
         _ => {
-            // istiod's `istio.services` metadata of such a cluster names this host.
+            // istiod's `istio.services` metadata of such a cluster names this host;
+            // the name carries it too, but for inbound clusters (`inbound|8080||`).
+            if let Some(service) = facts.cluster_service_host {
+                return (service, service.split('.').next().unwrap_or(service));
+            }
             let mut parts = cluster.splitn(4, '|');
             let direction = parts.next();
             match parts.nth(2).filter(|h| !h.is_empty()) {
@@ -217,6 +223,7 @@ mod tests {
 
     fn facts<'a>(reporter: Reporter, local: &'a WorkloadMetadata) -> Facts<'a> {
         Facts {
+            cluster_service_host: None,
             reporter,
             local,
             peer: None,
