@@ -376,6 +376,8 @@ async fn two_sidecars_report_istios_standard_metrics_naming_each_other() {
         }
         let messages = total(scrape, "istio_response_messages_total", &[("request_protocol", "grpc")]);
         assert_eq!(messages, 1.0, "the OK answer's one message (the failure has none)");
+        let sent = total(scrape, "istio_request_messages_total", &[("request_protocol", "grpc")]);
+        assert_eq!(sent, 2.0, "each of the two unary calls sent one message");
         assert!(!samples(scrape, "istio_build", &[("component", "proxy"), ("tag", "1.29.0")]).is_empty());
     }
 

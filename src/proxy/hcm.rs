@@ -27,7 +27,7 @@ use super::access_log::{DownstreamLogInfo, PendingLog};
 use observed::StreamInfo;
 pub use serve::serve;
 
-use super::filters::context::MatchedRoute;
+use super::filters::context::{MatchedRoute, RequestBodyTap};
 use super::filters::{
     Callouts, DownstreamBody, DownstreamConnection, DynamicMetadata, FilterHeadersStatus, HeaderEdit, HttpFilterChain,
     LocalResponse, RequestContext, ResponseHook,
@@ -445,6 +445,24 @@ async fn route_and_forward(
         Ok(Buffered::Stream(body)) => (None, Some(body)),
         Err(()) => return malformed_request(manager, stream, is_grpc),
     };
+    // A filter watching the body sees it once, whether buffered or streamed.
+    if let Some(RequestBodyTap(tap)) = parts.extensions.remove::<RequestBodyTap>() {
+        match (&buffered, streamed.take()) {
+            (Some(bytes), _) => tap(bytes),
+            (None, Some(body)) => {
+                streamed = Some(
+                    body.map_frame(move |frame| {
+                        if let Some(data) = frame.data_ref() {
+                            tap(data);
+                        }
+                        frame
+                    })
+                    .boxed(),
+                );
+            }
+            (None, None) => {}
+        }
+    }
 
     if !forward.action.request_mirror_policies.is_empty() {
         mirror(&forward, &parts, buffered.as_ref(), context, stream.span.is_some(), &cluster.resource.name);

@@ -199,3 +199,18 @@ impl RequestContext<'_> {
         self.parts.uri.path_and_query().map_or("/", |p| p.as_str())
     }
 }
+
+/// In a request's extensions: called with the request body's bytes as they go upstream,
+/// once each (a retry's resend is not seen again). A filter that counts what the body
+/// carries (`istio.stats`' gRPC messages) sets it in `decode_headers`.
+#[derive(Clone)]
+pub struct RequestBodyTap(pub std::sync::Arc<BodyTapFn>);
+
+/// What a [`RequestBodyTap`] calls with each chunk.
+pub type BodyTapFn = dyn Fn(&[u8]) + Send + Sync;
+
+impl std::fmt::Debug for RequestBodyTap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RequestBodyTap")
+    }
+}

@@ -15,12 +15,12 @@ pub(crate) mod series;
 
 use std::borrow::Cow;
 use std::cell::Cell;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use http::HeaderMap;
 
-use super::context::{ProxyBody, RequestContext, ResponseFlagsSlot, ResponseHook};
+use super::context::{ProxyBody, RequestBodyTap, RequestContext, ResponseFlagsSlot, ResponseHook};
 use super::http::{FactoryContext, FilterHeadersStatus, HttpFilter};
 use super::peer_metadata::PeerExchange;
 use crate::config::filters::istio_stats::{IstioStats, StatsReporter, TagOverride, TagValue};
@@ -69,6 +69,16 @@ impl IstioStatsFilter {
 impl HttpFilter for IstioStatsFilter {
     async fn decode_headers(&self, request: &mut RequestContext<'_>) -> FilterHeadersStatus {
         let exchange = PeerExchange::of(&mut request.parts.extensions);
+        // gRPC: the request's messages are counted as its body goes upstream.
+        let request_frames = request.is_grpc.then(|| {
+            let frames = Arc::new(Mutex::new(body::GrpcFrames::default()));
+            let fed = frames.clone();
+            let tap = RequestBodyTap(Arc::new(move |chunk: &[u8]| {
+                fed.lock().unwrap_or_else(PoisonError::into_inner).feed(chunk);
+            }));
+            request.parts.extensions.insert(tap);
+            frames
+        });
         let parts = &*request.parts;
         let config = &self.shared.config;
         let host = if config.disable_host_header_fallback {
@@ -130,6 +140,7 @@ impl HttpFilter for IstioStatsFilter {
             grpc_status: None,
             response_bytes: 0,
             frames: body::GrpcFrames::default(),
+            request_frames,
             flags: ResponseFlagsSlot::default(),
             body_was_empty: false,
         };
@@ -204,6 +215,8 @@ pub(crate) struct Pending {
     response_code: u16,
     grpc_status: Option<u32>,
     response_bytes: u64,
+    /// The request body's gRPC messages, counted on their way upstream.
+    request_frames: Option<Arc<Mutex<body::GrpcFrames>>>,
     frames: body::GrpcFrames,
     flags: ResponseFlagsSlot,
     /// The body had nothing to send: dropping it is its end, not a disconnect.
@@ -281,6 +294,9 @@ impl Pending {
         }
         if let Some(counter) = &series.response_messages_total {
             counter.add(self.frames.messages);
+        }
+        if let (Some(counter), Some(frames)) = (&series.request_messages_total, &self.request_frames) {
+            counter.add(frames.lock().unwrap_or_else(PoisonError::into_inner).messages);
         }
     }
 }

@@ -25,6 +25,7 @@ pub struct Series {
     pub request_duration_milliseconds: Option<Histogram>,
     pub request_bytes: Option<Histogram>,
     pub response_bytes: Option<Histogram>,
+    pub request_messages_total: Option<Counter>,
     pub response_messages_total: Option<Counter>,
 }
 
@@ -119,6 +120,7 @@ impl SeriesCache {
             request_duration_milliseconds: histogram(IstioMetric::RequestDurationMilliseconds),
             request_bytes: histogram(IstioMetric::RequestBytes),
             response_bytes: histogram(IstioMetric::ResponseBytes),
+            request_messages_total: if grpc { counter(IstioMetric::RequestMessagesTotal) } else { None },
             response_messages_total: if grpc { counter(IstioMetric::ResponseMessagesTotal) } else { None },
         }
     }
@@ -199,6 +201,7 @@ mod tests {
         let expected = [
             "istio_request_bytes",
             "istio_request_duration_milliseconds",
+            "istio_request_messages_total",
             "istio_requests_total",
             "istio_response_bytes",
             "istio_response_messages_total",
