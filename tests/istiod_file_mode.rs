@@ -11,13 +11,12 @@ mod common;
 mod tls_support;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use bytes::Bytes;
 use common::differential::{grpc_cluster, raw_http1, stat_value};
-use common::istiod::{Istiod, sidecar_node_id};
+use common::istiod::{Istiod, sidecar_node_id, wait_until};
 use common::load::Load;
-use common::{ControlPlane, WAIT, admin_get, backends};
+use common::{ControlPlane, admin_get, backends};
 use http_body_util::Full;
 use outrider::app::{self, Running};
 use outrider::config::ResourceType;
@@ -131,16 +130,6 @@ async fn start_sidecar(istiod: &Istiod, agent: &Agent, api_type: &str, port: u16
     })
     .await;
     outrider
-}
-
-/// Bounded wait for `done`, polling: istiod and Outrider are separate processes/tasks whose
-/// progress the test can only observe.
-async fn wait_until<F: Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !done().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 async fn get(port: u16, host: &str, path: &str) -> (u16, Vec<(String, String)>, String) {

@@ -439,10 +439,9 @@ async fn route_and_forward(
     // Keep small bodies so a retry can resend them; stream large ones without retries.
     // Set when the client's body turns out malformed (a broken chunk) while it streams
     // upstream: the client gets Envoy's 400, not an upstream reset.
-    let body_failed = Arc::new(AtomicBool::new(false));
-    let (buffered, mut streamed) = match buffer_for_retry(body, &parts.headers, &body_failed).await {
-        Ok(Buffered::Whole(bytes)) => (Some(bytes), None),
-        Ok(Buffered::Stream(body)) => (None, Some(body)),
+    let (buffered, mut streamed, body_failed) = match buffer_for_retry(body, &parts.headers).await {
+        Ok(Buffered::Whole(bytes)) => (Some(bytes), None, None),
+        Ok(Buffered::Stream(body, failed)) => (None, Some(body), Some(failed)),
         Err(()) => return malformed_request(manager, stream, is_grpc),
     };
     // A filter watching the body sees it once, whether buffered or streamed.
@@ -631,7 +630,7 @@ async fn route_and_forward(
                 let response = respond(manager, &forward, response, started, retry.attempts(), &options);
                 return hold_until_body_ends(response, request_slot);
             }
-            (_, Ok(Err(_))) if body_failed.load(Ordering::Relaxed) => {
+            (_, Ok(Err(_))) if body_failed.as_ref().is_some_and(|f| f.load(Ordering::Relaxed)) => {
                 return malformed_request(manager, stream, is_grpc);
             }
             (_, Ok(Err(error))) => {
@@ -740,23 +739,19 @@ async fn forward_upgrade(
 
 enum Buffered {
     Whole(Bytes),
-    Stream(RequestBody),
+    /// The body, and whether reading it from the client failed.
+    Stream(RequestBody, Arc<AtomicBool>),
 }
 
 /// Reads the body whole when it is known to be small (or empty); otherwise streams it. A
 /// body a filter read whole is kept as it is; one it read in part streams.
-async fn buffer_for_retry(body: DownstreamBody, headers: &HeaderMap, failed: &Arc<AtomicBool>) -> Result<Buffered, ()> {
+async fn buffer_for_retry(body: DownstreamBody, headers: &HeaderMap) -> Result<Buffered, ()> {
     use hyper::body::Body;
     if let Some(whole) = body.complete() {
         return Ok(Buffered::Whole(whole));
     }
-    let failed = failed.clone();
-    let mark = move |error| {
-        failed.store(true, Ordering::Relaxed);
-        error
-    };
     if !body.is_untouched() {
-        return Ok(Buffered::Stream(body.into_request_body().map_err(mark).boxed()));
+        return Ok(streamed(body.into_request_body()));
     }
     let Some(body) = body.into_rest() else { return Ok(Buffered::Whole(Bytes::new())) };
     let small = body.is_end_stream()
@@ -769,8 +764,25 @@ async fn buffer_for_retry(body: DownstreamBody, headers: &HeaderMap, failed: &Ar
         let collected = Limited::new(body, RETRY_BUFFER_LIMIT).collect().await.map_err(|_| ())?;
         Ok(Buffered::Whole(collected.to_bytes()))
     } else {
-        Ok(Buffered::Stream(body.map_err(move |e| mark(Box::new(e) as BoxError)).boxed()))
+        Ok(streamed(body))
     }
+}
+
+/// A body sent as it streams, with the flag its first read error sets.
+fn streamed<B>(body: B) -> Buffered
+where
+    B: hyper::body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError>,
+{
+    let failed = Arc::new(AtomicBool::new(false));
+    let marked = failed.clone();
+    let body = body
+        .map_err(move |error| {
+            marked.store(true, Ordering::Relaxed);
+            error.into()
+        })
+        .boxed();
+    Buffered::Stream(body, failed)
 }
 
 fn classify(error: &UpstreamError) -> Outcome<'static> {

@@ -153,3 +153,13 @@ impl Istiod {
 pub fn sidecar_node_id(ip: &str, pod: &str, namespace: &str) -> String {
     format!("sidecar~{ip}~{pod}.{namespace}~{namespace}.svc.cluster.local")
 }
+
+/// Bounded wait for `done`, polling: istiod and Outrider are separate processes/tasks whose
+/// progress the test can only observe.
+pub async fn wait_until<F: Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !done().await {
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
