@@ -9,6 +9,7 @@ pub mod envoy_mode;
 pub mod lab;
 pub mod oob;
 pub mod outlier;
+mod overload;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -232,6 +233,8 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         watched.failed().await;
         failures.inc();
     });
+    let overload_state = overload::state(bootstrap.overload.clone());
+    tokio::spawn(overload::refresh(overload_state.clone(), stats.clone(), signal.clone()));
     let worker_options = WorkerOptions {
         drain: draining,
         inbound_drain: inbound_draining,
@@ -252,6 +255,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         rng_seed,
         supervisor: supervisor.clone(),
         health_check_failed: health_check_failed.clone(),
+        overload: overload_state,
     };
     let workers = crate::proxy::Workers::start(concurrency, store.clone(), balancers.clone(), worker_options)
         .map_err(AppError::Runtime)?;

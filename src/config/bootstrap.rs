@@ -34,6 +34,8 @@ pub struct Bootstrap {
     pub tracing: Option<TracingConfig>,
     /// `stats_config`: which stats exist.
     pub stats: super::stats::StatsConfig,
+    /// `overload_manager`: resource monitors and what their pressure sets in force.
+    pub overload: super::overload::OverloadConfig,
     /// Everything that was set but is ignored, with its path: shown by `outrider validate`
     /// and logged once at start-up.
     pub ignored: Vec<Ignored>,

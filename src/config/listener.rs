@@ -63,6 +63,11 @@ pub struct Listener {
     /// `IP_FREEBIND` on the socket.
     pub freebind: bool,
     pub tcp_backlog_size: Option<u32>,
+    /// Connections are let in past the overload manager's global connection limit (but
+    /// still counted towards it).
+    pub ignore_global_conn_limit: bool,
+    /// The overload manager's actions and load-shed points do not apply to this listener.
+    pub bypass_overload_manager: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

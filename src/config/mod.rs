@@ -13,6 +13,7 @@ pub mod endpoint;
 pub mod error;
 pub mod filters;
 pub mod listener;
+pub mod overload;
 pub mod route;
 pub mod secret;
 pub mod stats;

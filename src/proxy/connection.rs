@@ -50,6 +50,7 @@ pub async fn serve(
         application_protocols: Vec::new(),
         inbound: listener.resource.traffic_direction == TrafficDirection::Inbound,
         outbound: listener.resource.traffic_direction == TrafficDirection::Outbound,
+        overloadable: !listener.resource.bypass_overload_manager,
     };
     // The listener filters of the listener that serves the connection (after a hand-off,
     // the one bound to the original destination), as Envoy runs them.

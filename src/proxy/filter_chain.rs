@@ -30,6 +30,8 @@ pub struct ConnectionInfo {
     /// The serving listener's `traffic_direction` is OUTBOUND (Envoy's egress operation:
     /// its spans are client spans).
     pub outbound: bool,
+    /// The overload manager's actions apply (the listener does not bypass it).
+    pub overloadable: bool,
 }
 
 /// The chain for `connection`, or `None` when nothing matches (Envoy closes the connection).

@@ -44,6 +44,7 @@ use super::worker::WorkerContext;
 use crate::config::RouteConfiguration;
 use crate::config::listener::upgrade::upgrade_allowed;
 use crate::config::listener::{HttpConnectionManager, RouteSource};
+use crate::config::overload::{ActionKind, LoadShedKind};
 use crate::config::route::Action;
 use crate::lb::resources::{Priority, Slot};
 use crate::lb::{Host, PickContext};
@@ -86,6 +87,8 @@ pub(super) struct Exchange<'a> {
     pub tracer: Option<&'a Tracing>,
     /// The listener is OUTBOUND.
     pub outbound: bool,
+    /// The overload manager's actions apply (the listener does not bypass it).
+    pub overloadable: bool,
 }
 
 /// One request: path normalization, the connection manager's header handling, route
@@ -136,6 +139,9 @@ async fn forward_request(
             peer_uri_san: exchange.connection.peer_identity.as_ref().and_then(|p| p.uri_sans.first().cloned()),
         };
         *pending = Some(Box::new(PendingLog::new(loggers, SystemTime::now(), Instant::now(), &parts, info)));
+    }
+    if exchange.overloadable && overloaded(context) {
+        return local(manager, stream, LocalReply::Overloaded, is_grpc);
     }
     let selection = router::select(routes, &parts);
     // After route selection, as Envoy: a route's `tracing` replaces the sampling.
@@ -858,6 +864,14 @@ fn overflow(manager: &HttpConnectionManager, stream: &mut StreamInfo, is_grpc: b
     let mut response = local(manager, stream, LocalReply::Overflow, is_grpc);
     response.headers_mut().insert("x-envoy-overloaded", HeaderValue::from_static("true"));
     response
+}
+
+/// `stop_accepting_requests` is saturated, or the `http_connection_manager_decode_headers`
+/// load-shed point sheds this request.
+fn overloaded(context: &WorkerContext) -> bool {
+    let overload = &context.overload;
+    overload.is_saturated(ActionKind::StopAcceptingRequests)
+        || overload.sheds(LoadShedKind::HttpConnectionManagerDecodeHeaders, || context.rng.borrow_mut().random())
 }
 
 /// A local reply (gRPC requests get a trailers-only gRPC status instead).

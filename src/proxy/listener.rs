@@ -10,13 +10,16 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use rand::Rng;
 use socket2::{Domain, Socket, Type};
 use tokio::net::TcpListener;
 
 use super::accept_backoff::AcceptBackoff;
 use super::connection;
+use super::overload::OverloadState;
 use super::worker::WorkerContext;
 use crate::config::listener::TrafficDirection;
+use crate::config::overload::{ActionKind, LoadShedKind};
 use crate::config::{Address, Listener};
 use crate::core::shutdown::{self, Trigger};
 use crate::store::{Snapshot, Versioned};
@@ -147,6 +150,13 @@ fn bind_addresses(listener: &Listener) -> Vec<SocketAddr> {
         .collect()
 }
 
+/// `reject_incoming_connections` or the `tcp_listener_accept` load-shed point close the
+/// connection just accepted (with probability their scale when it is below 1).
+fn rejected_by_overload(overload: &OverloadState, context: &WorkerContext) -> bool {
+    let draw = || context.rng.borrow_mut().random::<f32>();
+    overload.rejects_connection(draw) || overload.sheds(LoadShedKind::TcpListenerAccept, draw)
+}
+
 /// A non-blocking listening socket with SO_REUSEADDR and SO_REUSEPORT. IPv6 sockets accept
 /// IPv6 only (Envoy's default), so `[::]:p` and `0.0.0.0:p` can both be bound.
 fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
@@ -167,17 +177,39 @@ async fn accept_loop(socket: TcpListener, current: Current, context: Rc<WorkerCo
     let stats = context.telemetry.listener(&current.borrow().resource);
     let exhausted = context.telemetry.accept_backoffs(&current.borrow().resource);
     let mut backoff = AcceptBackoff::default();
+    let overload = context.overload.clone();
+    let pausable = overload.config().actions.iter().any(|a| a.kind == ActionKind::StopAcceptingConnections);
     loop {
+        // `stop_accepting_connections`: the socket is not polled, new connections wait in
+        // the kernel's backlog, as Envoy disables its listeners.
+        let paused = pausable && !current.borrow().resource.bypass_overload_manager;
+        if paused && overload.accept_paused() {
+            tokio::select! {
+                _ = overload.accepting() => continue,
+                _ = stopped.clone().triggered() => return,
+            }
+        }
         let accepted = tokio::select! {
             accepted = socket.accept() => accepted,
+            _ = overload.accept_pausing(), if paused => continue,
             _ = stopped.clone().triggered() => return,
         };
         match accepted {
             Ok((stream, peer)) => {
                 backoff.on_success();
                 let listener = current.borrow().clone();
-                // Counted until the connection ends: listener stats and the worker's drain.
-                let counted = (stats.accepted(), context.connections.open());
+                let Some(global) = overload.open_connection(listener.resource.ignore_global_conn_limit) else {
+                    // Closed at once, as Envoy closes a connection over the global limit.
+                    stats.downstream_global_cx_overflow.inc();
+                    continue;
+                };
+                if !listener.resource.bypass_overload_manager && rejected_by_overload(&overload, &context) {
+                    stats.downstream_cx_overload_reject.inc();
+                    continue;
+                }
+                // Counted until the connection ends: listener stats, the worker's drain and
+                // the global connection limit.
+                let counted = (stats.accepted(), context.connections.open(), global);
                 let serve = connection::serve(stream, peer, listener, context.clone());
                 tokio::task::spawn_local(async move {
                     serve.await;

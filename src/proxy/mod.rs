@@ -18,6 +18,7 @@ pub mod http_inspector;
 pub mod listener;
 pub mod observe;
 pub mod original_dst;
+pub mod overload;
 pub mod path_normalization;
 pub mod request_trace;
 pub mod response_flags;

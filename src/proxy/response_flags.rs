@@ -54,6 +54,8 @@ impl ResponseFlags {
     /// `DPE`: the downstream request broke the protocol (a path that cannot be
     /// normalized, an upgrade that is not allowed).
     pub const DOWNSTREAM_PROTOCOL_ERROR: Self = Self(1 << 18);
+    /// `OM`: the overload manager refused the request.
+    pub const OVERLOAD_MANAGER: Self = Self(1 << 19);
 
     pub fn insert(&mut self, other: Self) {
         self.0 |= other.0;
@@ -75,6 +77,7 @@ impl ResponseFlags {
             LocalReply::NoHealthyUpstream => Self::NO_HEALTHY_UPSTREAM,
             LocalReply::UpstreamTimeout => Self::UPSTREAM_REQUEST_TIMEOUT,
             LocalReply::Overflow => Self::UPSTREAM_OVERFLOW,
+            LocalReply::Overloaded => Self::OVERLOAD_MANAGER,
             LocalReply::UpstreamReset { reason, .. } => match reason {
                 ResetReason::RemoteConnectionFailure | ResetReason::ConnectionTimeout => {
                     Self::UPSTREAM_CONNECTION_FAILURE
@@ -93,7 +96,7 @@ impl ResponseFlags {
 }
 
 /// `%RESPONSE_FLAGS_LONG%`: each short name's long one.
-const LONG_NAMES: [(&str, &str); 19] = [
+const LONG_NAMES: [(&str, &str); 20] = [
     ("LH", "FailedLocalHealthCheck"),
     ("UH", "NoHealthyUpstream"),
     ("UT", "UpstreamRequestTimeout"),
@@ -113,6 +116,7 @@ const LONG_NAMES: [(&str, &str); 19] = [
     ("NC", "NoClusterFound"),
     ("UPE", "UpstreamProtocolError"),
     ("DPE", "DownstreamProtocolError"),
+    ("OM", "OverloadManagerTerminated"),
 ];
 
 impl ResponseFlags {
@@ -145,6 +149,7 @@ impl fmt::Display for ResponseFlags {
             (Self::NO_CLUSTER_FOUND, "NC"),
             (Self::UPSTREAM_PROTOCOL_ERROR, "UPE"),
             (Self::DOWNSTREAM_PROTOCOL_ERROR, "DPE"),
+            (Self::OVERLOAD_MANAGER, "OM"),
         ];
         let mut first = true;
         for (flag, name) in NAMES.iter().chain(extra.iter()) {

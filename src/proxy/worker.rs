@@ -19,6 +19,7 @@ use super::filters::FilterChains;
 use super::listener::ListenerManager;
 use super::observe::{ProxyTelemetry, WorkerTelemetry};
 use super::original_dst::ListenerIndex;
+use super::overload::OverloadState;
 use super::shadow::ShadowSlots;
 use super::transport::{HandshakeStats, WorkerTls};
 use super::upstream::Upstreams;
@@ -58,6 +59,8 @@ pub struct WorkerContext {
     pub shadows: ShadowSlots,
     /// Set by `POST /healthcheck/fail`: health checks answer 503.
     pub health_check_failed: crate::core::health_check::HealthCheckFailed,
+    /// The overload manager's actions in force and the global connection count.
+    pub overload: Arc<OverloadState>,
 }
 
 /// How workers run and stop.
@@ -81,6 +84,8 @@ pub struct WorkerOptions {
     pub supervisor: Supervisor,
     /// Set by `POST /healthcheck/fail`: health checks answer 503.
     pub health_check_failed: crate::core::health_check::HealthCheckFailed,
+    /// The overload manager's state (shared by every worker and its refresh loop).
+    pub overload: Arc<OverloadState>,
 }
 
 /// The running workers.
@@ -178,6 +183,7 @@ async fn run(
         filters: shared.filters,
         shadows: ShadowSlots::default(),
         health_check_failed: options.health_check_failed.clone(),
+        overload: options.overload.clone(),
     });
     let mut listeners = ListenerManager::default();
     let mut changes = store.subscribe();

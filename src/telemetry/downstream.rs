@@ -18,6 +18,11 @@ pub struct ListenerStats {
     pub downstream_cx_length_ms: Histogram,
     /// `listener.<address>.ssl.*`, for TLS filter chains.
     pub ssl: SslStats,
+    /// Connections closed on accept because the global connection limit was reached.
+    pub downstream_global_cx_overflow: Counter,
+    /// Connections closed on accept by the overload manager (`reject_incoming_connections`,
+    /// the `tcp_listener_accept` load-shed point).
+    pub downstream_cx_overload_reject: Counter,
     /// `server.total_connections`: one cell shared by every listener (same name, same cell).
     server_total_connections: Gauge,
 }
@@ -39,6 +44,8 @@ impl ListenerStats {
             downstream_cx_destroy: stats.counter(scope.name("downstream_cx_destroy")),
             downstream_cx_length_ms: stats.histogram(scope.name("downstream_cx_length_ms")),
             ssl: SslStats::register(stats, &scope),
+            downstream_global_cx_overflow: stats.counter(scope.name("downstream_global_cx_overflow")),
+            downstream_cx_overload_reject: stats.counter(scope.name("downstream_cx_overload_reject")),
             server_total_connections: stats.gauge(Scope::envoy().child("server").name("total_connections")),
         }
     }
@@ -93,6 +100,11 @@ pub struct HttpStats {
     /// Connections closed because too many of their streams were reset early (HTTP/2
     /// rapid reset).
     pub downstream_rq_too_many_premature_resets: Counter,
+    /// Requests answered 503 by the overload manager (`stop_accepting_requests`, the
+    /// `http_connection_manager_decode_headers` load-shed point).
+    pub downstream_rq_overload_close: Counter,
+    /// Connections drained because `disable_http_keepalive` was in force.
+    pub downstream_cx_overload_disable_keepalive: Counter,
 }
 
 impl HttpStats {
@@ -139,6 +151,8 @@ impl HttpStats {
             downstream_rq_idle_timeout: counter("downstream_rq_idle_timeout"),
             downstream_rq_max_duration_reached: counter("downstream_rq_max_duration_reached"),
             downstream_rq_too_many_premature_resets: counter("downstream_rq_too_many_premature_resets"),
+            downstream_rq_overload_close: counter("downstream_rq_overload_close"),
+            downstream_cx_overload_disable_keepalive: counter("downstream_cx_overload_disable_keepalive"),
         }
     }
 

@@ -89,9 +89,12 @@ pub fn bootstrap(document: serde_json::Value, warnings: &mut Warnings) -> Result
         fatal_actions, config_sources, default_config_source, default_socket_interface, inline_headers,
         perf_tracing_file_path, default_regex_engine, xds_config_tracker_extension, application_log_config,
         grpc_async_client_manager_config, memory_allocator_manager, enable_worker_cpu_affinity);
-    if let Some(manager) = overload_manager {
-        warnings.within("overload_manager", |w| overload::check(manager, w)).map_err(|e| e.at("overload_manager"))?;
-    }
+    let overload = match overload_manager {
+        Some(manager) => warnings
+            .within("overload_manager", |w| overload::overload(manager, w))
+            .map_err(|e| e.at("overload_manager"))?,
+        None => Default::default(),
+    };
     if hds_config.is_some() {
         warnings.ignored("hds_config", "health discovery service is not supported; clusters' own health checks apply");
     }
@@ -184,6 +187,7 @@ pub fn bootstrap(document: serde_json::Value, warnings: &mut Warnings) -> Result
         static_secrets,
         tracing,
         stats,
+        overload,
         ignored: Vec::new(),
         document,
     })

@@ -129,8 +129,6 @@ pub fn listener(proto: proto::Listener, warnings: &mut Warnings) -> Result<Liste
                 "max_connections_to_accept_per_socket_event",
                 "accepting is paced by the runtime",
             ),
-            (ignore_global_conn_limit, "ignore_global_conn_limit", "there is no global connection limit"),
-            (bypass_overload_manager, "bypass_overload_manager", "there is no overload manager"),
             (tcp_keepalive.is_some(), "tcp_keepalive", "the system's keep-alive settings apply"),
         ],
     );
@@ -199,6 +197,8 @@ pub fn listener(proto: proto::Listener, warnings: &mut Warnings) -> Result<Liste
         transparent: common::bool_or(&transparent, false),
         freebind: common::bool_or(&freebind, false),
         tcp_backlog_size: tcp_backlog_size.map(|v| v.value),
+        ignore_global_conn_limit,
+        bypass_overload_manager,
     })
 }
 

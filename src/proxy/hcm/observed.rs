@@ -42,7 +42,9 @@ pub(super) async fn handle(
     }
     let stats = completion.stats();
     stats.charge(status);
-    if stream.flags.contains(ResponseFlags::NO_ROUTE_FOUND) {
+    if stream.flags.contains(ResponseFlags::OVERLOAD_MANAGER) {
+        stats.downstream_rq_overload_close.inc();
+    } else if stream.flags.contains(ResponseFlags::NO_ROUTE_FOUND) {
         stats.no_route.inc();
     } else if stream.flags.contains(ResponseFlags::NO_CLUSTER_FOUND) {
         stats.no_cluster.inc();

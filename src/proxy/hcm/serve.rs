@@ -26,6 +26,8 @@ use super::observed::handle;
 use super::upgrade::UpgradeSlot;
 use super::{Exchange, ProxyBody, Secure, stream};
 use crate::config::listener::HttpConnectionManager;
+use crate::config::overload::ActionKind;
+use crate::proxy::overload::OverloadState;
 use crate::core::shutdown::Signal;
 use crate::proxy::filters::DownstreamConnection;
 use crate::telemetry::HttpStats;
@@ -58,6 +60,9 @@ pub async fn serve<S>(
     let filters = context.filters.http_of(&manager, info.inbound);
     let tracer = context.telemetry.tracer(&manager, &context.store).map(Rc::new);
     let outbound = info.outbound;
+    let overloadable = info.overloadable;
+    let keepalive = context.overload.config().actions.iter().any(|a| a.kind == ActionKind::DisableHttpKeepalive);
+    let overload = (overloadable && keepalive).then(|| context.overload.clone());
     let _connection = stats.connection();
     // An inbound-only drain closes inbound connections; a full drain closes them all.
     let draining = if info.inbound { context.draining_inbound.clone() } else { context.draining.clone() };
@@ -102,13 +107,14 @@ pub async fn serve<S>(
                     upgrades: http1.then_some(&*upgrades),
                     tracer: tracer.as_deref(),
                     outbound,
+                    overloadable,
                 };
                 let run = |request| handle(request, exchange, stats.clone(), &access_logs);
                 Ok(stream::limited(request, &lifetime, &manager, &stats, run).await)
             })
         })
     };
-    let ends = Ends { draining, lifetime, stats: stats.clone(), peer: info.peer };
+    let ends = Ends { draining, lifetime, stats: stats.clone(), peer: info.peer, overload };
     // Boxed, so that an HTTP/1.1 connection's task holds no room for HTTP/2's state.
     match protocol {
         Protocol::Http1 => {
@@ -125,6 +131,8 @@ struct Ends {
     lifetime: Arc<Lifetime>,
     stats: Arc<HttpStats>,
     peer: std::net::SocketAddr,
+    /// Set when `disable_http_keepalive` is configured and applies.
+    overload: Option<Arc<OverloadState>>,
 }
 
 impl Ends {
@@ -133,6 +141,11 @@ impl Ends {
     async fn next(&self) -> Option<Close> {
         let reason = tokio::select! {
             _ = self.draining.clone().triggered() => return None,
+            _ = keepalive_disabled(self.overload.as_deref()) => {
+                // Drained as Envoy drains: HTTP/1 closes after its response, HTTP/2 gets GOAWAY.
+                self.stats.downstream_cx_overload_disable_keepalive.inc();
+                return None;
+            }
             reason = self.lifetime.until_close() => reason,
         };
         let stats = &self.stats;
@@ -148,6 +161,13 @@ impl Ends {
             }
         }
         None
+    }
+}
+
+async fn keepalive_disabled(overload: Option<&OverloadState>) {
+    match overload {
+        Some(overload) => overload.keepalive_disabled().await,
+        None => std::future::pending().await,
     }
 }
 

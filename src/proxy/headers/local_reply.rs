@@ -54,6 +54,8 @@ pub enum LocalReply {
     UpstreamReset { reason: ResetReason, retried: bool },
     /// The cluster's `max_requests` circuit breaker is open or its pool overflowed.
     Overflow,
+    /// The overload manager refuses new requests: 503 `envoy overloaded`.
+    Overloaded,
 }
 
 impl LocalReply {
@@ -61,7 +63,9 @@ impl LocalReply {
         match self {
             LocalReply::NoRoute => StatusCode::NOT_FOUND,
             LocalReply::ClusterNotFound(status) => *status,
-            LocalReply::NoHealthyUpstream | LocalReply::Overflow => StatusCode::SERVICE_UNAVAILABLE,
+            LocalReply::NoHealthyUpstream | LocalReply::Overflow | LocalReply::Overloaded => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             LocalReply::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
             LocalReply::UpstreamReset { reason: ResetReason::ProtocolError, .. } => StatusCode::BAD_GATEWAY,
             LocalReply::UpstreamReset { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -76,6 +80,7 @@ impl LocalReply {
             LocalReply::NoHealthyUpstream => "no_healthy_upstream".to_owned(),
             LocalReply::UpstreamTimeout => "upstream_response_timeout".to_owned(),
             LocalReply::Overflow => "upstream_reset_before_response_started{overflow}".to_owned(),
+            LocalReply::Overloaded => "overload".to_owned(),
             LocalReply::UpstreamReset { reason, .. } => {
                 format!("upstream_reset_before_response_started{{{}}}", reason.as_str().replace(' ', "_"))
             }
@@ -87,6 +92,7 @@ impl LocalReply {
             LocalReply::NoRoute | LocalReply::ClusterNotFound(_) => String::new(),
             LocalReply::NoHealthyUpstream => "no healthy upstream".into(),
             LocalReply::UpstreamTimeout => "upstream request timeout".into(),
+            LocalReply::Overloaded => "envoy overloaded".into(),
             LocalReply::UpstreamReset { reason, retried: false } => {
                 format!("upstream connect error or disconnect/reset before headers. reset reason: {}", reason.as_str())
             }
