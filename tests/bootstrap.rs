@@ -31,10 +31,13 @@ fn istio_sidecar_bootstrap_loads_with_a_list_of_what_is_ignored() {
     assert_eq!(bootstrap.static_listeners.len(), 2);
 
     let ignored: Vec<_> = bootstrap.ignored.iter().map(|i| i.path.as_str()).collect();
-    for expected in ["stats_config.stats_tags", "overload_manager.resource_monitors", "bootstrap_extensions"] {
+    for expected in ["stats_config.stats_tags", "bootstrap_extensions"] {
         assert!(ignored.contains(&expected), "{expected} is reported as ignored: {ignored:?}");
     }
     assert!(!ignored.iter().any(|p| p.starts_with("layered_runtime")), "layered_runtime is ignored silently");
+    // Istio's global connection limit is i32::MAX: understood as no limit, not ignored.
+    assert!(!ignored.iter().any(|p| p.starts_with("overload_manager")), "{ignored:?}");
+    assert_eq!(bootstrap.overload.max_downstream_connections, None);
     // Istio's inclusion list is enforced, not ignored.
     assert!(!ignored.iter().any(|p| p.starts_with("stats_config.stats_matcher")), "{ignored:?}");
     assert!(!bootstrap.stats.matcher.rejects("cluster.xds-grpc.upstream_rq_total"));

@@ -233,7 +233,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         watched.failed().await;
         failures.inc();
     });
-    let overload_state = overload::state(bootstrap.overload.clone());
+    let overload_state = overload::state(bootstrap.overload.clone(), &stats);
     tokio::spawn(overload::refresh(overload_state.clone(), stats.clone(), signal.clone()));
     let worker_options = WorkerOptions {
         drain: draining,

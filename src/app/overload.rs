@@ -23,8 +23,8 @@ const SHRINK_HEAP_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The state for `config`, evaluated once so that what is in force at start-up applies to
 /// the first connection.
-pub fn state(config: OverloadConfig) -> Arc<OverloadState> {
-    let state = Arc::new(OverloadState::new(config));
+pub fn state(config: OverloadConfig, stats: &Stats) -> Arc<OverloadState> {
+    let state = Arc::new(OverloadState::new(config).with_stats(stats));
     state.update(&pressures(state.config()));
     state
 }
@@ -38,6 +38,16 @@ pub async fn refresh(state: Arc<OverloadState>, stats: Arc<Stats>, stop: shutdow
     let scope = Scope::envoy().child("overload");
     let pressure_gauges: Vec<Gauge> =
         config.monitors.iter().map(|m| stats.gauge(scope.child(&m.name).name("pressure"))).collect();
+    // Held here: the store forgets the cells nobody holds.
+    let action_names = config.actions.iter().map(|a| (a.kind.name(), true));
+    let point_names = config.load_shed_points.iter().map(|p| (p.kind.name(), false));
+    let scale_gauges: Vec<(Option<Gauge>, Gauge)> = action_names
+        .chain(point_names)
+        .map(|(name, is_action)| {
+            let named = scope.child(name);
+            (is_action.then(|| stats.gauge(named.name("active"))), stats.gauge(named.name("scale_percent")))
+        })
+        .collect();
     let mut interval = tokio::time::interval(config.refresh_interval);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_shrink: Option<Instant> = None;
@@ -50,14 +60,16 @@ pub async fn refresh(state: Arc<OverloadState>, stats: Arc<Stats>, stop: shutdow
         for (gauge, pressure) in pressure_gauges.iter().zip(&pressures) {
             gauge.set(percent(*pressure));
         }
-        for (name, scale) in state.update(&pressures) {
-            let named = scope.child(name);
-            if name.starts_with("envoy.overload_actions.") {
-                stats.gauge(named.name("active")).set(i64::from(scale >= 1.0));
+        // In the order `update` reports them: actions, then load-shed points.
+        for ((active, scale_percent), (_, scale)) in scale_gauges.iter().zip(state.update(&pressures)) {
+            if let Some(active) = active {
+                active.set(i64::from(scale >= 1.0));
             }
-            stats.gauge(named.name("scale_percent")).set(percent(f64::from(scale)));
+            scale_percent.set(percent(f64::from(scale)));
         }
-        if state.is_saturated(ActionKind::ShrinkHeap) && last_shrink.is_none_or(|at| at.elapsed() >= SHRINK_HEAP_INTERVAL) {
+        if state.is_saturated(ActionKind::ShrinkHeap)
+            && last_shrink.is_none_or(|at| at.elapsed() >= SHRINK_HEAP_INTERVAL)
+        {
             allocator::release_free_memory();
             last_shrink = Some(Instant::now());
         }

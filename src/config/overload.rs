@@ -129,7 +129,8 @@ pub enum LoadShedKind {
 }
 
 impl LoadShedKind {
-    pub const ALL: [LoadShedKind; 2] = [LoadShedKind::TcpListenerAccept, LoadShedKind::HttpConnectionManagerDecodeHeaders];
+    pub const ALL: [LoadShedKind; 2] =
+        [LoadShedKind::TcpListenerAccept, LoadShedKind::HttpConnectionManagerDecodeHeaders];
 
     pub fn name(self) -> &'static str {
         match self {

@@ -89,6 +89,8 @@ pub(super) struct Exchange<'a> {
     pub outbound: bool,
     /// The overload manager's actions apply (the listener does not bypass it).
     pub overloadable: bool,
+    /// `disable_http_keepalive` is configured and applies: told to drain the connection.
+    pub overload_drain: Option<&'a tokio::sync::Notify>,
 }
 
 /// One request: path normalization, the connection manager's header handling, route

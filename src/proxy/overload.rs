@@ -2,8 +2,8 @@
 //! load-shed point, set by the refresh loop (`app::overload`) from the monitors' pressure,
 //! and the global count of downstream connections against its limit.
 //!
-//! Workers only load atomics (and, for the two actions that must wake connections and
-//! accept loops, watch a channel): no lock on the request or accept path.
+//! Workers only load atomics (and accept loops, which `stop_accepting_connections` must
+//! wake, watch a channel): no lock on the request or accept path.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -11,6 +11,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use tokio::sync::watch;
 
 use crate::config::overload::{ActionKind, LoadShedKind, OverloadConfig, Trigger, TriggerKind};
+use crate::telemetry::stats::Scope;
+use crate::telemetry::{Counter, Stats};
 
 /// Shared by every worker and the refresh loop.
 #[derive(Debug)]
@@ -20,11 +22,11 @@ pub struct OverloadState {
     actions: [AtomicU32; ActionKind::ALL.len()],
     /// Each load-shed point's scale, by its position in [`LoadShedKind::ALL`].
     shed_points: [AtomicU32; LoadShedKind::ALL.len()],
-    /// `disable_http_keepalive` is saturated: connections drain.
-    keepalive_disabled: watch::Sender<bool>,
     /// `stop_accepting_connections` is saturated: accept loops wait.
     accept_paused: watch::Sender<bool>,
     connections: AtomicU64,
+    /// `overload.<point>.shed_load_count`, by position in [`LoadShedKind::ALL`].
+    shed_load_counts: [Counter; LoadShedKind::ALL.len()],
 }
 
 impl Default for OverloadState {
@@ -39,10 +41,21 @@ impl OverloadState {
             config,
             actions: Default::default(),
             shed_points: Default::default(),
-            keepalive_disabled: watch::Sender::new(false),
             accept_paused: watch::Sender::new(false),
             connections: AtomicU64::new(0),
+            shed_load_counts: Default::default(),
         }
+    }
+
+    /// Registers `overload.<point>.shed_load_count` for the configured load-shed points.
+    pub fn with_stats(mut self, stats: &Stats) -> Self {
+        for point in &self.config.load_shed_points {
+            if let Some(i) = LoadShedKind::ALL.iter().position(|k| *k == point.kind) {
+                let scope = Scope::envoy().child("overload").child(point.kind.name());
+                self.shed_load_counts[i] = stats.counter(scope.name("shed_load_count"));
+            }
+        }
+        self
     }
 
     pub fn config(&self) -> &OverloadConfig {
@@ -69,7 +82,6 @@ impl OverloadState {
             scales.push((point.kind.name(), scale));
         }
         let saturated = |kind| self.is_saturated(kind);
-        self.keepalive_disabled.send_if_modified(|v| replace(v, saturated(ActionKind::DisableHttpKeepalive)));
         self.accept_paused.send_if_modified(|v| replace(v, saturated(ActionKind::StopAcceptingConnections)));
         scales
     }
@@ -90,25 +102,29 @@ impl OverloadState {
     pub fn sheds(&self, kind: LoadShedKind, draw: impl FnOnce() -> f32) -> bool {
         let Some(i) = LoadShedKind::ALL.iter().position(|k| *k == kind) else { return false };
         let scale = f32::from_bits(self.shed_points[i].load(Ordering::Relaxed));
+        let sheds = scale >= 1.0 || (scale > 0.0 && draw() < scale);
+        if sheds {
+            self.shed_load_counts[i].inc();
+        }
+        sheds
+    }
+
+    /// Whether an action applies this time, for the actions Envoy applies with
+    /// probability their scale (`reject_incoming_connections`, `disable_http_keepalive`):
+    /// always when saturated, never at 0; `draw` is uniform in [0, 1).
+    pub fn applies(&self, kind: ActionKind, draw: impl FnOnce() -> f32) -> bool {
+        let scale = self.scale(kind);
         scale >= 1.0 || (scale > 0.0 && draw() < scale)
     }
 
-    /// Whether a new connection is rejected by `reject_incoming_connections` (with
-    /// probability its scale, as Envoy's reject fraction).
+    /// Whether a new connection is rejected by `reject_incoming_connections`.
     pub fn rejects_connection(&self, draw: impl FnOnce() -> f32) -> bool {
-        let scale = self.scale(ActionKind::RejectIncomingConnections);
-        scale >= 1.0 || (scale > 0.0 && draw() < scale)
-    }
-
-    /// Resolves once `disable_http_keepalive` is saturated (at once if it is already).
-    pub async fn keepalive_disabled(&self) {
-        let mut disabled = self.keepalive_disabled.subscribe();
-        // The sender lives as long as `self`: `wait_for` cannot fail while it is borrowed.
-        let _ = disabled.wait_for(|v| *v).await;
+        self.applies(ActionKind::RejectIncomingConnections, draw)
     }
 
     /// Resolves once `stop_accepting_connections` is not saturated.
     pub async fn accepting(&self) {
+        // The sender lives as long as `self`: `wait_for` cannot fail while it is borrowed.
         let mut paused = self.accept_paused.subscribe();
         let _ = paused.wait_for(|v| !*v).await;
     }
@@ -192,6 +208,7 @@ impl Drop for GlobalConnection {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::config::overload::{Action, Monitor, MonitorKind};

@@ -8,12 +8,14 @@ use std::time::Instant;
 use http::{Request, Response, Version};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use rand::Rng;
 
 use super::super::access_log::ActiveLog;
 use super::super::completion::{Completed, Completion, PendingSpan};
 use super::super::filters::ResponseFlagsSlot;
 use super::super::response_flags::ResponseFlags;
 use super::{Exchange, ProxyBody, forward_request};
+use crate::config::overload::ActionKind;
 use crate::telemetry::{HttpStats, RequestSpan};
 
 /// Counts, times and logs one request around [`forward_request`].
@@ -35,7 +37,22 @@ pub(super) async fn handle(
         stream.log = Some(access_logs.clone());
     }
     let mut pending = None;
-    let response = forward_request(request, exchange, &mut stream, &mut pending).await;
+    let http1 = request.version() != Version::HTTP_2;
+    let mut response = forward_request(request, exchange, &mut stream, &mut pending).await;
+    if let Some(drain) = exchange.overload_drain
+        && exchange
+            .context
+            .overload
+            .applies(ActionKind::DisableHttpKeepalive, || exchange.context.rng.borrow_mut().random())
+    {
+        // Envoy's `disable_http_keepalive`: this response is the connection's last on
+        // HTTP/1, and HTTP/2 connections drain.
+        if http1 {
+            response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+            completion.stats().downstream_cx_overload_disable_keepalive.inc();
+        }
+        drain.notify_one();
+    }
     let status = response.status().as_u16();
     if let Some(slot) = response.extensions().get::<ResponseFlagsSlot>() {
         let _ = slot.0.set(stream.flags);

@@ -14,6 +14,7 @@ use hyper::body::Incoming;
 use hyper::service::{HttpService, service_fn};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::Notify;
 
 use super::super::exec::LocalExec;
 use super::super::filter_chain::ConnectionInfo;
@@ -27,7 +28,6 @@ use super::upgrade::UpgradeSlot;
 use super::{Exchange, ProxyBody, Secure, stream};
 use crate::config::listener::HttpConnectionManager;
 use crate::config::overload::ActionKind;
-use crate::proxy::overload::OverloadState;
 use crate::core::shutdown::Signal;
 use crate::proxy::filters::DownstreamConnection;
 use crate::telemetry::HttpStats;
@@ -62,7 +62,8 @@ pub async fn serve<S>(
     let outbound = info.outbound;
     let overloadable = info.overloadable;
     let keepalive = context.overload.config().actions.iter().any(|a| a.kind == ActionKind::DisableHttpKeepalive);
-    let overload = (overloadable && keepalive).then(|| context.overload.clone());
+    // Told by a request answered while `disable_http_keepalive` is in force.
+    let overload_drain = (overloadable && keepalive).then(|| Rc::new(Notify::new()));
     let _connection = stats.connection();
     // An inbound-only drain closes inbound connections; a full drain closes them all.
     let draining = if info.inbound { context.draining_inbound.clone() } else { context.draining.clone() };
@@ -89,12 +90,12 @@ pub async fn serve<S>(
     let upgrades: Rc<UpgradeSlot> = Rc::default();
     let service = {
         let (manager, stats, lifetime, upgrades) = (manager.clone(), stats.clone(), lifetime.clone(), upgrades.clone());
-        let tracer = tracer.clone();
+        let (tracer, overload_drain) = (tracer.clone(), overload_drain.clone());
         service_fn(move |request: Request<Incoming>| -> Served {
             let (manager, context, stats, access_logs, lifetime) =
                 (manager.clone(), context.clone(), stats.clone(), access_logs.clone(), lifetime.clone());
             let (filters, connection, upgrades) = (filters.clone(), connection.clone(), upgrades.clone());
-            let tracer = tracer.clone();
+            let (tracer, overload_drain) = (tracer.clone(), overload_drain.clone());
             Box::pin(async move {
                 let http1 = request.version() == http::Version::HTTP_11;
                 let exchange = Exchange {
@@ -108,13 +109,15 @@ pub async fn serve<S>(
                     tracer: tracer.as_deref(),
                     outbound,
                     overloadable,
+                    overload_drain: overload_drain.as_deref(),
                 };
                 let run = |request| handle(request, exchange, stats.clone(), &access_logs);
                 Ok(stream::limited(request, &lifetime, &manager, &stats, run).await)
             })
         })
     };
-    let ends = Ends { draining, lifetime, stats: stats.clone(), peer: info.peer, overload };
+    let ends =
+        Ends { draining, lifetime, stats: stats.clone(), peer: info.peer, overload_drain: overload_drain.clone() };
     // Boxed, so that an HTTP/1.1 connection's task holds no room for HTTP/2's state.
     match protocol {
         Protocol::Http1 => {
@@ -131,8 +134,9 @@ struct Ends {
     lifetime: Arc<Lifetime>,
     stats: Arc<HttpStats>,
     peer: std::net::SocketAddr,
-    /// Set when `disable_http_keepalive` is configured and applies.
-    overload: Option<Arc<OverloadState>>,
+    /// Set when `disable_http_keepalive` is configured and applies; told when a response
+    /// went out while it was in force.
+    overload_drain: Option<Rc<Notify>>,
 }
 
 impl Ends {
@@ -141,11 +145,8 @@ impl Ends {
     async fn next(&self) -> Option<Close> {
         let reason = tokio::select! {
             _ = self.draining.clone().triggered() => return None,
-            _ = keepalive_disabled(self.overload.as_deref()) => {
-                // Drained as Envoy drains: HTTP/1 closes after its response, HTTP/2 gets GOAWAY.
-                self.stats.downstream_cx_overload_disable_keepalive.inc();
-                return None;
-            }
+            // Drained as Envoy drains: HTTP/1 closes after its response, HTTP/2 gets GOAWAY.
+            _ = told(self.overload_drain.as_deref()) => return None,
             reason = self.lifetime.until_close() => reason,
         };
         let stats = &self.stats;
@@ -164,9 +165,9 @@ impl Ends {
     }
 }
 
-async fn keepalive_disabled(overload: Option<&OverloadState>) {
-    match overload {
-        Some(overload) => overload.keepalive_disabled().await,
+async fn told(notify: Option<&Notify>) {
+    match notify {
+        Some(notify) => notify.notified().await,
         None => std::future::pending().await,
     }
 }

@@ -71,16 +71,30 @@ pub fn overload(manager: proto::OverloadManager, warnings: &mut Warnings) -> Res
             }
             FIXED_HEAP => {
                 let heap: FixedHeapConfig = common::unpack(any).map_err(|e| e.at(&typed))?;
-                if heap.max_heap_size_bytes == 0 {
+                // Exactly one of the two; the runtime overlay has no runtime here to override
+                // it, so its default is the limit.
+                let max_heap_size_bytes = match (heap.max_heap_size_bytes, &heap.max_heap_size_bytes_runtime) {
+                    (0, Some(runtime)) => runtime.default_value,
+                    (max, None) => max,
+                    (_, Some(_)) => {
+                        return Err(ConfigError::new(
+                            format!("{typed}.max_heap_size_bytes_runtime"),
+                            "exactly one of max_heap_size_bytes and max_heap_size_bytes_runtime may be set",
+                        ));
+                    }
+                };
+                if max_heap_size_bytes == 0 {
                     return Err(ConfigError::new(format!("{typed}.max_heap_size_bytes"), "must be greater than 0"));
                 }
-                let kind = MonitorKind::FixedHeap { max_heap_size_bytes: heap.max_heap_size_bytes };
+                let kind = MonitorKind::FixedHeap { max_heap_size_bytes };
                 config.monitors.push(Monitor { name: monitor.name, kind });
             }
             CGROUP_MEMORY => {
                 let cgroup: CgroupMemoryConfig = common::unpack(any).map_err(|e| e.at(&typed))?;
                 let max_memory_bytes = (cgroup.max_memory_bytes > 0).then_some(cgroup.max_memory_bytes);
-                config.monitors.push(Monitor { name: monitor.name, kind: MonitorKind::CgroupMemory { max_memory_bytes } });
+                config
+                    .monitors
+                    .push(Monitor { name: monitor.name, kind: MonitorKind::CgroupMemory { max_memory_bytes } });
             }
             other => {
                 // Unsampled, it changes nothing unless a trigger names it: refused there.
@@ -118,7 +132,10 @@ pub fn overload(manager: proto::OverloadManager, warnings: &mut Warnings) -> Res
         if let Some(typed) = &action.typed_config
             && kind != ActionKind::ShrinkHeap
         {
-            return Err(ConfigError::new(format!("{at}.typed_config"), format!("{} takes no configuration", typed.type_url)));
+            return Err(ConfigError::new(
+                format!("{at}.typed_config"),
+                format!("{} takes no configuration", typed.type_url),
+            ));
         }
         let triggers = triggers(&action.triggers, &format!("{at}.triggers"), &monitor_index)?;
         config.actions.push(Action { kind, triggers });
@@ -199,13 +216,17 @@ fn fraction(value: f64, at: &str) -> Result<f64> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use prost::{Message, Name};
 
     fn monitor<M: Message + Name>(name: &str, config: M) -> proto::ResourceMonitor {
         let any = Any { type_url: M::type_url(), value: config.encode_to_vec() };
-        proto::ResourceMonitor { name: name.into(), config_type: Some(proto::resource_monitor::ConfigType::TypedConfig(any)) }
+        proto::ResourceMonitor {
+            name: name.into(),
+            config_type: Some(proto::resource_monitor::ConfigType::TypedConfig(any)),
+        }
     }
 
     fn threshold(name: &str, value: f64) -> proto::Trigger {
@@ -220,7 +241,10 @@ mod tests {
 
     fn heap_manager(action: &str, trigger: proto::Trigger) -> proto::OverloadManager {
         proto::OverloadManager {
-            resource_monitors: vec![monitor(HEAP, FixedHeapConfig { max_heap_size_bytes: 1 << 30 })],
+            resource_monitors: vec![monitor(
+                HEAP,
+                FixedHeapConfig { max_heap_size_bytes: 1 << 30, max_heap_size_bytes_runtime: None },
+            )],
             actions: vec![proto::OverloadAction { name: action.into(), triggers: vec![trigger], typed_config: None }],
             ..Default::default()
         }
@@ -233,11 +257,13 @@ mod tests {
     #[test]
     fn istios_unlimited_global_limit_is_no_limit_and_a_finite_one_is_kept() {
         let unlimited = DownstreamConnectionsConfig { max_active_downstream_connections: UNLIMITED };
-        let manager = proto::OverloadManager { resource_monitors: vec![monitor(GLOBAL, unlimited)], ..Default::default() };
+        let manager =
+            proto::OverloadManager { resource_monitors: vec![monitor(GLOBAL, unlimited)], ..Default::default() };
         let config = overload(manager, &mut Warnings::new()).unwrap();
         assert_eq!(config.max_downstream_connections, None);
         let limited = DownstreamConnectionsConfig { max_active_downstream_connections: 1000 };
-        let manager = proto::OverloadManager { resource_monitors: vec![monitor(GLOBAL, limited)], ..Default::default() };
+        let manager =
+            proto::OverloadManager { resource_monitors: vec![monitor(GLOBAL, limited)], ..Default::default() };
         assert_eq!(overload(manager, &mut Warnings::new()).unwrap().max_downstream_connections, Some(1000));
         let zero = DownstreamConnectionsConfig { max_active_downstream_connections: 0 };
         let manager = proto::OverloadManager { resource_monitors: vec![monitor(GLOBAL, zero)], ..Default::default() };
@@ -246,8 +272,11 @@ mod tests {
 
     #[test]
     fn a_heap_action_is_converted() {
-        let config = overload(heap_manager(ActionKind::StopAcceptingRequests.name(), threshold(HEAP, 0.95)), &mut Warnings::new())
-            .unwrap();
+        let config = overload(
+            heap_manager(ActionKind::StopAcceptingRequests.name(), threshold(HEAP, 0.95)),
+            &mut Warnings::new(),
+        )
+        .unwrap();
         assert_eq!(config.monitors[0].kind, MonitorKind::FixedHeap { max_heap_size_bytes: 1 << 30 });
         assert_eq!(config.actions[0].kind, ActionKind::StopAcceptingRequests);
         assert_eq!(config.actions[0].triggers[0], Trigger { monitor: 0, kind: TriggerKind::Threshold { value: 0.95 } });
@@ -277,7 +306,9 @@ mod tests {
         });
         assert!(error(manager).starts_with("loadshed_points[0].name:"));
         let mut manager = heap_manager(ActionKind::ShrinkHeap.name(), threshold(HEAP, 0.9));
-        manager.resource_monitors.push(monitor(HEAP, FixedHeapConfig { max_heap_size_bytes: 1 }));
+        manager
+            .resource_monitors
+            .push(monitor(HEAP, FixedHeapConfig { max_heap_size_bytes: 1, max_heap_size_bytes_runtime: None }));
         assert!(error(manager).starts_with("resource_monitors[1].name:"));
     }
 }
