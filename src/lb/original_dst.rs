@@ -6,14 +6,19 @@
 //!
 //! The hosts of a cluster are shared by every worker (one [`EndpointStats`] per
 //! destination, as for EDS endpoints). Each worker keeps its own cache of them, so a pick
-//! for a destination the worker has seen is a hash lookup and one relaxed store; the
-//! shared map's lock is taken only when a worker meets a destination for the first time
-//! (Envoy, too, creates the host on the worker and posts it to the main thread).
+//! for a destination the worker has seen is a hash lookup and one relaxed store. The shared
+//! map is copy-on-write behind an `ArcSwap`: a worker meeting a destination for the first
+//! time reads it without a lock and, if the host is missing, publishes a copy with it
+//! (compare-and-swap, retried if another worker published first). No lock is shared by
+//! workers on the request path; a copy per new destination is cheap because the sweep keeps
+//! the map to the destinations of one `cleanup_interval`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+
+use arc_swap::ArcSwap;
 use std::time::{Duration, Instant};
 
 use super::host::Host;
@@ -57,7 +62,7 @@ pub struct DestinationHost {
 /// rebuilds (by the cluster's stats registry), like the stats of EDS endpoints.
 #[derive(Debug, Default)]
 pub struct OriginalDstHosts {
-    hosts: Mutex<HashMap<SocketAddr, Arc<DestinationHost>>>,
+    hosts: ArcSwap<HashMap<SocketAddr, Arc<DestinationHost>>>,
     /// The cluster's stats, which its hosts count into.
     cluster_stats: Arc<ClusterStats>,
     /// Bumped by every sweep that removes a host: workers then drop their cached copies.
@@ -71,21 +76,53 @@ impl OriginalDstHosts {
 
     /// The host for `address`, created if it is new.
     pub fn get_or_create(&self, address: SocketAddr, now: Instant) -> Arc<DestinationHost> {
-        let mut hosts = self.hosts.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry =
-            hosts.entry(address).or_insert_with(|| Arc::new(DestinationHost::new(address, &self.cluster_stats, now)));
-        entry.used.store(true, Ordering::Relaxed);
-        entry.clone()
+        if let Some(host) = self.hosts.load().get(&address) {
+            host.used.store(true, Ordering::Relaxed);
+            return host.clone();
+        }
+        let created = Arc::new(DestinationHost::new(address, &self.cluster_stats, now));
+        // Keeps the host another worker may have published meanwhile: one per destination.
+        let previous = self.hosts.rcu(|hosts| {
+            if hosts.contains_key(&address) {
+                return hosts.clone();
+            }
+            let mut copy = HashMap::clone(hosts);
+            copy.insert(address, created.clone());
+            Arc::new(copy)
+        });
+        let host = previous.get(&address).cloned().unwrap_or(created);
+        host.used.store(true, Ordering::Relaxed);
+        host
     }
 
     /// Removes every host not picked since the previous sweep and clears the marks of the
     /// others (Envoy's cleanup timer). Returns how many were removed. Connections already
     /// made to a removed host finish normally; the next pick for it creates a new host.
     pub fn sweep(&self) -> usize {
-        let mut hosts = self.hosts.lock().unwrap_or_else(PoisonError::into_inner);
-        let before = hosts.len();
-        hosts.retain(|_, host| host.used.swap(false, Ordering::Relaxed));
-        let removed = before - hosts.len();
+        // Marks are cleared once, outside the copy-on-write retry below.
+        let unused: Vec<SocketAddr> = self
+            .hosts
+            .load()
+            .iter()
+            .filter(|(_, host)| !host.used.swap(false, Ordering::Relaxed))
+            .map(|(address, _)| *address)
+            .collect();
+        if unused.is_empty() {
+            return 0;
+        }
+        let mut removed = 0;
+        self.hosts.rcu(|hosts| {
+            removed = 0; // counted again if the swap is retried
+            let mut copy = HashMap::clone(hosts);
+            for address in &unused {
+                // A host picked since its mark was read stays.
+                if copy.get(address).is_some_and(|host| !host.used.load(Ordering::Relaxed)) {
+                    copy.remove(address);
+                    removed += 1;
+                }
+            }
+            Arc::new(copy)
+        });
         if removed > 0 {
             self.removals.fetch_add(1, Ordering::Release);
         }
@@ -94,8 +131,7 @@ impl OriginalDstHosts {
 
     /// The current hosts, sorted by address (for admin views and tests).
     pub fn hosts(&self) -> Vec<Arc<Host>> {
-        let hosts = self.hosts.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut all: Vec<Arc<Host>> = hosts.values().map(|h| h.host.clone()).collect();
+        let mut all: Vec<Arc<Host>> = self.hosts.load().values().map(|h| h.host.clone()).collect();
         all.sort_by_key(|h| h.address().to_string());
         all
     }
@@ -183,6 +219,30 @@ mod tests {
         let other = worker1.pick(&cluster, "[2001:db8::1]:443".parse().unwrap(), now);
         assert!(!Arc::ptr_eq(&first.stats, &other.stats));
         assert_eq!(cluster.hosts.hosts().len(), 2);
+    }
+
+    #[test]
+    fn workers_meeting_a_destination_at_once_share_one_host() {
+        let cluster = cluster(None);
+        let now = Instant::now();
+        let destinations: Vec<SocketAddr> = (0..200).map(|i| SocketAddr::from(([10, 0, 0, 1], 1000 + i))).collect();
+        let picked: Vec<Vec<Arc<Host>>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..4)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut cache = DestinationCache::default();
+                        destinations.iter().map(|d| cache.pick(&cluster, *d, now)).collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).collect()
+        });
+        assert_eq!(cluster.hosts.hosts().len(), destinations.len());
+        for worker in &picked[1..] {
+            for (mine, first) in worker.iter().zip(&picked[0]) {
+                assert!(Arc::ptr_eq(&mine.stats, &first.stats), "one host per destination across workers");
+            }
+        }
     }
 
     #[test]
