@@ -3,6 +3,7 @@
 
 pub mod allocator;
 pub mod backoff;
+pub mod cow_map;
 pub mod health_check;
 pub mod net;
 pub mod shutdown;

@@ -2,9 +2,9 @@
 //! store forgets a counter nobody holds, so they are kept here, by name; and since a
 //! `cluster_header` route takes its cluster from the client, only so many are kept.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use crate::core::cow_map::CowMap;
 use crate::telemetry::{Counter, StatName, Stats};
 
 /// More distinct names than this are not counted (a client naming clusters at will must
@@ -13,26 +13,29 @@ const MAX_COUNTERS: usize = 4096;
 
 pub struct ClusterCounters {
     store: Arc<Stats>,
-    counters: Mutex<HashMap<String, Counter>>,
+    /// Read without a lock by every worker; written when a name is first counted.
+    counters: CowMap<String, Counter>,
 }
 
 impl ClusterCounters {
     pub fn new(store: Arc<Stats>) -> Self {
-        Self { store, counters: Mutex::new(HashMap::new()) }
+        Self { store, counters: CowMap::default() }
     }
 
     pub fn inc(&self, name: StatName) {
-        let mut counters = self.counters.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(counter) = counters.get(&name.flat) {
-            counter.inc();
+        if self.counters.read(|counters| counters.get(&name.flat).map(Counter::inc)).is_some() {
             return;
         }
-        if counters.len() >= MAX_COUNTERS {
+        if self.counters.len() >= MAX_COUNTERS {
             return;
         }
         let flat = name.flat.clone();
+        // The store gives every caller the same cell for a name: a racing worker's copy
+        // counts into it too.
         let counter = self.store.counter(name);
         counter.inc();
-        counters.insert(flat, counter);
+        self.counters.update(|counters| {
+            counters.entry(flat.clone()).or_insert_with(|| counter.clone());
+        });
     }
 }

@@ -17,8 +17,7 @@
 //! documentation says otherwise; the differential test checks what it sends), so neither
 //! does Outrider.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use super::chance::happens;
 use super::context::{LocalResponse, RequestContext};
@@ -28,6 +27,7 @@ use super::network::{ConnectionContext, NetworkFilter, NetworkFilterStatus};
 use super::token_bucket::TokenBucket;
 use crate::config::filters::FilterOverride;
 use crate::config::filters::local_ratelimit::{HttpLocalRateLimit, NetworkLocalRateLimit};
+use crate::core::cow_map::CowMap;
 use crate::proxy::response_flags::ResponseFlags;
 use crate::telemetry::{Counter, Scope, Stats};
 
@@ -38,13 +38,10 @@ pub struct LocalRateLimitFilter {
     name: String,
     limiter: Limiter,
     stats: Arc<Stats>,
-    /// Routes' own limiters, by the address of their settings.
-    per_route: Mutex<RouteLimiters>,
+    /// Routes' own limiters, by the address of their settings; read by every worker
+    /// without a lock.
+    per_route: CowMap<usize, (Weak<HttpLocalRateLimit>, Arc<Limiter>)>,
 }
-
-/// A route's limiter, by the address of its settings; the weak half tells whether the
-/// settings (and so the route configuration) are still there.
-type RouteLimiters = HashMap<usize, (Weak<HttpLocalRateLimit>, Arc<Limiter>)>;
 
 /// One configuration's bucket and `<stat_prefix>.http_local_rate_limit.*` counters.
 struct Limiter {
@@ -109,24 +106,37 @@ impl LocalRateLimitFilter {
             name: name.to_owned(),
             limiter: Limiter::new(config, factory.stats),
             stats: factory.stats.clone(),
-            per_route: Mutex::new(HashMap::new()),
+            per_route: CowMap::default(),
         }
     }
 
     /// The limiter of a route's own settings, made on first use.
     fn route_limiter(&self, config: &Arc<HttpLocalRateLimit>) -> Arc<Limiter> {
         let address = Arc::as_ptr(config) as usize;
-        // Held only for the lookup; never across an await.
-        let mut routes = self.per_route.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((weak, limiter)) = routes.get(&address)
-            && weak.upgrade().is_some_and(|live| Arc::ptr_eq(&live, config))
+        // The weak half tells whether the settings (and so the route configuration) are
+        // still the ones the limiter was made for.
+        let live = |entry: &(Weak<HttpLocalRateLimit>, Arc<Limiter>)| {
+            entry.0.upgrade().is_some_and(|live| Arc::ptr_eq(&live, config))
+        };
+        if let Some(limiter) =
+            self.per_route.read(|routes| routes.get(&address).filter(|e| live(e)).map(|e| e.1.clone()))
         {
-            return limiter.clone();
+            return limiter;
         }
-        routes.retain(|_, (weak, _)| weak.strong_count() > 0);
-        let limiter = Arc::new(Limiter::new(config.clone(), &self.stats));
-        routes.insert(address, (Arc::downgrade(config), limiter.clone()));
-        limiter
+        let made = Arc::new(Limiter::new(config.clone(), &self.stats));
+        let mut chosen = made.clone();
+        self.per_route.update(|routes| {
+            routes.retain(|_, (weak, _)| weak.strong_count() > 0);
+            // Another worker may have made this route's limiter meanwhile: one bucket.
+            match routes.get(&address).filter(|e| live(e)) {
+                Some(entry) => chosen = entry.1.clone(),
+                None => {
+                    chosen = made.clone();
+                    routes.insert(address, (Arc::downgrade(config), made.clone()));
+                }
+            }
+        });
+        chosen
     }
 }
 

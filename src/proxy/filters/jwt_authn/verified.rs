@@ -1,5 +1,9 @@
 //! Signatures a key set already verified.
 
+use std::sync::Arc;
+
+use crate::core::cow_map::CowMap;
+
 /// The signatures a key set verified, so that a client sending the same token again costs
 /// a look-up instead of a signature check. A pure cache: whether a signature verifies
 /// depends only on the key set (which this belongs to, and which a new fetch replaces
@@ -7,8 +11,8 @@
 /// issuer and audiences are still checked on every request. Bounded: full, it starts over.
 #[derive(Debug, Default)]
 pub struct Verified {
-    /// `header.payload` → its signature.
-    entries: std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>,
+    /// `header.payload` → its signature. Shared by the workers, read without a lock.
+    entries: CowMap<String, Arc<[u8]>>,
 }
 
 /// A copy of a key set starts with nothing verified.
@@ -23,16 +27,17 @@ const VERIFIED_CAPACITY: usize = 1024;
 
 impl Verified {
     pub fn contains(&self, signed: &str, signature: &[u8]) -> bool {
-        let entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        entries.get(signed).is_some_and(|known| known.as_slice() == signature)
+        self.entries.read(|entries| entries.get(signed).is_some_and(|known| **known == *signature))
     }
 
     pub fn insert(&self, signed: &str, signature: &[u8]) {
-        let mut entries = self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if entries.len() >= VERIFIED_CAPACITY {
-            entries.clear();
-        }
-        entries.insert(signed.to_owned(), signature.to_vec());
+        let signature: Arc<[u8]> = signature.into();
+        self.entries.update(|entries| {
+            if entries.len() >= VERIFIED_CAPACITY {
+                entries.clear();
+            }
+            entries.insert(signed.to_owned(), signature.clone());
+        });
     }
 }
 
