@@ -140,10 +140,13 @@ pub fn mutate_request_headers(
     RequestClassification { client, internal, edge }
 }
 
-/// A random (version 4) UUID, as Envoy's default request id extension makes.
+/// A random (version 4) UUID, as Envoy's default request id extension makes. Drawn from
+/// the thread's CSPRNG (rand's, seeded from the operating system and reseeded by it), not
+/// from a `getrandom` call per request as `Uuid::new_v4` makes.
 pub fn new_request_id() -> HeaderValue {
     let mut buffer = uuid::Uuid::encode_buffer();
-    HeaderValue::from_str(uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buffer))
+    let id = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
+    HeaderValue::from_str(id.hyphenated().encode_lower(&mut buffer))
         .unwrap_or(HeaderValue::from_static("00000000-0000-4000-8000-000000000000"))
 }
 
