@@ -189,19 +189,44 @@ pub fn error_detail(resource_type: ResourceType, rejected: &[Rejected]) -> Optio
     })
 }
 
-/// Logs each ignored field once per process, not once per push.
+/// Logs each distinct cause once per stream, not once per resource per push: the same field
+/// ignored in 5 000 virtual hosts (`virtual_hosts[0].x` … `virtual_hosts[4999].x`) or in
+/// every cluster is one line, naming the first resource it was met in.
 fn log_warnings(resource_type: ResourceType, name: &str, warnings: Warnings, warned: &mut HashSet<Ignored>) {
     for ignored in warnings.into_items() {
-        if warned.insert(ignored.clone()) {
+        if warned.insert(cause(resource_type, &ignored)) {
             tracing::warn!(
                 resource = %resource_type.short_name(),
                 %name,
                 path = %ignored.path,
-                "ignored: {}",
+                "ignored: {} (logged once for every resource of this type)",
                 ignored.what
             );
         }
     }
+}
+
+/// What makes two warnings the same: the resource type, the field path with its list
+/// indices and map keys left out, and the reason.
+fn cause(resource_type: ResourceType, ignored: &Ignored) -> Ignored {
+    let mut path = String::with_capacity(ignored.path.len() + 8);
+    path.push_str(resource_type.short_name());
+    path.push(':');
+    // Inside brackets: an index, or a quoted map key that may itself hold brackets.
+    let (mut in_brackets, mut in_quotes) = (false, false);
+    for c in ignored.path.chars() {
+        match c {
+            '"' if in_brackets => in_quotes = !in_quotes,
+            ']' if in_brackets && !in_quotes => in_brackets = false,
+            _ if in_brackets => {}
+            '[' => {
+                in_brackets = true;
+                path.push_str("[]");
+            }
+            _ => path.push(c),
+        }
+    }
+    Ignored { path, what: ignored.what.clone() }
 }
 
 #[cfg(test)]

@@ -166,3 +166,15 @@ fn acceptance_per_type() {
     assert_eq!(acceptance(ResourceType::ClusterLoadAssignment), Acceptance::UntilFirstFailure);
     assert_eq!(acceptance(ResourceType::Secret), Acceptance::UntilFirstFailure);
 }
+
+#[test]
+fn one_warning_per_cause_whatever_the_index_or_key() {
+    let ignored = |path: &str| Ignored { path: path.into(), what: "not used".into() };
+    let a = cause(ResourceType::RouteConfiguration, &ignored("virtual_hosts[0].routes[3].x"));
+    let b = cause(ResourceType::RouteConfiguration, &ignored("virtual_hosts[4999].routes[0].x"));
+    assert_eq!(a, b);
+    assert_eq!(a.path, "rds:virtual_hosts[].routes[].x");
+    let keyed = cause(ResourceType::RouteConfiguration, &ignored("typed_per_filter_config[\"a.b[1]\"].x"));
+    assert_eq!(keyed.path, "rds:typed_per_filter_config[].x");
+    assert_ne!(a, cause(ResourceType::Cluster, &ignored("virtual_hosts[0].routes[3].x")));
+}
