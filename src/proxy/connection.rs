@@ -50,6 +50,7 @@ pub async fn serve(
         application_protocols: Vec::new(),
         inbound: listener.resource.traffic_direction == TrafficDirection::Inbound,
         outbound: listener.resource.traffic_direction == TrafficDirection::Outbound,
+        buffer_limit: listener.resource.per_connection_buffer_limit_bytes,
     };
     // The listener filters of the listener that serves the connection (after a hand-off,
     // the one bound to the original destination), as Envoy runs them.

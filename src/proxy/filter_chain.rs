@@ -30,6 +30,9 @@ pub struct ConnectionInfo {
     /// The serving listener's `traffic_direction` is OUTBOUND (Envoy's egress operation:
     /// its spans are client spans).
     pub outbound: bool,
+    /// The serving listener's `per_connection_buffer_limit_bytes` (see
+    /// [`super::flow_control`]).
+    pub buffer_limit: u32,
 }
 
 /// The chain for `connection`, or `None` when nothing matches (Envoy closes the connection).

@@ -58,6 +58,7 @@ pub async fn serve<S>(
     let filters = context.filters.http_of(&manager, info.inbound);
     let tracer = context.telemetry.tracer(&manager, &context.store).map(Rc::new);
     let outbound = info.outbound;
+    let buffer_limit = info.buffer_limit;
     let _connection = stats.connection();
     // An inbound-only drain closes inbound connections; a full drain closes them all.
     let draining = if info.inbound { context.draining_inbound.clone() } else { context.draining.clone() };
@@ -102,6 +103,7 @@ pub async fn serve<S>(
                     upgrades: http1.then_some(&*upgrades),
                     tracer: tracer.as_deref(),
                     outbound,
+                    buffer_limit,
                 };
                 let run = |request| handle(request, exchange, stats.clone(), &access_logs);
                 Ok(stream::limited(request, &lifetime, &manager, &stats, run).await)
@@ -115,7 +117,10 @@ pub async fn serve<S>(
             Box::pin(serve_http1(codec::http1(&manager).serve_connection(io, service), &ends, &manager, &upgrades))
                 .await
         }
-        Protocol::Http2 => Box::pin(serve_http2(codec::http2(&manager).serve_connection(io, service), &ends)).await,
+        Protocol::Http2 => {
+            let connection = codec::http2(&manager, buffer_limit).serve_connection(io, service);
+            Box::pin(serve_http2(connection, &ends)).await
+        }
     }
 }
 
