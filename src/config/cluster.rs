@@ -77,7 +77,7 @@ pub struct Cluster {
     pub istio_service_host: Option<String>,
     /// `per_connection_buffer_limit_bytes` (Envoy's default 1 MiB): what one upstream
     /// connection may make Outrider hold (its HTTP/2 windows and send buffers, its HTTP/1.1
-    /// read buffer); see [`crate::proxy::flow_control`]. 0: no limit, as in Envoy.
+    /// read buffer); see `proxy::flow_control`. 0: no limit, as in Envoy.
     pub per_connection_buffer_limit_bytes: u32,
 }
 
