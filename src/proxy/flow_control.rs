@@ -10,9 +10,12 @@
 //!
 //! - HTTP/2 receive windows. A peer may send a whole advertised window before anything is
 //!   read, and the h2 library holds what it received until the body is read. Envoy's
-//!   defaults (256 MiB) stay the configured values; the windows advertised are capped: the
-//!   connection window at the limit (never below the protocol's 65 535), each stream's at a
-//!   quarter of it, so that a few stalled streams do not hold the whole connection window.
+//!   defaults (256 MiB) stay the configured values; each stream's advertised window is
+//!   capped at a quarter of the limit. The connection window is not capped: capped at the
+//!   limit, four stalled streams would hold it whole and stop every other stream of the
+//!   connection (on a pooled upstream connection, other clients' requests), which Envoy's
+//!   per-stream watermarks do not do. What a connection holds is bounded per stream, as in
+//!   Envoy, and by its streams (`max_concurrent_streams`).
 //! - HTTP/2 send buffers: what a stream may queue beyond the peer's window, a quarter of
 //!   the limit (the h2 library's per-stream `max_send_buffer_size`).
 //! - HTTP/1.1 upstream read buffer (how far hyper reads ahead of the body, and the size of
@@ -54,7 +57,8 @@ pub fn http2(limit: u32, stream_window: u32, connection_window: u32) -> Http2Flo
     let share = (limit / 4).max(MIN_STREAM_SHARE);
     Http2Flow {
         stream_window: stream_window.min(share),
-        connection_window: connection_window.min(limit.max(PROTOCOL_CONNECTION_WINDOW)),
+        // At least the protocol's initial window, and never below one stream's share.
+        connection_window: connection_window.max(PROTOCOL_CONNECTION_WINDOW),
         send_buffer: share as usize,
     }
 }
@@ -84,7 +88,7 @@ mod tests {
     #[test]
     fn the_default_limit_caps_envoys_windows() {
         let flow = http2(1024 * 1024, ENVOY_WINDOW, ENVOY_WINDOW);
-        assert_eq!(flow, Http2Flow { stream_window: 262_144, connection_window: 1_048_576, send_buffer: 262_144 });
+        assert_eq!(flow, Http2Flow { stream_window: 262_144, connection_window: ENVOY_WINDOW, send_buffer: 262_144 });
     }
 
     #[test]
@@ -95,7 +99,7 @@ mod tests {
 
     #[test]
     fn tiny_limits_keep_the_protocol_minimums() {
-        let flow = http2(1024, ENVOY_WINDOW, ENVOY_WINDOW);
+        let flow = http2(1024, ENVOY_WINDOW, 1024);
         assert_eq!((flow.stream_window, flow.connection_window, flow.send_buffer), (16_384, 65_535, 16_384));
     }
 
