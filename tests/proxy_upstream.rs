@@ -94,6 +94,7 @@ fn cluster(protocol: UpstreamProtocol) -> Cluster {
         per_endpoint_stats: false,
         metadata_exchange: None,
         istio_service_host: None,
+        per_connection_buffer_limit_bytes: 1024 * 1024,
     }
 }
 

@@ -75,6 +75,10 @@ pub struct Cluster {
     /// `metadata.filter_metadata.istio.services[0].host`: the service istiod rendered the
     /// cluster for (`istio.stats` reports it as `destination_service` on inbound).
     pub istio_service_host: Option<String>,
+    /// `per_connection_buffer_limit_bytes` (Envoy's default 1 MiB): what one upstream
+    /// connection may make Outrider hold (its HTTP/2 windows and send buffers, its HTTP/1.1
+    /// read buffer); see `proxy::flow_control`. 0: no limit, as in Envoy.
+    pub per_connection_buffer_limit_bytes: u32,
 }
 
 /// `upstream_bind_config.source_address`, and the `extra_source_addresses` entry of the

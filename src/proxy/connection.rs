@@ -51,6 +51,7 @@ pub async fn serve(
         inbound: listener.resource.traffic_direction == TrafficDirection::Inbound,
         outbound: listener.resource.traffic_direction == TrafficDirection::Outbound,
         overloadable: !listener.resource.bypass_overload_manager,
+        buffer_limit: listener.resource.per_connection_buffer_limit_bytes,
     };
     // The listener filters of the listener that serves the connection (after a hand-off,
     // the one bound to the original destination), as Envoy runs them.

@@ -32,6 +32,9 @@ pub struct ConnectionInfo {
     pub outbound: bool,
     /// The overload manager's actions apply (the listener does not bypass it).
     pub overloadable: bool,
+    /// The serving listener's `per_connection_buffer_limit_bytes` (see
+    /// [`super::flow_control`]).
+    pub buffer_limit: u32,
 }
 
 /// The chain for `connection`, or `None` when nothing matches (Envoy closes the connection).

@@ -54,9 +54,10 @@ use crate::telemetry::{KeyValue, Tracing};
 /// What the proxy answers with: an upstream body or a local one.
 pub use super::filters::ProxyBody;
 
-/// Request bodies up to this size are kept so the request can be retried; larger ones
-/// stream through and are not retried (Envoy's default buffer limit is 1 MiB per
-/// connection; retries of streamed bodies are not possible there either).
+/// Request bodies up to this size (and up to the listener's buffer limit) are kept so the
+/// request can be retried or mirrored; larger ones stream through and are neither (Envoy
+/// keeps up to its buffer limit, 1 MiB by default, then gives up retries and shadows too).
+/// Kept whole before they are sent: a larger bound would delay larger bodies.
 const RETRY_BUFFER_LIMIT: usize = 64 * 1024;
 
 /// The transport a downstream connection arrived on.
@@ -91,6 +92,8 @@ pub(super) struct Exchange<'a> {
     pub overloadable: bool,
     /// `disable_http_keepalive` is configured and applies: told to drain the connection.
     pub overload_drain: Option<&'a tokio::sync::Notify>,
+    /// The listener's `per_connection_buffer_limit_bytes`.
+    pub buffer_limit: u32,
 }
 
 /// One request: path normalization, the connection manager's header handling, route
@@ -447,7 +450,8 @@ async fn route_and_forward(
     // Keep small bodies so a retry can resend them; stream large ones without retries.
     // Set when the client's body turns out malformed (a broken chunk) while it streams
     // upstream: the client gets Envoy's 400, not an upstream reset.
-    let (buffered, mut streamed, body_failed) = match buffer_for_retry(body, &parts.headers).await {
+    let retry_limit = super::flow_control::retry_buffer(exchange.buffer_limit, RETRY_BUFFER_LIMIT);
+    let (buffered, mut streamed, body_failed) = match buffer_for_retry(body, &parts.headers, retry_limit).await {
         Ok(Buffered::Whole(bytes)) => (Some(bytes), None, None),
         Ok(Buffered::Stream(body, failed)) => (None, Some(body), Some(failed)),
         Err(()) => return malformed_request(manager, stream, is_grpc),
@@ -753,7 +757,7 @@ enum Buffered {
 
 /// Reads the body whole when it is known to be small (or empty); otherwise streams it. A
 /// body a filter read whole is kept as it is; one it read in part streams.
-async fn buffer_for_retry(body: DownstreamBody, headers: &HeaderMap) -> Result<Buffered, ()> {
+async fn buffer_for_retry(body: DownstreamBody, headers: &HeaderMap, limit: usize) -> Result<Buffered, ()> {
     use hyper::body::Body;
     if let Some(whole) = body.complete() {
         return Ok(Buffered::Whole(whole));
@@ -763,13 +767,13 @@ async fn buffer_for_retry(body: DownstreamBody, headers: &HeaderMap) -> Result<B
     }
     let Some(body) = body.into_rest() else { return Ok(Buffered::Whole(Bytes::new())) };
     let small = body.is_end_stream()
-        || body.size_hint().upper().is_some_and(|n| n as usize <= RETRY_BUFFER_LIMIT)
+        || body.size_hint().upper().is_some_and(|n| n as usize <= limit)
         || headers
             .get(http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-            .is_some_and(|n| n <= RETRY_BUFFER_LIMIT);
+            .is_some_and(|n| n <= limit);
     if small {
-        let collected = Limited::new(body, RETRY_BUFFER_LIMIT).collect().await.map_err(|_| ())?;
+        let collected = Limited::new(body, limit).collect().await.map_err(|_| ())?;
         Ok(Buffered::Whole(collected.to_bytes()))
     } else {
         Ok(streamed(body))

@@ -12,6 +12,7 @@ pub mod drain;
 pub mod exec;
 pub mod filter_chain;
 pub mod filters;
+pub mod flow_control;
 pub mod hcm;
 pub mod headers;
 pub mod http_inspector;

@@ -126,11 +126,10 @@ pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster
     let ignored = [
         ("alt_stat_name", !alt_stat_name.is_empty(), "stats use the cluster name"),
         ("stats_matcher", stats_matcher.is_some(), "all cluster stats are kept"),
-        ("per_connection_buffer_limit_bytes", per_connection_buffer_limit_bytes.is_some(), BUFFERS),
         (
             "per_connection_buffer_high_watermark_timeout",
             per_connection_buffer_high_watermark_timeout.is_some(),
-            BUFFERS,
+            "connections are not closed on buffer pressure",
         ),
         ("wait_for_warm_on_init", wait_for_warm_on_init.is_some(), "clusters are always used once converted"),
         (
@@ -287,6 +286,10 @@ pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster
         per_endpoint_stats,
         metadata_exchange,
         istio_service_host,
+        per_connection_buffer_limit_bytes: common::u32_or(
+            &per_connection_buffer_limit_bytes,
+            crate::config::listener::DEFAULT_BUFFER_LIMIT_BYTES,
+        ),
     })
 }
 
@@ -303,5 +306,3 @@ fn istio_service_host(metadata: &crate::pb::envoy::config::core::v3::Metadata) -
         _ => None,
     }
 }
-
-const BUFFERS: &str = "flow control uses the HTTP stack's own windows";

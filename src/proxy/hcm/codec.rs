@@ -9,6 +9,7 @@ use hyper_util::rt::TokioTimer;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::super::exec::LocalExec;
+use super::super::flow_control;
 use crate::config::listener::HttpConnectionManager;
 use crate::config::listener::http_connection_manager::CodecType;
 
@@ -88,16 +89,20 @@ pub(super) fn http1(manager: &HttpConnectionManager) -> http1::Builder {
     builder
 }
 
-/// HTTP/2: Envoy's stream and window settings, the header list size, keep-alive PINGs,
-/// and the h2 library's reset-flood guards.
-pub(super) fn http2(manager: &HttpConnectionManager) -> http2::Builder<LocalExec> {
+/// HTTP/2: Envoy's stream settings, its windows as far as the listener's buffer limit
+/// allows (see [`flow_control`]), the header list size, keep-alive PINGs, and the h2
+/// library's reset-flood guards.
+pub(super) fn http2(manager: &HttpConnectionManager, buffer_limit: u32) -> http2::Builder<LocalExec> {
     let options = &manager.http2;
+    let flow =
+        flow_control::http2(buffer_limit, options.initial_stream_window_size, options.initial_connection_window_size);
     let mut builder = http2::Builder::new(LocalExec);
     builder
         .timer(TokioTimer::new())
         .max_concurrent_streams(options.max_concurrent_streams)
-        .initial_stream_window_size(options.initial_stream_window_size)
-        .initial_connection_window_size(options.initial_connection_window_size)
+        .initial_stream_window_size(flow.stream_window)
+        .initial_connection_window_size(flow.connection_window)
+        .max_send_buf_size(flow.send_buffer)
         .max_header_list_size(manager.max_request_headers_kb.saturating_mul(1024))
         .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESET_STREAMS)
         .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESET_STREAMS);

@@ -64,6 +64,7 @@ pub async fn serve<S>(
     let keepalive = context.overload.config().actions.iter().any(|a| a.kind == ActionKind::DisableHttpKeepalive);
     // Told by a request answered while `disable_http_keepalive` is in force.
     let overload_drain = (overloadable && keepalive).then(|| Rc::new(Notify::new()));
+    let buffer_limit = info.buffer_limit;
     let _connection = stats.connection();
     // An inbound-only drain closes inbound connections; a full drain closes them all.
     let draining = if info.inbound { context.draining_inbound.clone() } else { context.draining.clone() };
@@ -110,6 +111,7 @@ pub async fn serve<S>(
                     outbound,
                     overloadable,
                     overload_drain: overload_drain.as_deref(),
+                    buffer_limit,
                 };
                 let run = |request| handle(request, exchange, stats.clone(), &access_logs);
                 Ok(stream::limited(request, &lifetime, &manager, &stats, run).await)
@@ -124,7 +126,10 @@ pub async fn serve<S>(
             Box::pin(serve_http1(codec::http1(&manager).serve_connection(io, service), &ends, &manager, &upgrades))
                 .await
         }
-        Protocol::Http2 => Box::pin(serve_http2(codec::http2(&manager).serve_connection(io, service), &ends)).await,
+        Protocol::Http2 => {
+            let connection = codec::http2(&manager, buffer_limit).serve_connection(io, service);
+            Box::pin(serve_http2(connection, &ends)).await
+        }
     }
 }
 

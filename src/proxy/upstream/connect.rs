@@ -22,6 +22,7 @@ use crate::config::Address;
 use crate::config::cluster::SourceAddresses;
 use crate::config::cluster::{Cluster, Http2Settings};
 use crate::proxy::byte_count::ByteCounted;
+use crate::proxy::flow_control;
 use crate::proxy::transport::HandshakeStats;
 use crate::telemetry::{ClusterStats, ConnectionLife};
 use crate::tls::{ClientAlpn, ClientTls, Refusal};
@@ -34,6 +35,8 @@ pub(crate) struct Dial {
     pub idle_timeout: Option<Duration>,
     pub bind: Option<SourceAddresses>,
     pub http2: Http2Settings,
+    /// The cluster's `per_connection_buffer_limit_bytes` (see [`flow_control`]).
+    pub buffer_limit: u32,
     /// TLS to originate, with the counters its handshakes go to; `None` is plaintext.
     pub tls: Option<(Arc<ClientTls>, Arc<HandshakeStats>)>,
     /// `upstream_cx_*` of the cluster.
@@ -87,6 +90,7 @@ impl Dial {
             idle_timeout: cluster.http.idle_timeout,
             bind: cluster.upstream_bind,
             http2: cluster.http.http2.clone(),
+            buffer_limit: cluster.per_connection_buffer_limit_bytes,
             tls,
         }
     }
@@ -164,7 +168,7 @@ impl Dial {
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
         let (sender, connection) =
-            http1::Builder::new().handshake(TokioIo::new(self.counted(io))).await.map_err(|e| self.failure(e))?;
+            self.http1_builder().handshake(TokioIo::new(self.counted(io))).await.map_err(|e| self.failure(e))?;
         let activity = Activity::new();
         self.drive(connection, activity.clone(), permit);
         Ok((sender, activity))
@@ -179,7 +183,7 @@ impl Dial {
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
         let (sender, connection) =
-            http1::Builder::new().handshake(TokioIo::new(self.counted(io))).await.map_err(|e| self.failure(e))?;
+            self.http1_builder().handshake(TokioIo::new(self.counted(io))).await.map_err(|e| self.failure(e))?;
         let activity = Activity::new();
         // No idle timeout: the tunnel's own end closes it.
         self.drive(connection.with_upgrades(), activity.clone(), permit);
@@ -195,11 +199,19 @@ impl Dial {
         T: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
         let settings = &self.http2;
+        // Envoy's windows as far as the cluster's buffer limit allows: a response is held
+        // here only up to it while its downstream reads slowly.
+        let flow = flow_control::http2(
+            self.buffer_limit,
+            settings.initial_stream_window_size,
+            settings.initial_connection_window_size,
+        );
         let mut builder = http2::Builder::new(TokioExecutor::new());
         builder
             .timer(TokioTimer::new())
-            .initial_stream_window_size(settings.initial_stream_window_size)
-            .initial_connection_window_size(settings.initial_connection_window_size)
+            .initial_stream_window_size(flow.stream_window)
+            .initial_connection_window_size(flow.connection_window)
+            .max_send_buf_size(flow.send_buffer)
             .header_table_size(settings.hpack_table_size);
         if let Some(keepalive) = &settings.keepalive {
             builder
@@ -212,6 +224,14 @@ impl Dial {
         let activity = Activity::new();
         self.drive(connection, activity.clone(), permit);
         Ok((sender, activity))
+    }
+
+    /// HTTP/1.1 with a read buffer sized by the cluster's buffer limit: how far a response
+    /// is read ahead of a slow downstream, and the largest body chunk handed on.
+    fn http1_builder(&self) -> http1::Builder {
+        let mut builder = http1::Builder::new();
+        builder.max_buf_size(flow_control::http1_upstream_buffer(self.buffer_limit));
+        builder
     }
 
     /// Runs the connection on the current runtime (the worker's) until it ends or has been

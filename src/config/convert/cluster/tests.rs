@@ -97,6 +97,16 @@ fn harmless_fields_are_recorded() {
 }
 
 #[test]
+fn the_buffer_limit_is_enforced_not_ignored() {
+    let (c, warnings) = convert(eds(json!({}))).unwrap();
+    assert_eq!(c.per_connection_buffer_limit_bytes, 1024 * 1024, "Envoy's default");
+    assert!(warnings.is_empty());
+    let (c, warnings) = convert(eds(json!({"per_connection_buffer_limit_bytes": 32768}))).unwrap();
+    assert_eq!(c.per_connection_buffer_limit_bytes, 32768);
+    assert!(warnings.is_empty(), "{warnings:?}");
+}
+
+#[test]
 fn dns_clusters() {
     let endpoint =
         |host: &str| json!({"endpoint": {"address": {"socket_address": {"address": host, "port_value": 443}}}});
