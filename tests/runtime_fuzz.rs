@@ -513,12 +513,50 @@ async fn runtime_fuzz_delta() {
 
 // === findings ===
 
-/// Seed 13 over SotW: at step 24 (clusters c1 and c2 change policy and endpoints, pooled
-/// connections of removed endpoints are drained) a request that reached the upstream
-/// stage gets no response for over 10 s, although every backend answers at once; in two
-/// of four runs (it depends on which request meets the change). Open.
+/// Found by seed 13 over SotW (step 24): a cluster whose upstream protocol changes from
+/// HTTP/2 to HTTP/1.1 while HTTP/2 connections to its endpoints are open, with
+/// `max_connections: 0`. The leftover HTTP/2 connections counted as the pool's, so no
+/// HTTP/1.1 connection was opened and every request waited for the route timeout (504
+/// after 15 s); Envoy's new pool has no connection and opens one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open finding: a request stalls after a cluster and endpoint change (bench/RESULTS.md, runtime fuzzer)"]
-async fn request_stalls_after_cluster_and_endpoint_churn_seed_13() {
-    runtime_fuzz("GRPC", (13, 26)).await;
+async fn regression_cluster_from_http2_to_http1_under_max_connections_0() {
+    use common::config_gen::{inline_listener, static_cluster};
+    use serde_json::json;
+    let backend = backends::healthy("b0").await;
+    let control_plane = ControlPlane::start().await;
+    let port = free_port();
+    let mut h2 = static_cluster("c", backend.port);
+    h2["typed_extension_protocol_options"] = json!({ "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+        "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+        "explicit_http_config": { "http2_protocol_options": {} } } });
+    let h1 = json!({
+        "name": "c", "type": "EDS", "connect_timeout": "1s", "lb_policy": "MAGLEV",
+        "eds_cluster_config": { "eds_config": { "ads": {}, "resource_api_version": "V3" } },
+        "circuit_breakers": { "thresholds": [{ "max_connections": 0, "max_pending_requests": u32::MAX }] },
+    });
+    let endpoints = json!({ "cluster_name": "c", "endpoints": [{ "lb_endpoints": [{ "endpoint": { "address": {
+        "socket_address": { "address": "127.0.0.1", "port_value": backend.port } } } }] }] });
+    let set = |resource_type: ResourceType, value: &Value| {
+        let item = pack(resource_type, &value.to_string());
+        control_plane.server.set_resources(resource_type.type_url(), vec![item]);
+    };
+    set(ResourceType::Cluster, &h2);
+    set(ResourceType::ClusterLoadAssignment, &endpoints);
+    set(ResourceType::Listener, &inline_listener("l", port, "c"));
+    let outrider = outrider::app::start_with(bootstrap(control_plane.port, "GRPC"), 1).await.unwrap();
+    wait_snapshot(&outrider.store, |s| s.ready).await;
+    outrider.listeners_ready().await;
+    // Concurrent requests, so that HTTP/2 connections are open when the protocol changes.
+    let requests: Vec<_> = (0..6).map(|_| tokio::spawn(lab::get(port, "/"))).collect();
+    for request in requests {
+        assert!(request.await.unwrap().unwrap().ok(), "over HTTP/2");
+    }
+    set(ResourceType::Cluster, &h1);
+    let version = control_plane.server.version().to_string();
+    wait_snapshot(&outrider.store, |s| s.clusters.get("c").is_some_and(|c| c.version == version)).await;
+    for _ in 0..3 {
+        let answer = lab::get(port, "/").await.unwrap();
+        assert!(answer.ok(), "over HTTP/1.1 after the change: {answer:?}");
+    }
+    outrider.stop();
 }
