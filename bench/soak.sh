@@ -10,7 +10,10 @@
 #    Needs a nightly toolchain and cargo-fuzz: both installed if missing;
 # 3. runs the fault-injection tests (tests/faults*.rs, when present) in release with
 #    OUTRIDER_FAULT_REQUESTS requests (default 100000);
-# 4. runs bench/idle-connections.py: IDLE_CONNECTIONS (default 10000) idle HTTP/1.1 and
+# 4. runs the runtime fuzzer (tests/runtime_fuzz.rs) in release, over SotW and Delta ADS,
+#    with OUTRIDER_FUZZ_STEPS steps each (default 2000), the largest rings allowed
+#    (OUTRIDER_FUZZ_HEAVY) and OUTRIDER_FUZZ_SEED if set (else the test's own seeds);
+# 5. runs bench/idle-connections.py: IDLE_CONNECTIONS (default 10000) idle HTTP/1.1 and
 #    HTTP/2 connections on Outrider, then on Envoy 1.40 (bench/install-envoy.sh), one after
 #    the other, with RSS before and after.
 # Honours CARGO_TARGET_DIR (the fuzz build goes to $CARGO_TARGET_DIR/fuzz, else
@@ -89,7 +92,17 @@ else
     fi
 fi
 
-# --- 4. idle connections ----------------------------------------------------------------
+# --- 4. runtime fuzzer --------------------------------------------------------------------
+steps="${OUTRIDER_FUZZ_STEPS:-2000}"
+log="$out/runtime-fuzz.log"
+if (cd "$root" && OUTRIDER_FUZZ_STEPS="$steps" OUTRIDER_FUZZ_HEAVY=1 \
+        cargo nextest run --release --test runtime_fuzz --no-capture) >"$log" 2>&1; then
+    row "runtime fuzzer" ok "$(grep -E '^runtime fuzz over .* steps, ' "$log" | sed 's/;.*//' | paste -sd' ' -)"
+else
+    row "runtime fuzzer" FAIL "$(grep -E 'seed 0x' "$log" | grep -E 'panicked|hung|died|not answered|grew' | head -1); log $log"
+fi
+
+# --- 5. idle connections ----------------------------------------------------------------
 if ! command -v nginx >/dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light >/dev/null
 fi

@@ -182,7 +182,8 @@ impl Upstreams {
         match Protocol::for_request(cluster, downstream_is_h2) {
             Protocol::Http1 => {
                 let request = request::http1(request, host.address())?;
-                self.send_http1(&cluster.name, &dial, max_requests, request, breakers).await
+                let http1_only = cluster.http.protocol == UpstreamProtocol::Http1;
+                self.send_http1(&cluster.name, &dial, (max_requests, http1_only), request, breakers).await
             }
             Protocol::Http2 => {
                 let request = request::http2(request, host.address())?;
@@ -236,7 +237,7 @@ impl Upstreams {
         &self,
         cluster: &str,
         dial: &Dial,
-        max_requests: Option<u32>,
+        (max_requests, http1_only): (Option<u32>, bool),
         mut request: Request<RequestBody>,
         breakers: Option<&Breakers<'_>>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
@@ -244,7 +245,7 @@ impl Upstreams {
         // happens before the request was written, hyper hands the request back and it goes
         // out on a fresh connection: nothing reached the upstream, so this is not a retry.
         loop {
-            let (mut conn, reused) = self.pools.http1(cluster, dial, breakers).await?;
+            let (mut conn, reused) = self.pools.http1(cluster, dial, breakers, http1_only).await?;
             conn.requests += 1;
             let lease = conn.activity.lease();
             match conn.sender.try_send_request(request).await {

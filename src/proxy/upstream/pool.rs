@@ -162,17 +162,23 @@ impl Pools {
 
     /// An HTTP/1.1 connection for one request, and whether it was reused: an idle one;
     /// else, pending, a new one once the circuit breakers allow it or the next one handed
-    /// back, whichever comes first.
+    /// back, whichever comes first. `http1_only`: the cluster speaks only HTTP/1.1 (not
+    /// the downstream's protocol), so an HTTP/2 connection to the endpoint is left over
+    /// from before a protocol change.
     pub(crate) async fn http1(
         &self,
         cluster: &str,
         dial: &Dial,
         breakers: Option<&Breakers<'_>>,
+        http1_only: bool,
     ) -> Result<(Http1Conn, bool), UpstreamError> {
         if let Some(conn) = self.idle_http1(cluster, dial).await {
             return Ok((conn, true));
         }
         let _pending = limits::pending(breakers)?;
+        if http1_only {
+            self.leave_http2(cluster, &dial.address);
+        }
         let endpoint = self.endpoint(cluster, &dial.address);
         loop {
             if let Some(permit) = limits::connection(breakers, &endpoint) {
@@ -184,6 +190,16 @@ impl Pools {
             if let Some(conn) = self.idle_http1(cluster, dial).await {
                 return Ok((conn, true));
             }
+        }
+    }
+
+    /// An HTTP/2 connection left from before the cluster changed to HTTP/1.1 leaves the pool
+    /// and closes once its streams have finished, as Envoy's old pool drains on a cluster
+    /// update. Kept, it would count against `max_connections` and keep the request waiting
+    /// for a hand-back that never comes.
+    fn leave_http2(&self, cluster: &str, address: &Address) {
+        if let Some(pools) = self.lock().get_mut(cluster) {
+            pools.http2.remove(address);
         }
     }
 
