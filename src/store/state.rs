@@ -153,6 +153,12 @@ impl ConfigState {
         changed
     }
 
+    /// The held listeners, static ones first, with whether each is static.
+    pub fn held_listeners(&self) -> impl Iterator<Item = (&Listener, bool)> {
+        let statics = self.static_listeners.values().map(|l| (&l.resource, true));
+        statics.chain(self.listeners.values().map(|l| (&l.resource, false)))
+    }
+
     /// The names of every held dynamic resource of `resource_type`.
     pub fn held_names(&self, resource_type: ResourceType) -> impl Iterator<Item = String> + '_ {
         self.names(resource_type)

@@ -9,7 +9,7 @@ use tonic::transport::Channel;
 use super::AdsClientConfig;
 use super::session::Session;
 use super::sotw::{MAX_MESSAGE_SIZE, nack_status};
-use super::validate::{Incoming, validate};
+use super::validate::{Incoming, refuse_duplicate_addresses, validate};
 use crate::config::ResourceType;
 use crate::core::backoff::Backoff;
 use crate::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
@@ -118,7 +118,19 @@ impl Stream<'_> {
             }
         }
         let detail = if problems.is_empty() {
-            let verdict = validate(Some(&session.state), resource_type, incoming, &mut session.warned);
+            let mut verdict = validate(Some(&session.state), resource_type, incoming, &mut session.warned);
+            if resource_type == ResourceType::Listener && !verdict.refused {
+                // What stays bound: every held listener this response neither replaces
+                // nor removes.
+                let accepted: BTreeSet<String> =
+                    verdict.accepted.iter().map(|v| v.resource.name().to_owned()).collect();
+                let kept = session
+                    .state
+                    .held_listeners()
+                    .filter(|(l, _)| !accepted.contains(&l.name) && !removed_resources.contains(&l.name))
+                    .map(|(l, _)| l);
+                refuse_duplicate_addresses(&mut verdict, kept);
+            }
             let detail = verdict.error_detail(resource_type);
             // A refused response removes nothing either.
             let removed = if verdict.refused { &[][..] } else { &removed_resources[..] };

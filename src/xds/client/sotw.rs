@@ -8,7 +8,7 @@ use tonic::transport::Channel;
 
 use super::AdsClientConfig;
 use super::session::Session;
-use super::validate::{Incoming, validate};
+use super::validate::{Incoming, refuse_duplicate_addresses, validate};
 use crate::config::ResourceType;
 use crate::core::backoff::Backoff;
 use crate::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
@@ -97,7 +97,20 @@ impl Stream<'_> {
             .collect();
         let names = self.subscribed.get(&resource_type).cloned().unwrap_or_default();
         let detail = if mismatched.is_empty() {
-            let verdict = validate(Some(&session.state), resource_type, incoming, &mut session.warned);
+            let mut verdict = validate(Some(&session.state), resource_type, incoming, &mut session.warned);
+            if resource_type == ResourceType::Listener && !verdict.refused {
+                // What stays bound: static listeners and those this response names but
+                // refused (they keep their previous version); the rest are replaced or go.
+                let accepted: BTreeSet<String> =
+                    verdict.accepted.iter().map(|v| v.resource.name().to_owned()).collect();
+                let names = verdict.names.clone();
+                let kept = session
+                    .state
+                    .held_listeners()
+                    .filter(|(l, is_static)| *is_static || (names.contains(&l.name) && !accepted.contains(&l.name)))
+                    .map(|(l, _)| l);
+                refuse_duplicate_addresses(&mut verdict, kept);
+            }
             let detail = verdict.error_detail(resource_type);
             // LDS and CDS responses are the whole state: what they do not name is removed
             // (an invalid resource is named, so it keeps its previous version).

@@ -18,13 +18,13 @@
 //! Envoy finds those while decoding the response, before any resource reaches a manager,
 //! and NACKs the response with that one resource's error.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::SystemTime;
 
 use bytes::Bytes;
 
 use crate::config::convert::{constraints, decode_resource, resource_name};
-use crate::config::{Ignored, Resource, ResourceType, Warnings};
+use crate::config::{Address, Ignored, Listener, Resource, ResourceType, Warnings};
 use crate::store::{ConfigState, Versioned};
 
 /// A resource as it came off the wire.
@@ -130,6 +130,51 @@ pub fn validate(
         }
     }
     verdict
+}
+
+/// Envoy refuses a listener that would bind an address another listener binds ("has
+/// duplicate address … as existing listener"); the others of the response are applied.
+/// `kept` are the listeners that stay bound whatever this response does: static ones,
+/// dynamic ones it does not replace or remove, and those whose new version it refused.
+/// Listeners of the response are checked in order, each against `kept` and the ones
+/// accepted before it. Listeners that do not bind, and port 0, take no address.
+pub fn refuse_duplicate_addresses<'a>(verdict: &mut Verdict, kept: impl Iterator<Item = &'a Listener>) {
+    fn bound(listener: &Listener) -> impl Iterator<Item = &Address> {
+        let binds = listener.bind_to_port && !listener.internal;
+        std::iter::once(&listener.address)
+            .chain(&listener.additional_addresses)
+            .filter(move |a| binds && !matches!(a, Address::Socket(s) if s.port() == 0))
+    }
+    let mut taken: HashMap<Address, String> = HashMap::new();
+    for listener in kept {
+        for address in bound(listener) {
+            taken.entry(address.clone()).or_insert_with(|| listener.name.clone());
+        }
+    }
+    let mut accepted = Vec::with_capacity(verdict.accepted.len());
+    for versioned in std::mem::take(&mut verdict.accepted) {
+        let Resource::Listener(listener) = &versioned.resource else {
+            accepted.push(versioned);
+            continue;
+        };
+        let duplicate = bound(listener).find(|a| taken.get(*a).is_some_and(|holder| *holder != listener.name));
+        match duplicate {
+            Some(address) => verdict.rejected.push(Rejected {
+                name: listener.name.clone(),
+                error: format!(
+                    "address: error adding listener: '{}' has duplicate address '{address}' as existing listener",
+                    listener.name
+                ),
+            }),
+            None => {
+                for address in bound(listener) {
+                    taken.insert(address.clone(), listener.name.clone());
+                }
+                accepted.push(versioned);
+            }
+        }
+    }
+    verdict.accepted = accepted;
 }
 
 /// How the NACK names a resource: by its name (Delta's, else the resource's own), else by
