@@ -383,7 +383,7 @@ async fn extension_constraints(api_type: &str) {
                 ),
                 (
                     "l_new_rbac",
-                    "filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.rules.policies[p].permissions",
+                    "filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.rules.policies[\"p\"].permissions",
                     "value must contain at least 1 item(s)",
                 ),
                 (

@@ -216,7 +216,7 @@ impl Validator {
             sorted.sort_by(|a, b| a.0.cmp(b.0));
             for (key, item) in sorted {
                 path.push(Part::Key(match key {
-                    prost_reflect::MapKey::String(s) => s.clone(),
+                    prost_reflect::MapKey::String(s) => format!("{s:?}"),
                     other => format!("{:?}", Value::from(other.clone())),
                 }));
                 let key_value: Value = key.clone().into();
