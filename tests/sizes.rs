@@ -160,6 +160,47 @@ fn one_ring_per_priority_level_shared_by_its_healthy_list() {
 }
 
 #[test]
+fn weights_at_their_largest_do_not_overflow() {
+    // Two localities of weight 2³² − 1, each with two endpoints of weight 2³² − 1 (Envoy
+    // accepts them): the sums are taken in wider types, the picks stay spread.
+    let max = u32::MAX;
+    let endpoint = |i: u32| {
+        json!({ "endpoint": { "address": { "socket_address": {
+            "address": Ipv4Addr::from(0x0a00_0000 + i).to_string(), "port_value": 8080 } } },
+            "load_balancing_weight": max })
+    };
+    let assignment = json!({ "cluster_name": "w", "policy": { "weighted_priority_health": true }, "endpoints": [
+        { "locality": { "zone": "a" }, "load_balancing_weight": max, "lb_endpoints": [endpoint(1), endpoint(2)] },
+        { "locality": { "zone": "b" }, "load_balancing_weight": max, "lb_endpoints": [endpoint(3), endpoint(4)] },
+    ] });
+    let bytes = bytes_of::<outrider::pb::envoy::config::endpoint::v3::ClusterLoadAssignment>(
+        "envoy.config.endpoint.v3.ClusterLoadAssignment",
+        assignment,
+    );
+    let Resource::ClusterLoadAssignment(cla) = convert(ResourceType::ClusterLoadAssignment, &bytes).unwrap() else {
+        panic!("not an assignment")
+    };
+    for (policy, extra) in [
+        ("round robin", json!({ "common_lb_config": { "locality_weighted_lb_config": {} } })),
+        ("least request", json!({ "lb_policy": "LEAST_REQUEST" })),
+        ("ring hash", json!({ "lb_policy": "RING_HASH" })),
+        ("maglev", json!({ "lb_policy": "MAGLEV" })),
+    ] {
+        let Resource::Cluster(c) = cluster("w", extra).unwrap() else { panic!("not a cluster") };
+        let lb = ClusterLb::build(&c, &cla, &mut StatsRegistry::default(), Instant::now());
+        assert_eq!(lb.priority_load().healthy, vec![100], "{policy}");
+        let mut picker = Picker::new(Arc::new(lb), 3);
+        let mut seen = std::collections::BTreeSet::new();
+        for i in 0..400_u64 {
+            let ctx =
+                PickContext { hash: Some(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)), ..PickContext::at(Instant::now()) };
+            seen.insert(format!("{:?}", picker.pick(&ctx).unwrap().endpoint.address));
+        }
+        assert_eq!(seen.len(), 4, "{policy}: {seen:?}");
+    }
+}
+
+#[test]
 fn eds_with_100_000_endpoints_over_129_priorities() {
     const ENDPOINTS: usize = 100_000;
     const LEVELS: usize = 129; // priorities 0..=128, Envoy's bound
@@ -333,7 +374,8 @@ async fn raw(port: u16, head: &[u8]) -> (u16, String) {
 async fn request_headers_at_envoys_largest_limits() {
     // `max_request_headers_kb` at its cap (8192) and `max_headers_count` at 2³² − 1.
     let backend = header_counting_backend().await;
-    let hcm = "      max_request_headers_kb: 8192\n      common_http_protocol_options: { max_headers_count: 4294967295 }\n";
+    let hcm =
+        "      max_request_headers_kb: 8192\n      common_http_protocol_options: { max_headers_count: 4294967295 }\n";
     let lab = lab::start_logged(&[backend], "", common::ROUTE, "DELTA_GRPC", hcm).await;
     lab.outrider.listeners_ready().await;
     let port = lab.proxy_port;

@@ -405,9 +405,9 @@ fn cost_of_the_extension_checks_of_a_cds_response() {
     }
     .encode_to_vec();
     let options = http::HttpProtocolOptions {
-        upstream_protocol_options: Some(http::http_protocol_options::UpstreamProtocolOptions::UseDownstreamProtocolConfig(
-            Default::default(),
-        )),
+        upstream_protocol_options: Some(
+            http::http_protocol_options::UpstreamProtocolOptions::UseDownstreamProtocolConfig(Default::default()),
+        ),
         ..Default::default()
     }
     .encode_to_vec();

@@ -101,8 +101,8 @@ pub fn unpack<M: prost::Message + prost::Name + Default>(any: &gpb::Any) -> Resu
             format!("expected {expected}, got {}", if any.type_url.is_empty() { "no type" } else { &any.type_url }),
         ));
     }
-    let message = M::decode(any.value.as_slice())
-        .map_err(|e| ConfigError::new("", format!("cannot decode {expected}: {e}")))?;
+    let message =
+        M::decode(any.value.as_slice()).map_err(|e| ConfigError::new("", format!("cannot decode {expected}: {e}")))?;
     crate::pb::pgv::check_extension(type_name(&expected), &any.value).map_err(|violation| {
         ConfigError::new(violation.path, format!("proto constraint validation failed: {}", violation.reason))
     })?;

@@ -161,7 +161,6 @@ mod tests {
                     ..Default::default()
                 },
                 "abort.error_type", // a required oneof
-
             ),
             (proto::HttpFault { delay: Some(Default::default()), ..Default::default() }, "delay.fault_delay_secifier"),
         ];
