@@ -92,8 +92,7 @@ fn closure(set: &[u8], root: impl Fn(&str) -> bool) -> Result<Vec<u8>, Box<dyn s
     }
     let index: std::collections::HashMap<&str, usize> =
         files.iter().enumerate().map(|(i, (name, _, _))| (name.as_str(), i)).collect();
-    let mut wanted: Vec<String> =
-        files.iter().map(|(name, _, _)| name.clone()).filter(|name| root(name)).collect();
+    let mut wanted: Vec<String> = files.iter().map(|(name, _, _)| name.clone()).filter(|name| root(name)).collect();
     let mut keep = std::collections::BTreeSet::new(); // indices: the set's (dependency) order
     while let Some(name) = wanted.pop() {
         let i = *index.get(name.as_str()).ok_or_else(|| format!("descriptor set lacks {name}"))?;
