@@ -54,6 +54,8 @@ pub struct Violation {
 
 static RESOURCES: Mutex<Weak<DescriptorPool>> = Mutex::new(Weak::new());
 static EXTENSIONS: Mutex<Weak<DescriptorPool>> = Mutex::new(Weak::new());
+#[cfg(test)]
+static KEPT_FOR_TESTS: Mutex<Vec<Arc<DescriptorPool>>> = Mutex::new(Vec::new());
 
 /// The descriptor pool of `set`, shared while any caller holds it.
 fn pool(set: Set) -> Result<Arc<DescriptorPool>, Violation> {
@@ -69,6 +71,10 @@ fn pool(set: Set) -> Result<Arc<DescriptorPool>, Violation> {
         .map(Arc::new)
         .map_err(|e| Violation { path: String::new(), reason: format!("descriptor set: {e}") })?;
     *cached = Arc::downgrade(&pool);
+    // Unit tests convert configs piece by piece, outside any response: one decoding per
+    // test process rather than one per typed config.
+    #[cfg(test)]
+    KEPT_FOR_TESTS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(pool.clone());
     Ok(pool)
 }
 
