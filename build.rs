@@ -42,27 +42,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     add_typed_structs(&mut set);
     add_istio_filter_configs(&mut set, &own_descriptors)?;
     std::fs::write(out.join("envoy_descriptors.bin"), prost::Message::encode_to_vec(&set))?;
-    let resources = resource_files(&std::fs::read(&descriptors)?)?;
+    let raw = std::fs::read(&descriptors)?;
+    let resources = closure(&raw, |name| RESOURCE_ROOTS.contains(&name))?;
     std::fs::write(out.join("xds_resource_descriptors.bin"), resources)?;
+    let extensions = closure(&raw, extension_root)?;
+    std::fs::write(out.join("xds_extension_descriptors.bin"), extensions)?;
     println!("cargo:rerun-if-changed={}", descriptors.display());
     Ok(())
 }
 
-/// The files that define the five xDS resource types and everything they import: what the
+/// The files that define the five xDS resource types: with what they import, what the
 /// protoc-gen-validate check of a response needs (it stops at `Any`, so no extension's
 /// files), a small part of the whole set, so decoding it per response stays cheap.
+const RESOURCE_ROOTS: [&str; 5] = [
+    "envoy/config/listener/v3/listener.proto",
+    "envoy/config/cluster/v3/cluster.proto",
+    "envoy/config/route/v3/route.proto",
+    "envoy/config/endpoint/v3/endpoint.proto",
+    "envoy/extensions/transport_sockets/tls/v3/secret.proto",
+];
+
+/// The files of the messages a `typed_config` may hold: every extension's config
+/// (`envoy/extensions/**`) and the few extension configs still under `envoy/config/**`
+/// (tracers, the v3 filters of the old layout). With what they import, what the check of
+/// an unpacked `typed_config` needs (`config::convert::common::unpack`).
+fn extension_root(name: &str) -> bool {
+    name.starts_with("envoy/extensions/") || name.starts_with("envoy/config/trace/")
+}
+
+/// The closure of the files `root` names over their imports, in the set's order.
 ///
 /// Written from the raw bytes of the set: prost's `FileDescriptorProto` would drop the
 /// `(validate.rules)` options, which are extensions, unknown to it. Only the comments
 /// (`source_code_info`, field 9 of a file) are removed.
-fn resource_files(set: &[u8]) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
-    const ROOTS: [&str; 5] = [
-        "envoy/config/listener/v3/listener.proto",
-        "envoy/config/cluster/v3/cluster.proto",
-        "envoy/config/route/v3/route.proto",
-        "envoy/config/endpoint/v3/endpoint.proto",
-        "envoy/extensions/transport_sockets/tls/v3/secret.proto",
-    ];
+fn closure(set: &[u8], root: impl Fn(&str) -> bool) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
     let mut files = Vec::new(); // (name, dependencies, raw bytes without comments)
     for (number, file) in wire_fields(set)? {
         if number != 1 {
@@ -79,7 +92,7 @@ fn resource_files(set: &[u8]) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
     }
     let index: std::collections::HashMap<&str, usize> =
         files.iter().enumerate().map(|(i, (name, _, _))| (name.as_str(), i)).collect();
-    let mut wanted: Vec<String> = ROOTS.iter().map(|r| (*r).to_owned()).collect();
+    let mut wanted: Vec<String> = files.iter().map(|(name, _, _)| name.clone()).filter(|name| root(name)).collect();
     let mut keep = std::collections::BTreeSet::new(); // indices: the set's (dependency) order
     while let Some(name) = wanted.pop() {
         let i = *index.get(name.as_str()).ok_or_else(|| format!("descriptor set lacks {name}"))?;

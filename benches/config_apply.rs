@@ -91,15 +91,18 @@ fn cds_bytes(n: usize) -> Vec<Vec<u8>> {
 /// What the ADS client does with one accepted response.
 fn apply(state: &mut ConfigState, store: &Store, resource_type: ResourceType, items: &[Vec<u8>], version: &str) {
     let mut warnings = Warnings::new();
-    let accepted: Vec<Versioned<Resource>> = items
-        .iter()
-        .map(|bytes| Versioned {
-            resource: decode_resource(resource_type, bytes, &mut warnings).unwrap(),
-            version: version.to_owned(),
-            last_updated: SystemTime::now(),
-            raw: bytes::Bytes::copy_from_slice(bytes),
-        })
-        .collect();
+    // As the ADS client does: one validator of the typed configs for the whole response.
+    let accepted: Vec<Versioned<Resource>> = outrider::pb::pgv::with_extension_checks(|| {
+        items
+            .iter()
+            .map(|bytes| Versioned {
+                resource: decode_resource(resource_type, bytes, &mut warnings).unwrap(),
+                version: version.to_owned(),
+                last_updated: SystemTime::now(),
+                raw: bytes::Bytes::copy_from_slice(bytes),
+            })
+            .collect()
+    });
     state.apply(resource_type, version, accepted, &[], resource_type.is_wildcard());
     store.publish(state.snapshot());
 }

@@ -198,3 +198,243 @@ async fn a_resource_breaking_its_proto_constraints_refuses_the_response_sotw() {
 async fn a_resource_breaking_its_proto_constraints_refuses_the_response_delta() {
     proto_constraints("DELTA_GRPC").await;
 }
+
+// ---- Typed configs: checked by the extension that reads them, per resource ----
+
+/// An HTTP filter before the router of `listener`.
+fn with_http_filter(name: &str, filter: &str) -> String {
+    listener(name, "v2", INLINE_ROUTE, filter)
+}
+
+/// `LocalRateLimit.token_bucket.fill_interval` is `gt: 0s`.
+const RATE_LIMIT_ZERO_INTERVAL: &str = r#"
+      - name: envoy.filters.http.local_ratelimit
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit
+          stat_prefix: rl
+          token_bucket: { max_tokens: 10, fill_interval: 0s }"#;
+
+/// `Policy.permissions` is `min_items: 1`.
+const RBAC_NO_PERMISSIONS: &str = r#"
+      - name: envoy.filters.http.rbac
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC
+          rules: { action: ALLOW, policies: { p: { permissions: [], principals: [{ any: true }] } } }"#;
+
+/// `TlsParameters.tls_minimum_protocol_version` is an enum, `defined_only` (9 is none).
+fn listener_with_bad_tls(name: &str) -> String {
+    listener(name, "v2", INLINE_ROUTE, "").replace(
+        "filter_chains:\n- filters:",
+        r#"filter_chains:
+- transport_socket:
+    name: envoy.transport_sockets.tls
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+      common_tls_context: { tls_params: { tls_minimum_protocol_version: 9 } }
+  filters:"#,
+    )
+}
+
+/// `UpstreamTlsContext`'s `tls_maximum_protocol_version` out of its enum.
+fn cluster_with_bad_tls(name: &str) -> String {
+    static_cluster(name, "2s", "127.0.0.1")
+        + r#"transport_socket:
+  name: envoy.transport_sockets.tls
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+    common_tls_context: { tls_params: { tls_maximum_protocol_version: 9 } }
+"#
+}
+
+/// `HttpProtocolOptions.common_http_protocol_options.max_headers_count` is `gte: 1`.
+fn cluster_with_zero_headers_count(name: &str) -> String {
+    static_cluster(name, "1s", "127.0.0.1")
+        + r#"typed_extension_protocol_options:
+  envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+    "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+    common_http_protocol_options: { max_headers_count: 0 }
+    explicit_http_config: { http2_protocol_options: {} }
+"#
+}
+
+async fn extension_constraints(api_type: &str) {
+    let control_plane = ControlPlane::start().await;
+    initial(&control_plane);
+    let envoy = match envoy_binary() {
+        Some(binary) => Some(Envoy::start(&binary, &envoy_bootstrap(api_type, control_plane.port)).await),
+        None => {
+            println!("SKIPPED: envoy not found (bench/install-envoy.sh); Outrider's half only");
+            None
+        }
+    };
+    let outrider = app::start(bootstrap(control_plane.port, api_type)).await.unwrap();
+    wait_snapshot(&outrider.store, |s| s.ready).await;
+    let mut nodes = vec![OUTRIDER_NODE];
+    if envoy.is_some() {
+        nodes.push(ENVOY_NODE);
+    }
+    for t in [ResourceType::Cluster, ResourceType::Listener, ResourceType::ClusterLoadAssignment] {
+        wait_answered(&control_plane, &nodes, t).await;
+    }
+
+    set(
+        &control_plane,
+        ResourceType::Cluster,
+        &[
+            static_cluster("keep", "1s", "127.0.0.1"),
+            static_cluster("upd_ok", "2s", "127.0.0.1"),
+            cluster_with_bad_tls("upd_bad"),
+            static_cluster("new_ok", "1s", "127.0.0.1"),
+            cluster_with_zero_headers_count("new_bad_options"),
+            eds_cluster("eds_a"),
+            eds_cluster("eds_b"),
+            eds_cluster("eds_c"),
+        ],
+    );
+    let version = type_version(&control_plane, ResourceType::Cluster);
+    let type_url = ResourceType::Cluster.type_url();
+    if control_plane
+        .server
+        .wait_until(common::WAIT * 3, |j| nodes.iter().all(|n| answered(j, n, type_url, &version)))
+        .await
+        .is_err()
+    {
+        panic!("not answered; envoy: {}", envoy.as_ref().map(|e| e.log_tail()).unwrap_or_default());
+    }
+    set(
+        &control_plane,
+        ResourceType::Listener,
+        &[
+            listener("l_keep", "keep", INLINE_ROUTE, ""),
+            listener("l_upd_ok", "v2", INLINE_ROUTE, ""),
+            listener("l_upd_bad", "''", INLINE_ROUTE, ""), // HttpConnectionManager.stat_prefix: min_len 1
+            listener("l_new_ok", "v2", INLINE_ROUTE, ""),
+            with_http_filter("l_new_rate_limit", RATE_LIMIT_ZERO_INTERVAL),
+            with_http_filter("l_new_rbac", RBAC_NO_PERMISSIONS),
+            listener_with_bad_tls("l_new_tls"),
+            listener("l_rds", "rds", &rds("route_a"), ""),
+            listener("l_rds2", "rds", &rds("route_b"), ""),
+            listener("l_rds3", "rds", &rds("route_c"), ""),
+        ],
+    );
+    wait_answered(&control_plane, &nodes, ResourceType::Listener).await;
+
+    // Per resource, as Envoy's managers take them: the valid ones are applied, the invalid
+    // ones keep their previous version (a new one is absent), the unnamed one is removed.
+    let outrider_after = outrider_applied(&outrider.store.load());
+    for name in ["keep", "upd_ok", "new_ok", "upd_bad"] {
+        assert!(outrider_after.clusters.contains_key(name), "cluster {name}: {outrider_after:?}");
+    }
+    let cluster_version = |name: &str| outrider_after.clusters[name].clone();
+    assert_eq!(cluster_version("upd_bad"), cluster_version("keep"), "upd_bad keeps its first version");
+    assert_ne!(cluster_version("upd_ok"), cluster_version("keep"), "upd_ok is updated");
+    for absent in ["gone", "new_bad_options"] {
+        assert!(!outrider_after.clusters.contains_key(absent), "cluster {absent}: {outrider_after:?}");
+    }
+    assert_eq!(outrider_after.listeners.get("l_upd_ok").map(String::as_str), Some("v2"));
+    assert_eq!(outrider_after.listeners.get("l_upd_bad").map(String::as_str), Some("v1"));
+    assert!(outrider_after.listeners.contains_key("l_new_ok"));
+    for absent in ["l_gone", "l_new_rate_limit", "l_new_rbac", "l_new_tls"] {
+        assert!(!outrider_after.listeners.contains_key(absent), "listener {absent}: {outrider_after:?}");
+    }
+    if let Some(envoy) = &envoy {
+        let envoy_after = envoy_applied(&envoy_dump(envoy).await);
+        let names = |m: &BTreeMap<String, String>| m.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(names(&envoy_after.clusters), names(&outrider_after.clusters), "clusters ({api_type})");
+        assert_eq!(envoy_after.listeners, outrider_after.listeners, "listeners ({api_type})");
+    }
+
+    // One NACK per type, naming each invalid resource with the field path inside its typed
+    // config (Outrider) and the rule broken, in protoc-gen-validate's words (both).
+    let journal = control_plane.server.journal();
+    // (resource, Outrider's path, the rule broken). Load-balancing policies are left out:
+    // Envoy reads them without their proto's rules, and a ring hash policy with
+    // `minimum_ring_size: 8388609` pushed over CDS leaves Envoy 1.40 answering nothing more;
+    // Outrider refuses it by its rule (`pgv_tests`, `lb_typed`).
+    type Case<'a> = (&'a str, &'a str, &'a str);
+    let expected: [(ResourceType, &[Case]); 2] = [
+        (
+            ResourceType::Cluster,
+            &[
+                (
+                    "upd_bad",
+                    "transport_socket.typed_config.common_tls_context.tls_params.tls_maximum_protocol_version",
+                    "value must be one of the defined enum values",
+                ),
+                (
+                    "new_bad_options",
+                    "typed_extension_protocol_options[envoy.extensions.upstreams.http.v3.HttpProtocolOptions].common_http_protocol_options.max_headers_count",
+                    "value must be greater than or equal to 1",
+                ),
+            ],
+        ),
+        (
+            ResourceType::Listener,
+            &[
+                (
+                    "l_upd_bad",
+                    "filter_chains[0].filters[0].typed_config.stat_prefix",
+                    "value length must be at least 1 characters",
+                ),
+                (
+                    "l_new_rate_limit",
+                    "filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.token_bucket.fill_interval",
+                    "value must be greater than 0s",
+                ),
+                (
+                    "l_new_rbac",
+                    "filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.rules.policies[\"p\"].permissions",
+                    "value must contain at least 1 item(s)",
+                ),
+                (
+                    "l_new_tls",
+                    "filter_chains[0].transport_socket.typed_config.common_tls_context.tls_params.tls_minimum_protocol_version",
+                    "value must be one of the defined enum values",
+                ),
+            ],
+        ),
+    ];
+    for (t, bad) in expected {
+        let outrider_nacks = nacks(&journal, OUTRIDER_NODE, t);
+        assert_eq!(outrider_nacks.len(), 1, "outrider ({api_type}) NACKs of {t:?}: {outrider_nacks:#?}");
+        let message = outrider_nacks[0].error_detail.clone().unwrap().message;
+        println!("outrider ({api_type}) {t:?} NACK: {message}");
+        for (name, path, rule) in bad {
+            let line = format!("{name}: {path}: proto constraint validation failed: {rule}");
+            assert!(message.contains(&line), "outrider {t:?}: {line:?} not in {message:?}");
+        }
+        if envoy.is_some() {
+            let envoy_nacks = nacks(&journal, ENVOY_NODE, t);
+            assert_eq!(envoy_nacks.len(), 1, "envoy ({api_type}) NACKs of {t:?}: {envoy_nacks:#?}");
+            let message = envoy_nacks[0].error_detail.clone().unwrap().message;
+            println!("envoy ({api_type}) {t:?} NACK: {message}");
+            for (name, _, rule) in bad {
+                assert!(message.contains(&format!("{name}: ")), "envoy {t:?} names {name}: {message}");
+                assert!(message.contains(rule), "envoy {t:?}: {rule:?} not in {message}");
+            }
+        }
+    }
+    let outrider_stats = admin_get(outrider.admin_address, "/stats").await.1;
+    for stat in [
+        "cluster_manager.cds.update_rejected",
+        "cluster_manager.cds.update_success",
+        "listener_manager.lds.update_rejected",
+        "listener_manager.lds.update_success",
+    ] {
+        let outrider_value = stat_value(&outrider_stats, stat);
+        if let Some(envoy) = &envoy {
+            assert_eq!(envoy.stat(stat).await, outrider_value, "{stat} ({api_type})");
+        }
+    }
+    outrider.stop();
+}
+
+#[tokio::test]
+async fn a_typed_config_breaking_its_proto_constraints_refuses_its_resource_sotw() {
+    extension_constraints("GRPC").await;
+}
+
+#[tokio::test]
+async fn a_typed_config_breaking_its_proto_constraints_refuses_its_resource_delta() {
+    extension_constraints("DELTA_GRPC").await;
+}

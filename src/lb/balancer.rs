@@ -132,12 +132,19 @@ impl ClusterLb {
             } else {
                 Vec::new()
             };
-            levels.push(Level {
-                all: push_set(&mut sets, policy, all, locality_weighted, &locality_weights, now),
-                healthy: push_set(&mut sets, policy, healthy, locality_weighted, &locality_weights, now),
-                degraded: push_set(&mut sets, policy, degraded, locality_weighted, &locality_weights, now),
-                localities,
-            });
+            // A list equal to `all` (every host healthy, the usual case, or every host
+            // degraded) shares its set: filtering keeps the order, so equal lengths are
+            // equal lists, and a ring or table is built once per level, as Envoy builds it,
+            // not once per list (3 × `maximum_ring_size` entries per level otherwise).
+            let (healthy_is_all, degraded_is_all) =
+                (healthy.len() == all.len(), !all.is_empty() && degraded.len() == all.len());
+            let all = push_set(&mut sets, policy, all, locality_weighted, &locality_weights, now);
+            let mut share_or_push = |same: bool, hosts: Vec<Arc<Host>>| {
+                if same { all } else { push_set(&mut sets, policy, hosts, locality_weighted, &locality_weights, now) }
+            };
+            let healthy = share_or_push(healthy_is_all, healthy);
+            let degraded = share_or_push(degraded_is_all, degraded);
+            levels.push(Level { all, healthy, degraded, localities });
         }
         let load = PriorityLoad::compute(&counts, assignment.overprovisioning_factor, panic_threshold);
         let original_dst = cluster.original_dst.as_ref().map(|c| OriginalDst::new(registry.original_dst_hosts(), c));
@@ -161,6 +168,12 @@ impl ClusterLb {
     /// The cluster's circuit-breaker counts.
     pub fn resources(&self) -> &Arc<ClusterResources> {
         &self.resources
+    }
+
+    /// How many host sets (each with its policy's ring, table or cursor state) the
+    /// balancer holds: what its memory grows with besides the hosts.
+    pub fn host_sets(&self) -> usize {
+        self.sets.len()
     }
 
     pub fn hosts(&self) -> &[Arc<Host>] {

@@ -14,10 +14,16 @@
 //! the contents of an `Any`: a `typed_config` is validated by the extension that reads it,
 //! and a violation there rejects only that resource (see `config::convert`).
 //!
-//! The pool is decoded per check (a few milliseconds, see `tests` for the measure) and
-//! dropped afterwards, as `json::pool` is, so that an idle proxy keeps none of it.
+//! The contents of an `Any` are checked where Outrider decodes them
+//! (`config::convert::common::unpack`), as Envoy's factories do
+//! (`MessageUtil::downcastAndValidate`), against a second descriptor set: that of every
+//! extension's config. Each set is decoded when a check needs it (a few milliseconds, see
+//! `tests` for the measure) and dropped afterwards, as `json::pool` is, so that an idle
+//! proxy keeps none of it: [`with_extension_checks`] holds the extensions' validator for
+//! the conversion of one response.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
@@ -27,6 +33,16 @@ use prost_reflect::{
 };
 
 static RESOURCE_DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/xds_resource_descriptors.bin"));
+static EXTENSION_DESCRIPTORS: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/xds_extension_descriptors.bin"));
+
+/// Which descriptor set a validator reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Set {
+    /// The five xDS resource types and what they import.
+    Resources,
+    /// Every extension's config (`envoy/extensions/**`, the tracers) and what they import.
+    Extensions,
+}
 
 /// A resource that breaks a constraint of its proto: where (field path) and which.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -36,17 +52,29 @@ pub struct Violation {
     pub reason: String,
 }
 
-/// The descriptor pool of the xDS resource types, shared while any caller holds it.
-fn pool() -> Result<Arc<DescriptorPool>, Violation> {
-    static POOL: Mutex<Weak<DescriptorPool>> = Mutex::new(Weak::new());
-    let mut cached = POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+static RESOURCES: Mutex<Weak<DescriptorPool>> = Mutex::new(Weak::new());
+static EXTENSIONS: Mutex<Weak<DescriptorPool>> = Mutex::new(Weak::new());
+#[cfg(test)]
+static KEPT_FOR_TESTS: Mutex<Vec<Arc<DescriptorPool>>> = Mutex::new(Vec::new());
+
+/// The descriptor pool of `set`, shared while any caller holds it.
+fn pool(set: Set) -> Result<Arc<DescriptorPool>, Violation> {
+    let (cache, bytes) = match set {
+        Set::Resources => (&RESOURCES, RESOURCE_DESCRIPTORS),
+        Set::Extensions => (&EXTENSIONS, EXTENSION_DESCRIPTORS),
+    };
+    let mut cached = cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(pool) = cached.upgrade() {
         return Ok(pool);
     }
-    let pool = DescriptorPool::decode(RESOURCE_DESCRIPTORS)
+    let pool = DescriptorPool::decode(bytes)
         .map(Arc::new)
         .map_err(|e| Violation { path: String::new(), reason: format!("descriptor set: {e}") })?;
     *cached = Arc::downgrade(&pool);
+    // Unit tests convert configs piece by piece, outside any response: one decoding per
+    // test process rather than one per typed config.
+    #[cfg(test)]
+    KEPT_FOR_TESTS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(pool.clone());
     Ok(pool)
 }
 
@@ -66,8 +94,14 @@ pub struct Validator {
 }
 
 impl Validator {
+    /// A validator of the xDS resource types.
     pub fn new() -> Result<Self, Violation> {
-        let pool = pool()?;
+        Self::of(Set::Resources)
+    }
+
+    /// A validator of `set`'s messages.
+    pub fn of(set: Set) -> Result<Self, Violation> {
+        let pool = pool(set)?;
         let extension = |name: &str| {
             pool.get_extension_by_name(name)
                 .ok_or_else(|| Violation { path: String::new(), reason: format!("descriptor set lacks {name}") })
@@ -95,6 +129,16 @@ impl Validator {
             .map_err(|e| Violation { path: String::new(), reason: format!("cannot decode: {e}") })?;
         let mut path = Path::default();
         self.message(&message, &mut path).map_err(|reason| Violation { path: path.to_string(), reason })
+    }
+
+    /// Checks an extension's config, `bytes` of the message `full_name`. Messages the set
+    /// does not define are not Envoy's (wrappers, Istio's filter configs) and carry no
+    /// rules; an Envoy message it lacks is refused rather than let through unchecked.
+    pub fn check_extension(&mut self, full_name: &str, bytes: &[u8]) -> Result<(), Violation> {
+        if self.pool.get_message_by_name(full_name).is_none() && !full_name.starts_with("envoy.") {
+            return Ok(());
+        }
+        self.check(full_name, bytes)
     }
 
     fn rules_of(&mut self, field: &FieldDescriptor) -> Option<DynamicMessage> {
@@ -178,7 +222,7 @@ impl Validator {
             sorted.sort_by(|a, b| a.0.cmp(b.0));
             for (key, item) in sorted {
                 path.push(Part::Key(match key {
-                    prost_reflect::MapKey::String(s) => s.clone(),
+                    prost_reflect::MapKey::String(s) => format!("{s:?}"),
                     other => format!("{:?}", Value::from(other.clone())),
                 }));
                 let key_value: Value = key.clone().into();
@@ -382,6 +426,60 @@ impl Validator {
             _ => Err(format!("value does not match regex pattern {pattern:?}")),
         }
     }
+}
+
+/// Where a conversion stands: outside [`with_extension_checks`], inside it before any
+/// extension was checked, or inside it with the extensions' validator.
+enum Scope {
+    Outside,
+    Idle,
+    Ready(Box<Validator>),
+}
+
+thread_local! {
+    static SCOPE: RefCell<Scope> = const { RefCell::new(Scope::Outside) };
+}
+
+/// Runs `f` (the conversion of one response, or of the bootstrap) with one validator of
+/// the extensions' configs, decoded at the first [`check_extension`] and dropped when `f`
+/// returns: one decoding of the set per response, none while idle.
+pub fn with_extension_checks<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Scope>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            if let Some(previous) = self.0.take() {
+                SCOPE.with(|scope| *scope.borrow_mut() = previous);
+            }
+        }
+    }
+    let previous = SCOPE.with(|scope| {
+        let mut scope = scope.borrow_mut();
+        match *scope {
+            Scope::Outside => Some(std::mem::replace(&mut *scope, Scope::Idle)),
+            Scope::Idle | Scope::Ready(_) => None, // nested: the outer scope's validator serves
+        }
+    });
+    let _restore = Restore(previous);
+    f()
+}
+
+/// Checks an extension's config (the message `full_name`, as `bytes`) against its proto's
+/// constraints, with the validator of the enclosing [`with_extension_checks`] (or one of
+/// its own outside any).
+pub fn check_extension(full_name: &str, bytes: &[u8]) -> Result<(), Violation> {
+    SCOPE.with(|scope| {
+        let mut scope = scope.borrow_mut();
+        match &mut *scope {
+            Scope::Ready(validator) => validator.check_extension(full_name, bytes),
+            Scope::Idle => {
+                let mut validator = Box::new(Validator::of(Set::Extensions)?);
+                let checked = validator.check_extension(full_name, bytes);
+                *scope = Scope::Ready(validator);
+                checked
+            }
+            Scope::Outside => Validator::of(Set::Extensions)?.check_extension(full_name, bytes),
+        }
+    })
 }
 
 /// `(validate.disabled)`/`(validate.ignored)` and the `(validate.required)` oneofs of a

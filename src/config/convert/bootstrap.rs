@@ -31,6 +31,11 @@ macro_rules! ignore_set {
 }
 
 pub fn bootstrap(document: serde_json::Value, warnings: &mut Warnings) -> Result<Bootstrap> {
+    // One validator of the typed configs for the whole bootstrap (see `common::unpack`).
+    crate::pb::pgv::with_extension_checks(|| bootstrap_checked(document, warnings))
+}
+
+fn bootstrap_checked(document: serde_json::Value, warnings: &mut Warnings) -> Result<Bootstrap> {
     let (proto, dropped) =
         crate::pb::json::from_value::<proto::Bootstrap>("envoy.config.bootstrap.v3.Bootstrap", document.clone())
             .map_err(|e| ConfigError::new(e.path, e.reason))?;

@@ -89,7 +89,10 @@ pub fn opt_duration(proto: &Option<gpb::Duration>, field: &str) -> Result<Option
     proto.as_ref().map(duration).transpose().map_err(|e| e.at(field))
 }
 
-/// Decodes a `typed_config` of the expected message type.
+/// Decodes a `typed_config` of the expected message type and checks it against its proto's
+/// constraints (`validate.rules`), as Envoy's factories do when they read one
+/// (`MessageUtil::downcastAndValidate`): a violation refuses the resource that carries the
+/// config, with the field path inside it (the caller prefixes its own).
 pub fn unpack<M: prost::Message + prost::Name + Default>(any: &gpb::Any) -> Result<M> {
     let expected = M::type_url();
     if any.type_url != expected {
@@ -98,7 +101,12 @@ pub fn unpack<M: prost::Message + prost::Name + Default>(any: &gpb::Any) -> Resu
             format!("expected {expected}, got {}", if any.type_url.is_empty() { "no type" } else { &any.type_url }),
         ));
     }
-    M::decode(any.value.as_slice()).map_err(|e| ConfigError::new("", format!("cannot decode {expected}: {e}")))
+    let message =
+        M::decode(any.value.as_slice()).map_err(|e| ConfigError::new("", format!("cannot decode {expected}: {e}")))?;
+    crate::pb::pgv::check_extension(type_name(&expected), &any.value).map_err(|violation| {
+        ConfigError::new(violation.path, format!("proto constraint validation failed: {}", violation.reason))
+    })?;
+    Ok(message)
 }
 
 /// The message name of a type URL: `type.googleapis.com/envoy.a.B` → `envoy.a.B`.

@@ -119,12 +119,12 @@ impl OutlierCounters {
             return;
         }
         if matches!(status, 502..=504) {
-            let n = self.consecutive_gateway.fetch_add(1, Ordering::Relaxed) + 1;
+            let n = self.consecutive_gateway.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
             self.fire_at(n, thresholds.consecutive_gateway_failure, PENDING_GATEWAY);
         } else {
             self.consecutive_gateway.store(0, Ordering::Relaxed);
         }
-        let n = self.consecutive_5xx.fetch_add(1, Ordering::Relaxed) + 1;
+        let n = self.consecutive_5xx.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         self.fire_at(n, thresholds.consecutive_5xx, PENDING_5XX);
     }
 
@@ -133,11 +133,13 @@ impl OutlierCounters {
         if success {
             self.consecutive_local.store(0, Ordering::Relaxed);
         } else {
-            let n = self.consecutive_local.fetch_add(1, Ordering::Relaxed) + 1;
+            let n = self.consecutive_local.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
             self.fire_at(n, thresholds.consecutive_local_origin_failure, PENDING_LOCAL_ORIGIN);
         }
     }
 
+    /// `count` is the run's length as the atomic holds it: after 2³² − 1 failures in a row it
+    /// wraps to 0, as Envoy's `uint32_t` counters do, and the run counts up again.
     fn fire_at(&self, count: u32, threshold: u32, event: u8) {
         if count == threshold {
             self.pending.fetch_or(event, Ordering::Relaxed);
@@ -190,6 +192,22 @@ mod tests {
             consecutive_local_origin_failure: 2,
             split_external_local_origin_errors: split,
         }
+    }
+
+    #[test]
+    fn a_run_of_u32_max_failures_wraps_as_envoys_counter() {
+        let c = OutlierCounters::default();
+        let t = thresholds(false);
+        c.consecutive_5xx.store(u32::MAX - 1, Ordering::Relaxed);
+        c.consecutive_gateway.store(u32::MAX, Ordering::Relaxed);
+        c.record(OutlierResult::Status(502), &t); // 5xx run: u32::MAX; gateway run wraps to 0
+        c.record(OutlierResult::Status(502), &t); // 5xx run wraps to 0; gateway 1
+        assert_eq!(c.take_pending(), 0);
+        c.record(OutlierResult::Status(502), &t); // gateway 2: its threshold
+        assert_eq!(c.take_pending(), PENDING_GATEWAY);
+        c.record(OutlierResult::Status(502), &t); // 5xx 2; gateway 1 (reset when taken)
+        c.record(OutlierResult::Status(502), &t); // 5xx 3 and gateway 2: both thresholds
+        assert_eq!(c.take_pending(), PENDING_5XX | PENDING_GATEWAY);
     }
 
     #[test]

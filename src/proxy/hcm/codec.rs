@@ -67,6 +67,10 @@ pub(super) async fn sniff<S: AsyncRead + Unpin>(stream: &mut S) -> std::io::Resu
     Ok((protocol, read))
 }
 
+/// The most headers an `http::HeaderMap` can reserve room for (its 32 768 slots, a quarter
+/// kept free): an HTTP/1.1 request with more is answered 431.
+const HEADER_MAP_MAX: usize = 24_576;
+
 /// HTTP/1.1: header size and count (431 beyond them, from hyper), the header read timeout,
 /// keep-alive.
 pub(super) fn http1(manager: &HttpConnectionManager) -> http1::Builder {
@@ -81,7 +85,11 @@ pub(super) fn http1(manager: &HttpConnectionManager) -> http1::Builder {
         .max_buf_size(max_head.max(MIN_READ_BUFFER))
         // hyper's default is 30 s once a timer is set; Envoy's is none.
         .header_read_timeout(manager.request_headers_timeout);
-    let count = manager.common.max_headers_count as usize;
+    // hyper reserves room for `max_headers` headers on every parse: never more than fit in
+    // the largest head (a header line is at least 3 bytes, `a:\n`), so that a large
+    // `max_headers_count` (up to 2³² − 1) costs what the head can hold, not its magnitude;
+    // and never more than a `HeaderMap` holds, which hyper would panic reserving.
+    let count = (manager.common.max_headers_count as usize).min(max_head / 3 + 1).min(HEADER_MAP_MAX);
     if count != 100 {
         // hyper's default is Envoy's 100 (and cheaper: kept on the stack).
         builder.max_headers(count);

@@ -100,6 +100,17 @@ pub fn validate(
             ..Verdict::default()
         };
     }
+    // One validator of the typed configs for the whole response (see `common::unpack`).
+    crate::pb::pgv::with_extension_checks(|| convert_each(state, resource_type, incoming, warned))
+}
+
+/// The resources of a response that passed the constraints check, converted one by one.
+fn convert_each(
+    state: Option<&ConfigState>,
+    resource_type: ResourceType,
+    incoming: Vec<Incoming>,
+    warned: &mut HashSet<Ignored>,
+) -> Verdict {
     let now = SystemTime::now();
     let mut verdict = Verdict { accepted: Vec::with_capacity(incoming.len()), ..Verdict::default() };
     let mut failed = false;

@@ -59,6 +59,7 @@ mod tests {
             grpc_service: Some(GrpcService {
                 target_specifier: Some(TargetSpecifier::GoogleGrpc(GoogleGrpc {
                     target_uri: "collector:4317".into(),
+                    stat_prefix: "otel".into(), // min_len 1
                     ..Default::default()
                 })),
                 ..Default::default()
@@ -84,11 +85,18 @@ mod tests {
             grpc_service: Some(GrpcService {
                 target_specifier: Some(TargetSpecifier::GoogleGrpc(GoogleGrpc {
                     target_uri: "collector:4317".into(),
+                    stat_prefix: "otel".into(), // min_len 1
                     ..Default::default()
                 })),
                 ..Default::default()
             }),
-            sampler: Some(Default::default()),
+            sampler: Some(crate::pb::envoy::config::core::v3::TypedExtensionConfig {
+                name: "sampler".into(), // min_len 1
+                typed_config: Some(crate::pb::google::protobuf::Any {
+                    type_url: "type.googleapis.com/acme.Sampler".into(),
+                    value: Vec::new(),
+                }),
+            }),
             ..Default::default()
         };
         let refused = tracing(tracing_with(with_sampler), &mut Warnings::new());

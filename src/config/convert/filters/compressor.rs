@@ -350,7 +350,7 @@ mod tests {
             ..Default::default()
         });
         let cases = [
-            (with_library(any_of(ZSTD, &zstd_dictionary)), "compressor_library.typed_config.dictionary"),
+            (with_library(any_of(ZSTD, &zstd_dictionary)), "compressor_library.typed_config.dictionary.specifier"),
             (
                 with_library(any_of(
                     GZIP,

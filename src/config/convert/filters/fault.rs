@@ -149,7 +149,7 @@ mod tests {
         let cases = [
             (
                 proto::HttpFault { response_rate_limit: Some(Default::default()), ..Default::default() },
-                "response_rate_limit",
+                "response_rate_limit.limit_type",
             ),
             (
                 proto::HttpFault { abort: abort(proto::fault_abort::ErrorType::HttpStatus(100)), ..Default::default() },
@@ -160,9 +160,9 @@ mod tests {
                     abort: Some(proto::FaultAbort { error_type: None, ..Default::default() }),
                     ..Default::default()
                 },
-                "abort.http_status",
+                "abort.error_type", // a required oneof
             ),
-            (proto::HttpFault { delay: Some(Default::default()), ..Default::default() }, "delay.fixed_delay"),
+            (proto::HttpFault { delay: Some(Default::default()), ..Default::default() }, "delay.fault_delay_secifier"),
         ];
         for (message, path) in cases {
             let error = http_fault(&any(&message), &mut Warnings::new()).unwrap_err();

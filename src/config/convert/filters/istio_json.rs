@@ -106,7 +106,8 @@ pub fn duration(value: &serde_json::Value, at: &str) -> Result<Option<std::time:
     let seconds = text
         .strip_suffix('s')
         .and_then(|s| s.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0 && *s <= 315_576_000_000.0)
+        // Envoy's largest duration, as for every other duration (`common::duration`).
+        .filter(|s| s.is_finite() && *s >= 0.0 && *s < (super::super::common::MAX_DURATION_SECONDS + 1) as f64)
         .ok_or_else(|| ConfigError::new(at, format!("{text:?} is not a duration")))?;
     Ok(Some(std::time::Duration::from_secs_f64(seconds)))
 }
@@ -122,5 +123,10 @@ mod tests {
         assert_eq!(field("istio_headers"), "istio_headers");
         assert_eq!(duration(&serde_json::json!("0.250s"), "d").unwrap(), Some(std::time::Duration::from_millis(250)));
         assert!(duration(&serde_json::json!("5m"), "d").unwrap_err().to_string().contains('d'));
+        // Up to Envoy's largest duration, and not beyond.
+        assert!(duration(&serde_json::json!("9223372035s"), "d").unwrap().is_some());
+        for beyond in ["9223372037s", "315576000000s", "1e300s"] {
+            assert!(duration(&serde_json::json!(beyond), "d").is_err(), "{beyond}");
+        }
     }
 }

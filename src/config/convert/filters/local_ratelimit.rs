@@ -264,7 +264,10 @@ mod tests {
                 http_proto::LocalRateLimit { local_rate_limit_per_downstream_connection: true, ..base.clone() },
                 "local_rate_limit_per_downstream_connection",
             ),
-            (http_proto::LocalRateLimit { descriptors: vec![Default::default()], ..base.clone() }, "descriptors"),
+            (
+                http_proto::LocalRateLimit { descriptors: vec![Default::default()], ..base.clone() },
+                "descriptors[0].entries", // min_items 1, before Outrider's own refusal
+            ),
             (http_proto::LocalRateLimit { stat_prefix: String::new(), ..base.clone() }, "stat_prefix"),
             (
                 http_proto::LocalRateLimit {

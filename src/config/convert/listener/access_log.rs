@@ -234,7 +234,7 @@ mod tests {
         let mut with_formatters = text("%PROTOCOL%");
         with_formatters.formatters.push(Default::default());
         let formatters = access_logs(vec![log(file_with(with_formatters))], &mut warnings);
-        assert_eq!(error_path(formatters), "access_log[0].typed_config.log_format.formatters");
+        assert_eq!(error_path(formatters), "access_log[0].typed_config.log_format.formatters[0].name");
         let mut filtered = log(file_with(text("%PROTOCOL%\n")));
         filtered.filter = Some(proto::AccessLogFilter {
             filter_specifier: Some(proto::access_log_filter::FilterSpecifier::OrFilter(proto::OrFilter {

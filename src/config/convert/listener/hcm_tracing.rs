@@ -345,7 +345,16 @@ mod tests {
             ..Tracing::default()
         };
         assert_eq!(error_path(hcm_tracing(zipkin, &mut warnings)), "provider.typed_config");
-        let with_sampler = trace::OpenTelemetryConfig { sampler: Some(Default::default()), ..to_cluster("otel") };
+        let with_sampler = trace::OpenTelemetryConfig {
+            sampler: Some(crate::pb::envoy::config::core::v3::TypedExtensionConfig {
+                name: "sampler".into(),
+                typed_config: Some(crate::pb::google::protobuf::Any {
+                    type_url: "type.googleapis.com/acme.Sampler".into(),
+                    value: Vec::new(),
+                }),
+            }),
+            ..to_cluster("otel")
+        };
         let sampled = Tracing { provider: provider(with_sampler), ..Tracing::default() };
         assert_eq!(error_path(hcm_tracing(sampled, &mut warnings)), "provider.typed_config.sampler");
         let both = trace::OpenTelemetryConfig { http_service: Some(Default::default()), ..to_cluster("otel") };
@@ -376,7 +385,7 @@ mod tests {
         let http = HttpService {
             http_uri: Some(HttpUri {
                 uri: "http://otel-collector.observability.svc.cluster.local:4318/v1/traces".into(),
-                timeout: None,
+                timeout: Some(crate::pb::google::protobuf::Duration { seconds: 1, nanos: 0 }), // required
                 http_upstream_type: Some(http_uri::HttpUpstreamType::Cluster(
                     "outbound|4318||otel-collector.observability.svc.cluster.local".into(),
                 )),
