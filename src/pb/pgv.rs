@@ -24,7 +24,7 @@
 
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 
 use prost_reflect::{
@@ -91,6 +91,10 @@ pub struct Validator {
     /// What each message met so far asks besides its fields' rules, by its full name.
     messages: HashMap<String, Plan>,
     patterns: HashMap<String, regex::Regex>,
+    /// Extension configs this validator found valid, by message name and exact bytes:
+    /// a response repeats many (every Istio cluster's `HttpProtocolOptions`), and a repeat
+    /// is a look-up instead of a decode and walk. Compared in full, no hash stands in.
+    valid_extensions: HashSet<(String, Box<[u8]>)>,
 }
 
 impl Validator {
@@ -114,6 +118,7 @@ impl Validator {
             rules: HashMap::new(),
             messages: HashMap::new(),
             patterns: HashMap::new(),
+            valid_extensions: HashSet::new(),
             pool,
         })
     }
@@ -138,7 +143,13 @@ impl Validator {
         if self.pool.get_message_by_name(full_name).is_none() && !full_name.starts_with("envoy.") {
             return Ok(());
         }
-        self.check(full_name, bytes)
+        let key = (full_name.to_owned(), Box::<[u8]>::from(bytes));
+        if self.valid_extensions.contains(&key) {
+            return Ok(());
+        }
+        self.check(full_name, bytes)?;
+        self.valid_extensions.insert(key);
+        Ok(())
     }
 
     fn rules_of(&mut self, field: &FieldDescriptor) -> Option<DynamicMessage> {

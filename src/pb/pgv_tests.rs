@@ -387,23 +387,29 @@ fn cost_of_the_extension_checks_of_a_cds_response() {
             ..Default::default()
         }),
     };
-    let upstream_tls = tls::UpstreamTlsContext {
-        common_tls_context: Some(tls::CommonTlsContext {
-            alpn_protocols: vec!["istio-peer-exchange".into(), "istio".into()],
-            tls_certificate_sds_secret_configs: vec![sds("default")],
-            validation_context_type: Some(tls::common_tls_context::ValidationContextType::CombinedValidationContext(
-                tls::common_tls_context::CombinedCertificateValidationContext {
-                    default_validation_context: Some(Default::default()),
-                    validation_context_sds_secret_config: Some(sds("ROOTCA")),
-                    ..Default::default()
-                },
-            )),
+    // Each cluster's TLS context names its own service (as istiod's do), so each differs;
+    // the protocol options are the same for all, as istiod writes them.
+    let upstream_tls = |i: usize| {
+        tls::UpstreamTlsContext {
+            common_tls_context: Some(tls::CommonTlsContext {
+                alpn_protocols: vec!["istio-peer-exchange".into(), "istio".into()],
+                tls_certificate_sds_secret_configs: vec![sds("default")],
+                validation_context_type: Some(
+                    tls::common_tls_context::ValidationContextType::CombinedValidationContext(
+                        tls::common_tls_context::CombinedCertificateValidationContext {
+                            default_validation_context: Some(Default::default()),
+                            validation_context_sds_secret_config: Some(sds("ROOTCA")),
+                            ..Default::default()
+                        },
+                    ),
+                ),
+                ..Default::default()
+            }),
+            sni: format!("outbound_.80_._.svc{i}.default.svc.cluster.local"),
             ..Default::default()
-        }),
-        sni: "outbound_.80_._.svc.default.svc.cluster.local".into(),
-        ..Default::default()
-    }
-    .encode_to_vec();
+        }
+        .encode_to_vec()
+    };
     let options = http::HttpProtocolOptions {
         upstream_protocol_options: Some(
             http::http_protocol_options::UpstreamProtocolOptions::UseDownstreamProtocolConfig(Default::default()),
@@ -412,10 +418,11 @@ fn cost_of_the_extension_checks_of_a_cds_response() {
     }
     .encode_to_vec();
     const CLUSTERS: usize = 5_000;
+    let contexts: Vec<Vec<u8>> = (0..CLUSTERS).map(upstream_tls).collect();
     let started = std::time::Instant::now();
     with_extension_checks(|| {
-        for _ in 0..CLUSTERS {
-            check_extension("envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext", &upstream_tls).unwrap();
+        for upstream_tls in &contexts {
+            check_extension("envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext", upstream_tls).unwrap();
             check_extension("envoy.extensions.upstreams.http.v3.HttpProtocolOptions", &options).unwrap();
         }
     });
