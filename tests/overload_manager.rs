@@ -33,6 +33,7 @@ fn listener(name: &str, port: u16, extra: &str) -> String {
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: {name}
+          append_local_overload: true
           http_filters: [{{ name: envoy.filters.http.router, typed_config: {{ "@type": {ROUTER} }} }}]
           route_config:
             virtual_hosts:
@@ -117,6 +118,8 @@ async fn stop_accepting_requests_answers_503_envoy_overloaded_except_on_a_bypass
         .await;
         let (status, headers, body) = std::mem::take(&mut *last.lock().unwrap());
         let content_type = headers.iter().find(|(k, _)| k == "content-type").map(|(_, v)| v.clone());
+        let local_overloaded = headers.iter().any(|(k, v)| k == "x-envoy-local-overloaded" && v == "true");
+        assert!(local_overloaded, "{proxy}: append_local_overload adds x-envoy-local-overloaded: {headers:?}");
         answers.push((proxy, status, body, content_type));
         let (bypassed, _, _) = raw_http1(setup.second(port), GET_CLOSE).await;
         assert_eq!(bypassed, 200, "{proxy}: a listener that bypasses the overload manager still serves");

@@ -146,7 +146,11 @@ async fn forward_request(
         *pending = Some(Box::new(PendingLog::new(loggers, SystemTime::now(), Instant::now(), &parts, info)));
     }
     if exchange.overloadable && overloaded(context) {
-        return local(manager, stream, LocalReply::Overloaded, is_grpc);
+        let mut response = local(manager, stream, LocalReply::Overloaded, is_grpc);
+        if manager.append_local_overload {
+            response.headers_mut().insert("x-envoy-local-overloaded", HeaderValue::from_static("true"));
+        }
+        return response;
     }
     let selection = router::select(routes, &parts);
     // After route selection, as Envoy: a route's `tracing` replaces the sampling.

@@ -34,6 +34,9 @@ pub struct HttpConnectionManager {
     pub skipped_http_filters: Vec<SkippedFilter>,
     /// The router's `suppress_envoy_headers`: no `x-envoy-*` headers are added.
     pub suppress_envoy_headers: bool,
+    /// `append_local_overload`: the overload manager's 503 carries
+    /// `x-envoy-local-overloaded: true`.
+    pub append_local_overload: bool,
     /// Trust the connection's peer address as the client (edge); otherwise take it from
     /// `x-forwarded-for`, `xff_num_trusted_hops` from the right.
     pub use_remote_address: bool,

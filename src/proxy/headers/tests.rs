@@ -19,6 +19,7 @@ fn hcm() -> HttpConnectionManager {
         codec_type: CodecType::Auto,
         route_source: RouteSource::Rds("r".into()),
         http_filters: Vec::new(),
+        append_local_overload: false,
         upgrade_configs: Vec::new(),
         skipped_http_filters: Vec::new(),
         suppress_envoy_headers: false,

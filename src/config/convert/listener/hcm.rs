@@ -147,7 +147,6 @@ pub fn http_connection_manager(
                 "typed_header_validation_config",
                 "the codec's header validation applies",
             ),
-            (append_local_overload, "append_local_overload", "there is no overload manager"),
             (
                 add_proxy_protocol_connection_state.is_some(),
                 "add_proxy_protocol_connection_state",
@@ -215,6 +214,7 @@ pub fn http_connection_manager(
         http_filters,
         skipped_http_filters,
         suppress_envoy_headers,
+        append_local_overload,
         use_remote_address: common::bool_or(&use_remote_address, false),
         xff_num_trusted_hops,
         skip_xff_append,
