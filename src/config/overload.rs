@@ -97,6 +97,11 @@ impl ActionKind {
         ActionKind::ShrinkHeap,
     ];
 
+    /// Its position in [`ActionKind::ALL`] (the declaration order), for tables by kind.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             ActionKind::StopAcceptingRequests => "envoy.overload_actions.stop_accepting_requests",
@@ -131,6 +136,11 @@ pub enum LoadShedKind {
 impl LoadShedKind {
     pub const ALL: [LoadShedKind; 2] =
         [LoadShedKind::TcpListenerAccept, LoadShedKind::HttpConnectionManagerDecodeHeaders];
+
+    /// Its position in [`LoadShedKind::ALL`] (the declaration order), for tables by kind.
+    pub fn index(self) -> usize {
+        self as usize
+    }
 
     pub fn name(self) -> &'static str {
         match self {

@@ -50,10 +50,8 @@ impl OverloadState {
     /// Registers `overload.<point>.shed_load_count` for the configured load-shed points.
     pub fn with_stats(mut self, stats: &Stats) -> Self {
         for point in &self.config.load_shed_points {
-            if let Some(i) = LoadShedKind::ALL.iter().position(|k| *k == point.kind) {
-                let scope = Scope::envoy().child("overload").child(point.kind.name());
-                self.shed_load_counts[i] = stats.counter(scope.name("shed_load_count"));
-            }
+            let scope = Scope::envoy().child("overload").child(point.kind.name());
+            self.shed_load_counts[point.kind.index()] = stats.counter(scope.name("shed_load_count"));
         }
         self
     }
@@ -69,16 +67,12 @@ impl OverloadState {
         let mut scales = Vec::with_capacity(self.config.actions.len() + self.config.load_shed_points.len());
         for action in &self.config.actions {
             let scale = state(&action.triggers, pressures);
-            if let Some(i) = ActionKind::ALL.iter().position(|k| *k == action.kind) {
-                self.actions[i].store(scale.to_bits(), Ordering::Relaxed);
-            }
+            self.actions[action.kind.index()].store(scale.to_bits(), Ordering::Relaxed);
             scales.push((action.kind.name(), scale));
         }
         for point in &self.config.load_shed_points {
             let scale = state(&point.triggers, pressures);
-            if let Some(i) = LoadShedKind::ALL.iter().position(|k| *k == point.kind) {
-                self.shed_points[i].store(scale.to_bits(), Ordering::Relaxed);
-            }
+            self.shed_points[point.kind.index()].store(scale.to_bits(), Ordering::Relaxed);
             scales.push((point.kind.name(), scale));
         }
         let saturated = |kind| self.is_saturated(kind);
@@ -87,10 +81,7 @@ impl OverloadState {
     }
 
     pub fn scale(&self, kind: ActionKind) -> f32 {
-        ActionKind::ALL
-            .iter()
-            .position(|k| *k == kind)
-            .map_or(0.0, |i| f32::from_bits(self.actions[i].load(Ordering::Relaxed)))
+        f32::from_bits(self.actions[kind.index()].load(Ordering::Relaxed))
     }
 
     pub fn is_saturated(&self, kind: ActionKind) -> bool {
@@ -100,9 +91,8 @@ impl OverloadState {
     /// Whether a load-shed point sheds this time: always when saturated, never at 0, and
     /// with probability `scale` between, as Envoy's; `draw` is uniform in [0, 1).
     pub fn sheds(&self, kind: LoadShedKind, draw: impl FnOnce() -> f32) -> bool {
-        let Some(i) = LoadShedKind::ALL.iter().position(|k| *k == kind) else { return false };
-        let scale = f32::from_bits(self.shed_points[i].load(Ordering::Relaxed));
-        let sheds = scale >= 1.0 || (scale > 0.0 && draw() < scale);
+        let i = kind.index();
+        let sheds = drawn(f32::from_bits(self.shed_points[i].load(Ordering::Relaxed)), draw);
         if sheds {
             self.shed_load_counts[i].inc();
         }
@@ -113,8 +103,7 @@ impl OverloadState {
     /// probability their scale (`reject_incoming_connections`, `disable_http_keepalive`):
     /// always when saturated, never at 0; `draw` is uniform in [0, 1).
     pub fn applies(&self, kind: ActionKind, draw: impl FnOnce() -> f32) -> bool {
-        let scale = self.scale(kind);
-        scale >= 1.0 || (scale > 0.0 && draw() < scale)
+        drawn(self.scale(kind), draw)
     }
 
     /// Whether a new connection is rejected by `reject_incoming_connections`.
@@ -158,6 +147,12 @@ impl OverloadState {
     pub fn open_connections(&self) -> u64 {
         self.connections.load(Ordering::Relaxed)
     }
+}
+
+/// In force at `scale`: always at 1 (saturated), never at 0, with probability `scale`
+/// between; `draw` is uniform in [0, 1) and taken only when needed.
+fn drawn(scale: f32, draw: impl FnOnce() -> f32) -> bool {
+    scale >= 1.0 || (scale > 0.0 && draw() < scale)
 }
 
 fn replace(value: &mut bool, new: bool) -> bool {
@@ -219,6 +214,12 @@ mod tests {
             actions: vec![Action { kind, triggers: vec![Trigger { monitor: 0, kind: trigger }] }],
             ..OverloadConfig::default()
         })
+    }
+
+    #[test]
+    fn each_kind_indexes_its_own_slot() {
+        assert!(ActionKind::ALL.iter().enumerate().all(|(i, k)| k.index() == i));
+        assert!(LoadShedKind::ALL.iter().enumerate().all(|(i, k)| k.index() == i));
     }
 
     #[test]
