@@ -9,36 +9,24 @@ mod common;
 
 use std::time::Duration;
 
-use common::differential::raw_http1;
+use common::differential::{HttpListenerExtra, http_listener, raw_http1};
 use common::lab::free_port;
 use outrider::app::{self, StartOptions};
 use outrider::config::bootstrap::Bootstrap;
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
-const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
+const VIRTUAL_HOST: &str = r#"              routes:
+              - match: { prefix: / }
+                direct_response: { status: 200, body: { inline_string: ok } }
+"#;
 
 fn bootstrap(port: u16) -> Bootstrap {
+    let listener = http_listener("l", port, "p", HttpListenerExtra::default(), VIRTUAL_HOST);
     Bootstrap::parse(&format!(
         r#"
 admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}
 static_resources:
-  listeners:
-  - name: l
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: p
-          http_filters: [{{ name: envoy.filters.http.router, typed_config: {{ "@type": {ROUTER} }} }}]
-          route_config:
-            virtual_hosts:
-            - name: v
-              domains: ["*"]
-              routes:
-              - match: {{ prefix: / }}
-                direct_response: {{ status: 200, body: {{ inline_string: ok }} }}
+  listeners:{listener}
 "#
     ))
     .unwrap()

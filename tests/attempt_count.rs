@@ -8,42 +8,30 @@ mod common;
 
 use bytes::Bytes;
 use common::backends;
-use common::differential::{Pair, raw_http1, static_cluster};
+use common::differential::{HttpListenerExtra, Pair, http_listener, raw_http1, static_cluster};
 use http::Response;
 use http_body_util::Full;
 
-const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
+const VIRTUAL_HOST: &str = r#"              include_request_attempt_count: true
+              include_attempt_count_in_response: true
+              routes:
+              - match: { prefix: /retry }
+                route: { cluster: echo, retry_policy: { retry_on: 5xx, num_retries: 1 } }
+              - match: { prefix: /hang }
+                route: { cluster: hang, timeout: 0.2s }
+              - match: { prefix: /none }
+                route: { cluster: empty }
+              - match: { prefix: / }
+                route: { cluster: echo }
+"#;
 
 fn bootstrap(port: u16, echo: u16, hang: u16) -> String {
     let clusters = static_cluster("echo", echo) + &static_cluster("hang", hang);
+    let listener = http_listener("l", port, "p", HttpListenerExtra::default(), VIRTUAL_HOST);
     format!(
         r#"
 static_resources:
-  listeners:
-  - name: l
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: p
-          http_filters: [{{ name: envoy.filters.http.router, typed_config: {{ "@type": {ROUTER} }} }}]
-          route_config:
-            virtual_hosts:
-            - name: v
-              domains: ["*"]
-              include_request_attempt_count: true
-              include_attempt_count_in_response: true
-              routes:
-              - match: {{ prefix: /retry }}
-                route: {{ cluster: echo, retry_policy: {{ retry_on: 5xx, num_retries: 1 }} }}
-              - match: {{ prefix: /hang }}
-                route: {{ cluster: hang, timeout: 0.2s }}
-              - match: {{ prefix: /none }}
-                route: {{ cluster: empty }}
-              - match: {{ prefix: / }}
-                route: {{ cluster: echo }}
+  listeners:{listener}
   clusters:{clusters}
   - name: empty
     connect_timeout: 1s

@@ -14,13 +14,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::differential::{Pair, static_cluster};
+use common::differential::{HttpListenerExtra, Pair, ROUTE_TO_BACKEND, http_listener, static_cluster};
 use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
 /// How long a case may keep its connection open before the test stops reading. Every case
 /// ends its connection (`connection: close` or a refusal); this bounds a proxy that waits.
 const READ_LIMIT: Duration = Duration::from_secs(5);
@@ -59,26 +58,11 @@ async fn recording_backend() -> (u16, Log) {
 
 fn bootstrap(port: u16, backend: u16) -> String {
     let clusters = static_cluster("backend", backend);
+    let listener = http_listener("l", port, "p", HttpListenerExtra::default(), ROUTE_TO_BACKEND);
     format!(
         r#"
 static_resources:
-  listeners:
-  - name: l
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: p
-          http_filters: [{{ name: envoy.filters.http.router, typed_config: {{ "@type": {ROUTER} }} }}]
-          route_config:
-            virtual_hosts:
-            - name: v
-              domains: ["*"]
-              routes:
-              - match: {{ prefix: / }}
-                route: {{ cluster: backend }}
+  listeners:{listener}
   clusters:{clusters}
 "#
     )

@@ -13,36 +13,17 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use common::backends;
-use common::differential::{Pair, raw_http1, static_cluster};
+use common::differential::{HttpListenerExtra, Pair, ROUTE_TO_BACKEND, http_listener, raw_http1, static_cluster};
 use common::istiod::wait_until;
 use common::lab::free_port;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
 const HEAP: &str = "envoy.resource_monitors.fixed_heap";
 
 fn listener(name: &str, port: u16, extra: &str) -> String {
-    format!(
-        r#"
-  - name: {name}
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}{extra}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: {name}
-          append_local_overload: true
-          http_filters: [{{ name: envoy.filters.http.router, typed_config: {{ "@type": {ROUTER} }} }}]
-          route_config:
-            virtual_hosts:
-            - name: v
-              domains: ["*"]
-              routes:
-              - match: {{ prefix: / }}
-                route: {{ cluster: backend }}"#
-    )
+    let extra = HttpListenerExtra { listener: extra, hcm: "\n          append_local_overload: true" };
+    http_listener(name, port, name, extra, ROUTE_TO_BACKEND)
 }
 
 /// A bootstrap with the listener `p` on the proxy's port, a second listener `x` (with

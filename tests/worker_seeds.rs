@@ -7,40 +7,29 @@ mod common;
 
 use bytes::Bytes;
 use common::backends;
-use common::differential::{raw_http1, static_cluster};
+use common::differential::{HttpListenerExtra, http_listener, raw_http1, static_cluster};
 use common::lab::free_port;
 use http::Response;
 use http_body_util::Full;
 use outrider::app::{self, StartOptions};
 use outrider::config::bootstrap::Bootstrap;
 
-const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
 /// Picks compared: two OS-seeded runs agree on all of them with probability 2^-64.
 const REQUESTS: usize = 64;
 
+const VIRTUAL_HOST: &str = r#"              routes:
+              - match: { prefix: / }
+                route: { weighted_clusters: { clusters: [{ name: a, weight: 50 }, { name: b, weight: 50 }] } }
+"#;
+
 fn bootstrap(port: u16, a: u16, b: u16) -> Bootstrap {
     let clusters = static_cluster("a", a) + &static_cluster("b", b);
+    let listener = http_listener("l", port, "p", HttpListenerExtra::default(), VIRTUAL_HOST);
     Bootstrap::parse(&format!(
         r#"
 admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}
 static_resources:
-  listeners:
-  - name: l
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: p
-          http_filters: [{{ name: envoy.filters.http.router, typed_config: {{ "@type": {ROUTER} }} }}]
-          route_config:
-            virtual_hosts:
-            - name: v
-              domains: ["*"]
-              routes:
-              - match: {{ prefix: / }}
-                route: {{ weighted_clusters: {{ clusters: [{{ name: a, weight: 50 }}, {{ name: b, weight: 50 }}] }} }}
+  listeners:{listener}
   clusters:{clusters}
 "#
     ))

@@ -61,6 +61,47 @@ fn cluster_with(name: &str, port: u16, options: &str) -> String {
     )
 }
 
+/// The router's type URL, for connection managers written in tests.
+pub const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
+
+/// A virtual host body for [`http_listener`]: every request to the `backend` cluster.
+pub const ROUTE_TO_BACKEND: &str =
+    "              routes:\n              - match: { prefix: / }\n                route: { cluster: backend }\n";
+
+/// Where [`http_listener`] puts what a test adds.
+#[derive(Default)]
+pub struct HttpListenerExtra<'a> {
+    /// Listener fields, each line a newline and 4 spaces deep.
+    pub listener: &'a str,
+    /// Connection manager fields, each line a newline and 10 spaces deep.
+    pub hcm: &'a str,
+}
+
+/// One item of a bootstrap's `static_resources.listeners`: the listener `name` on
+/// 127.0.0.1:`port` with a connection manager (`stat_prefix`, the router only, one virtual
+/// host `v` for every domain); `virtual_host` is the rest of that virtual host, its `routes`
+/// among it, each line 14 spaces deep.
+pub fn http_listener(name: &str, port: u16, stat_prefix: &str, extra: HttpListenerExtra, virtual_host: &str) -> String {
+    let HttpListenerExtra { listener, hcm } = extra;
+    format!(
+        r#"
+  - name: {name}
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}{listener}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: {stat_prefix}{hcm}
+          http_filters: [{{ name: envoy.filters.http.router, typed_config: {{ "@type": {ROUTER} }} }}]
+          route_config:
+            virtual_hosts:
+            - name: v
+              domains: ["*"]
+{virtual_host}"#
+    )
+}
+
 /// A running Envoy, killed when dropped.
 pub struct Envoy {
     child: Child,
