@@ -8,10 +8,8 @@
 mod common;
 
 use common::acceptance::*;
-use common::differential::{Envoy, envoy_binary};
 use common::lab::free_port;
-use common::{ControlPlane, bootstrap, wait_snapshot};
-use outrider::app;
+use common::wait_snapshot;
 use outrider::config::ResourceType;
 
 fn on_port(name: &str, port: u16) -> String {
@@ -19,21 +17,7 @@ fn on_port(name: &str, port: u16) -> String {
 }
 
 async fn duplicate_address(api_type: &str) {
-    let control_plane = ControlPlane::start().await;
-    initial(&control_plane);
-    let envoy = match envoy_binary() {
-        Some(binary) => Some(Envoy::start(&binary, &envoy_bootstrap(api_type, control_plane.port)).await),
-        None => {
-            println!("SKIPPED: envoy not found (bench/install-envoy.sh); Outrider's half only");
-            None
-        }
-    };
-    let outrider = app::start(bootstrap(control_plane.port, api_type)).await.unwrap();
-    wait_snapshot(&outrider.store, |s| s.ready).await;
-    let mut nodes = vec![OUTRIDER_NODE];
-    if envoy.is_some() {
-        nodes.push(ENVOY_NODE);
-    }
+    let SideBySide { control_plane, envoy, outrider, nodes } = side_by_side(api_type).await;
     wait_answered(&control_plane, &nodes, ResourceType::Listener).await;
 
     let (shared, own) = (free_port(), free_port());

@@ -9,29 +9,14 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::acceptance::*;
-use common::differential::{Envoy, envoy_binary, stat_value};
-use common::{ControlPlane, WAIT, admin_get, bootstrap, wait_snapshot};
-use outrider::app;
+use common::differential::stat_value;
+use common::{WAIT, admin_get};
 use outrider::config::ResourceType;
 
 /// Pushes a response per type mixing valid and invalid resources, to Envoy and Outrider at
 /// once, and compares what they apply, what they NACK and what they resume with.
 async fn partial_acceptance(api_type: &str) {
-    let mut control_plane = ControlPlane::start().await;
-    initial(&control_plane);
-    let envoy = match envoy_binary() {
-        Some(binary) => Some(Envoy::start(&binary, &envoy_bootstrap(api_type, control_plane.port)).await),
-        None => {
-            println!("SKIPPED: envoy not found (bench/install-envoy.sh); Outrider's half only");
-            None
-        }
-    };
-    let outrider = app::start(bootstrap(control_plane.port, api_type)).await.unwrap();
-    wait_snapshot(&outrider.store, |s| s.ready).await;
-    let mut nodes = vec![OUTRIDER_NODE];
-    if envoy.is_some() {
-        nodes.push(ENVOY_NODE);
-    }
+    let SideBySide { mut control_plane, envoy, outrider, nodes } = side_by_side(api_type).await;
     for t in ResourceType::ALL.into_iter().filter(|t| *t != ResourceType::Secret) {
         wait_answered(&control_plane, &nodes, t).await;
     }

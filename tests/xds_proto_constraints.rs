@@ -35,21 +35,7 @@ fn assignment_with_weight_zero(name: &str, port: u16) -> String {
 }
 
 async fn proto_constraints(api_type: &str) {
-    let control_plane = ControlPlane::start().await;
-    initial(&control_plane);
-    let envoy = match envoy_binary() {
-        Some(binary) => Some(Envoy::start(&binary, &envoy_bootstrap(api_type, control_plane.port)).await),
-        None => {
-            println!("SKIPPED: envoy not found (bench/install-envoy.sh); Outrider's half only");
-            None
-        }
-    };
-    let outrider = app::start(bootstrap(control_plane.port, api_type)).await.unwrap();
-    wait_snapshot(&outrider.store, |s| s.ready).await;
-    let mut nodes = vec![OUTRIDER_NODE];
-    if envoy.is_some() {
-        nodes.push(ENVOY_NODE);
-    }
+    let SideBySide { control_plane, envoy, outrider, nodes } = side_by_side(api_type).await;
     let types = [
         ResourceType::Cluster,
         ResourceType::Listener,

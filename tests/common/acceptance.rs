@@ -8,8 +8,8 @@ use outrider::store::Snapshot;
 use outrider::xds::server::{Journal, ReceivedRequest};
 use serde_json::Value;
 
-use super::differential::Envoy;
-use super::{ControlPlane, WAIT, admin_get};
+use super::differential::{Envoy, envoy_binary};
+use super::{ControlPlane, WAIT, admin_get, bootstrap, wait_snapshot};
 
 pub const ENVOY_NODE: &str = "envoy-partial";
 pub const OUTRIDER_NODE: &str = "sidecar~10.0.0.1~app-1.default~default.svc.cluster.local";
@@ -361,4 +361,33 @@ pub fn resumed(journal: &Journal, node: &str) -> BTreeMap<String, ReceivedReques
         first.entry(r.type_url.clone()).or_insert_with(|| r.clone());
     }
     first
+}
+
+/// Envoy (when installed) and Outrider pointed at one control plane serving [`initial`]'s
+/// resources over `api_type`, Outrider ready.
+pub struct SideBySide {
+    pub control_plane: ControlPlane,
+    pub envoy: Option<Envoy>,
+    pub outrider: outrider::app::Running,
+    /// The nodes whose answers to compare: Outrider's, then Envoy's when it runs.
+    pub nodes: Vec<&'static str>,
+}
+
+pub async fn side_by_side(api_type: &str) -> SideBySide {
+    let control_plane = ControlPlane::start().await;
+    initial(&control_plane);
+    let envoy = match envoy_binary() {
+        Some(binary) => Some(Envoy::start(&binary, &envoy_bootstrap(api_type, control_plane.port)).await),
+        None => {
+            println!("SKIPPED: envoy not found (bench/install-envoy.sh); Outrider's half only");
+            None
+        }
+    };
+    let outrider = outrider::app::start(bootstrap(control_plane.port, api_type)).await.unwrap();
+    wait_snapshot(&outrider.store, |s| s.ready).await;
+    let mut nodes = vec![OUTRIDER_NODE];
+    if envoy.is_some() {
+        nodes.push(ENVOY_NODE);
+    }
+    SideBySide { control_plane, envoy, outrider, nodes }
 }
