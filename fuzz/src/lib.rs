@@ -95,6 +95,9 @@ pub fn http_headers(data: &[u8]) {
 fn keep_descriptors() {
     static POOL: OnceLock<Box<dyn std::any::Any + Send + Sync>> = OnceLock::new();
     POOL.get_or_init(|| Box::new(outrider::pb::json::pool().ok()));
+    // The typed configs' constraint check decodes its pool unless someone holds it.
+    static EXTENSIONS: OnceLock<Box<dyn std::any::Any + Send + Sync>> = OnceLock::new();
+    EXTENSIONS.get_or_init(|| Box::new(outrider::pb::pgv::extension_pool().ok()));
 }
 
 /// `name: value` lines into a header map; lines that are not a valid header are skipped.

@@ -78,6 +78,13 @@ fn pool(set: Set) -> Result<Arc<DescriptorPool>, Violation> {
     Ok(pool)
 }
 
+/// The extensions' descriptor pool, for a caller that converts configs outside any
+/// response (the fuzz targets) and keeps it, so that each conversion does not decode it
+/// again: the pool stays shared while anyone holds it.
+pub fn extension_pool() -> Result<Arc<DescriptorPool>, Violation> {
+    pool(Set::Extensions)
+}
+
 /// Checks resources against their protos' constraints; one per response, so that the
 /// pool and the rules read from it are shared by all of the response's resources.
 pub struct Validator {
