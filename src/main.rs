@@ -101,6 +101,9 @@ enum Command {
     },
 }
 
+// Heap profilers (heaptrack, valgrind's massif) see only the system allocator's calls:
+// `--features system-allocator` builds without mimalloc for them.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: outrider::core::allocator::Global = mimalloc::MiMalloc;
 

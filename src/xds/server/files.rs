@@ -6,7 +6,7 @@
 //! [`FileSource`] republishes on every change; a file that does not parse keeps the last
 //! good resources, so a half-written edit never empties a running demo.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -38,8 +38,14 @@ pub enum FileError {
 
 /// Reads the resources of a file, or of every YAML/JSON file of a directory.
 pub fn load(path: &Path) -> Result<ResourceSet, FileError> {
-    parse(&read(path)?)
+    parse(&read(path)?, &mut Packed::new())
 }
+
+/// Each resource item already packed, by its canonical JSON text. Encoding a message with
+/// map fields (metadata, `Struct`) puts the entries in a different order each time, so an
+/// item read again is given its earlier bytes: an unchanged resource is never pushed as a
+/// change, and is not decoded again.
+type Packed = HashMap<String, (ResourceType, String, Any)>;
 
 /// Keeps an [`XdsServer`] in step with a file or directory.
 #[derive(Debug)]
@@ -48,11 +54,13 @@ pub struct FileSource {
     server: XdsServer,
     /// Hash of the names and contents last looked at, good or bad.
     fingerprint: Option<u64>,
+    /// The items of the last good reload, packed.
+    packed: Packed,
 }
 
 impl FileSource {
     pub fn new(path: impl Into<PathBuf>, server: XdsServer) -> Self {
-        FileSource { path: path.into(), server, fingerprint: None }
+        FileSource { path: path.into(), server, fingerprint: None, packed: Packed::new() }
     }
 
     /// Reads the files; if their contents changed, parses them and sets every type's
@@ -67,7 +75,10 @@ impl FileSource {
             return Ok(false);
         }
         self.fingerprint = fingerprint;
-        for (resource_type, resources) in parse(&files)? {
+        let mut packed = std::mem::take(&mut self.packed);
+        let parsed = parse(&files, &mut packed);
+        self.packed = packed;
+        for (resource_type, resources) in parsed? {
             self.server.set_resources(resource_type.type_url(), resources);
         }
         Ok(true)
@@ -127,7 +138,11 @@ fn read(path: &Path) -> Result<Vec<(PathBuf, String)>, FileError> {
         .collect()
 }
 
-fn parse(files: &[(PathBuf, String)]) -> Result<ResourceSet, FileError> {
+/// Parses every file; `packed` holds the items of the previous parse and is left holding
+/// this one's.
+fn parse(files: &[(PathBuf, String)], packed: &mut Packed) -> Result<ResourceSet, FileError> {
+    let previous = std::mem::take(packed);
+    let mut names = std::collections::HashSet::new();
     // One descriptor pool for every resource of the set, not one decode per resource.
     let _descriptors = crate::pb::json::pool();
     let mut set: ResourceSet = ResourceType::ALL.into_iter().map(|t| (t, Vec::new())).collect();
@@ -142,13 +157,17 @@ fn parse(files: &[(PathBuf, String)]) -> Result<ResourceSet, FileError> {
             return Err(invalid("expected a top-level `resources` list".into()));
         };
         for (i, item) in items.iter().enumerate() {
-            let (resource_type, name, any) =
-                resource(item.clone()).map_err(|e| invalid(format!("resources[{i}]: {e}")))?;
-            let resources = set.entry(resource_type).or_default();
-            if resources.iter().any(|(n, _)| *n == name) {
+            // serde_json's objects are sorted maps: equal items print the same text.
+            let text = item.to_string();
+            let (resource_type, name, any) = match previous.get(&text) {
+                Some(earlier) => earlier.clone(),
+                None => resource(item.clone()).map_err(|e| invalid(format!("resources[{i}]: {e}")))?,
+            };
+            packed.insert(text, (resource_type, name.clone(), any.clone()));
+            if !names.insert((resource_type, name.clone())) {
                 return Err(invalid(format!("resources[{i}]: duplicate {} `{name}`", resource_type.short_name())));
             }
-            resources.push((name, any));
+            set.entry(resource_type).or_default().push((name, any));
         }
     }
     Ok(set)

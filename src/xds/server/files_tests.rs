@@ -122,3 +122,40 @@ async fn watch_picks_up_the_file() {
     assert_eq!(server.resources(ResourceType::RouteConfiguration.type_url()).len(), 1);
     watcher.abort();
 }
+
+/// A cluster with metadata: its `filter_metadata` and `Struct` are protobuf maps, whose
+/// encoding order changes from one encoding to the next.
+fn with_metadata(endpoints_port: u16) -> String {
+    let metadata: String = (0..16).map(|i| format!("k{i}: v{i}, ")).collect();
+    format!(
+        r#"
+resources:
+- "@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
+  name: backend
+  type: EDS
+  connect_timeout: 1s
+  eds_cluster_config: {{eds_config: {{ads: {{}}, resource_api_version: V3}}}}
+  metadata: {{filter_metadata: {{istio: {{ {metadata} }}, a: {{ {metadata} }}, b: {{ {metadata} }} }}}}
+- "@type": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment
+  cluster_name: backend
+  endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {endpoints_port}}}}}}}}}]}}]
+"#
+    )
+}
+
+#[test]
+fn a_resource_read_again_unchanged_is_not_a_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("xds.yaml");
+    std::fs::write(&path, with_metadata(8080)).unwrap();
+    let server = XdsServer::new();
+    let mut source = FileSource::new(&path, server.clone());
+    assert!(source.reload().unwrap());
+    let clusters = server.resources(ResourceType::Cluster.type_url());
+    let endpoints = server.resources(ResourceType::ClusterLoadAssignment.type_url());
+    // Only the endpoints change: the cluster keeps its version and its bytes.
+    std::fs::write(&path, with_metadata(8081)).unwrap();
+    assert!(source.reload().unwrap());
+    assert_eq!(server.resources(ResourceType::Cluster.type_url()), clusters);
+    assert_ne!(server.resources(ResourceType::ClusterLoadAssignment.type_url()), endpoints);
+}
