@@ -462,22 +462,61 @@ thread_local! {
 /// the extensions' configs, decoded at the first [`check_extension`] and dropped when `f`
 /// returns: one decoding of the set per response, none while idle.
 pub fn with_extension_checks<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Scope>);
-    impl Drop for Restore {
+    with_extension_checks_kept(&mut Kept::default(), f)
+}
+
+/// Validators a caller that converts one response after another (the xDS client) keeps
+/// between them, so that a response costs its checks and not also a decoding of the
+/// descriptor sets (milliseconds, more than applying a one-endpoint EDS update). The caller
+/// drops it once updates stop, so that an idle proxy still holds neither set.
+#[derive(Default)]
+pub struct Kept {
+    resources: Option<Validator>,
+    extensions: Option<Box<Validator>>,
+}
+
+impl Kept {
+    /// Whether it holds any validator.
+    pub fn is_empty(&self) -> bool {
+        self.resources.is_none() && self.extensions.is_none()
+    }
+
+    /// The validator of the resource types, decoded on first use.
+    pub fn resources(&mut self) -> Result<&mut Validator, Violation> {
+        match &mut self.resources {
+            Some(validator) => Ok(validator),
+            empty => Ok(empty.insert(Validator::new()?)),
+        }
+    }
+}
+
+/// [`with_extension_checks`] with the extensions' validator `kept` holds (decoded at the
+/// first check if it holds none), left in `kept` afterwards.
+pub fn with_extension_checks_kept<R>(kept: &mut Kept, f: impl FnOnce() -> R) -> R {
+    /// Puts the scope back to `Outside` and the validator, if one was decoded, into the slot.
+    struct Restore<'a>(Option<&'a mut Option<Box<Validator>>>);
+    impl Drop for Restore<'_> {
         fn drop(&mut self) {
-            if let Some(previous) = self.0.take() {
-                SCOPE.with(|scope| *scope.borrow_mut() = previous);
+            if let Some(slot) = self.0.take() {
+                let scope = SCOPE.with(|scope| std::mem::replace(&mut *scope.borrow_mut(), Scope::Outside));
+                if let Scope::Ready(validator) = scope {
+                    *slot = Some(validator);
+                }
             }
         }
     }
-    let previous = SCOPE.with(|scope| {
+    let slot = &mut kept.extensions;
+    let installed = SCOPE.with(|scope| {
         let mut scope = scope.borrow_mut();
         match *scope {
-            Scope::Outside => Some(std::mem::replace(&mut *scope, Scope::Idle)),
-            Scope::Idle | Scope::Ready(_) => None, // nested: the outer scope's validator serves
+            Scope::Outside => {
+                *scope = slot.take().map_or(Scope::Idle, Scope::Ready);
+                true
+            }
+            Scope::Idle | Scope::Ready(_) => false, // nested: the outer scope's validator serves
         }
     });
-    let _restore = Restore(previous);
+    let _restore = Restore(installed.then_some(slot));
     f()
 }
 

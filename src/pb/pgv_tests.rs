@@ -371,6 +371,27 @@ fn one_extensions_pool_per_scope_and_none_after() {
     SCOPE.with(|scope| assert!(matches!(*scope.borrow(), Scope::Outside)));
 }
 
+#[test]
+fn kept_validators_serve_the_next_response_and_go_with_it() {
+    let hcm = istio_like_hcm().encode_to_vec();
+    let mut kept = Kept::default();
+    assert!(kept.is_empty());
+    let in_scope = || {
+        check_extension(HCM, &hcm).unwrap();
+        SCOPE.with(|scope| match &*scope.borrow() {
+            Scope::Ready(validator) => Arc::as_ptr(&validator.pool),
+            _ => panic!("no validator in scope"),
+        })
+    };
+    let first = with_extension_checks_kept(&mut kept, in_scope);
+    SCOPE.with(|scope| assert!(matches!(*scope.borrow(), Scope::Outside)));
+    assert!(!kept.is_empty(), "the extensions' validator is kept");
+    let resources = Arc::as_ptr(&kept.resources().unwrap().pool);
+    let second = with_extension_checks_kept(&mut kept, in_scope);
+    assert_eq!(first, second, "the next response reuses the kept validator");
+    assert_eq!(resources, Arc::as_ptr(&kept.resources().unwrap().pool));
+}
+
 /// What the typed-config checks add to one CDS response at mesh scale: 5 000 clusters as
 /// istiod writes them for mTLS (an `UpstreamTlsContext` over SDS, `HttpProtocolOptions`),
 /// each config checked where it is unpacked, with one pool decoded for the response.

@@ -45,6 +45,11 @@ impl<T> std::fmt::Debug for Lazy<T> {
 
 impl<T: Clone> Lazy<T> {
     fn new(stats: &Arc<Stats>, name: StatName, register: fn(&Stats, StatName) -> T) -> Self {
+        // A name the stats matcher rejects would never be registered: keep nothing for it
+        // (its name is most of what a pending stat holds, thousands of clusters over).
+        if !stats.accepts(&name.flat) {
+            return Self(None);
+        }
         Self(Some(Arc::new(Pending { stats: stats.clone(), name, register, cell: OnceLock::new() })))
     }
 
@@ -107,5 +112,15 @@ mod tests {
         assert_eq!(counter.get(), 1);
         assert_eq!(stats.samples().len(), 2);
         LazyCounter::default().inc();
+    }
+
+    #[test]
+    fn a_name_the_matcher_rejects_keeps_nothing() {
+        let stats = Arc::new(Stats::with_matcher(|flat| flat.starts_with("cluster.")));
+        let counter = LazyCounter::counter(&stats, Scope::envoy().name("cluster.a.upstream_rq_2xx"));
+        assert!(counter.0.is_none());
+        counter.inc();
+        assert_eq!(counter.get(), 0);
+        assert!(stats.samples().is_empty());
     }
 }

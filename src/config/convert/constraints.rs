@@ -9,7 +9,7 @@
 
 use super::super::ResourceType;
 use super::super::error::ConfigError;
-use crate::pb::pgv::Validator;
+use crate::pb::pgv::Kept;
 
 /// Checks each of one response's resources; the first that breaks a constraint, by its
 /// index in `resources`, with the field path and the rule.
@@ -17,9 +17,18 @@ pub fn check<'a>(
     resource_type: ResourceType,
     resources: impl IntoIterator<Item = &'a [u8]>,
 ) -> Result<(), (usize, ConfigError)> {
+    check_kept(&mut Kept::default(), resource_type, resources)
+}
+
+/// [`check`] with the validator `kept` holds (decoded if it holds none).
+pub fn check_kept<'a>(
+    kept: &mut Kept,
+    resource_type: ResourceType,
+    resources: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<(), (usize, ConfigError)> {
     let type_url = resource_type.type_url();
     let full_name = type_url.rsplit('/').next().unwrap_or(type_url);
-    let mut validator = Validator::new().map_err(|e| (0, ConfigError::new("", e.to_string())))?;
+    let validator = kept.resources().map_err(|e| (0, ConfigError::new("", e.to_string())))?;
     for (index, bytes) in resources.into_iter().enumerate() {
         validator.check(full_name, bytes).map_err(|violation| {
             let reason = format!("proto constraint validation failed: {}", violation.reason);

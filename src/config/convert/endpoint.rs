@@ -32,7 +32,8 @@ pub fn cluster_load_assignment(
                 .within(format_args!("endpoints[{i}]"), |w| locality_lb_endpoints(l, w))
                 .map_err(|e| e.at(format_args!("endpoints[{i}]")))
         })
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>>>()
+        .map(common::exact)?;
     Ok(ClusterLoadAssignment { cluster_name, localities, overprovisioning_factor, weighted_priority_health })
 }
 
@@ -95,7 +96,8 @@ fn locality_lb_endpoints(proto: proto::LocalityLbEndpoints, warnings: &mut Warni
         .into_iter()
         .enumerate()
         .map(|(i, e)| lb_endpoint(e).map(Arc::new).map_err(|e| e.at(format_args!("lb_endpoints[{i}]"))))
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>>>()
+        .map(common::exact)?;
     Ok(LocalityLbEndpoints { locality, priority, load_balancing_weight, endpoints })
 }
 

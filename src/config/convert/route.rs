@@ -70,7 +70,8 @@ pub fn route_configuration(proto: proto::RouteConfiguration, warnings: &mut Warn
         .iter()
         .enumerate()
         .map(|(i, h)| header_name(h, false).map_err(|e| e.at(format_args!("internal_only_headers[{i}]"))))
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>>>()
+        .map(common::exact)?;
     let headers = header_mutations(
         request_headers_to_add,
         request_headers_to_remove,
@@ -181,7 +182,8 @@ fn virtual_host(proto: proto::VirtualHost, max_body: u32, warnings: &mut Warning
             }
             Ok(DomainMatcher::parse(d))
         })
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>>>()
+        .map(common::exact)?;
     let routes = routes
         .into_iter()
         .enumerate()
@@ -189,7 +191,8 @@ fn virtual_host(proto: proto::VirtualHost, max_body: u32, warnings: &mut Warning
             let at = format!("routes[{i}]");
             warnings.within(&at, |w| route(r, max_body, w)).map_err(|e| e.at(&at))
         })
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>>>()
+        .map(common::exact)?;
     let retry_policy = retry_policy
         .map(|r| warnings.within("retry_policy", |w| retry::retry_policy(r, w)).map_err(|e| e.at("retry_policy")))
         .transpose()?;

@@ -9,7 +9,7 @@ use tonic::transport::Channel;
 use super::AdsClientConfig;
 use super::session::Session;
 use super::sotw::{MAX_MESSAGE_SIZE, nack_status};
-use super::validate::{Incoming, refuse_duplicate_addresses, validate};
+use super::validate::{Incoming, refuse_duplicate_addresses};
 use crate::config::ResourceType;
 use crate::core::backoff::Backoff;
 use crate::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
@@ -118,7 +118,7 @@ impl Stream<'_> {
             }
         }
         let detail = if problems.is_empty() {
-            let mut verdict = validate(Some(&session.state), resource_type, incoming, &mut session.warned);
+            let mut verdict = session.validate(resource_type, incoming);
             if resource_type == ResourceType::Listener && !verdict.refused {
                 // What stays bound: every held listener this response neither replaces
                 // nor removes.

@@ -8,8 +8,10 @@ use super::AdsClientConfig;
 use super::sds::{SdsStreams, SdsUpdate};
 use super::stats::XdsStats;
 use super::timers::Timers;
+use super::validate::{Incoming, Verdict, validate_kept};
 use crate::config::{Ignored, Resource, ResourceType};
 use crate::core::shutdown::Signal;
+use crate::pb::pgv::Kept;
 use crate::store::{ConfigState, Store, Versioned};
 
 pub struct Session {
@@ -27,7 +29,18 @@ pub struct Session {
     /// does not advance even when part of the response was applied. Requests and resumed
     /// streams carry it, not the versions of what is held.
     pub acked: BTreeMap<ResourceType, Acked>,
+    /// The constraint validators of recent responses, and when they are dropped: kept while
+    /// updates keep coming, released once they stop.
+    checks: Kept,
+    checks_until: Option<tokio::time::Instant>,
 }
+
+/// Responses of at least this many resources return the allocator's free pages after
+/// their conversion.
+const LARGE_RESPONSE: usize = 1000;
+
+/// How long the constraint validators outlive the last response they checked.
+const KEEP_CHECKS: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The last ACKed state of one type.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -61,6 +74,8 @@ impl Session {
             sds,
             stats: XdsStats::default(),
             acked: BTreeMap::new(),
+            checks: Kept::default(),
+            checks_until: None,
         };
         session.arm_dependants();
         session
@@ -133,10 +148,30 @@ impl Session {
     /// Waits for one event besides the ADS stream (an initial fetch timing out, secrets
     /// arriving on an SDS stream) and handles it. Cancel-safe: used in `select!` loops.
     pub async fn background(&mut self) {
+        let release_checks = self.checks_until.unwrap_or_else(tokio::time::Instant::now);
         tokio::select! {
             due = self.timers.fired() => self.expire(due),
             Some(update) = self.sds.updates.recv() => self.accept_secrets(update),
+            () = tokio::time::sleep_until(release_checks), if self.checks_until.is_some() => {
+                self.checks = Kept::default();
+                self.checks_until = None;
+                crate::core::allocator::release_free_memory();
+            }
         }
+    }
+
+    /// Converts and checks the resources of one response (see [`validate_kept`]).
+    pub fn validate(&mut self, resource_type: ResourceType, incoming: Vec<Incoming>) -> Verdict {
+        let large = incoming.len() >= LARGE_RESPONSE;
+        let verdict = validate_kept(&mut self.checks, Some(&self.state), resource_type, incoming, &mut self.warned);
+        self.checks_until = (!self.checks.is_empty()).then(|| tokio::time::Instant::now() + KEEP_CHECKS);
+        if large {
+            // Decoding and checking a mesh's worth of resources leaves pages of freed
+            // temporaries among the kept objects; hand them back rather than keep them
+            // resident until the next large response reuses them.
+            crate::core::allocator::release_free_memory();
+        }
+        verdict
     }
 
     fn accept_secrets(&mut self, SdsUpdate { version, secrets, whole }: SdsUpdate) {

@@ -8,7 +8,7 @@ use tonic::transport::Channel;
 
 use super::AdsClientConfig;
 use super::session::Session;
-use super::validate::{Incoming, refuse_duplicate_addresses, validate};
+use super::validate::{Incoming, refuse_duplicate_addresses};
 use crate::config::ResourceType;
 use crate::core::backoff::Backoff;
 use crate::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
@@ -97,7 +97,7 @@ impl Stream<'_> {
             .collect();
         let names = self.subscribed.get(&resource_type).cloned().unwrap_or_default();
         let detail = if mismatched.is_empty() {
-            let mut verdict = validate(Some(&session.state), resource_type, incoming, &mut session.warned);
+            let mut verdict = session.validate(resource_type, incoming);
             if resource_type == ResourceType::Listener && !verdict.refused {
                 // What stays bound: static listeners and those this response names but
                 // refused (they keep their previous version); the rest are replaced or go.

@@ -25,6 +25,7 @@ use bytes::Bytes;
 
 use crate::config::convert::{constraints, decode_resource, resource_name};
 use crate::config::{Address, Ignored, Listener, Resource, ResourceType, Warnings};
+use crate::pb::pgv::Kept;
 use crate::store::{ConfigState, Versioned};
 
 /// A resource as it came off the wire.
@@ -91,7 +92,18 @@ pub fn validate(
     incoming: Vec<Incoming>,
     warned: &mut HashSet<Ignored>,
 ) -> Verdict {
-    if let Err((index, error)) = constraints::check(resource_type, incoming.iter().map(|i| &i.bytes[..])) {
+    validate_kept(&mut Kept::default(), state, resource_type, incoming, warned)
+}
+
+/// [`validate`] with the constraint validators `kept` holds from earlier responses.
+pub fn validate_kept(
+    kept: &mut Kept,
+    state: Option<&ConfigState>,
+    resource_type: ResourceType,
+    incoming: Vec<Incoming>,
+    warned: &mut HashSet<Ignored>,
+) -> Verdict {
+    if let Err((index, error)) = constraints::check_kept(kept, resource_type, incoming.iter().map(|i| &i.bytes[..])) {
         let label =
             incoming.get(index).map_or_else(|| format!("resources[{index}]"), |i| label(resource_type, index, i));
         return Verdict {
@@ -101,7 +113,7 @@ pub fn validate(
         };
     }
     // One validator of the typed configs for the whole response (see `common::unpack`).
-    crate::pb::pgv::with_extension_checks(|| convert_each(state, resource_type, incoming, warned))
+    crate::pb::pgv::with_extension_checks_kept(kept, || convert_each(state, resource_type, incoming, warned))
 }
 
 /// The resources of a response that passed the constraints check, converted one by one.
