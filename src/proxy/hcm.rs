@@ -822,7 +822,8 @@ fn classify(error: &UpstreamError) -> Outcome<'static> {
 }
 
 fn grpc_status(headers: &HeaderMap) -> Option<u32> {
-    headers.get("grpc-status")?.to_str().ok()?.parse().ok()
+    const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
+    headers.get(GRPC_STATUS)?.to_str().ok()?.parse().ok()
 }
 
 fn respond(
