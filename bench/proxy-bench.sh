@@ -7,6 +7,9 @@
 # Outrider/Envoy ratios. oha is installed with `cargo install oha --locked` if missing.
 #
 #   bench/proxy-bench.sh [seconds-per-run]
+#
+# PROXY_BENCH_NO_LATENCY=1 skips the oha latency runs (p50_ms, p99_ms print n/a), for a
+# machine without oha where installing it is not wanted.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
@@ -17,7 +20,9 @@ if ! need wrk || ! need h2load || ! need nginx; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light wrk nghttp2-client >/dev/null
 fi
 bash "$here/install-envoy.sh" >/dev/null
-command -v oha >/dev/null || cargo install oha --locked --quiet
+latency=1
+[[ -z "${PROXY_BENCH_NO_LATENCY:-}" ]] || latency=
+[[ -z "$latency" ]] || command -v oha >/dev/null || cargo install oha --locked --quiet
 envoy="$here/.envoy/bin/envoy"
 [[ -n "${OUTRIDER_SKIP_BUILD:-}" ]] || (cd "$root" && cargo build --release --quiet)
 outrider="${OUTRIDER_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/outrider}"
@@ -94,6 +99,7 @@ done
 # Latency at half of Envoy's maximum, the same fixed rate for both (open loop).
 rate=$(awk -v x="${r[envoy.h1_rps]}" 'BEGIN { printf "%d", x / 2 }')
 for p in envoy outrider; do
+    [[ -n "$latency" ]] || { r[$p.p50_ms]=n/a; r[$p.p99_ms]=n/a; continue; }
     start "$p"
     out=$(oha --no-tui --latency-correction -q "$rate" -c 50 -z "${secs}s" --output-format json "$url")
     r[$p.p50_ms]=$(echo "$out" | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["latencyPercentiles"]["p50"]*1000, 3))')
