@@ -104,27 +104,42 @@ fn pick(c: &mut Criterion) {
                 b.iter(|| black_box(picker.pick(&ctx)).is_some());
             });
             group.bench_with_input(BenchmarkId::new("2_threads", n), &n, |b, _| {
-                b.iter_custom(|iters| {
-                    let barrier = Barrier::new(2);
-                    std::thread::scope(|scope| {
-                        let run = |seed: u64| {
-                            let mut picker = Picker::new(lb.clone(), seed);
-                            barrier.wait();
-                            let start = Instant::now();
-                            for _ in 0..iters {
-                                black_box(picker.pick(&ctx));
-                            }
-                            start.elapsed()
-                        };
-                        let other = scope.spawn(move || run(2));
-                        let mine = run(3);
-                        mine.max(other.join().unwrap())
-                    })
-                });
+                b.iter_custom(|iters| two_threads(&lb, iters, |picker| black_box(picker.pick(&ctx)).is_some()));
             });
+            if name == "least_request" {
+                // The pick as it was before it borrowed its host: an `Arc` clone (and drop)
+                // per pick, whose reference count both threads write.
+                group.bench_with_input(BenchmarkId::new("1_thread_arc_clone", n), &n, |b, _| {
+                    let mut picker = Picker::new(lb.clone(), 1);
+                    b.iter(|| black_box(picker.pick(&ctx).cloned()));
+                });
+                group.bench_with_input(BenchmarkId::new("2_threads_arc_clone", n), &n, |b, _| {
+                    b.iter_custom(|iters| two_threads(&lb, iters, |picker| black_box(picker.pick(&ctx).cloned())));
+                });
+            }
         }
         group.finish();
     }
+}
+
+/// `iters` runs of `run` on each of two threads at once, each with its own picker over
+/// `lb`; the slower thread's time.
+fn two_threads<T>(lb: &Arc<ClusterLb>, iters: u64, run: impl Fn(&mut Picker) -> T + Sync) -> Duration {
+    let barrier = Barrier::new(2);
+    std::thread::scope(|scope| {
+        let thread = |seed: u64| {
+            let mut picker = Picker::new(lb.clone(), seed);
+            barrier.wait();
+            let start = Instant::now();
+            for _ in 0..iters {
+                black_box(run(&mut picker));
+            }
+            start.elapsed()
+        };
+        let other = scope.spawn(|| thread(2));
+        let mine = thread(3);
+        mine.max(other.join().unwrap())
+    })
 }
 
 /// What the request path does per pick under least request: the pick, then the request
@@ -143,21 +158,7 @@ fn pick_and_request(c: &mut Criterion) {
         });
         group.bench_with_input(BenchmarkId::new("2_threads", n), &n, |b, _| {
             b.iter_custom(|iters| {
-                let barrier = Barrier::new(2);
-                std::thread::scope(|scope| {
-                    let run = |seed: u64| {
-                        let mut picker = Picker::new(lb.clone(), seed);
-                        barrier.wait();
-                        let start = Instant::now();
-                        for _ in 0..iters {
-                            black_box(picker.pick(&ctx).map(|host| host.stats.start()));
-                        }
-                        start.elapsed()
-                    };
-                    let other = scope.spawn(move || run(2));
-                    let mine = run(3);
-                    mine.max(other.join().unwrap())
-                })
+                two_threads(&lb, iters, |picker| black_box(picker.pick(&ctx).map(|host| host.stats.start())))
             });
         });
     }
