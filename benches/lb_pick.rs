@@ -126,16 +126,16 @@ fn pick(c: &mut Criterion) {
 /// `lb`; the slower thread's time.
 fn two_threads<T>(lb: &Arc<ClusterLb>, iters: u64, run: impl Fn(&mut Picker) -> T + Sync) -> Duration {
     let barrier = Barrier::new(2);
+    let thread = |seed: u64| {
+        let mut picker = Picker::new(lb.clone(), seed);
+        barrier.wait();
+        let start = Instant::now();
+        for _ in 0..iters {
+            black_box(run(&mut picker));
+        }
+        start.elapsed()
+    };
     std::thread::scope(|scope| {
-        let thread = |seed: u64| {
-            let mut picker = Picker::new(lb.clone(), seed);
-            barrier.wait();
-            let start = Instant::now();
-            for _ in 0..iters {
-                black_box(run(&mut picker));
-            }
-            start.elapsed()
-        };
         let other = scope.spawn(|| thread(2));
         let mine = thread(3);
         mine.max(other.join().unwrap())
