@@ -7,6 +7,9 @@
 # Outrider/Envoy ratios. oha is installed with `cargo install oha --locked` if missing.
 #
 #   bench/proxy-bench.sh [seconds-per-run]
+#
+# PROXY_BENCH_NO_LATENCY=1 skips the oha latency runs (p50_ms, p99_ms print n/a), for a
+# machine without oha where installing it is not wanted.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
@@ -17,7 +20,9 @@ if ! need wrk || ! need h2load || ! need nginx; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q nginx-light wrk nghttp2-client >/dev/null
 fi
 bash "$here/install-envoy.sh" >/dev/null
-command -v oha >/dev/null || cargo install oha --locked --quiet
+latency=1
+[[ -z "${PROXY_BENCH_NO_LATENCY:-}" ]] || latency=
+[[ -z "$latency" ]] || command -v oha >/dev/null || cargo install oha --locked --quiet
 envoy="$here/.envoy/bin/envoy"
 [[ -n "${OUTRIDER_SKIP_BUILD:-}" ]] || (cd "$root" && cargo build --release --quiet)
 outrider="${OUTRIDER_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/outrider}"
@@ -31,10 +36,12 @@ nginx -c "$here/nginx.conf" -p /tmp & pids+=($!)
 wait_port() { for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/"$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 wait_port 18080
 
+# start PROXY [WORKERS]
 start() {
+    local workers="${2:-1}"
     case "$1" in
-        envoy) "$envoy" -c "$here/proxy-bootstrap.yaml" --concurrency 1 --log-level error --disable-hot-restart --use-dynamic-base-id >/dev/null 2>&1 & ;;
-        outrider) RUST_LOG=error "$outrider" run --config "$here/proxy-bootstrap.yaml" --concurrency 1 >/dev/null 2>&1 & ;;
+        envoy) "$envoy" -c "$here/proxy-bootstrap.yaml" --concurrency "$workers" --log-level error --disable-hot-restart --use-dynamic-base-id >/dev/null 2>&1 & ;;
+        outrider) RUST_LOG=error "$outrider" run --config "$here/proxy-bootstrap.yaml" --concurrency "$workers" >/dev/null 2>&1 & ;;
     esac
     proxy=$!
     wait_port 19000
@@ -42,6 +49,33 @@ start() {
 }
 stop() { kill "$proxy"; wait "$proxy" 2>/dev/null || true; sleep 1; }
 rss() { awk '/VmRSS/ {print $2}' "/proc/$proxy/status"; }
+# The proxy's CPU time so far, in clock ticks: utime + stime (fields 14 and 15; the command
+# name in field 2 is skipped by cutting at its closing parenthesis).
+ticks() { sed 's/^.*) //' "/proc/$proxy/stat" | awk '{print $12 + $13}'; }
+hz=$(getconf CLK_TCK)
+
+# load KEY TOOL: one throughput run of TOOL (h1: wrk, h2: h2load) against the running
+# proxy; sets r[KEY_rps] (requests per wall-second) and r[KEY_rpcs] (requests per proxy
+# CPU-second).
+load() {
+    local key="$1" before after out requests wall
+    before=$(ticks)
+    case "$2" in
+        h1)
+            out=$(wrk -t1 -c50 -d"${secs}s" "$url")
+            requests=$(echo "$out" | awk '/requests in/ {print $1}')
+            r[${key}_rps]=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
+            ;;
+        h2)
+            out=$(h2load -c50 -m10 -D"$secs" "$url" 2>/dev/null)
+            requests=$(echo "$out" | awk '/^requests:/ {print $8}')
+            r[${key}_rps]=$(echo "$out" | awk '/finished in/ {print $4}')
+            ;;
+    esac
+    after=$(ticks)
+    r[${key}_rpcs]=$(awk -v n="$requests" -v t=$((after - before)) -v hz="$hz" \
+        'BEGIN { if (t == 0) print "n/a"; else printf "%d", n * hz / t }')
+}
 
 url=http://127.0.0.1:19000/
 declare -A r
@@ -49,14 +83,23 @@ for p in envoy outrider; do
     start "$p"
     r[$p.rss_idle]=$(rss)
     wrk -t1 -c50 -d"${secs}s" "$url" >/dev/null  # warm-up
-    r[$p.h1_rps]=$(wrk -t1 -c50 -d"${secs}s" "$url" | awk '/Requests\/sec/ {print $2}')
+    load "$p.h1" h1
     r[$p.rss_loaded]=$(rss)
-    r[$p.h2_rps]=$(h2load -c50 -m10 -D"$secs" "$url" 2>/dev/null | awk '/finished in/ {print $4}')
+    load "$p.h2" h2
+    stop
+done
+# Two workers each, the same load.
+for p in envoy outrider; do
+    start "$p" 2
+    wrk -t1 -c50 -d"${secs}s" "$url" >/dev/null  # warm-up
+    load "$p.w2_h1" h1
+    load "$p.w2_h2" h2
     stop
 done
 # Latency at half of Envoy's maximum, the same fixed rate for both (open loop).
 rate=$(awk -v x="${r[envoy.h1_rps]}" 'BEGIN { printf "%d", x / 2 }')
 for p in envoy outrider; do
+    [[ -n "$latency" ]] || { r[$p.p50_ms]=n/a; r[$p.p99_ms]=n/a; continue; }
     start "$p"
     out=$(oha --no-tui --latency-correction -q "$rate" -c 50 -z "${secs}s" --output-format json "$url")
     r[$p.p50_ms]=$(echo "$out" | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["latencyPercentiles"]["p50"]*1000, 3))')
@@ -67,7 +110,16 @@ done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b+0 == 0) print "n/a"; else printf "%.2f", a / b }'; }
 echo "| measure | Envoy 1.40 | Outrider | Outrider/Envoy |"
 echo "| --- | --- | --- | --- |"
-for m in h1_rps h2_rps p50_ms p99_ms rss_idle rss_loaded; do
+for m in h1_rps h2_rps p50_ms p99_ms rss_idle rss_loaded h1_rpcs h2_rpcs w2_h1_rps w2_h2_rps w2_h1_rpcs w2_h2_rpcs; do
     echo "| $m | ${r[envoy.$m]} | ${r[outrider.$m]} | $(ratio "${r[outrider.$m]}" "${r[envoy.$m]}") |"
 done
-echo "(p50_ms, p99_ms: HTTP/1.1 at $rate requests/s, 50 connections; rss in KiB)"
+echo "(p50_ms, p99_ms: HTTP/1.1 at $rate requests/s, 50 connections; rss in KiB;"
+echo " *_rpcs: requests per proxy CPU-second; w2_*: --concurrency 2)"
+echo
+echo "Two workers / one worker:"
+echo
+echo "| measure | Envoy 1.40 | Outrider |"
+echo "| --- | --- | --- |"
+for m in h1_rps h2_rps h1_rpcs h2_rpcs; do
+    echo "| $m | $(ratio "${r[envoy.w2_$m]}" "${r[envoy.$m]}") | $(ratio "${r[outrider.w2_$m]}" "${r[outrider.$m]}") |"
+done

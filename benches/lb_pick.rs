@@ -101,30 +101,68 @@ fn pick(c: &mut Criterion) {
             let _busy: Vec<_> = lb.hosts().iter().step_by(3).map(|h| h.stats.start()).collect();
             group.bench_with_input(BenchmarkId::new("1_thread", n), &n, |b, _| {
                 let mut picker = Picker::new(lb.clone(), 1);
-                b.iter(|| black_box(picker.pick(&ctx)));
+                b.iter(|| black_box(picker.pick(&ctx)).is_some());
             });
             group.bench_with_input(BenchmarkId::new("2_threads", n), &n, |b, _| {
-                b.iter_custom(|iters| {
-                    let barrier = Barrier::new(2);
-                    std::thread::scope(|scope| {
-                        let run = |seed: u64| {
-                            let mut picker = Picker::new(lb.clone(), seed);
-                            barrier.wait();
-                            let start = Instant::now();
-                            for _ in 0..iters {
-                                black_box(picker.pick(&ctx));
-                            }
-                            start.elapsed()
-                        };
-                        let other = scope.spawn(move || run(2));
-                        let mine = run(3);
-                        mine.max(other.join().unwrap())
-                    })
-                });
+                b.iter_custom(|iters| two_threads(&lb, iters, |picker| black_box(picker.pick(&ctx)).is_some()));
             });
+            if name == "least_request" {
+                // The pick as it was before it borrowed its host: an `Arc` clone (and drop)
+                // per pick, whose reference count both threads write.
+                group.bench_with_input(BenchmarkId::new("1_thread_arc_clone", n), &n, |b, _| {
+                    let mut picker = Picker::new(lb.clone(), 1);
+                    b.iter(|| black_box(picker.pick(&ctx).cloned()));
+                });
+                group.bench_with_input(BenchmarkId::new("2_threads_arc_clone", n), &n, |b, _| {
+                    b.iter_custom(|iters| two_threads(&lb, iters, |picker| black_box(picker.pick(&ctx).cloned())));
+                });
+            }
         }
         group.finish();
     }
+}
+
+/// `iters` runs of `run` on each of two threads at once, each with its own picker over
+/// `lb`; the slower thread's time.
+fn two_threads<T>(lb: &Arc<ClusterLb>, iters: u64, run: impl Fn(&mut Picker) -> T + Sync) -> Duration {
+    let barrier = Barrier::new(2);
+    let thread = |seed: u64| {
+        let mut picker = Picker::new(lb.clone(), seed);
+        barrier.wait();
+        let start = Instant::now();
+        for _ in 0..iters {
+            black_box(run(&mut picker));
+        }
+        start.elapsed()
+    };
+    std::thread::scope(|scope| {
+        let other = scope.spawn(|| thread(2));
+        let mine = thread(3);
+        mine.max(other.join().unwrap())
+    })
+}
+
+/// What the request path does per pick under least request: the pick, then the request
+/// counted in flight on the host and released (one request at a time per thread). With
+/// two threads the in-flight counters are written by both, as two workers write them.
+fn pick_and_request(c: &mut Criterion) {
+    let t0 = Instant::now();
+    let cluster = cluster(json!({"lb_policy": "LEAST_REQUEST"}));
+    let mut group = c.benchmark_group("pick_and_request/least_request");
+    for n in SIZES {
+        let (lb, now) = balancer(&cluster, n, t0);
+        let ctx = PickContext::at(now);
+        group.bench_with_input(BenchmarkId::new("1_thread", n), &n, |b, _| {
+            let mut picker = Picker::new(lb.clone(), 1);
+            b.iter(|| black_box(picker.pick(&ctx).map(|host| host.stats.start())));
+        });
+        group.bench_with_input(BenchmarkId::new("2_threads", n), &n, |b, _| {
+            b.iter_custom(|iters| {
+                two_threads(&lb, iters, |picker| black_box(picker.pick(&ctx).map(|host| host.stats.start())))
+            });
+        });
+    }
+    group.finish();
 }
 
 /// CSWRR's periodic update over 10 000 endpoints, each with a fresh report.
@@ -157,6 +195,6 @@ criterion_group! {
         .sample_size(30)
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = pick, update_weights
+    targets = pick, pick_and_request, update_weights
 }
 criterion_main!(benches);

@@ -140,7 +140,7 @@ async fn wait_balancer(outrider: &outrider::app::Running, mut done: impl FnMut(&
 fn picked_ports(lb: &Arc<ClusterLb>) -> BTreeSet<u16> {
     let mut picker = Picker::new(lb.clone(), 1);
     (0..64)
-        .filter_map(|_| picker.pick(&PickContext::at(Instant::now())))
+        .filter_map(|_| picker.pick(&PickContext::at(Instant::now())).cloned())
         .filter_map(|host| match host.address() {
             Address::Socket(addr) => Some(addr.port()),
             _ => None,

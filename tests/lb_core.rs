@@ -76,7 +76,7 @@ fn shares(picker: &mut Picker, n: usize, now: Instant) -> HashMap<u16, usize> {
     let mut counts = HashMap::new();
     for _ in 0..n {
         let host = picker.pick(&PickContext::at(now)).expect("a host");
-        *counts.entry(port(&host)).or_default() += 1;
+        *counts.entry(port(host)).or_default() += 1;
     }
     counts
 }
@@ -92,7 +92,7 @@ fn round_robin_equal_weights_rotates_from_a_random_start() {
     let counts = shares(&mut Picker::new(lb.clone(), 1), 300, now);
     assert_eq!(counts.values().copied().collect::<Vec<_>>(), [100, 100, 100]);
     let starts: std::collections::BTreeSet<u16> =
-        (0..16).map(|seed| port(&Picker::new(lb.clone(), seed).pick(&PickContext::at(now)).unwrap())).collect();
+        (0..16).map(|seed| port(Picker::new(lb.clone(), seed).pick(&PickContext::at(now)).unwrap())).collect();
     assert!(starts.len() > 1, "workers start at different hosts");
 }
 
@@ -256,7 +256,7 @@ fn retries_avoid_previous_hosts() {
     for _ in 0..200 {
         let previous = [first.clone()];
         let ctx = PickContext { hash: None, attempt: 1, previous: &previous, now };
-        assert_eq!(port(&picker.pick(&ctx).unwrap()), 2);
+        assert_eq!(port(picker.pick(&ctx).unwrap()), 2);
     }
 }
 

@@ -63,7 +63,7 @@ fn picker(cluster: &Cluster, assignment: &ClusterLoadAssignment) -> Picker {
 
 fn pick(picker: &mut Picker, hash: u64) -> Arc<Host> {
     let ctx = PickContext { hash: Some(hash), attempt: 0, previous: &[], now: Instant::now() };
-    picker.pick(&ctx).unwrap()
+    picker.pick(&ctx).unwrap().clone()
 }
 
 fn port(host: &Host) -> u16 {
@@ -193,7 +193,7 @@ fn no_hash_still_picks() {
         let mut picker = picker(&cluster, &one_locality(90..96));
         let mut seen = std::collections::BTreeSet::new();
         for _ in 0..300 {
-            seen.insert(port(&picker.pick(&PickContext::at(Instant::now())).unwrap()));
+            seen.insert(port(picker.pick(&PickContext::at(Instant::now())).unwrap()));
         }
         assert_eq!(seen.len(), 6);
     }

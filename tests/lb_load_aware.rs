@@ -90,7 +90,7 @@ fn index_of(lb: &ClusterLb, host: &Host) -> usize {
 
 fn pick(lb: &ClusterLb, picker: &mut Picker, now: Instant) -> usize {
     let host = picker.pick(&PickContext { hash: None, attempt: 0, previous: &[], now }).unwrap();
-    index_of(lb, &host)
+    index_of(lb, host)
 }
 
 fn shares(counts: &[usize]) -> Vec<f64> {

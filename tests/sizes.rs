@@ -155,7 +155,7 @@ fn one_ring_per_priority_level_shared_by_its_healthy_list() {
     assert_eq!(lb.host_sets(), 2, "all = healthy, and degraded");
     let mut picker = Picker::new(Arc::new(lb), 7);
     let ctx = PickContext { hash: Some(42), ..PickContext::at(Instant::now()) };
-    let first = picker.pick(&ctx).unwrap();
+    let first = picker.pick(&ctx).unwrap().clone();
     assert_eq!(picker.pick(&ctx).unwrap().endpoint.address, first.endpoint.address, "a hash sticks to its host");
 }
 

@@ -331,6 +331,11 @@ impl Picker {
         picker
     }
 
+    /// The balancer picks are made from.
+    pub fn balancer(&self) -> &Arc<ClusterLb> {
+        &self.lb
+    }
+
     /// Switches to a rebuilt balancer if `lb` is not the one in use (a pointer comparison).
     pub fn refresh(&mut self, lb: &Arc<ClusterLb>) {
         if !Arc::ptr_eq(&self.lb, lb) {
@@ -354,30 +359,41 @@ impl Picker {
     }
 
     /// Picks a host, avoiding `ctx.previous` when another usable host exists: the policy
-    /// redraws a few times, then the host set is scanned from a random point.
-    pub fn pick(&mut self, ctx: &PickContext<'_>) -> Option<Arc<Host>> {
+    /// redraws a few times, then the host set is scanned from a random point. The host is
+    /// borrowed from the balancer: a pick touches no reference count (with two workers
+    /// picking from the same hosts, a count written per pick moves between the cores).
+    pub fn pick(&mut self, ctx: &PickContext<'_>) -> Option<&Arc<Host>> {
+        let (set, index) = self.pick_untried(ctx)?;
+        self.lb.sets.get(set)?.hosts.get(index)
+    }
+
+    /// The host set and index of [`pick`](Self::pick)'s host.
+    fn pick_untried(&mut self, ctx: &PickContext<'_>) -> Option<(usize, usize)> {
         let tried = |host: &Arc<Host>| ctx.previous.iter().any(|p| Arc::ptr_eq(&p.stats, &host.stats));
-        let (mut set, mut picked) = self.pick_once(ctx)?;
-        if ctx.previous.is_empty() || !tried(&picked) {
-            return Some(picked);
+        let (mut set, mut index) = self.pick_once(ctx)?;
+        if ctx.previous.is_empty() {
+            return Some((set, index));
+        }
+        if !hosts(&self.lb, set).get(index).is_some_and(tried) {
+            return Some((set, index));
         }
         for redraw in 1..=PREVIOUS_HOST_REDRAWS {
             // Envoy's host-selection retry: the same hash with the next attempt number
             // (ring hash walks on, maglev perturbs the hash); other policies just redraw.
             let ctx = PickContext { attempt: ctx.attempt + redraw, ..*ctx };
-            (set, picked) = self.pick_once(&ctx)?;
-            if !tried(&picked) {
-                return Some(picked);
+            (set, index) = self.pick_once(&ctx)?;
+            if !hosts(&self.lb, set).get(index).is_some_and(tried) {
+                return Some((set, index));
             }
         }
-        let hosts = &self.lb.sets.get(set)?.hosts;
+        let hosts = hosts(&self.lb, set);
         let start = self.rng.random_range(0..hosts.len().max(1));
-        let untried = (0..hosts.len()).map(|i| &hosts[(start + i) % hosts.len()]).find(|h| !tried(h));
-        Some(untried.cloned().unwrap_or(picked))
+        let untried = (0..hosts.len()).map(|i| (start + i) % hosts.len()).find(|&i| !tried(&hosts[i]));
+        Some((set, untried.unwrap_or(index)))
     }
 
-    /// One draw: the host set it came from and the host.
-    fn pick_once(&mut self, ctx: &PickContext<'_>) -> Option<(usize, Arc<Host>)> {
+    /// One draw: the host set it came from and the host's index in it.
+    fn pick_once(&mut self, ctx: &PickContext<'_>) -> Option<(usize, usize)> {
         // Borrow the fields apart: the balancer is read while cursors and RNG change,
         // without touching the `Arc`'s reference count on the hot path.
         let Self { lb, rng, cursors, locality_current, .. } = self;
@@ -407,8 +423,13 @@ impl Picker {
             None => return None,
         };
         let index = host_set.policy.pick(&host_set.hosts, cursor, rng, ctx)?;
-        host_set.hosts.get(index).cloned().map(|host| (set, host))
+        (index < host_set.hosts.len()).then_some((set, index))
     }
+}
+
+/// The hosts of set `set` (none for a set the balancer does not have).
+fn hosts(lb: &ClusterLb, set: usize) -> &[Arc<Host>] {
+    lb.sets.get(set).map(|s| s.hosts.as_slice()).unwrap_or_default()
 }
 
 /// Smooth weighted round robin over a level's localities (nginx's algorithm: the same

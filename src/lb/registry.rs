@@ -187,8 +187,10 @@ impl WorkerPickers {
     }
 
     /// Picks a host of `cluster`; `None` when the cluster is unknown or has no usable host.
+    /// The one reference count a request takes: the host outlives the pick (it is held
+    /// while the request is in flight).
     pub fn pick(&mut self, balancers: &Balancers, cluster: &str, ctx: &PickContext<'_>) -> Option<Arc<Host>> {
-        self.picker(balancers, cluster)?.pick(ctx)
+        self.picker(balancers, cluster)?.pick(ctx).cloned()
     }
 
     /// The host of ORIGINAL_DST `cluster` for `destination` (see
@@ -203,15 +205,25 @@ impl WorkerPickers {
         self.picker(balancers, cluster)?.pick_destination(destination, now)
     }
 
-    /// The worker's picker of `cluster`, switched to the published balancer.
+    /// The published balancer of `cluster` as this worker's picker holds it: found in the
+    /// published map without taking a reference count on it (see [`Self::picker`]).
+    pub fn balancer(&mut self, balancers: &Balancers, cluster: &str) -> Option<&Arc<ClusterLb>> {
+        self.picker(balancers, cluster).map(|picker| picker.balancer())
+    }
+
+    /// The worker's picker of `cluster`, switched to the published balancer. The map is
+    /// read through `ArcSwap`'s guard and the balancer compared by pointer: only a new
+    /// publication clones its `Arc` (a clone per request would write the balancer's shared
+    /// reference count from every worker).
     fn picker(&mut self, balancers: &Balancers, cluster: &str) -> Option<&mut Picker> {
-        let lb = balancers.get(cluster)?;
+        let published = balancers.current.load();
+        let lb = published.get(cluster)?;
         if self.pickers.contains_key(cluster) {
             let picker = self.pickers.get_mut(cluster)?;
-            picker.refresh(&lb);
+            picker.refresh(lb);
             return Some(picker);
         }
         self.seed = self.seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        Some(self.pickers.entry(cluster.to_owned()).or_insert(Picker::new(lb, self.seed)))
+        Some(self.pickers.entry(cluster.to_owned()).or_insert(Picker::new(lb.clone(), self.seed)))
     }
 }

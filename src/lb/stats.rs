@@ -27,15 +27,34 @@ pub struct TimedReport {
     pub received: Instant,
 }
 
-/// The shared statistics of one endpoint.
+/// The shared statistics of one endpoint. What every request writes (in-flight count,
+/// outcomes, latency, outlier counters) sits in [`Written`], on cache lines of its own:
+/// the fields read on other paths (epoch, ejection, health, load report, weight state)
+/// and the next endpoint's stats do not share a line with counters that every worker
+/// writes per request.
 #[derive(Debug)]
 pub struct EndpointStats {
     /// Origin of the nanosecond timestamps stored below.
     epoch: Instant,
-    in_flight: AtomicU32,
     /// Upstream connections open (or opening) to the endpoint, every worker's: the count
     /// `per_host_thresholds` `max_connections` limits (see `resources`).
     connections: AtomicU32,
+    /// Outlier detection: ejected until this many nanoseconds after `epoch`; 0 = not ejected.
+    ejected_until: AtomicU64,
+    /// Active health checking's verdicts (set on the control runtime).
+    health: HealthFlags,
+    load: ArcSwapOption<TimedReport>,
+    /// CSWRR's weight state, here so that blackout and expiry survive balancer rebuilds.
+    weight: WeightState,
+    written: Written,
+}
+
+/// The per-request counters of [`EndpointStats`], aligned to two cache lines (the
+/// adjacent-line prefetcher moves lines in pairs).
+#[derive(Debug)]
+#[repr(align(128))]
+struct Written {
+    in_flight: AtomicU32,
     successes: AtomicU64,
     errors: AtomicU64,
     /// Peak-EWMA round-trip estimate, f64 nanoseconds as bits; 0 = no sample yet.
@@ -45,15 +64,23 @@ pub struct EndpointStats {
     /// Decaying error penalty (f64 bits): +1 per error, halving every `RTT_DECAY`.
     error_penalty: AtomicU64,
     error_updated: AtomicU64,
-    /// Outlier detection: ejected until this many nanoseconds after `epoch`; 0 = not ejected.
-    ejected_until: AtomicU64,
     /// Outlier detection's consecutive-failure and success-rate counters.
     outlier: OutlierCounters,
-    /// Active health checking's verdicts (set on the control runtime).
-    health: HealthFlags,
-    load: ArcSwapOption<TimedReport>,
-    /// CSWRR's weight state, here so that blackout and expiry survive balancer rebuilds.
-    weight: WeightState,
+}
+
+impl Written {
+    fn new(outlier: OutlierCounters) -> Self {
+        Self {
+            in_flight: AtomicU32::new(0),
+            successes: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            rtt_estimate: AtomicU64::new(0),
+            rtt_updated: AtomicU64::new(0),
+            error_penalty: AtomicU64::new(0),
+            error_updated: AtomicU64::new(0),
+            outlier,
+        }
+    }
 }
 
 /// Counts one request as in flight until dropped, whatever path the request takes.
@@ -64,32 +91,29 @@ pub struct InFlight {
 
 impl EndpointStats {
     pub fn new(now: Instant) -> Self {
-        Self {
-            epoch: now,
-            in_flight: AtomicU32::new(0),
-            connections: AtomicU32::new(0),
-            successes: AtomicU64::new(0),
-            errors: AtomicU64::new(0),
-            rtt_estimate: AtomicU64::new(0),
-            rtt_updated: AtomicU64::new(0),
-            error_penalty: AtomicU64::new(0),
-            error_updated: AtomicU64::new(0),
-            ejected_until: AtomicU64::new(0),
-            outlier: OutlierCounters::default(),
-            health: HealthFlags::default(),
-            load: ArcSwapOption::empty(),
-            weight: WeightState::default(),
-        }
+        Self::with_outlier(now, OutlierCounters::default())
     }
 
     /// Stats whose outlier counters wake `wake` when a consecutive-failure threshold is
     /// reached (the cluster's detector listens on it).
     pub fn with_outlier_wake(now: Instant, wake: Arc<tokio::sync::Notify>) -> Self {
-        Self { outlier: OutlierCounters::with_wake(wake), ..Self::new(now) }
+        Self::with_outlier(now, OutlierCounters::with_wake(wake))
+    }
+
+    fn with_outlier(now: Instant, outlier: OutlierCounters) -> Self {
+        Self {
+            epoch: now,
+            connections: AtomicU32::new(0),
+            ejected_until: AtomicU64::new(0),
+            health: HealthFlags::default(),
+            load: ArcSwapOption::empty(),
+            weight: WeightState::default(),
+            written: Written::new(outlier),
+        }
     }
 
     pub fn outlier(&self) -> &OutlierCounters {
-        &self.outlier
+        &self.written.outlier
     }
 
     /// The same stats for a new host of a cluster with `checks` active health checks: it
@@ -110,12 +134,12 @@ impl EndpointStats {
 
     /// Starts a request: in flight until the returned guard drops.
     pub fn start(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.written.in_flight.fetch_add(1, Ordering::Relaxed);
         InFlight { stats: Arc::clone(self) }
     }
 
     pub fn in_flight(&self) -> u32 {
-        self.in_flight.load(Ordering::Relaxed)
+        self.written.in_flight.load(Ordering::Relaxed)
     }
 
     /// Upstream connections open or opening to the endpoint, across workers.
@@ -128,22 +152,22 @@ impl EndpointStats {
     }
 
     pub fn successes(&self) -> u64 {
-        self.successes.load(Ordering::Relaxed)
+        self.written.successes.load(Ordering::Relaxed)
     }
 
     pub fn errors(&self) -> u64 {
-        self.errors.load(Ordering::Relaxed)
+        self.written.errors.load(Ordering::Relaxed)
     }
 
     /// Records a finished request: its latency (to the first response byte) and outcome.
     pub fn record(&self, now: Instant, latency: Duration, success: bool) {
         if success {
-            self.successes.fetch_add(1, Ordering::Relaxed);
+            self.written.successes.fetch_add(1, Ordering::Relaxed);
         } else {
-            self.errors.fetch_add(1, Ordering::Relaxed);
+            self.written.errors.fetch_add(1, Ordering::Relaxed);
             let penalty = self.error_penalty_at(now) + 1.0;
-            self.error_penalty.store(penalty.to_bits(), Ordering::Relaxed);
-            self.error_updated.store(self.nanos(now), Ordering::Relaxed);
+            self.written.error_penalty.store(penalty.to_bits(), Ordering::Relaxed);
+            self.written.error_updated.store(self.nanos(now), Ordering::Relaxed);
         }
         self.observe_rtt(now, latency);
     }
@@ -153,37 +177,37 @@ impl EndpointStats {
     /// lose one sample; the estimate stays a valid estimate, which is all P2C needs.
     fn observe_rtt(&self, now: Instant, sample: Duration) {
         let sample = sample.as_nanos() as f64;
-        let estimate = f64::from_bits(self.rtt_estimate.load(Ordering::Relaxed));
+        let estimate = f64::from_bits(self.written.rtt_estimate.load(Ordering::Relaxed));
         let next = if estimate == 0.0 || sample > estimate {
             sample
         } else {
-            let elapsed = self.nanos(now).saturating_sub(self.rtt_updated.load(Ordering::Relaxed)) as f64;
+            let elapsed = self.nanos(now).saturating_sub(self.written.rtt_updated.load(Ordering::Relaxed)) as f64;
             let decay = (-elapsed / RTT_DECAY.as_nanos() as f64).exp();
             estimate * decay + sample * (1.0 - decay)
         };
-        self.rtt_estimate.store(next.to_bits(), Ordering::Relaxed);
-        self.rtt_updated.store(self.nanos(now), Ordering::Relaxed);
+        self.written.rtt_estimate.store(next.to_bits(), Ordering::Relaxed);
+        self.written.rtt_updated.store(self.nanos(now), Ordering::Relaxed);
     }
 
     /// The RTT estimate at `now`, decayed towards zero since the last sample (an idle
     /// endpoint becomes attractive again); `None` before the first sample.
     pub fn rtt_estimate(&self, now: Instant) -> Option<Duration> {
-        let estimate = f64::from_bits(self.rtt_estimate.load(Ordering::Relaxed));
+        let estimate = f64::from_bits(self.written.rtt_estimate.load(Ordering::Relaxed));
         if estimate == 0.0 {
             return None;
         }
-        let elapsed = self.nanos(now).saturating_sub(self.rtt_updated.load(Ordering::Relaxed)) as f64;
+        let elapsed = self.nanos(now).saturating_sub(self.written.rtt_updated.load(Ordering::Relaxed)) as f64;
         let decayed = estimate * (-elapsed / RTT_DECAY.as_nanos() as f64).exp();
         Some(Duration::from_nanos(decayed as u64))
     }
 
     /// Recent errors, each counting 1 and decaying with `RTT_DECAY`.
     pub fn error_penalty_at(&self, now: Instant) -> f64 {
-        let penalty = f64::from_bits(self.error_penalty.load(Ordering::Relaxed));
+        let penalty = f64::from_bits(self.written.error_penalty.load(Ordering::Relaxed));
         if penalty == 0.0 {
             return 0.0;
         }
-        let elapsed = self.nanos(now).saturating_sub(self.error_updated.load(Ordering::Relaxed)) as f64;
+        let elapsed = self.nanos(now).saturating_sub(self.written.error_updated.load(Ordering::Relaxed)) as f64;
         penalty * (-elapsed / RTT_DECAY.as_nanos() as f64).exp()
     }
 
@@ -235,7 +259,7 @@ impl LoadSink for EndpointStats {
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.stats.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.stats.written.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -485,13 +485,18 @@ async fn route_and_forward(
 
     // Circuit breakers: every attempt takes a request slot, every retry a retry slot.
     // Routes carry no priority in Outrider's model: all requests are default priority.
-    let resources = context.balancers.get(&cluster.resource.name).map(|lb| lb.resources().clone());
+    let resources = {
+        let mut pickers = context.pickers.borrow_mut();
+        pickers.balancer(&context.balancers, &cluster.resource.name).map(|lb| lb.resources().clone())
+    };
     let limits = &cluster.resource.circuit_breakers;
     let mut _retry_slot = None;
     if let Some(log) = pending.as_mut() {
         let length = parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
         log.bytes_received = buffered.as_ref().map_or(length.unwrap_or(0), |b| b.len() as u64);
     }
+    // No retry condition, or a body that streams (it cannot be sent twice): one attempt.
+    let single_attempt = !retry.enabled() || buffered.is_none();
     let started = Instant::now();
     let deadline = forward.timeout.map(|t| started + t);
     let mut previous: Vec<Arc<Host>> = Vec::new();
@@ -534,7 +539,9 @@ async fn route_and_forward(
             (None, Some(body)) => body,
             (None, None) => return reset_reply(manager, stream, last_failure, true, is_grpc),
         };
-        let mut attempt_parts = parts.clone();
+        // The head is copied only when another attempt may need it.
+        let mut attempt_parts =
+            if single_attempt { std::mem::replace(&mut parts, empty_head()) } else { parts.clone() };
         router::set_attempt_headers(
             &forward,
             &mut attempt_parts.headers,
@@ -667,6 +674,11 @@ async fn route_and_forward(
 
 enum Attempt {
     Timeout,
+}
+
+/// An empty request head, left in the place of one moved into its only attempt.
+fn empty_head() -> http::request::Parts {
+    Request::new(()).into_parts().0
 }
 
 /// Starts the route's shadows of the request whose upstream head is `upstream`, before
@@ -810,7 +822,8 @@ fn classify(error: &UpstreamError) -> Outcome<'static> {
 }
 
 fn grpc_status(headers: &HeaderMap) -> Option<u32> {
-    headers.get("grpc-status")?.to_str().ok()?.parse().ok()
+    const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
+    headers.get(GRPC_STATUS)?.to_str().ok()?.parse().ok()
 }
 
 fn respond(

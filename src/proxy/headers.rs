@@ -16,41 +16,53 @@ use crate::config::listener::http_connection_manager::{HttpConnectionManager, Se
 
 pub use local_reply::{LocalReply, ResetReason, grpc_local_reply, local_reply};
 
-const X_FORWARDED_FOR: &str = "x-forwarded-for";
-const X_FORWARDED_PROTO: &str = "x-forwarded-proto";
-const X_FORWARDED_PORT: &str = "x-forwarded-port";
-const X_REQUEST_ID: &str = "x-request-id";
-const X_ENVOY_INTERNAL: &str = "x-envoy-internal";
-const X_ENVOY_EXTERNAL_ADDRESS: &str = "x-envoy-external-address";
-const X_ENVOY_FORCE_TRACE: &str = "x-envoy-force-trace";
-const X_ENVOY_UPSTREAM_SERVICE_TIME: &str = "x-envoy-upstream-service-time";
+// Header names as constants: a look-up by `&str` parses and validates the name first.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_PORT: HeaderName = HeaderName::from_static("x-forwarded-port");
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const X_ENVOY_INTERNAL: HeaderName = HeaderName::from_static("x-envoy-internal");
+const X_ENVOY_EXTERNAL_ADDRESS: HeaderName = HeaderName::from_static("x-envoy-external-address");
+const X_ENVOY_FORCE_TRACE: HeaderName = HeaderName::from_static("x-envoy-force-trace");
+const X_ENVOY_UPSTREAM_SERVICE_TIME: HeaderName = HeaderName::from_static("x-envoy-upstream-service-time");
+
+/// What every name in [`EXTERNAL_STRIPPED`] and [`EDGE_STRIPPED`] begins with: a request
+/// without such a header (most of them) skips their removal.
+const X_ENVOY_PREFIX: &str = "x-envoy-";
 
 /// Hop-by-hop headers never forwarded (besides `connection`, `upgrade` and `te`, which
 /// have their own rules).
-const HOP_BY_HOP: [&str; 3] = ["keep-alive", "proxy-connection", "transfer-encoding"];
+const HOP_BY_HOP: [HeaderName; 3] = [
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    http::header::TRANSFER_ENCODING,
+];
 
 /// `x-envoy-*` headers that steer Envoy, removed from every external request so clients
 /// cannot set them (Envoy's `cleanInternalHeaders`).
-const EXTERNAL_STRIPPED: [&str; 14] = [
-    "x-envoy-retriable-status-codes",
-    "x-envoy-retriable-header-names",
-    "x-envoy-retry-on",
-    "x-envoy-retry-grpc-on",
-    "x-envoy-max-retries",
-    "x-envoy-upstream-alt-stat-name",
-    "x-envoy-upstream-rq-timeout-ms",
-    "x-envoy-upstream-rq-per-try-timeout-ms",
-    "x-envoy-upstream-rq-timeout-alt-response",
-    "x-envoy-expected-rq-timeout-ms",
+const EXTERNAL_STRIPPED: [HeaderName; 14] = [
+    HeaderName::from_static("x-envoy-retriable-status-codes"),
+    HeaderName::from_static("x-envoy-retriable-header-names"),
+    HeaderName::from_static("x-envoy-retry-on"),
+    HeaderName::from_static("x-envoy-retry-grpc-on"),
+    HeaderName::from_static("x-envoy-max-retries"),
+    HeaderName::from_static("x-envoy-upstream-alt-stat-name"),
+    HeaderName::from_static("x-envoy-upstream-rq-timeout-ms"),
+    HeaderName::from_static("x-envoy-upstream-rq-per-try-timeout-ms"),
+    HeaderName::from_static("x-envoy-upstream-rq-timeout-alt-response"),
+    HeaderName::from_static("x-envoy-expected-rq-timeout-ms"),
     X_ENVOY_FORCE_TRACE,
-    "x-envoy-ip-tags",
-    "x-envoy-original-url",
-    "x-envoy-hedge-on-per-try-timeout",
+    HeaderName::from_static("x-envoy-ip-tags"),
+    HeaderName::from_static("x-envoy-original-url"),
+    HeaderName::from_static("x-envoy-hedge-on-per-try-timeout"),
 ];
 
 /// Removed from edge requests only (the first hop into the mesh).
-const EDGE_STRIPPED: [&str; 3] =
-    ["x-envoy-decorator-operation", "x-envoy-downstream-service-cluster", "x-envoy-downstream-service-node"];
+const EDGE_STRIPPED: [HeaderName; 3] = [
+    HeaderName::from_static("x-envoy-decorator-operation"),
+    HeaderName::from_static("x-envoy-downstream-service-cluster"),
+    HeaderName::from_static("x-envoy-downstream-service-node"),
+];
 
 /// The downstream connection a request came on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,10 +133,13 @@ pub fn mutate_request_headers(
     if internal {
         headers.insert(X_ENVOY_INTERNAL, HeaderValue::from_static("true"));
     } else {
-        if edge {
-            EDGE_STRIPPED.iter().for_each(|h| drop(headers.remove(*h)));
+        // One pass over the request's names instead of seventeen look-ups.
+        if headers.keys().any(|name| name.as_str().starts_with(X_ENVOY_PREFIX)) {
+            if edge {
+                EDGE_STRIPPED.iter().for_each(|h| drop(headers.remove(h)));
+            }
+            EXTERNAL_STRIPPED.iter().for_each(|h| drop(headers.remove(h)));
         }
-        EXTERNAL_STRIPPED.iter().for_each(|h| drop(headers.remove(*h)));
         internal_only_headers.iter().for_each(|h| drop(headers.remove(h)));
     }
     if edge && let Ok(value) = HeaderValue::from_str(&client.to_string()) {
@@ -167,7 +182,7 @@ pub fn private_address(ip: IpAddr) -> bool {
 /// stay on an upgrade (WebSocket) exchange, which forwards them verbatim; `te` keeps only
 /// `trailers`, the one value meaningful end to end (gRPC needs it).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    HOP_BY_HOP.iter().for_each(|h| drop(headers.remove(*h)));
+    HOP_BY_HOP.iter().for_each(|h| drop(headers.remove(h)));
     if !is_upgrade(headers) {
         headers.remove(CONNECTION);
         headers.remove(UPGRADE);
@@ -211,7 +226,7 @@ fn last_xff_address(headers: &HeaderMap, skip: u32) -> Option<(IpAddr, bool)> {
 }
 
 fn append_xff(headers: &mut HeaderMap, ip: IpAddr) {
-    append_list(headers, HeaderName::from_static(X_FORWARDED_FOR), &ip.to_string());
+    append_list(headers, X_FORWARDED_FOR, &ip.to_string());
 }
 
 fn append_via(headers: &mut HeaderMap, via: &str) {
@@ -235,7 +250,7 @@ fn append_list(headers: &mut HeaderMap, name: HeaderName, value: &str) {
 /// appended when configured, and `server` per `server_header_transformation`.
 pub fn mutate_response_headers(hcm: &HttpConnectionManager, request: Option<&HeaderMap>, response: &mut HeaderMap) {
     let upgrade = request.is_some_and(is_upgrade) && is_upgrade(response);
-    HOP_BY_HOP.iter().for_each(|h| drop(response.remove(*h)));
+    HOP_BY_HOP.iter().for_each(|h| drop(response.remove(h)));
     if !upgrade {
         response.remove(CONNECTION);
         response.remove(UPGRADE);

@@ -8,13 +8,22 @@
 
 use std::time::Duration;
 
-use http::HeaderMap;
 use http::request::Parts;
+use http::{HeaderMap, HeaderName};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::config::route::{HeaderMatcher, RetryBackOff, RetryOn, RetryOnSet, RetryPolicy};
 use crate::proxy::router::request_header_value;
+
+// The request's own retry settings (internal clients only), as constants: a look-up by
+// `&str` parses and validates the name first.
+const RETRY_ON: HeaderName = HeaderName::from_static("x-envoy-retry-on");
+const RETRY_GRPC_ON: HeaderName = HeaderName::from_static("x-envoy-retry-grpc-on");
+const RETRIABLE_STATUS_CODES: HeaderName = HeaderName::from_static("x-envoy-retriable-status-codes");
+const RETRIABLE_HEADER_NAMES: HeaderName = HeaderName::from_static("x-envoy-retriable-header-names");
+const MAX_RETRIES: HeaderName = HeaderName::from_static("x-envoy-max-retries");
+const RATELIMITED: HeaderName = HeaderName::from_static("x-envoy-ratelimited");
 
 /// How an attempt ended.
 #[derive(Debug, Clone, Copy)]
@@ -89,21 +98,21 @@ impl RetryState {
     /// from internal clients: the connection manager strips them from external requests.
     pub fn for_request(policy: Option<&RetryPolicy>, request: &Parts, seed: u64) -> Self {
         let mut state = Self::new(policy, seed);
-        let header = |name: &str| request.headers.get(name).and_then(|v| v.to_str().ok());
-        for name in ["x-envoy-retry-on", "x-envoy-retry-grpc-on"] {
+        let header = |name: HeaderName| request.headers.get(name).and_then(|v| v.to_str().ok());
+        for name in [RETRY_ON, RETRY_GRPC_ON] {
             for on in header(name).into_iter().flat_map(|v| v.split(',')).filter_map(|s| RetryOn::parse(s.trim())) {
                 state.retry_on.insert(on);
             }
         }
-        if let Some(codes) = header("x-envoy-retriable-status-codes") {
+        if let Some(codes) = header(RETRIABLE_STATUS_CODES) {
             state.retriable_status_codes.extend(codes.split(',').filter_map(|c| c.trim().parse::<u16>().ok()));
         }
-        if let Some(names) = header("x-envoy-retriable-header-names") {
+        if let Some(names) = header(RETRIABLE_HEADER_NAMES) {
             state
                 .retriable_header_names
                 .extend(names.split(',').map(|n| n.trim().to_ascii_lowercase()).filter(|n| !n.is_empty()));
         }
-        if let Some(max) = header("x-envoy-max-retries").and_then(|v| v.trim().parse().ok()) {
+        if let Some(max) = header(MAX_RETRIES).and_then(|v| v.trim().parse().ok()) {
             state.retries_left = max;
         }
         if let Some(policy) = policy
@@ -155,7 +164,7 @@ impl RetryState {
         let on = |r| self.retry_on.contains(r);
         // A response rate limited by an upstream Envoy is only retried under
         // `envoy-ratelimited`, whatever its status.
-        if headers.contains_key("x-envoy-ratelimited") {
+        if headers.contains_key(RATELIMITED) {
             return on(RetryOn::EnvoyRateLimited);
         }
         (on(RetryOn::FiveXx) && (500..600).contains(&status))

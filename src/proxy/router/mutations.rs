@@ -13,10 +13,12 @@ use super::timeout::expected_timeout;
 use super::{Forward, HeaderLayers};
 use crate::config::route::{HeaderAppendAction, HeaderValueOption};
 
-const EXPECTED_TIMEOUT: &str = "x-envoy-expected-rq-timeout-ms";
-const ORIGINAL_PATH: &str = "x-envoy-original-path";
-const ATTEMPT_COUNT: &str = "x-envoy-attempt-count";
-const IS_TIMEOUT_RETRY: &str = "x-envoy-is-timeout-retry";
+// Header names as constants: a look-up by `&str` parses and validates the name first.
+const EXPECTED_TIMEOUT: HeaderName = HeaderName::from_static("x-envoy-expected-rq-timeout-ms");
+const ORIGINAL_PATH: HeaderName = HeaderName::from_static("x-envoy-original-path");
+const ATTEMPT_COUNT: HeaderName = HeaderName::from_static("x-envoy-attempt-count");
+const IS_TIMEOUT_RETRY: HeaderName = HeaderName::from_static("x-envoy-is-timeout-retry");
+const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 
 /// The connection manager settings and connection facts the router's changes depend on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -30,8 +32,8 @@ pub struct UpstreamRequestOptions {
 /// the first attempt): timeout headers, header mutations, host and path rewrites.
 pub fn apply_request_mutations(forward: &Forward<'_>, parts: &mut Parts, options: &UpstreamRequestOptions) {
     let headers = &mut parts.headers;
-    headers.remove("x-envoy-upstream-rq-timeout-ms");
-    headers.remove("x-envoy-upstream-rq-per-try-timeout-ms");
+    headers.remove(super::timeout::UPSTREAM_RQ_TIMEOUT_MS);
+    headers.remove(super::timeout::UPSTREAM_RQ_PER_TRY_TIMEOUT_MS);
     set_attempt_headers(forward, headers, 1, Duration::ZERO, false, options);
     for level in forward.headers.iter() {
         evaluate(
@@ -77,7 +79,7 @@ pub fn set_attempt_headers(
             && headers.get(http::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
             && let Ok(value) = HeaderValue::from_str(&format!("{ms}m"))
         {
-            headers.insert("grpc-timeout", value);
+            headers.insert(GRPC_TIMEOUT, value);
         }
     }
     let vhost = forward.virtual_host;

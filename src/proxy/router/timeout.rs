@@ -7,11 +7,17 @@
 
 use std::time::Duration;
 
+use http::HeaderName;
 use http::request::Parts;
 
 use super::Forward;
 use super::matching::is_grpc;
 use crate::config::route::{RetryPolicy, RouteAction};
+
+/// The client's (internal clients only) overrides of the route's timeouts.
+pub(super) const UPSTREAM_RQ_TIMEOUT_MS: HeaderName = HeaderName::from_static("x-envoy-upstream-rq-timeout-ms");
+pub(super) const UPSTREAM_RQ_PER_TRY_TIMEOUT_MS: HeaderName =
+    HeaderName::from_static("x-envoy-upstream-rq-per-try-timeout-ms");
 
 pub(super) struct Timeouts {
     pub global: Option<Duration>,
@@ -24,11 +30,11 @@ impl Timeouts {
             Some(max) if is_grpc(parts) => grpc_timeout(action, max, parts),
             _ => action.timeout,
         };
-        if let Some(ms) = header_ms(parts, "x-envoy-upstream-rq-timeout-ms") {
+        if let Some(ms) = header_ms(parts, UPSTREAM_RQ_TIMEOUT_MS) {
             global = nonzero(ms);
         }
         let mut per_try = policy.and_then(|p| p.per_try_timeout);
-        if let Some(ms) = header_ms(parts, "x-envoy-upstream-rq-per-try-timeout-ms") {
+        if let Some(ms) = header_ms(parts, UPSTREAM_RQ_PER_TRY_TIMEOUT_MS) {
             per_try = nonzero(ms);
         }
         if let (Some(try_timeout), Some(whole)) = (per_try, global)
@@ -78,7 +84,7 @@ pub(crate) fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     })
 }
 
-fn header_ms(parts: &Parts, name: &str) -> Option<u64> {
+fn header_ms(parts: &Parts, name: HeaderName) -> Option<u64> {
     parts.headers.get(name)?.to_str().ok()?.trim().parse().ok()
 }
 
