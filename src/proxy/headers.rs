@@ -288,4 +288,4 @@ pub fn set_upstream_service_time(response: &mut HeaderMap, elapsed: Duration, su
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

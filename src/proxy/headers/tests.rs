@@ -11,7 +11,7 @@ use crate::config::listener::http_connection_manager::{
 };
 
 /// Envoy's defaults.
-fn hcm() -> HttpConnectionManager {
+pub(crate) fn hcm() -> HttpConnectionManager {
     HttpConnectionManager {
         access_log: Vec::new(),
         tracing: None,
