@@ -27,6 +27,8 @@ pub struct Session {
     /// does not advance even when part of the response was applied. Requests and resumed
     /// streams carry it, not the versions of what is held.
     pub acked: BTreeMap<ResourceType, Acked>,
+    /// The `ConfigState::references` the dependants were last armed for.
+    armed_for: Option<u64>,
 }
 
 /// The last ACKed state of one type.
@@ -61,9 +63,15 @@ impl Session {
             sds,
             stats: XdsStats::default(),
             acked: BTreeMap::new(),
+            armed_for: None,
         };
         session.arm_dependants();
         session
+    }
+
+    /// See [`ConfigState::references`].
+    pub fn references(&self) -> u64 {
+        self.state.references()
     }
 
     /// Whether this client subscribes to `resource_type` by wildcard.
@@ -162,6 +170,12 @@ impl Session {
     /// Arms initial-fetch timers for newly referenced EDS, RDS and SDS names, and points
     /// the SDS streams at the secrets now referenced.
     fn arm_dependants(&mut self) {
+        // Timers arm once per name and the SDS streams follow references: nothing to do
+        // until listeners or clusters change (an EDS push among thousands costs nothing here).
+        if self.armed_for == Some(self.state.references()) {
+            return;
+        }
+        self.armed_for = Some(self.state.references());
         for (name, timeout) in self.state.warming_secret_timeouts() {
             self.timers.arm(ResourceType::Secret, &name, timeout);
         }
