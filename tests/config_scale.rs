@@ -53,6 +53,13 @@ fn cluster(i: usize) -> Versioned<Resource> {
 }
 
 fn assignment(i: usize, ports: std::ops::Range<u32>) -> Versioned<Resource> {
+    let mut proto = assignment_proto(i, ports);
+    proto.cluster_name = cluster_name(i);
+    decoded(ResourceType::ClusterLoadAssignment, proto.encode_to_vec())
+}
+
+/// Endpoints on `ports` of an address of cluster `i`'s own.
+fn assignment_proto(i: usize, ports: std::ops::Range<u32>) -> AssignmentProto {
     let lb_endpoints: Vec<_> = ports
         .map(|p| {
             serde_json::json!({ "endpoint": { "address": { "socket_address": {
@@ -60,8 +67,14 @@ fn assignment(i: usize, ports: std::ops::Range<u32>) -> Versioned<Resource> {
         })
         .collect();
     let value = serde_json::json!({ "cluster_name": cluster_name(i), "endpoints": [{ "lb_endpoints": lb_endpoints }] });
-    let (proto, _): (AssignmentProto, _) =
-        outrider::pb::json::from_value("envoy.config.endpoint.v3.ClusterLoadAssignment", value).unwrap();
+    outrider::pb::json::from_value("envoy.config.endpoint.v3.ClusterLoadAssignment", value).unwrap().0
+}
+
+/// The first endpoints of every cluster: one parsed list, named per cluster (parsing JSON
+/// per cluster would dominate the test).
+fn first_assignment(i: usize, template: &AssignmentProto) -> Versioned<Resource> {
+    let mut proto = template.clone();
+    proto.cluster_name = cluster_name(i);
     decoded(ResourceType::ClusterLoadAssignment, proto.encode_to_vec())
 }
 
@@ -91,7 +104,8 @@ impl Mesh {
         let store = Store::new(state.snapshot());
         // One validator of the extensions' configs per response, as the ADS client has.
         let (clusters, assignments) = outrider::pb::pgv::with_extension_checks(|| {
-            ((0..n).map(cluster).collect(), (0..n).map(|i| assignment(i, 80..83)).collect())
+            let template = assignment_proto(0, 80..83);
+            ((0..n).map(cluster).collect(), (0..n).map(|i| first_assignment(i, &template)).collect())
         });
         state.apply(ResourceType::Cluster, "1", clusters, &[], true);
         state.apply(ResourceType::ClusterLoadAssignment, "1", assignments, &[], false);
