@@ -72,6 +72,9 @@ pub struct ConfigState {
     last_settled: usize,
 }
 
+/// What a cluster's name serves: its cluster and its endpoints, if served.
+type ServedCluster = (Option<Arc<Versioned<Cluster>>>, Option<Arc<Versioned<ClusterLoadAssignment>>>);
+
 /// The maps of the served snapshot.
 #[derive(Debug, Default, Clone)]
 struct Served {
@@ -548,7 +551,7 @@ impl ConfigState {
     fn cluster_endpoints(
         &self,
         versioned: &Arc<Versioned<Cluster>>,
-        served: &(Option<Arc<Versioned<Cluster>>>, Option<Arc<Versioned<ClusterLoadAssignment>>>),
+        served: &ServedCluster,
     ) -> Option<Arc<Versioned<ClusterLoadAssignment>>> {
         let cluster = &versioned.resource;
         if !self.secrets_ready(cluster.sds_secret_configs().into_iter()) {
