@@ -1,7 +1,9 @@
 //! The heavy control-path operation: decode, convert and publish one xDS update.
 //!
 //! One EDS update of 10 000 endpoints and one CDS update of 5 000 clusters, from protobuf
-//! bytes to a published snapshot, exactly the steps the ADS client runs per response.
+//! bytes to a published snapshot, exactly the steps the ADS client runs per response; and
+//! one EDS change among 5 000 served clusters, through to the rebuilt balancers, which
+//! must cost what changed rather than what exists.
 //! Besides time, it reports the heap each update keeps alive, per endpoint / per cluster,
 //! measured by a counting allocator (the only unsafe code in the repository: a
 //! `GlobalAlloc` must be an `unsafe impl`).
@@ -14,8 +16,10 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::SystemTime;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use outrider::app::balancing::update;
 use outrider::config::convert::decode_resource;
 use outrider::config::{Resource, ResourceType, Warnings};
+use outrider::lb::{BalancerBuilder, Balancers};
 use outrider::store::{ConfigState, Store, Versioned};
 use prost::Message;
 use serde_json::json;
@@ -44,6 +48,10 @@ const CLUSTERS: usize = 5_000;
 /// A ClusterLoadAssignment of `n` endpoints spread over 3 zones, as istiod sends them,
 /// each with load-balancing `weight`.
 fn eds_bytes(n: usize, weight: u32) -> Vec<u8> {
+    eds_bytes_for("outbound|8080||big.default.svc.cluster.local", n, weight)
+}
+
+fn eds_bytes_for(cluster_name: &str, n: usize, weight: u32) -> Vec<u8> {
     let zones: Vec<_> = (0..3)
         .map(|z| {
             let endpoints: Vec<_> = (z..n)
@@ -60,17 +68,21 @@ fn eds_bytes(n: usize, weight: u32) -> Vec<u8> {
             json!({ "locality": { "region": "r", "zone": format!("z{z}") }, "lb_endpoints": endpoints })
         })
         .collect();
-    let value = json!({ "cluster_name": "outbound|8080||big.default.svc.cluster.local", "endpoints": zones });
+    let value = json!({ "cluster_name": cluster_name, "endpoints": zones });
     let (cla, _): (outrider::pb::envoy::config::endpoint::v3::ClusterLoadAssignment, _) =
         outrider::pb::json::from_value("envoy.config.endpoint.v3.ClusterLoadAssignment", value).unwrap();
     cla.encode_to_vec()
 }
 
 /// `n` EDS clusters shaped like an Istio sidecar's outbound clusters.
+fn cluster_name(i: usize) -> String {
+    format!("outbound|8080||svc-{i}.default.svc.cluster.local")
+}
+
 fn cds_bytes(n: usize) -> Vec<Vec<u8>> {
     (0..n)
         .map(|i| {
-            let name = format!("outbound|8080||svc-{i}.default.svc.cluster.local");
+            let name = cluster_name(i);
             let value = json!({
                 "name": name,
                 "type": "EDS",
@@ -123,6 +135,18 @@ fn retained_per_item(resource_type: ResourceType, items: &[Vec<u8>], per: usize)
     (after - before) as f64 / per as f64
 }
 
+/// A sidecar serving `CLUSTERS` clusters of three endpoints each, balancers built.
+fn mesh() -> (ConfigState, Store, BalancerBuilder, Balancers) {
+    let (mut state, store) = fresh();
+    apply(&mut state, &store, ResourceType::Cluster, &cds_bytes(CLUSTERS), "1");
+    let eds: Vec<_> = (0..CLUSTERS).map(|i| eds_bytes_for(&cluster_name(i), 3, 1)).collect();
+    apply(&mut state, &store, ResourceType::ClusterLoadAssignment, &eds, "1");
+    let (mut builder, balancers) = (BalancerBuilder::default(), Balancers::default());
+    update(&mut builder, &store.load(), &balancers);
+    assert_eq!(balancers.all().len(), CLUSTERS);
+    (state, store, builder, balancers)
+}
+
 fn bench(c: &mut Criterion) {
     let eds = vec![eds_bytes(ENDPOINTS, 1)];
     // The same endpoints with new weights: an identical push would be skipped as unchanged,
@@ -153,6 +177,18 @@ fn bench(c: &mut Criterion) {
             BatchSize::LargeInput,
         )
     });
+    // One cluster's endpoints change weight back and forth: each push is a real change.
+    let (mut state, store, mut builder, balancers) = mesh();
+    let one = [vec![eds_bytes_for(&cluster_name(7), 3, 2)], vec![eds_bytes_for(&cluster_name(7), 3, 1)]];
+    let mut turn = 0usize;
+    c.bench_function("one_eds_change_among_5k_clusters", |b| {
+        b.iter(|| {
+            turn += 1;
+            apply(&mut state, &store, ResourceType::ClusterLoadAssignment, &one[turn % 2], &turn.to_string());
+            update(&mut builder, &store.load(), &balancers);
+        })
+    });
+    drop((state, store, builder, balancers));
     c.bench_function("cds_5k_clusters", |b| {
         b.iter_batched(
             fresh,

@@ -10,6 +10,7 @@ pub mod lab;
 pub mod oob;
 pub mod outlier;
 mod overload;
+mod schedule;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

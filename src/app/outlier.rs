@@ -3,15 +3,15 @@
 //! ejections rebuilds that cluster's balancer, so workers stop (or resume) picking the host
 //! with their next request.
 
-use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use tokio::time::Instant;
 
 use crate::lb::outlier::Detector;
-use crate::lb::{Balancers, ClusterLb};
+use crate::lb::{BalancerMap, Balancers, ClusterLb};
 use crate::store::Snapshot;
 
 /// The detectors of every cluster with outlier detection.
@@ -30,21 +30,31 @@ struct Tracked {
 
 impl OutlierDetectors {
     /// Follows the configuration and the published balancers: detectors appear, change
-    /// their configuration, follow membership, and go with their cluster.
+    /// their configuration, follow membership, and go with their cluster. Visits every
+    /// cluster: for when what changed is not known.
     pub fn sync(&mut self, snapshot: &Snapshot, balancers: &Balancers) {
         let all = balancers.all();
+        let mut names: BTreeSet<String> = self.clusters.keys().cloned().collect();
+        names.extend(all.keys().cloned());
+        self.sync_clusters(snapshot, &all, names.iter());
+    }
+
+    /// As [`sync`](Self::sync), for the named clusters only (those whose configuration or
+    /// balancer changed).
+    pub fn sync_clusters<'a>(
+        &mut self,
+        snapshot: &Snapshot,
+        all: &BalancerMap,
+        names: impl IntoIterator<Item = &'a String>,
+    ) {
         let now = Instant::now();
-        self.clusters.retain(|name, _| {
+        for name in names {
             let config = snapshot.clusters.get(name).and_then(|c| c.resource.outlier_detection.as_ref());
-            config.is_some() && all.contains_key(name)
-        });
-        for (name, lb) in all.iter() {
-            let Some(config) = snapshot.clusters.get(name).and_then(|c| c.resource.outlier_detection.as_ref()) else {
+            // Hosts made per connection (ORIGINAL_DST): nothing to eject in favour of.
+            let (Some(config), Some(lb)) = (config, all.get(name).filter(|lb| lb.original_dst().is_none())) else {
+                self.clusters.remove(name);
                 continue;
             };
-            if lb.original_dst().is_some() {
-                continue; // hosts made per connection: nothing to eject in favour of
-            }
             let tracked = self.clusters.entry(name.clone()).or_insert_with(|| {
                 let mut detector = Detector::new(config.clone(), seed(name));
                 detector.sync_hosts(lb.hosts());
@@ -79,6 +89,11 @@ impl OutlierDetectors {
             }
         }
         changed
+    }
+
+    /// The clusters with a detector.
+    pub fn names(&self) -> impl Iterator<Item = &String> {
+        self.clusters.keys()
     }
 
     /// When the next sweep is due, if any cluster has outlier detection.

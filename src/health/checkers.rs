@@ -1,7 +1,7 @@
 //! The health checkers of every cluster that configures `health_checks`.
 
-use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -13,7 +13,7 @@ use super::session::SessionTask;
 use super::transport::Target;
 use crate::config::{Address, Cluster};
 use crate::lb::health_check::{HealthCheckStats, MAX_CHECKS};
-use crate::lb::{Balancers, ClusterLb, EndpointStats};
+use crate::lb::{BalancerMap, Balancers, ClusterLb, EndpointStats};
 use crate::store::{Snapshot, Versioned};
 use crate::telemetry::Stats;
 use crate::tls::TlsCache;
@@ -60,18 +60,31 @@ impl HealthCheckers {
 
     /// Follows the configuration and the published balancers; must run on the control
     /// runtime (sessions are spawned there). Returns the clusters whose hosts' health
-    /// changed here (a health check was removed), whose balancers must be rebuilt.
+    /// changed here (a health check was removed), whose balancers must be rebuilt. Visits
+    /// every cluster: for when what changed is not known.
     pub fn sync(&mut self, snapshot: &Snapshot, balancers: &Balancers) -> Vec<String> {
         let all = balancers.all();
-        let checked = |name: &str| snapshot.clusters.get(name).filter(|c| !c.resource.health_checks.is_empty());
-        self.clusters
-            .retain(|name, _| checked(name).is_some() && all.get(name).is_some_and(|lb| lb.original_dst().is_none()));
+        let mut names: BTreeSet<String> = self.clusters.keys().cloned().collect();
+        names.extend(all.keys().cloned());
+        self.sync_clusters(snapshot, &all, names.iter())
+    }
+
+    /// As [`sync`](Self::sync), for the named clusters only (those whose configuration or
+    /// balancer changed).
+    pub fn sync_clusters<'a>(
+        &mut self,
+        snapshot: &Snapshot,
+        all: &BalancerMap,
+        names: impl IntoIterator<Item = &'a String>,
+    ) -> Vec<String> {
         let mut changed = Vec::new();
-        for (name, lb) in all.iter() {
-            let Some(cluster) = checked(name) else { continue };
-            if lb.original_dst().is_some() {
-                continue; // hosts made per connection: nothing to check ahead of use
-            }
+        for name in names {
+            let cluster = snapshot.clusters.get(name).filter(|c| !c.resource.health_checks.is_empty());
+            // Hosts made per connection (ORIGINAL_DST): nothing to check ahead of use.
+            let (Some(cluster), Some(lb)) = (cluster, all.get(name).filter(|lb| lb.original_dst().is_none())) else {
+                self.clusters.remove(name);
+                continue;
+            };
             let restart = self.clusters.get(name).is_some_and(|t| t.cluster.resource != cluster.resource);
             if restart {
                 // A changed cluster starts its sessions again; verdicts stay with the hosts.
@@ -100,6 +113,11 @@ impl HealthCheckers {
             }
         }
         changed
+    }
+
+    /// The clusters being checked.
+    pub fn names(&self) -> impl Iterator<Item = &String> {
+        self.clusters.keys()
     }
 
     /// Sessions running, for tests.

@@ -3,8 +3,10 @@
 //!
 //! The builder runs on the control runtime: for each published configuration it rebuilds
 //! the balancers whose cluster or endpoints changed (reusing per-endpoint stats) and
-//! publishes the whole map with one `ArcSwap::store`. Workers load the map once per
-//! request and keep their own [`Picker`]s, refreshed by pointer comparison.
+//! publishes the map with one `ArcSwap::store`. The map is persistent (`imbl::HashMap`):
+//! replacing one cluster's balancer shares every other entry, so a publication costs what
+//! changed. Workers load the map once per request and keep their own [`Picker`]s,
+//! refreshed by pointer comparison.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -20,10 +22,13 @@ use super::policy::PickContext;
 use crate::config::{Cluster, ClusterLoadAssignment};
 use crate::telemetry::{ClusterStats, Stats};
 
+/// Balancers by cluster name, as published.
+pub type BalancerMap = imbl::HashMap<String, Arc<ClusterLb>>;
+
 /// The published balancers, by cluster name.
 #[derive(Debug)]
 pub struct Balancers {
-    current: ArcSwap<HashMap<String, Arc<ClusterLb>>>,
+    current: ArcSwap<BalancerMap>,
     published: watch::Sender<u64>,
     /// The generation of the latest configuration snapshot the balancers were built from.
     built_from: watch::Sender<u64>,
@@ -46,7 +51,7 @@ impl Balancers {
     }
 
     /// Every published balancer (for the admin server and weight updates).
-    pub fn all(&self) -> Arc<HashMap<String, Arc<ClusterLb>>> {
+    pub fn all(&self) -> Arc<BalancerMap> {
         self.current.load_full()
     }
 
@@ -66,7 +71,7 @@ impl Balancers {
         tokio::time::timeout(limit, built.wait_for(|built| *built >= generation)).await.is_ok_and(|r| r.is_ok())
     }
 
-    fn publish(&self, map: HashMap<String, Arc<ClusterLb>>) {
+    fn publish(&self, map: BalancerMap) {
         self.current.store(Arc::new(map));
         self.published.send_modify(|n| *n += 1);
     }
@@ -87,7 +92,10 @@ pub struct BalancerBuilder {
     /// Woken by any endpoint's outlier counters reaching a consecutive-failure threshold.
     outlier_wake: Arc<tokio::sync::Notify>,
     built: HashMap<String, Built>,
+    /// What was published last (shared with `Balancers` until the next change).
+    published: BalancerMap,
     rebuilds: usize,
+    compared: usize,
     /// Where cluster stats are registered (`None`: nowhere, for tests).
     stats: Option<Arc<Stats>>,
 }
@@ -111,55 +119,103 @@ impl BalancerBuilder {
 
     /// Brings `balancers` in step with `clusters` (every served cluster with its endpoints).
     /// Unchanged clusters keep their balancer; the comparison of endpoint lists is mostly
-    /// pointer comparisons, since unchanged endpoints share their allocation.
+    /// pointer comparisons, since unchanged endpoints share their allocation. Compares
+    /// every cluster: for when what changed is not known.
     pub fn update<'a>(
         &mut self,
         clusters: impl IntoIterator<Item = (&'a Cluster, &'a ClusterLoadAssignment)>,
         balancers: &Balancers,
         now: Instant,
     ) {
-        let mut next = HashMap::new();
         let mut built = HashMap::new();
         for (cluster, assignment) in clusters {
-            let entry = match self.built.remove(&cluster.name) {
-                Some(previous) if previous.cluster == *cluster && previous.assignment == *assignment => previous,
-                _ => {
-                    self.rebuilds += 1;
-                    let registry = self.registry(&cluster.name);
-                    let lb = Arc::new(ClusterLb::build(cluster, assignment, registry, now));
-                    Built { cluster: cluster.clone(), assignment: assignment.clone(), lb }
-                }
-            };
-            next.insert(cluster.name.clone(), entry.lb.clone());
+            let previous = self.built.remove(&cluster.name);
+            let entry = self.settle(previous, cluster, assignment, now);
             built.insert(cluster.name.clone(), entry);
         }
         self.registries.retain(|name, _| built.contains_key(name));
         self.built = built;
-        balancers.publish(next);
+        self.published = self.built.iter().map(|(name, entry)| (name.clone(), entry.lb.clone())).collect();
+        balancers.publish(self.published.clone());
+    }
+
+    /// Brings the balancers of the named clusters in step with what each is now served with
+    /// (`None`: no longer served), leaving every other balancer as it is; publishes once.
+    /// Returns the clusters whose balancer was built, replaced or removed.
+    pub fn update_clusters<'a>(
+        &mut self,
+        clusters: impl IntoIterator<Item = (&'a str, Option<(&'a Cluster, &'a ClusterLoadAssignment)>)>,
+        balancers: &Balancers,
+        now: Instant,
+    ) -> Vec<String> {
+        let mut changed = Vec::new();
+        for (name, served) in clusters {
+            let previous = self.built.remove(name);
+            let Some((cluster, assignment)) = served else {
+                self.registries.remove(name);
+                if previous.is_some() {
+                    self.published.remove(name);
+                    changed.push(name.to_owned());
+                }
+                continue;
+            };
+            let before = previous.as_ref().map(|p| p.lb.clone());
+            let entry = self.settle(previous, cluster, assignment, now);
+            if before.is_none_or(|lb| !Arc::ptr_eq(&lb, &entry.lb)) {
+                self.published.insert(name.to_owned(), entry.lb.clone());
+                changed.push(name.to_owned());
+            }
+            self.built.insert(name.to_owned(), entry);
+        }
+        if !changed.is_empty() {
+            balancers.publish(self.published.clone());
+        }
+        changed
+    }
+
+    /// `previous` if it was built from `cluster` and `assignment`, else a new balancer.
+    fn settle(
+        &mut self,
+        previous: Option<Built>,
+        cluster: &Cluster,
+        assignment: &ClusterLoadAssignment,
+        now: Instant,
+    ) -> Built {
+        self.compared += 1;
+        match previous {
+            Some(previous) if previous.cluster == *cluster && previous.assignment == *assignment => previous,
+            _ => {
+                self.rebuilds += 1;
+                let registry = self.registry(&cluster.name);
+                let lb = Arc::new(ClusterLb::build(cluster, assignment, registry, now));
+                Built { cluster: cluster.clone(), assignment: assignment.clone(), lb }
+            }
+        }
     }
 
     /// Rebuilds every balancer from what it was built from (health or ejection changed).
     pub fn refresh(&mut self, balancers: &Balancers, now: Instant) {
-        let mut next = HashMap::new();
         let mut built = std::mem::take(&mut self.built);
         for (name, entry) in &mut built {
             let registry = self.registry(name);
             entry.lb = Arc::new(ClusterLb::build(&entry.cluster, &entry.assignment, registry, now));
-            next.insert(name.clone(), entry.lb.clone());
         }
         self.built = built;
         self.rebuilds += self.built.len();
-        balancers.publish(next);
+        self.published = self.built.iter().map(|(name, entry)| (name.clone(), entry.lb.clone())).collect();
+        balancers.publish(self.published.clone());
     }
 
-    /// Rebuilds the balancer of one cluster (its hosts' health or ejection changed).
-    pub fn refresh_cluster(&mut self, name: &str, balancers: &Balancers, now: Instant) {
-        let Some(entry) = self.built.get_mut(name) else { return };
+    /// Rebuilds the balancer of one cluster (its hosts' health or ejection changed);
+    /// returns whether it has one.
+    pub fn refresh_cluster(&mut self, name: &str, balancers: &Balancers, now: Instant) -> bool {
+        let Some(entry) = self.built.get_mut(name) else { return false };
         let registry = self.registries.entry(name.to_owned()).or_default();
         entry.lb = Arc::new(ClusterLb::build(&entry.cluster, &entry.assignment, registry, now));
         self.rebuilds += 1;
-        let next = self.built.iter().map(|(name, entry)| (name.clone(), entry.lb.clone())).collect();
-        balancers.publish(next);
+        self.published.insert(name.to_owned(), entry.lb.clone());
+        balancers.publish(self.published.clone());
+        true
     }
 
     /// What the detectors wait on: notified when a worker raises an outlier event.
@@ -170,6 +226,12 @@ impl BalancerBuilder {
     /// Balancers built so far (tests pin that unchanged clusters are not rebuilt).
     pub fn rebuilds(&self) -> usize {
         self.rebuilds
+    }
+
+    /// Clusters compared with what their balancer was built from, so far (tests pin that
+    /// an update compares what changed, not every cluster).
+    pub fn compared(&self) -> usize {
+        self.compared
     }
 }
 

@@ -5,7 +5,7 @@
 //! configuration they were accepted with.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -44,15 +44,33 @@ type Current = Rc<RefCell<Arc<Versioned<Listener>>>>;
 #[derive(Default)]
 pub struct ListenerManager {
     active: HashMap<String, Active>,
+    /// Listeners that could not be bound: tried again with every snapshot.
+    unbound: BTreeSet<String>,
     /// Set by an inbound drain: INBOUND listeners stay closed from then on.
     inbound_stopped: bool,
 }
 
 impl ListenerManager {
-    /// Binds new and changed listeners and stops removed ones.
+    /// Binds new and changed listeners and stops removed ones. Visits every listener: for
+    /// when what changed is not known.
     pub fn sync(&mut self, snapshot: &Snapshot, context: &Rc<WorkerContext>) {
         self.active.retain(|name, _| snapshot.listeners.contains_key(name));
-        for (name, listener) in &snapshot.listeners {
+        let names: Vec<String> = snapshot.listeners.keys().cloned().collect();
+        self.unbound.clear();
+        self.sync_listeners(snapshot, &names, context);
+    }
+
+    /// As [`sync`](Self::sync), for the named listeners (those the snapshot's change
+    /// records name) and those not bound yet.
+    pub fn sync_listeners(&mut self, snapshot: &Snapshot, names: &[String], context: &Rc<WorkerContext>) {
+        let mut names: BTreeSet<&String> = names.iter().collect();
+        let unbound = std::mem::take(&mut self.unbound);
+        names.extend(unbound.iter());
+        for name in names {
+            let Some(listener) = snapshot.listeners.get(name) else {
+                self.active.remove(name);
+                continue;
+            };
             if self.inbound_stopped && is_inbound(&listener.resource) {
                 continue;
             }
@@ -98,7 +116,8 @@ impl ListenerManager {
                     tracing::debug!(worker = context.id, listener = %name, ?addresses, "listening");
                 }
                 Err(e) => {
-                    tracing::error!(worker = context.id, listener = %name, ?addresses, error = %e, "cannot bind listener")
+                    tracing::error!(worker = context.id, listener = %name, ?addresses, error = %e, "cannot bind listener");
+                    self.unbound.insert(name.clone());
                 }
             }
         }

@@ -140,7 +140,9 @@ pub fn pick_host(
 /// worker first hands off a connection after a new snapshot.
 #[derive(Debug, Default)]
 pub struct ListenerIndex {
-    generation: Option<u64>,
+    /// The listeners indexed: a snapshot whose listeners map is the same (shared, as after
+    /// any change that was not a listener's) needs no new index.
+    indexed: Option<crate::store::Resources<Listener>>,
     by_address: HashMap<SocketAddr, Arc<Versioned<Listener>>>,
 }
 
@@ -148,7 +150,7 @@ impl ListenerIndex {
     /// The listener for `destination`: the one bound to it exactly, else the one bound to
     /// the wildcard address of its family and port (`0.0.0.0:port` or `[::]:port`).
     pub fn find(&mut self, snapshot: &Snapshot, destination: SocketAddr) -> Option<Arc<Versioned<Listener>>> {
-        if self.generation != Some(snapshot.generation) {
+        if !self.indexed.as_ref().is_some_and(|indexed| indexed.ptr_eq(&snapshot.listeners)) {
             self.rebuild(snapshot);
         }
         let wildcard = match destination.ip() {
@@ -172,7 +174,7 @@ impl ListenerIndex {
                 }
             }
         }
-        self.generation = Some(snapshot.generation);
+        self.indexed = Some(snapshot.listeners.clone());
     }
 }
 

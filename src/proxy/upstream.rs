@@ -233,6 +233,12 @@ impl Upstreams {
         self.pools.retain_endpoints(|cluster| membership(snapshot, cluster))
     }
 
+    /// As [`drain_removed`](Self::drain_removed), for the named clusters only (those whose
+    /// endpoints changed or that left).
+    pub fn drain_removed_of<'a>(&self, snapshot: &Snapshot, clusters: impl IntoIterator<Item = &'a String>) -> usize {
+        self.pools.retain_endpoints_of(clusters, |cluster| membership(snapshot, cluster))
+    }
+
     async fn send_http1(
         &self,
         cluster: &str,

@@ -192,6 +192,8 @@ async fn run(
     // Whether an inbound drain was asked for, and when a graceful one closes the listeners.
     let mut inbound_draining = false;
     let mut close_inbound_at: Option<tokio::time::Instant> = None;
+    // The generation whose listeners and pools this worker applied last.
+    let mut applied: Option<u64> = None;
     loop {
         let snapshot = store.load();
         // The control runtime builds the balancers of a snapshot's clusters just after it
@@ -206,8 +208,21 @@ async fn run(
                 "balancers not built in time; serving anyway"
             );
         }
-        listeners.sync(&snapshot, &context);
-        let drained = context.upstreams.drain_removed(&snapshot);
+        // Only what changed since the snapshot applied last: listener changes are rare, and
+        // an EDS push of one cluster drains nothing but that cluster's removed endpoints.
+        let changed = applied.and_then(|from| store.changes_since(from, snapshot.generation));
+        let drained = match &changed {
+            Some(changes) => {
+                let names: Vec<String> = changes.listeners.iter().cloned().collect();
+                listeners.sync_listeners(&snapshot, &names, &context);
+                context.upstreams.drain_removed_of(&snapshot, changes.balanced_clusters())
+            }
+            None => {
+                listeners.sync(&snapshot, &context);
+                context.upstreams.drain_removed(&snapshot)
+            }
+        };
+        applied = Some(snapshot.generation);
         if drained > 0 {
             tracing::debug!(worker = id, drained, "drained pooled connections of removed endpoints");
         }

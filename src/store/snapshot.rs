@@ -1,4 +1,9 @@
 //! The immutable view of configuration that workers, the admin server and balancers read.
+//!
+//! Its maps are persistent (structurally shared B-trees, `imbl::OrdMap`): the next
+//! snapshot is the previous one with the changed entries replaced, so publishing after a
+//! one-resource change costs O(log N), not a copy of every name. They iterate in key
+//! order, as `/config_dump` and the admin pages expect.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -6,7 +11,11 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 
+pub use super::changes::Changes;
 use crate::config::{Cluster, ClusterLoadAssignment, Listener, ResourceType, RouteConfiguration, Secret};
+
+/// A snapshot's map of resources by name.
+pub type Resources<T> = imbl::OrdMap<String, Arc<Versioned<T>>>;
 
 /// A resource as accepted from the control plane (or the bootstrap), with what
 /// `/config_dump` shows about it.
@@ -36,15 +45,18 @@ pub struct Snapshot {
     /// True once the first complete configuration has been applied (initial LDS and CDS
     /// received, every listener and cluster warm): `/ready` answers 200 from then on.
     pub ready: bool,
-    pub listeners: BTreeMap<String, Arc<Versioned<Listener>>>,
-    pub routes: BTreeMap<String, Arc<Versioned<RouteConfiguration>>>,
-    pub clusters: BTreeMap<String, Arc<Versioned<Cluster>>>,
+    pub listeners: Resources<Listener>,
+    pub routes: Resources<RouteConfiguration>,
+    pub clusters: Resources<Cluster>,
     /// Endpoints by cluster name. Every served cluster has an entry; a cluster whose EDS
     /// resource never came (initial fetch timed out) has an empty one.
-    pub endpoints: BTreeMap<String, Arc<Versioned<ClusterLoadAssignment>>>,
-    pub secrets: BTreeMap<String, Arc<Versioned<Secret>>>,
+    pub endpoints: Resources<ClusterLoadAssignment>,
+    pub secrets: Resources<Secret>,
     /// Listeners and clusters accepted but not yet served, waiting for RDS or EDS.
-    pub warming_listeners: BTreeMap<String, Arc<Versioned<Listener>>>,
-    pub warming_clusters: BTreeMap<String, Arc<Versioned<Cluster>>>,
+    pub warming_listeners: Resources<Listener>,
+    pub warming_clusters: Resources<Cluster>,
     pub versions: BTreeMap<ResourceType, TypeVersion>,
+    /// What differs from the snapshot of generation `changes.since`. A snapshot built by
+    /// hand says nothing (`since: None`): whoever follows it compares everything.
+    pub changes: Arc<Changes>,
 }

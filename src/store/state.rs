@@ -1,12 +1,20 @@
 //! Everything accepted from the control plane and the bootstrap, and the rules that turn it
 //! into the served [`Snapshot`]: warming, static-over-dynamic, endpoint reconciliation.
+//!
+//! The served maps are kept here and updated in place, name by name: `apply` marks what a
+//! change can affect (a cluster, the clusters of an EDS service name, a listener), and
+//! `snapshot` settles only those names, records which served entries changed, and shares
+//! everything else with the previous snapshot. Only a secret or route configuration that
+//! appears or leaves, and an initial fetch of either timing out, settles every listener or
+//! cluster again (whether they are warm depends on it).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use super::changes::Changes;
 use super::reconcile::reconcile_endpoints;
-use super::snapshot::{Snapshot, TypeVersion, Versioned};
+use super::snapshot::{Resources, Snapshot, TypeVersion, Versioned};
 use crate::config::cluster::DiscoveryType;
 use crate::config::tls::{SdsSecretConfig, SdsSource};
 use crate::config::{Cluster, ClusterLoadAssignment, Listener, Resource, ResourceType, RouteConfiguration, Secret};
@@ -27,7 +35,7 @@ pub struct ConfigState {
     static_clusters: Map<Cluster>,
     static_secrets: Map<Secret>,
     listeners: Map<Listener>,
-    routes: Map<RouteConfiguration>,
+    routes: Resources<RouteConfiguration>,
     clusters: Map<Cluster>,
     endpoints: Map<ClusterLoadAssignment>,
     secrets: Map<Secret>,
@@ -40,13 +48,42 @@ pub struct ConfigState {
     /// EDS/RDS names whose initial fetch timed out: their dependants are served without them.
     expired: BTreeSet<(ResourceType, String)>,
     timeouts: WarmingTimeouts,
-    /// What was served last, so an updated listener or cluster that is warming again keeps
-    /// its previous version in service.
-    served_listeners: Map<Listener>,
-    served_clusters: Map<Cluster>,
+    /// What the next snapshot serves (shared with the published one until changed). An
+    /// updated listener or cluster that is warming again keeps its previous version here.
+    served: Served,
+    /// Names to settle before the next snapshot, and whether every one must be.
+    dirty_clusters: BTreeSet<String>,
+    dirty_listeners: BTreeSet<String>,
+    all_clusters_dirty: bool,
+    all_listeners_dirty: bool,
+    /// Served entries changed since the last snapshot (its change record).
+    pending: Changes,
+    /// The clusters that refer to each EDS service name (configured or still served).
+    eds_users: HashMap<String, BTreeSet<String>>,
+    /// The EDS service names each cluster is registered under in `eds_users`.
+    cluster_services: HashMap<String, Vec<String>>,
+    /// Moves whenever what listeners and clusters refer to may have changed (a listener or
+    /// cluster changed, or anything was removed): until it does, the names to subscribe to
+    /// and the initial-fetch timers to arm stay as they were.
+    references: u64,
     generation: u64,
     ready: bool,
     last_reconcile_operations: usize,
+    last_settled: usize,
+}
+
+/// What a cluster's name serves: its cluster and its endpoints, if served.
+type ServedCluster = (Option<Arc<Versioned<Cluster>>>, Option<Arc<Versioned<ClusterLoadAssignment>>>);
+
+/// The maps of the served snapshot.
+#[derive(Debug, Default, Clone)]
+struct Served {
+    listeners: Resources<Listener>,
+    clusters: Resources<Cluster>,
+    endpoints: Resources<ClusterLoadAssignment>,
+    secrets: Resources<Secret>,
+    warming_listeners: Resources<Listener>,
+    warming_clusters: Resources<Cluster>,
 }
 
 impl ConfigState {
@@ -70,14 +107,18 @@ impl ConfigState {
                 })
                 .collect()
         }
-        Self {
+        let mut state = Self {
             static_listeners: statics(listeners, |l| l.name.clone()),
             static_clusters: statics(clusters, |c| c.name.clone()),
             static_secrets: statics(secrets, |s| s.name.clone()),
             awaited: awaited.into_iter().collect(),
             timeouts,
             ..Default::default()
-        }
+        };
+        state.dirty_clusters = state.static_clusters.keys().cloned().collect();
+        state.dirty_listeners = state.static_listeners.keys().cloned().collect();
+        state.pending.secrets = state.static_secrets.keys().cloned().collect();
+        state
     }
 
     /// Refuses resources that would replace a static one, as Envoy does.
@@ -133,14 +174,32 @@ impl ConfigState {
                 }};
             }
             match resource {
-                Resource::Listener(l) => put!(listeners, l),
-                Resource::RouteConfiguration(r) => put!(routes, r),
-                Resource::Cluster(c) => put!(clusters, c),
-                Resource::Secret(s) => put!(secrets, s),
+                Resource::Listener(l) => {
+                    self.references += 1;
+                    self.dirty_listeners.insert(l.name.clone());
+                    put!(listeners, l)
+                }
+                Resource::RouteConfiguration(r) => {
+                    // Listeners wait for a route configuration's presence, not its content.
+                    self.all_listeners_dirty |= !self.routes.contains_key(&r.name);
+                    self.pending.routes.insert(r.name.clone());
+                    put!(routes, r)
+                }
+                Resource::Cluster(c) => {
+                    self.references += 1;
+                    self.dirty_clusters.insert(c.name.clone());
+                    put!(clusters, c)
+                }
+                Resource::Secret(s) => {
+                    self.secret_presence_changes(!self.secrets.contains_key(&s.name));
+                    self.pending.secrets.insert(s.name.clone());
+                    put!(secrets, s)
+                }
                 Resource::ClusterLoadAssignment(mut cla) => {
                     if let Some(previous) = self.endpoints.get(&cla.cluster_name) {
                         self.last_reconcile_operations += reconcile_endpoints(&previous.resource, &mut cla);
                     }
+                    self.endpoints_changed(&cla.cluster_name);
                     put!(endpoints, cla)
                 }
             }
@@ -190,10 +249,28 @@ impl ConfigState {
     /// waits for it is served without it. For LDS and CDS, `name` is ignored and the type
     /// counts as initialized.
     pub fn expire(&mut self, resource_type: ResourceType, name: &str) {
-        if resource_type.is_wildcard() {
-            self.initialized.insert(resource_type);
-        } else {
+        match resource_type {
+            ResourceType::Listener | ResourceType::Cluster => _ = self.initialized.insert(resource_type),
+            ResourceType::RouteConfiguration => self.all_listeners_dirty = true,
+            ResourceType::Secret => self.secret_presence_changes(true),
+            ResourceType::ClusterLoadAssignment => self.endpoints_changed(name),
+        }
+        if !resource_type.is_wildcard() {
             self.expired.insert((resource_type, name.to_owned()));
+        }
+    }
+
+    /// A secret appeared, left or stopped being waited for: whether listeners and clusters
+    /// that refer to it are warm may have changed.
+    fn secret_presence_changes(&mut self, changes: bool) {
+        self.all_clusters_dirty |= changes;
+        self.all_listeners_dirty |= changes;
+    }
+
+    /// The endpoints of EDS service `service_name` changed: its clusters settle again.
+    fn endpoints_changed(&mut self, service_name: &str) {
+        if let Some(users) = self.eds_users.get(service_name) {
+            self.dirty_clusters.extend(users.iter().cloned());
         }
     }
 
@@ -286,8 +363,10 @@ impl ConfigState {
     /// The versions of every held resource of `resource_type` (Delta
     /// `initial_resource_versions` on reconnect).
     pub fn resource_versions(&self, resource_type: ResourceType) -> BTreeMap<String, String> {
-        fn versions<T>(map: &Map<T>) -> BTreeMap<String, String> {
-            map.iter().map(|(name, v)| (name.clone(), v.version.clone())).collect()
+        fn versions<'a, T: 'a>(
+            map: impl IntoIterator<Item = (&'a String, &'a Arc<Versioned<T>>)>,
+        ) -> BTreeMap<String, String> {
+            map.into_iter().map(|(name, v)| (name.clone(), v.version.clone())).collect()
         }
         match resource_type {
             ResourceType::Listener => versions(&self.listeners),
@@ -303,64 +382,192 @@ impl ConfigState {
         self.last_reconcile_operations
     }
 
-    /// Builds the next snapshot to publish.
+    /// Listener and cluster names the last `snapshot` settled (tests pin that a change
+    /// settles what it affects, not everything).
+    pub fn last_settled(&self) -> usize {
+        self.last_settled
+    }
+
+    /// Builds the next snapshot to publish: settles the names changes could affect, and
+    /// shares the rest with the previous snapshot.
     pub fn snapshot(&mut self) -> Snapshot {
         self.generation += 1;
-        let mut snapshot =
-            Snapshot { generation: self.generation, versions: self.versions.clone(), ..Default::default() };
-        snapshot.routes = self.routes.clone();
-        snapshot.secrets =
-            self.static_secrets.iter().chain(&self.secrets).map(|(k, v)| (k.clone(), v.clone())).collect();
-
-        for (name, cluster) in self.static_clusters.iter().chain(&self.clusters) {
-            match self.cluster_endpoints(&cluster.resource) {
-                Some(endpoints) => {
-                    snapshot.clusters.insert(name.clone(), cluster.clone());
-                    snapshot.endpoints.insert(name.clone(), endpoints);
-                }
-                None => {
-                    snapshot.warming_clusters.insert(name.clone(), cluster.clone());
-                    if let Some(previous) = self.served_clusters.get(name)
-                        && let Some(endpoints) = self.cluster_endpoints(&previous.resource)
-                    {
-                        snapshot.clusters.insert(name.clone(), previous.clone());
-                        snapshot.endpoints.insert(name.clone(), endpoints);
-                    }
-                }
+        for name in std::mem::take(&mut self.pending.secrets) {
+            let next = self.static_secrets.get(&name).or_else(|| self.secrets.get(&name)).cloned();
+            let previous = match next {
+                Some(secret) => self.served.secrets.insert(name.clone(), secret),
+                None => self.served.secrets.remove(&name),
+            };
+            let now = self.served.secrets.get(&name);
+            if !same(previous.as_ref(), now) {
+                self.pending.secrets.insert(name);
             }
         }
-        for (name, listener) in self.static_listeners.iter().chain(&self.listeners) {
-            if self.listener_warm(&listener.resource) {
-                snapshot.listeners.insert(name.clone(), listener.clone());
-            } else {
-                snapshot.warming_listeners.insert(name.clone(), listener.clone());
-                if let Some(previous) = self.served_listeners.get(name) {
-                    snapshot.listeners.insert(name.clone(), previous.clone());
-                }
-            }
-        }
-        self.served_clusters = snapshot.clusters.clone();
-        self.served_listeners = snapshot.listeners.clone();
+        let clusters = match std::mem::take(&mut self.all_clusters_dirty) {
+            true => self.every_cluster_name(),
+            false => std::mem::take(&mut self.dirty_clusters),
+        };
+        let listeners = match std::mem::take(&mut self.all_listeners_dirty) {
+            true => self.every_listener_name(),
+            false => std::mem::take(&mut self.dirty_listeners),
+        };
+        self.dirty_clusters.clear();
+        self.dirty_listeners.clear();
+        self.last_settled = clusters.len() + listeners.len();
+        clusters.into_iter().for_each(|name| self.settle_cluster(name));
+        listeners.into_iter().for_each(|name| self.settle_listener(name));
 
         let complete = self.awaited.is_subset(&self.initialized)
-            && snapshot.warming_clusters.is_empty()
-            && snapshot.warming_listeners.is_empty();
+            && self.served.warming_clusters.is_empty()
+            && self.served.warming_listeners.is_empty();
         self.ready |= complete;
-        snapshot.ready = self.ready;
-        snapshot
+        let changes = Changes { since: Some(self.generation - 1), ..std::mem::take(&mut self.pending) };
+        let Served { listeners, clusters, endpoints, secrets, warming_listeners, warming_clusters } =
+            self.served.clone();
+        Snapshot {
+            generation: self.generation,
+            ready: self.ready,
+            listeners,
+            routes: self.routes.clone(),
+            clusters,
+            endpoints,
+            secrets,
+            warming_listeners,
+            warming_clusters,
+            versions: self.versions.clone(),
+            changes: Arc::new(changes),
+        }
+    }
+
+    fn every_cluster_name(&self) -> BTreeSet<String> {
+        let held = self.static_clusters.keys().chain(self.clusters.keys());
+        let served = self.served.clusters.keys().chain(self.served.warming_clusters.keys());
+        held.chain(served).cloned().chain(self.dirty_clusters.iter().cloned()).collect()
+    }
+
+    fn every_listener_name(&self) -> BTreeSet<String> {
+        let held = self.static_listeners.keys().chain(self.listeners.keys());
+        let served = self.served.listeners.keys().chain(self.served.warming_listeners.keys());
+        held.chain(served).cloned().chain(self.dirty_listeners.iter().cloned()).collect()
+    }
+
+    /// Brings the served entry of cluster `name` in step with what is held, and records
+    /// whether its cluster or endpoints changed.
+    fn settle_cluster(&mut self, name: String) {
+        let held = self.static_clusters.get(&name).or_else(|| self.clusters.get(&name)).cloned();
+        let before = (self.served.clusters.get(&name).cloned(), self.served.endpoints.get(&name).cloned());
+        let served = match &held {
+            None => {
+                self.served.warming_clusters.remove(&name);
+                None
+            }
+            Some(cluster) => match self.cluster_endpoints(cluster, &before) {
+                Some(endpoints) => {
+                    self.served.warming_clusters.remove(&name);
+                    Some((cluster.clone(), endpoints))
+                }
+                None => {
+                    self.served.warming_clusters.insert(name.clone(), cluster.clone());
+                    let previous = before.0.clone().filter(|previous| !Arc::ptr_eq(previous, cluster));
+                    previous.and_then(|p| self.cluster_endpoints(&p, &before).map(|e| (p, e)))
+                }
+            },
+        };
+        match &served {
+            Some((cluster, endpoints)) => {
+                self.served.clusters.insert(name.clone(), cluster.clone());
+                self.served.endpoints.insert(name.clone(), endpoints.clone());
+            }
+            None => {
+                self.served.clusters.remove(&name);
+                self.served.endpoints.remove(&name);
+            }
+        }
+        let services = [held.as_ref(), served.as_ref().map(|(c, _)| c)]
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.resource.eds_service_name())
+            .map(str::to_owned)
+            .collect();
+        self.register_services(&name, services);
+        if !same(before.0.as_ref(), served.as_ref().map(|(c, _)| c)) {
+            self.pending.clusters.insert(name.clone());
+        }
+        if !same(before.1.as_ref(), served.as_ref().map(|(_, e)| e)) {
+            self.pending.endpoints.insert(name);
+        }
+    }
+
+    /// Records that cluster `name` follows the endpoints of `services` (and no others).
+    fn register_services(&mut self, name: &str, mut services: Vec<String>) {
+        services.dedup();
+        let previous = match services.is_empty() {
+            true => self.cluster_services.remove(name),
+            false => self.cluster_services.insert(name.to_owned(), services.clone()),
+        };
+        for service in previous.unwrap_or_default() {
+            if services.contains(&service) {
+                continue;
+            }
+            if let Some(users) = self.eds_users.get_mut(&service) {
+                users.remove(name);
+                if users.is_empty() {
+                    self.eds_users.remove(&service);
+                }
+            }
+        }
+        for service in services {
+            self.eds_users.entry(service).or_default().insert(name.to_owned());
+        }
+    }
+
+    /// Brings the served entry of listener `name` in step with what is held.
+    fn settle_listener(&mut self, name: String) {
+        let held = self.static_listeners.get(&name).or_else(|| self.listeners.get(&name)).cloned();
+        let before = self.served.listeners.get(&name).cloned();
+        match held {
+            None => {
+                self.served.warming_listeners.remove(&name);
+                self.served.listeners.remove(&name);
+            }
+            Some(listener) if self.listener_warm(&listener.resource) => {
+                self.served.warming_listeners.remove(&name);
+                self.served.listeners.insert(name.clone(), listener);
+            }
+            Some(listener) => {
+                // The version served before (if any) stays in service meanwhile.
+                self.served.warming_listeners.insert(name.clone(), listener);
+            }
+        }
+        if !same(before.as_ref(), self.served.listeners.get(&name)) {
+            self.pending.listeners.insert(name);
+        }
     }
 
     /// The endpoints a cluster is served with, or `None` while it is warming (waiting for
     /// its endpoints or its secrets).
-    fn cluster_endpoints(&self, cluster: &Cluster) -> Option<Arc<Versioned<ClusterLoadAssignment>>> {
+    /// `served` is what the cluster's name serves now: an endpoint list made here (not from
+    /// EDS) is kept while the cluster stays the same, so it does not count as changed.
+    fn cluster_endpoints(
+        &self,
+        versioned: &Arc<Versioned<Cluster>>,
+        served: &ServedCluster,
+    ) -> Option<Arc<Versioned<ClusterLoadAssignment>>> {
+        let cluster = &versioned.resource;
         if !self.secrets_ready(cluster.sds_secret_configs().into_iter()) {
             return None;
         }
+        let kept = match served {
+            (Some(c), Some(e)) if Arc::ptr_eq(c, versioned) => Some(e),
+            _ => None,
+        };
         match &cluster.discovery {
             DiscoveryType::Eds(eds) => self.endpoints.get(&eds.service_name).cloned().or_else(|| {
                 let expired = self.expired.contains(&(ResourceType::ClusterLoadAssignment, eds.service_name.clone()));
-                expired.then(|| Arc::new(empty_assignment(&cluster.name)))
+                let empty = kept.filter(|e| e.resource.localities.is_empty()).cloned();
+                expired.then(|| empty.unwrap_or_else(|| Arc::new(empty_assignment(&cluster.name))))
             }),
+            _ if kept.is_some() => kept.cloned(),
             _ => Some(Arc::new(match &cluster.load_assignment {
                 Some(cla) => Versioned {
                     resource: cla.clone(),
@@ -391,21 +598,80 @@ impl ConfigState {
         }
     }
 
+    /// See the field `references`.
+    pub fn references(&self) -> u64 {
+        self.references
+    }
+
     /// Removes a held resource; returns whether it was held.
     fn remove(&mut self, resource_type: ResourceType, name: &str) -> bool {
+        let held = self.remove_held(resource_type, name);
+        if held {
+            self.references += 1;
+        }
+        held
+    }
+
+    fn remove_held(&mut self, resource_type: ResourceType, name: &str) -> bool {
+        // A removed listener or cluster stops being served at once (no previous version
+        // stays in service for one that comes back warming).
         match resource_type {
             ResourceType::Listener => {
-                self.served_listeners.remove(name);
-                self.listeners.remove(name).is_some()
+                let held = self.listeners.remove(name).is_some();
+                if held {
+                    if self.served.listeners.remove(name).is_some() {
+                        self.pending.listeners.insert(name.to_owned());
+                    }
+                    self.dirty_listeners.insert(name.to_owned());
+                }
+                held
             }
-            ResourceType::RouteConfiguration => self.routes.remove(name).is_some(),
+            ResourceType::RouteConfiguration => {
+                let held = self.routes.remove(name).is_some();
+                if held {
+                    self.pending.routes.insert(name.to_owned());
+                    self.all_listeners_dirty = true;
+                }
+                held
+            }
             ResourceType::Cluster => {
-                self.served_clusters.remove(name);
-                self.clusters.remove(name).is_some()
+                let held = self.clusters.remove(name).is_some();
+                if held {
+                    if self.served.clusters.remove(name).is_some() {
+                        self.pending.clusters.insert(name.to_owned());
+                    }
+                    if self.served.endpoints.remove(name).is_some() {
+                        self.pending.endpoints.insert(name.to_owned());
+                    }
+                    self.dirty_clusters.insert(name.to_owned());
+                }
+                held
             }
-            ResourceType::ClusterLoadAssignment => self.endpoints.remove(name).is_some(),
-            ResourceType::Secret => self.secrets.remove(name).is_some(),
+            ResourceType::ClusterLoadAssignment => {
+                let held = self.endpoints.remove(name).is_some();
+                if held {
+                    self.endpoints_changed(name);
+                }
+                held
+            }
+            ResourceType::Secret => {
+                let held = self.secrets.remove(name).is_some();
+                if held {
+                    self.pending.secrets.insert(name.to_owned());
+                    self.secret_presence_changes(true);
+                }
+                held
+            }
         }
+    }
+}
+
+/// Whether two served entries are the same allocation (or both absent).
+fn same<T>(a: Option<&Arc<T>>, b: Option<&Arc<T>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
     }
 }
 

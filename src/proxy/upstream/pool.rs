@@ -64,6 +64,24 @@ struct ClusterPools {
 }
 
 impl ClusterPools {
+    /// Drops the pools of endpoints `membership` does not keep; returns how many
+    /// connections left.
+    fn retain(&mut self, membership: &Membership<'_>) -> usize {
+        let mut drained = 0;
+        self.http1.retain(|address, idle| {
+            let kept = membership.keeps(address);
+            drained += if kept { 0 } else { idle.len() };
+            kept
+        });
+        self.http2.retain(|address, _| {
+            let kept = membership.keeps(address);
+            drained += usize::from(!kept);
+            kept
+        });
+        self.endpoints.retain(|address, _| membership.keeps(address));
+        drained
+    }
+
     fn is_empty(&self) -> bool {
         self.http1.is_empty() && self.http2.is_empty() && self.endpoints.is_empty()
     }
@@ -240,20 +258,27 @@ impl Pools {
         let mut clusters = self.lock();
         let mut drained = 0;
         for (cluster, pools) in clusters.iter_mut() {
-            let membership = endpoints_of(cluster);
-            pools.http1.retain(|address, idle| {
-                let kept = membership.keeps(address);
-                drained += if kept { 0 } else { idle.len() };
-                kept
-            });
-            pools.http2.retain(|address, _| {
-                let kept = membership.keeps(address);
-                drained += usize::from(!kept);
-                kept
-            });
-            pools.endpoints.retain(|address, _| membership.keeps(address));
+            drained += pools.retain(&endpoints_of(cluster));
         }
         clusters.retain(|_, pools| !pools.is_empty());
+        drained
+    }
+
+    /// As [`retain_endpoints`](Self::retain_endpoints), for the named clusters only.
+    pub(crate) fn retain_endpoints_of<'a, 'n>(
+        &self,
+        names: impl IntoIterator<Item = &'n String>,
+        mut endpoints_of: impl FnMut(&str) -> Membership<'a>,
+    ) -> usize {
+        let mut clusters = self.lock();
+        let mut drained = 0;
+        for name in names {
+            let Some(pools) = clusters.get_mut(name.as_str()) else { continue };
+            drained += pools.retain(&endpoints_of(name));
+            if pools.is_empty() {
+                clusters.remove(name.as_str());
+            }
+        }
         drained
     }
 

@@ -23,7 +23,7 @@ pub async fn run(
     backoff: &mut Backoff,
 ) -> Result<(), tonic::Status> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let mut stream = Stream { tx, config, node_sent: false, subscribed: BTreeMap::new() };
+    let mut stream = Stream { tx, config, node_sent: false, subscribed: BTreeMap::new(), subscriptions_for: None };
     for resource_type in ResourceType::ALL {
         // Resume: tell the server which versions are held, so it sends only what changed.
         // As Envoy: the versions of the ACKed responses, not of what is held (a NACKed
@@ -79,6 +79,8 @@ struct Stream<'a> {
     node_sent: bool,
     /// Explicitly subscribed names per type (empty for wildcard types).
     subscribed: BTreeMap<ResourceType, BTreeSet<String>>,
+    /// The `ConfigState::references` the subscriptions were last brought in step with.
+    subscriptions_for: Option<u64>,
 }
 
 impl Stream<'_> {
@@ -170,6 +172,10 @@ impl Stream<'_> {
 
     /// Subscribes to newly referenced RDS, EDS and SDS names and unsubscribes from the rest.
     fn update_subscriptions(&mut self, session: &mut Session) {
+        // What listeners and clusters refer to is unchanged: so are the names wanted.
+        if self.subscriptions_for.replace(session.references()) == Some(session.references()) {
+            return;
+        }
         for resource_type in ResourceType::ALL.into_iter().filter(|t| !t.is_wildcard()) {
             let wanted = session.wanted(resource_type);
             let current = self.subscribed.get(&resource_type).cloned().unwrap_or_default();

@@ -33,6 +33,8 @@ pub struct Session {
     /// updates keep coming, released once they stop.
     checks: Kept,
     checks_until: Option<tokio::time::Instant>,
+    /// The `ConfigState::references` the dependants were last armed for.
+    armed_for: Option<u64>,
 }
 
 /// Responses of at least this many resources return the allocator's free pages after
@@ -76,9 +78,15 @@ impl Session {
             acked: BTreeMap::new(),
             checks: Kept::default(),
             checks_until: None,
+            armed_for: None,
         };
         session.arm_dependants();
         session
+    }
+
+    /// See [`ConfigState::references`].
+    pub fn references(&self) -> u64 {
+        self.state.references()
     }
 
     /// Whether this client subscribes to `resource_type` by wildcard.
@@ -197,6 +205,12 @@ impl Session {
     /// Arms initial-fetch timers for newly referenced EDS, RDS and SDS names, and points
     /// the SDS streams at the secrets now referenced.
     fn arm_dependants(&mut self) {
+        // Timers arm once per name and the SDS streams follow references: nothing to do
+        // until listeners or clusters change (an EDS push among thousands costs nothing here).
+        if self.armed_for == Some(self.state.references()) {
+            return;
+        }
+        self.armed_for = Some(self.state.references());
         for (name, timeout) in self.state.warming_secret_timeouts() {
             self.timers.arm(ResourceType::Secret, &name, timeout);
         }

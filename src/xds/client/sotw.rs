@@ -31,7 +31,14 @@ pub async fn run(
     backoff: &mut Backoff,
 ) -> Result<(), tonic::Status> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let mut stream = Stream { tx, config, node_sent: false, subscribed: BTreeMap::new(), nonces: BTreeMap::new() };
+    let mut stream = Stream {
+        tx,
+        config,
+        node_sent: false,
+        subscribed: BTreeMap::new(),
+        nonces: BTreeMap::new(),
+        subscriptions_for: None,
+    };
     for resource_type in ResourceType::ALL {
         if resource_type.is_wildcard() {
             if session.is_wildcard_subscribed(resource_type) {
@@ -69,6 +76,8 @@ struct Stream<'a> {
     node_sent: bool,
     /// Names requested per type (empty for wildcard types).
     subscribed: BTreeMap<ResourceType, BTreeSet<String>>,
+    /// The `ConfigState::references` the subscriptions were last brought in step with.
+    subscriptions_for: Option<u64>,
     /// The last nonce received per type.
     nonces: BTreeMap<ResourceType, String>,
 }
@@ -149,6 +158,10 @@ impl Stream<'_> {
 
     /// Re-requests RDS, EDS and SDS when the names that listeners and clusters refer to changed.
     fn update_subscriptions(&mut self, session: &mut Session) {
+        // What listeners and clusters refer to is unchanged: so are the names wanted.
+        if self.subscriptions_for.replace(session.references()) == Some(session.references()) {
+            return;
+        }
         for resource_type in ResourceType::ALL.into_iter().filter(|t| !t.is_wildcard()) {
             let wanted = session.wanted(resource_type);
             let current = self.subscribed.get(&resource_type);
