@@ -28,6 +28,8 @@ For each delivery and proxy, one after the other on a fresh process:
     bench/mesh-scale.py --outrider target/release/outrider --envoy bench/.envoy/bin/envoy \
         [--services 5000] [--endpoints 10] [--duration 10] [--deliveries delta,static]
 
+(bench/mesh-scale.sh installs what is missing, builds Outrider and runs this.)
+
 Needs wrk. Prints markdown tables; standard library only.
 """
 import argparse

@@ -209,7 +209,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     let health_check_failed = crate::core::health_check::HealthCheckFailed::default();
     let admin_state = AdminState {
         store: store.clone(),
-        bootstrap: Arc::new(bootstrap.document.clone()),
+        bootstrap: Arc::from(bootstrap.document.to_string()),
         quit: quit.clone(),
         balancers: balancers.clone(),
         stats: stats.clone(),
