@@ -48,7 +48,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "lab"))
 sys.path.insert(0, here)
 import config  # noqa: E402  the lab's ports and bootstrap
-from startup import cpu_seconds, rss_kib  # noqa: E402
+from startup import cpu_seconds, rss_kib, stop  # noqa: E402
 
 BACKEND_PORT = 18411
 NAMESPACES = 50
@@ -278,13 +278,7 @@ def run_once(command, services, duration, eds=None, limit=600.0):
             result["eds_ms"] = eds()
         return result
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        time.sleep(0.5)
+        stop(proc)
 
 
 def main():

@@ -88,6 +88,17 @@ def rss_kib(pid):
     return 0
 
 
+def stop(proc):
+    """Ends a proxy: SIGTERM, SIGKILL after 10 s, then a pause so that its ports are free."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    time.sleep(0.5)
+
+
 def run_once(command, last_host, limit=120.0):
     started = time.monotonic()
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -106,13 +117,7 @@ def run_once(command, last_host, limit=120.0):
         return {"ready_ms": ready * 1000, "routed_ms": routed * 1000,
                 "cpu_s": cpu_seconds(proc.pid), "rss_kib": rss_kib(proc.pid)}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        time.sleep(0.5)
+        stop(proc)
 
 
 def main():

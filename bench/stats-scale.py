@@ -27,7 +27,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(here, "lab"))
 sys.path.insert(0, here)
 import config  # noqa: E402  the lab's ports and bootstrap
-from startup import get, rss_kib  # noqa: E402
+from startup import get, rss_kib, stop  # noqa: E402
 
 BACKEND_PORT = 18311
 TICK = 0.01
@@ -105,13 +105,7 @@ def run_once(command, last_host, limit=300.0):
         series = sum(1 for line in body.split(b"\n") if line and not line.startswith(b"#"))
         return {"series": series, "scrape_kib": len(body) / 1024, "rss_mib": rss_kib(proc.pid) / 1024}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        time.sleep(0.5)
+        stop(proc)
 
 
 def main():
