@@ -111,7 +111,7 @@ fn apply(state: &mut ConfigState, store: &Store, resource_type: ResourceType, it
                 resource: decode_resource(resource_type, bytes, &mut warnings).unwrap(),
                 version: version.to_owned(),
                 last_updated: SystemTime::now(),
-                raw: bytes::Bytes::copy_from_slice(bytes),
+                raw: bytes.as_slice().into(),
             })
             .collect()
     });

@@ -1,5 +1,5 @@
 //! The `outrider` command: parses the command line and hands over to `app`.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -106,6 +106,20 @@ enum Command {
 #[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: outrider::core::allocator::Global = mimalloc::MiMalloc;
+
+// The allocator's options are set before the first allocation (see
+// `core::allocator::configure`): the runtime allocates before `main`, and an arena reserved
+// by then keeps the options it was reserved with. A constructor runs before that.
+#[cfg(all(target_os = "linux", not(feature = "system-allocator")))]
+#[allow(unsafe_code)] // a constructor: the one thing this file does that Rust cannot check
+#[used]
+#[unsafe(link_section = ".init_array")]
+static CONFIGURE_ALLOCATOR: extern "C" fn() = {
+    extern "C" fn configure() {
+        outrider::core::allocator::configure();
+    }
+    configure
+};
 
 fn main() -> ExitCode {
     // Envoy's command line (`outrider -c ...`, or installed as `envoy`): see `app::envoy_mode`.

@@ -391,7 +391,7 @@ fn versioned<T>(resource: T) -> Arc<Versioned<T>> {
         resource,
         version: String::new(),
         last_updated: std::time::SystemTime::now(),
-        raw: Bytes::new(),
+        raw: Default::default(),
     })
 }
 

@@ -312,7 +312,7 @@ fn a_cds_response_of_10_000_clusters() {
                 resource: decode_resource(ResourceType::Cluster, bytes, &mut Warnings::new()).unwrap(),
                 version: "1".into(),
                 last_updated: SystemTime::now(),
-                raw: Bytes::copy_from_slice(bytes),
+                raw: bytes.as_slice().into(),
             })
             .collect()
     });

@@ -107,7 +107,7 @@ fn secrets(snapshot: &Snapshot) -> Value {
         .iter()
         .filter(|(_, s)| !s.raw.is_empty())
         .map(|(name, s)| {
-            let mut secret = any_json(type_url, &s.raw);
+            let mut secret = any_json(type_url, &s.raw.bytes());
             redact(&mut secret);
             json!({ "name": name, "version_info": s.version, "last_updated": time(s.last_updated), "secret": secret })
         })
@@ -116,7 +116,7 @@ fn secrets(snapshot: &Snapshot) -> Value {
 }
 
 fn dynamic_entry<T>(field: &str, type_url: &str, item: &Arc<Versioned<T>>) -> Value {
-    json!({ "version_info": item.version, field: any_json(type_url, &item.raw), "last_updated": time(item.last_updated) })
+    json!({ "version_info": item.version, field: any_json(type_url, &item.raw.bytes()), "last_updated": time(item.last_updated) })
 }
 
 fn state_entry<T>(type_url: &str, item: &Arc<Versioned<T>>, field: &str) -> Value {

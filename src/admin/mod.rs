@@ -10,6 +10,7 @@ mod clusters;
 mod config_dump;
 pub mod endpoints;
 mod help;
+mod kept_document;
 mod listeners;
 mod memory;
 pub mod server_info;
@@ -32,16 +33,16 @@ use crate::lb::Balancers;
 use crate::store::Store;
 use crate::telemetry::logging::LogControl;
 use crate::telemetry::{ServerState, ServerStats, Stats, exposition};
+pub use kept_document::KeptDocument;
 pub use server_info::ServerInfo;
 
 /// What the admin handlers read.
 #[derive(Debug, Clone)]
 pub struct AdminState {
     pub store: Arc<Store>,
-    /// The bootstrap as read (protobuf JSON), for `/config_dump`, as compact text: a mesh-sized static bootstrap held as a
-    /// `serde_json::Value` took several times its text's size for the life of the process,
-    /// for a page that is rarely asked for.
-    pub bootstrap: Arc<str>,
+    /// The bootstrap as read (protobuf JSON), for `/config_dump`, compressed (see
+    /// [`KeptDocument`]).
+    pub bootstrap: Arc<KeptDocument>,
     /// Triggered by `POST /quitquitquit`.
     pub quit: Arc<tokio::sync::Notify>,
     pub balancers: Arc<Balancers>,
@@ -111,11 +112,7 @@ fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Full<Bytes
             other => text(StatusCode::SERVICE_UNAVAILABLE, format!("{}\n", other.name())),
         },
         (&Method::GET, "/healthz") => text(StatusCode::OK, "OK\n"),
-        (&Method::GET, "/config_dump") => {
-            // Outrider wrote the text from a `Value`: it reads back.
-            let bootstrap = serde_json::from_str(&state.bootstrap).unwrap_or(serde_json::Value::Null);
-            json(&config_dump::dump(&snapshot, &bootstrap))
-        }
+        (&Method::GET, "/config_dump") => json(&config_dump::dump(&snapshot, &state.bootstrap.document())),
         (&Method::GET, "/clusters") if json_format => json(&clusters::json(&snapshot, &state.balancers)),
         (&Method::GET, "/clusters") => text(StatusCode::OK, clusters::text(&snapshot, &state.balancers)),
         (&Method::GET, "/stats") => match stats::StatsQuery::parse(query) {

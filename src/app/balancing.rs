@@ -17,9 +17,10 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::outlier::OutlierDetectors;
 use super::schedule::Schedule;
+use crate::config::{Cluster, ClusterLoadAssignment};
 use crate::core::shutdown::Signal;
 use crate::health::{HealthCheckers, HealthEvent};
-use crate::lb::{BalancerBuilder, Balancers};
+use crate::lb::{BalancerBuilder, Balancers, Shared};
 use crate::store::{Snapshot, Store};
 use crate::telemetry::Stats;
 
@@ -201,13 +202,10 @@ impl Keeper {
 }
 
 /// What `name` is served with in `snapshot`, if it is served.
-fn served<'a>(
-    snapshot: &'a Snapshot,
-    name: &str,
-) -> Option<(&'a crate::config::Cluster, &'a crate::config::ClusterLoadAssignment)> {
+fn served(snapshot: &Snapshot, name: &str) -> Option<(Shared<Cluster>, Shared<ClusterLoadAssignment>)> {
     let cluster = snapshot.clusters.get(name)?;
     let endpoints = snapshot.endpoints.get(name)?;
-    Some((&cluster.resource, &endpoints.resource))
+    Some((cluster.clone(), endpoints.clone()))
 }
 
 /// Takes `event` and every other health event already queued: a host whose health changed
@@ -233,10 +231,9 @@ const IDLE: Duration = Duration::from_secs(3600);
 
 /// One pass over every served cluster with its endpoints (when what changed is unknown).
 pub fn update(builder: &mut BalancerBuilder, snapshot: &Snapshot, balancers: &Balancers) {
-    let clusters = snapshot
-        .clusters
-        .iter()
-        .filter_map(|(name, cluster)| snapshot.endpoints.get(name).map(|e| (&cluster.resource, &e.resource)));
+    let clusters = snapshot.clusters.iter().filter_map(|(name, cluster)| {
+        snapshot.endpoints.get(name).map(|e| (cluster.clone() as Shared<Cluster>, e.clone() as Shared<_>))
+    });
     builder.update(clusters, balancers, Instant::now());
     balancers.mark_built_from(snapshot.generation);
 }

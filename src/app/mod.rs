@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::admin::{self, AdminState, ServerInfo};
+use crate::admin::{self, AdminState, KeptDocument, ServerInfo};
 use crate::config::Address;
 use crate::config::bootstrap::{Bootstrap, BootstrapError, TraceCollector, TracingConfig};
 use crate::config::filters::peer_metadata::{LocalNode, WorkloadMetadata};
@@ -159,6 +159,8 @@ pub async fn start_with(bootstrap: Bootstrap, concurrency: usize) -> Result<Runn
 /// [`start`] with every option.
 pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> Result<Running, AppError> {
     let StartOptions { concurrency, drain_time, logging, rng_seed } = options;
+    // Before any stat is registered: histograms keep one copy per worker.
+    crate::telemetry::shards::set_workers(concurrency);
     let stats = Arc::new(stats_store(&bootstrap.stats));
     let server_stats = ServerStats::register(&stats);
     server_stats.concurrency.set(concurrency as i64);
@@ -209,7 +211,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     let health_check_failed = crate::core::health_check::HealthCheckFailed::default();
     let admin_state = AdminState {
         store: store.clone(),
-        bootstrap: Arc::from(bootstrap.document.to_string()),
+        bootstrap: Arc::new(KeptDocument::new(&bootstrap.document)),
         quit: quit.clone(),
         balancers: balancers.clone(),
         stats: stats.clone(),

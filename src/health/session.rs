@@ -107,7 +107,8 @@ impl SessionTask {
                     return; // the balancing task is gone: shutting down
                 }
             }
-            // Envoy's no-traffic intervals apply until the cluster made its first connection.
+            // Envoy's no-traffic intervals apply until the cluster made its first connection
+            // (by its `upstream_cx_total`: a stats matcher that rejects it keeps them, as in Envoy).
             let traffic = host.cluster_stats.upstream_cx_total.get() > 0;
             tokio::time::sleep(next_interval(&config, traffic, passed, transition, &mut rng)).await;
         }

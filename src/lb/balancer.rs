@@ -90,7 +90,9 @@ impl ClusterLb {
         let hash_based = SharedPolicy::is_hash_based(policy);
         let health_checked = !cluster.health_checks.is_empty();
         registry.set_health_checks(cluster.health_checks.len());
-        let hosts: Vec<Arc<Host>> = registry.hosts(assignment, now).into_iter().map(Arc::new).collect();
+        // Not collected in place: that would keep the `Host`-sized buffer for the `Arc`s.
+        let mut hosts: Vec<Arc<Host>> = Vec::with_capacity(assignment.endpoint_count());
+        hosts.extend(registry.hosts(assignment, now).into_iter().map(Arc::new));
         let locality_weights = locality_weights(assignment);
 
         let mut by_level: BTreeMap<u32, Vec<Arc<Host>>> = BTreeMap::new();
@@ -121,31 +123,39 @@ impl ClusterLb {
                     &locality_weights,
                     assignment.overprovisioning_factor,
                 )
+            } else {
+                Vec::new()
+            };
+            // A list equal to `all` (every host healthy, the usual case; one locality; every
+            // host degraded) shares its set, and so do empty lists: a ring, table or
+            // least-request list is built once per distinct list, as Envoy builds it, not
+            // once per list (3 × `maximum_ring_size` entries per level otherwise, and four
+            // sets for a one-locality cluster with locality weighting, as Istio sends it).
+            let first = sets.len();
+            let all = push_set(&mut sets, policy, all, locality_weighted, &locality_weights, now);
+            // A set's policy depends only on its hosts: any equal list of this level shares it.
+            let mut share_or_push = |hosts: Vec<Arc<Host>>| match sets
+                .get(first..)
+                .and_then(|level| level.iter().position(|set| same_hosts(&set.hosts, &hosts)))
+            {
+                Some(found) => first + found,
+                None => push_set(&mut sets, policy, hosts, locality_weighted, &locality_weights, now),
+            };
+            let healthy = share_or_push(healthy);
+            let degraded = share_or_push(degraded);
+            let localities = localities
                 .into_iter()
                 .map(|(hw, dw, h, d)| LocalitySets {
                     healthy_weight: hw,
                     degraded_weight: dw,
-                    healthy: push_set(&mut sets, policy, h, locality_weighted, &locality_weights, now),
-                    degraded: push_set(&mut sets, policy, d, locality_weighted, &locality_weights, now),
+                    healthy: share_or_push(h),
+                    degraded: share_or_push(d),
                 })
-                .collect()
-            } else {
-                Vec::new()
-            };
-            // A list equal to `all` (every host healthy, the usual case, or every host
-            // degraded) shares its set: filtering keeps the order, so equal lengths are
-            // equal lists, and a ring or table is built once per level, as Envoy builds it,
-            // not once per list (3 × `maximum_ring_size` entries per level otherwise).
-            let (healthy_is_all, degraded_is_all) =
-                (healthy.len() == all.len(), !all.is_empty() && degraded.len() == all.len());
-            let all = push_set(&mut sets, policy, all, locality_weighted, &locality_weights, now);
-            let mut share_or_push = |same: bool, hosts: Vec<Arc<Host>>| {
-                if same { all } else { push_set(&mut sets, policy, hosts, locality_weighted, &locality_weights, now) }
-            };
-            let healthy = share_or_push(healthy_is_all, healthy);
-            let degraded = share_or_push(degraded_is_all, degraded);
+                .collect();
             levels.push(Level { all, healthy, degraded, localities });
         }
+        sets.shrink_to_fit();
+        levels.shrink_to_fit();
         let load = PriorityLoad::compute(&counts, assignment.overprovisioning_factor, panic_threshold);
         let original_dst = cluster.original_dst.as_ref().map(|c| OriginalDst::new(registry.original_dst_hosts(), c));
         let resources = registry.resources();
@@ -213,6 +223,11 @@ impl ClusterLb {
     pub fn update_weights(&self, now: Instant) {
         self.weight_updaters().iter().for_each(|cswrr| cswrr.update_weights(now));
     }
+}
+
+/// Whether two host lists are the same hosts in the same order.
+fn same_hosts(a: &[Arc<Host>], b: &[Arc<Host>]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(a, b)| Arc::ptr_eq(a, b))
 }
 
 /// Locality weights by (priority, locality index), as EDS gave them (1 when unset).

@@ -67,7 +67,9 @@ impl Host {
 /// stays keeps its in-flight count, latency estimate, load report and outlier state.
 #[derive(Debug, Default)]
 pub struct StatsRegistry {
-    by_address: HashMap<Address, Arc<EndpointStats>>,
+    /// Sorted by address, without spare capacity: a map's buckets cost more than the
+    /// stats handles themselves at a mesh's 10 endpoints per cluster.
+    by_address: Box<[(Address, Arc<EndpointStats>)]>,
     /// The hosts an ORIGINAL_DST cluster created on demand, kept across rebuilds.
     original_dst: Option<Arc<OriginalDstHosts>>,
     /// Handed to new endpoints' outlier counters: wakes the cluster's detector.
@@ -105,20 +107,20 @@ impl StatsRegistry {
     /// forgetting addresses that left (new ones start failed by the cluster's active
     /// health checks, if any). Linear in the number of endpoints.
     pub fn hosts(&mut self, assignment: &ClusterLoadAssignment, now: Instant) -> Vec<Host> {
-        let mut next = HashMap::with_capacity(assignment.endpoint_count());
+        let mut next: Vec<(Address, Arc<EndpointStats>)> = Vec::with_capacity(assignment.endpoint_count());
+        // Stats made in this call, for an address listed twice (it shares them).
+        let mut made: HashMap<&Address, Arc<EndpointStats>> = HashMap::new();
         let mut hosts = Vec::with_capacity(assignment.endpoint_count());
         let mut locality_index: HashMap<(u32, &crate::config::endpoint::Locality), usize> = HashMap::new();
         for group in &assignment.localities {
             let per_priority = locality_index.iter().filter(|((p, _), _)| *p == group.priority).count();
             let locality = *locality_index.entry((group.priority, &group.locality)).or_insert(per_priority);
             for endpoint in &group.endpoints {
-                let stats = self
-                    .by_address
-                    .get(&endpoint.address)
-                    .or_else(|| next.get(&endpoint.address))
-                    .cloned()
-                    .unwrap_or_else(|| Arc::new(self.new_stats(now)));
-                next.insert(endpoint.address.clone(), stats.clone());
+                let stats = match self.known(&endpoint.address) {
+                    Some(stats) => stats.clone(),
+                    None => made.entry(&endpoint.address).or_insert_with(|| Arc::new(self.new_stats(now))).clone(),
+                };
+                next.push((endpoint.address.clone(), stats.clone()));
                 hosts.push(Host {
                     endpoint: endpoint.clone(),
                     stats,
@@ -128,12 +130,20 @@ impl StatsRegistry {
                 });
             }
         }
-        let changed = next.len() != self.by_address.len() || next.keys().any(|a| !self.by_address.contains_key(a));
+        next.sort_by(|a, b| a.0.cmp(&b.0));
+        next.dedup_by(|a, b| a.0 == b.0);
+        let changed = next.len() != self.by_address.len() || next.iter().zip(&self.by_address).any(|(a, b)| a.0 != b.0);
         if changed {
             self.cluster.membership_change.inc();
         }
-        self.by_address = next;
+        self.by_address = next.into_boxed_slice();
         hosts
+    }
+
+    /// The stats kept for `address`, if it is known.
+    fn known(&self, address: &Address) -> Option<&Arc<EndpointStats>> {
+        let found = self.by_address.binary_search_by(|(known, _)| known.cmp(address)).ok()?;
+        self.by_address.get(found).map(|(_, stats)| stats)
     }
 
     /// The cluster's circuit-breaker counts (the same across rebuilds).

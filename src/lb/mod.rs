@@ -33,5 +33,5 @@ mod test_hosts;
 pub use balancer::{ClusterLb, Picker};
 pub use host::{Host, StatsRegistry};
 pub use policy::PickContext;
-pub use registry::{BalancerBuilder, BalancerMap, Balancers, WorkerPickers};
+pub use registry::{BalancerBuilder, BalancerMap, Balancers, Shared, WorkerPickers};
 pub use stats::{EndpointStats, InFlight};

@@ -22,6 +22,10 @@ use super::policy::PickContext;
 use crate::config::{Cluster, ClusterLoadAssignment};
 use crate::telemetry::{ClusterStats, Stats};
 
+/// A cluster or its endpoints as the configuration snapshot holds them: the builder keeps
+/// what each balancer was built from by sharing it, not by a copy.
+pub type Shared<T> = Arc<dyn AsRef<T> + Send + Sync>;
+
 /// Balancers by cluster name, as published.
 pub type BalancerMap = imbl::HashMap<String, Arc<ClusterLb>>;
 
@@ -78,11 +82,28 @@ impl Balancers {
 }
 
 /// What a balancer was built from, to tell whether it must be rebuilt.
-#[derive(Debug)]
 struct Built {
-    cluster: Cluster,
-    assignment: ClusterLoadAssignment,
+    cluster: Shared<Cluster>,
+    assignment: Shared<ClusterLoadAssignment>,
     lb: Arc<ClusterLb>,
+}
+
+impl std::fmt::Debug for Built {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Built").field("cluster", &(*self.cluster).as_ref().name).field("lb", &self.lb).finish()
+    }
+}
+
+impl Built {
+    /// A new balancer from what this one was built from (its hosts' health or ejection changed).
+    fn rebuild(&mut self, registry: &mut StatsRegistry, now: Instant) {
+        self.lb = Arc::new(ClusterLb::build((*self.cluster).as_ref(), (*self.assignment).as_ref(), registry, now));
+    }
+}
+
+/// Whether `a` and `b` say the same: the same allocation, or equal values.
+fn same<T: PartialEq + ?Sized>(a: &Shared<T>, b: &Shared<T>) -> bool {
+    Arc::ptr_eq(a, b) || (**a).as_ref() == (**b).as_ref()
 }
 
 /// Builds balancers on the control runtime. Owns the per-cluster stats registries.
@@ -121,22 +142,22 @@ impl BalancerBuilder {
     /// Unchanged clusters keep their balancer; the comparison of endpoint lists is mostly
     /// pointer comparisons, since unchanged endpoints share their allocation. Compares
     /// every cluster: for when what changed is not known.
-    pub fn update<'a>(
+    pub fn update(
         &mut self,
-        clusters: impl IntoIterator<Item = (&'a Cluster, &'a ClusterLoadAssignment)>,
+        clusters: impl IntoIterator<Item = (Shared<Cluster>, Shared<ClusterLoadAssignment>)>,
         balancers: &Balancers,
         now: Instant,
     ) {
         let mut built = HashMap::new();
         for (cluster, assignment) in clusters {
-            let previous = self.built.remove(&cluster.name);
+            let name = (*cluster).as_ref().name.clone();
+            let previous = self.built.remove(&name);
             let entry = self.settle(previous, cluster, assignment, now);
-            built.insert(cluster.name.clone(), entry);
+            built.insert(name, entry);
         }
         self.registries.retain(|name, _| built.contains_key(name));
         self.built = built;
-        self.published = self.built.iter().map(|(name, entry)| (name.clone(), entry.lb.clone())).collect();
-        balancers.publish(self.published.clone());
+        self.publish_all(balancers);
     }
 
     /// Brings the balancers of the named clusters in step with what each is now served with
@@ -144,7 +165,7 @@ impl BalancerBuilder {
     /// Returns the clusters whose balancer was built, replaced or removed.
     pub fn update_clusters<'a>(
         &mut self,
-        clusters: impl IntoIterator<Item = (&'a str, Option<(&'a Cluster, &'a ClusterLoadAssignment)>)>,
+        clusters: impl IntoIterator<Item = (&'a str, Option<(Shared<Cluster>, Shared<ClusterLoadAssignment>)>)>,
         balancers: &Balancers,
         now: Instant,
     ) -> Vec<String> {
@@ -177,18 +198,22 @@ impl BalancerBuilder {
     fn settle(
         &mut self,
         previous: Option<Built>,
-        cluster: &Cluster,
-        assignment: &ClusterLoadAssignment,
+        cluster: Shared<Cluster>,
+        assignment: Shared<ClusterLoadAssignment>,
         now: Instant,
     ) -> Built {
         self.compared += 1;
         match previous {
-            Some(previous) if previous.cluster == *cluster && previous.assignment == *assignment => previous,
+            Some(mut previous) if same(&previous.cluster, &cluster) && same(&previous.assignment, &assignment) => {
+                // Equal values: hold the snapshot's, so the older copies can go.
+                (previous.cluster, previous.assignment) = (cluster, assignment);
+                previous
+            }
             _ => {
                 self.rebuilds += 1;
-                let registry = self.registry(&cluster.name);
-                let lb = Arc::new(ClusterLb::build(cluster, assignment, registry, now));
-                Built { cluster: cluster.clone(), assignment: assignment.clone(), lb }
+                let registry = self.registry(&(*cluster).as_ref().name);
+                let lb = Arc::new(ClusterLb::build((*cluster).as_ref(), (*assignment).as_ref(), registry, now));
+                Built { cluster, assignment, lb }
             }
         }
     }
@@ -198,12 +223,11 @@ impl BalancerBuilder {
         let mut built = std::mem::take(&mut self.built);
         for (name, entry) in &mut built {
             let registry = self.registry(name);
-            entry.lb = Arc::new(ClusterLb::build(&entry.cluster, &entry.assignment, registry, now));
+            entry.rebuild(registry, now);
         }
         self.built = built;
         self.rebuilds += self.built.len();
-        self.published = self.built.iter().map(|(name, entry)| (name.clone(), entry.lb.clone())).collect();
-        balancers.publish(self.published.clone());
+        self.publish_all(balancers);
     }
 
     /// Rebuilds the balancer of one cluster (its hosts' health or ejection changed);
@@ -211,11 +235,17 @@ impl BalancerBuilder {
     pub fn refresh_cluster(&mut self, name: &str, balancers: &Balancers, now: Instant) -> bool {
         let Some(entry) = self.built.get_mut(name) else { return false };
         let registry = self.registries.entry(name.to_owned()).or_default();
-        entry.lb = Arc::new(ClusterLb::build(&entry.cluster, &entry.assignment, registry, now));
+        entry.rebuild(registry, now);
         self.rebuilds += 1;
         self.published.insert(name.to_owned(), entry.lb.clone());
         balancers.publish(self.published.clone());
         true
+    }
+
+    /// Publishes every built balancer (after a pass over all of them).
+    fn publish_all(&mut self, balancers: &Balancers) {
+        self.published = self.built.iter().map(|(name, entry)| (name.clone(), entry.lb.clone())).collect();
+        balancers.publish(self.published.clone());
     }
 
     /// What the detectors wait on: notified when a worker raises an outlier event.

@@ -49,10 +49,12 @@ pub struct EndpointStats {
     written: Written,
 }
 
-/// The per-request counters of [`EndpointStats`], aligned to two cache lines (the
-/// adjacent-line prefetcher moves lines in pairs).
+/// The per-request counters of [`EndpointStats`], on cache lines of their own. Aligned to
+/// one line, not to the pair the adjacent-line prefetcher moves: 128 would also pad the
+/// reference counts in front of every endpoint's stats to 128 bytes (384 bytes an endpoint
+/// instead of 320; 3 MB at a mesh's 50 000 endpoints).
 #[derive(Debug)]
-#[repr(align(128))]
+#[repr(align(64))]
 struct Written {
     in_flight: AtomicU32,
     successes: AtomicU64,

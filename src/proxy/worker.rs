@@ -104,6 +104,7 @@ impl Workers {
         options: WorkerOptions,
     ) -> std::io::Result<Self> {
         let count = count.max(1);
+        crate::telemetry::shards::set_workers(count);
         let synced = Arc::new(watch::Sender::new(vec![0; count]));
         let limits = Arc::new(ConnectionLimits::new(options.telemetry.stats.clone()));
         let filters =
@@ -116,6 +117,7 @@ impl Workers {
                 // A panic in the worker's own loop (not in a connection's task, which tokio
                 // contains) would silently stop its share of the traffic.
                 let _supervised = options.supervisor.guard(format!("worker {id}"));
+                crate::telemetry::shards::enter_worker(id);
                 let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
                     Ok(runtime) => runtime,
                     Err(e) => {

@@ -7,6 +7,7 @@
 //! records so a watcher that skipped generations gets their union.
 
 mod changes;
+mod raw;
 mod reconcile;
 mod snapshot;
 mod state;
@@ -16,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
+pub use raw::Raw;
 pub use reconcile::reconcile_endpoints;
 pub use snapshot::{Changes, Resources, Snapshot, TypeVersion, Versioned};
 pub use state::{ConfigState, WarmingTimeouts};

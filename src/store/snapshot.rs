@@ -9,9 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use bytes::Bytes;
-
 pub use super::changes::Changes;
+use super::raw::Raw;
 use crate::config::{Cluster, ClusterLoadAssignment, Listener, ResourceType, RouteConfiguration, Secret};
 
 /// A snapshot's map of resources by name.
@@ -26,8 +25,14 @@ pub struct Versioned<T> {
     /// response's `version_info`). Empty for static resources.
     pub version: String,
     pub last_updated: SystemTime,
-    /// The protobuf bytes as received, for `/config_dump`.
-    pub raw: Bytes,
+    /// The protobuf bytes as received (compressed), for `/config_dump`.
+    pub raw: Raw,
+}
+
+impl<T> AsRef<T> for Versioned<T> {
+    fn as_ref(&self) -> &T {
+        &self.resource
+    }
 }
 
 /// The last accepted `version_info` of a resource type.

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::changes::Changes;
+use super::raw::Raw;
 use super::reconcile::reconcile_endpoints;
 use super::snapshot::{Resources, Snapshot, TypeVersion, Versioned};
 use crate::config::cluster::DiscoveryType;
@@ -224,7 +225,7 @@ impl ConfigState {
     }
 
     /// The bytes a held dynamic resource arrived as.
-    fn held_raw(&self, resource_type: ResourceType, name: &str) -> Option<&bytes::Bytes> {
+    fn held_raw(&self, resource_type: ResourceType, name: &str) -> Option<&Raw> {
         match resource_type {
             ResourceType::Listener => self.listeners.get(name).map(|v| &v.raw),
             ResourceType::RouteConfiguration => self.routes.get(name).map(|v| &v.raw),

@@ -10,29 +10,45 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 
-/// A monotonically increasing count.
-#[derive(Debug, Clone, Default)]
-pub struct Counter(Arc<AtomicU64>);
+/// A monotonically increasing count. One the stats matcher rejected discards what it is
+/// given and holds no memory (Envoy's null counter).
+#[derive(Debug, Clone)]
+pub struct Counter(Option<Arc<AtomicU64>>);
+
+impl Default for Counter {
+    fn default() -> Self {
+        Self(Some(Arc::default()))
+    }
+}
 
 impl Counter {
+    /// A counter that counts nothing: a stat the matcher rejects.
+    pub fn discarding() -> Self {
+        Self(None)
+    }
+
     pub fn inc(&self) {
-        self.0.fetch_add(1, Ordering::Relaxed);
+        self.add(1);
     }
 
     pub fn add(&self, n: u64) {
-        self.0.fetch_add(n, Ordering::Relaxed);
+        if let Some(cell) = &self.0 {
+            cell.fetch_add(n, Ordering::Relaxed);
+        }
     }
 
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.0.as_ref().map_or(0, |cell| cell.load(Ordering::Relaxed))
     }
 
     pub(super) fn reset(&self) {
-        self.0.store(0, Ordering::Relaxed);
+        if let Some(cell) = &self.0 {
+            cell.store(0, Ordering::Relaxed);
+        }
     }
 
     pub(super) fn shared(&self) -> bool {
-        Arc::strong_count(&self.0) > 1
+        self.0.as_ref().is_some_and(|cell| Arc::strong_count(cell) > 1)
     }
 }
 
@@ -110,23 +126,79 @@ pub const DEFAULT_BUCKETS_MS: [f64; 19] = [
 
 /// A latency histogram in milliseconds, over Envoy's default buckets or the ones the
 /// bootstrap's `histogram_bucket_settings` give its name. Recording is one bucket increment
-/// and one sum increment (microseconds), both relaxed atomics.
-#[derive(Debug, Clone, Default)]
-pub struct Histogram(Arc<HistogramCells>);
+/// and one sum increment (microseconds), both relaxed atomics, in the recording worker's
+/// own copy of the counters (see [`super::shards`]); a snapshot adds the copies up. One the
+/// stats matcher rejected records nothing and holds no memory.
+#[derive(Debug, Clone)]
+pub struct Histogram(Option<Arc<HistogramCells>>);
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self(Some(Arc::default()))
+    }
+}
+
+/// Words per line: two cache lines (the adjacent-line prefetcher moves lines in pairs).
+const LINE_WORDS: usize = 16;
+
+/// Counters on a line of their own.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Line([AtomicU64; LINE_WORDS]);
+
+impl Line {
+    fn new() -> Self {
+        Self(std::array::from_fn(|_| AtomicU64::new(0)))
+    }
+}
 
 #[derive(Debug)]
 struct HistogramCells {
     /// Upper bounds, ascending, finite and positive.
     bounds: Arc<[f64]>,
-    /// Per bucket (not cumulative), one per bound and a last one for `+Inf`.
-    counts: Box<[AtomicU64]>,
-    sum_micros: AtomicU64,
+    /// Per worker, `per_shard` lines: one count per bucket (not cumulative; one per bound
+    /// and a last one for `+Inf`), then the sum in microseconds.
+    lines: Box<[Line]>,
+    per_shard: usize,
+    shards: usize,
 }
 
 impl HistogramCells {
     fn new(bounds: Arc<[f64]>) -> Self {
-        let counts = (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect();
-        Self { bounds, counts, sum_micros: AtomicU64::new(0) }
+        // Buckets, `+Inf` and the sum.
+        let words = bounds.len() + 2;
+        let per_shard = words.div_ceil(LINE_WORDS);
+        let shards = super::shards::count();
+        let lines = (0..per_shard * shards).map(|_| Line::new()).collect();
+        Self { bounds, lines, per_shard, shards }
+    }
+
+    fn shards(&self) -> usize {
+        self.shards
+    }
+
+    /// Word `index` of copy `shard`.
+    fn word(&self, shard: usize, index: usize) -> Option<&AtomicU64> {
+        let line = self.lines.get(shard * self.per_shard + index / LINE_WORDS)?;
+        line.0.get(index % LINE_WORDS)
+    }
+
+    /// Adds one to `bucket` and `micros` to the sum, in the calling worker's copy.
+    fn record(&self, bucket: usize, micros: u64) {
+        let shard = super::shards::current(self.shards());
+        if let Some(count) = self.word(shard, bucket) {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(sum) = self.word(shard, self.bounds.len() + 1) {
+            sum.fetch_add(micros, Ordering::Relaxed);
+        }
+    }
+
+    /// Word `index` summed over every copy.
+    fn total(&self, index: usize) -> u64 {
+        (0..self.shards())
+            .filter_map(|shard| self.word(shard, index))
+            .fold(0u64, |total, word| total.saturating_add(word.load(Ordering::Relaxed)))
     }
 }
 
@@ -153,43 +225,43 @@ impl Histogram {
         let mut bounds: Vec<f64> = bounds.iter().copied().filter(|b| b.is_finite() && *b > 0.0).collect();
         bounds.sort_by(f64::total_cmp);
         bounds.dedup();
-        Self(Arc::new(HistogramCells::new(Arc::from(bounds))))
+        Self(Some(Arc::new(HistogramCells::new(Arc::from(bounds)))))
+    }
+
+    /// A histogram that records nothing: a stat the matcher rejects.
+    pub fn discarding() -> Self {
+        Self(None)
     }
 
     pub fn record(&self, elapsed: Duration) {
+        let Some(cells) = &self.0 else { return };
         let micros = elapsed.as_micros().min(u128::from(u64::MAX)) as u64;
         let millis = micros as f64 / 1000.0;
-        let bucket = self.0.bounds.partition_point(|bound| *bound < millis);
-        if let Some(count) = self.0.counts.get(bucket) {
-            count.fetch_add(1, Ordering::Relaxed);
-        }
-        self.0.sum_micros.fetch_add(micros, Ordering::Relaxed);
+        cells.record(cells.bounds.partition_point(|bound| *bound < millis), micros);
     }
 
     /// Records a value that is not a duration (a size in bytes) in the same buckets:
     /// Envoy's bucket bounds are unitless, so `value` is read in the histogram's own unit.
     pub fn record_value(&self, value: u64) {
-        let bucket = self.0.bounds.partition_point(|bound| *bound < value as f64);
-        if let Some(count) = self.0.counts.get(bucket) {
-            count.fetch_add(1, Ordering::Relaxed);
-        }
-        self.0.sum_micros.fetch_add(value.saturating_mul(1000), Ordering::Relaxed);
+        let Some(cells) = &self.0 else { return };
+        cells.record(cells.bounds.partition_point(|bound| *bound < value as f64), value.saturating_mul(1000));
     }
 
     pub fn snapshot(&self) -> HistogramSnapshot {
-        let mut total = 0;
-        let mut cumulative = Vec::with_capacity(self.0.bounds.len());
-        for (bound, count) in self.0.bounds.iter().zip(self.0.counts.iter()) {
-            total += count.load(Ordering::Relaxed);
+        let Some(cells) = &self.0 else { return HistogramSnapshot { cumulative: Vec::new(), count: 0, sum: 0.0 } };
+        let mut total = 0u64;
+        let mut cumulative = Vec::with_capacity(cells.bounds.len());
+        for (bucket, bound) in cells.bounds.iter().enumerate() {
+            total = total.saturating_add(cells.total(bucket));
             cumulative.push((*bound, total));
         }
-        total += self.0.counts.last().map_or(0, |c| c.load(Ordering::Relaxed));
-        let sum = self.0.sum_micros.load(Ordering::Relaxed) as f64 / 1000.0;
+        total = total.saturating_add(cells.total(cells.bounds.len()));
+        let sum = cells.total(cells.bounds.len() + 1) as f64 / 1000.0;
         HistogramSnapshot { cumulative, count: total, sum }
     }
 
     pub(super) fn shared(&self) -> bool {
-        Arc::strong_count(&self.0) > 1
+        self.0.as_ref().is_some_and(|cells| Arc::strong_count(cells) > 1)
     }
 }
 
@@ -234,6 +306,32 @@ impl TextReadout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_worker_records_into_its_own_copy_and_a_snapshot_adds_them_up() {
+        super::super::shards::set_workers(2);
+        let h = Histogram::default();
+        let cells = h.0.clone().unwrap_or_default();
+        assert_eq!(cells.shards(), 2);
+        let threads: Vec<_> = [(0, 1), (1, 10), (1, 10)]
+            .into_iter()
+            .map(|(worker, ms)| {
+                let h = h.clone();
+                std::thread::spawn(move || {
+                    super::super::shards::enter_worker(worker);
+                    h.record(Duration::from_millis(ms));
+                })
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap_or_default());
+        assert_eq!((cells.total(1), cells.word(0, 1).map(|w| w.load(Ordering::Relaxed))), (1, Some(1)));
+        assert_eq!(cells.word(1, 3).map(|w| w.load(Ordering::Relaxed)), Some(2), "worker 1's 10 ms twice");
+        let s = h.snapshot();
+        assert_eq!((s.count, s.sum), (3, 21.0));
+        assert_eq!(s.cumulative[1], (1.0, 1));
+        assert_eq!(s.cumulative[3], (10.0, 3));
+        super::super::shards::set_workers(1);
+    }
 
     #[test]
     fn histogram_buckets_are_cumulative_and_quantiles_interpolate() {

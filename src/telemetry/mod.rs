@@ -14,6 +14,7 @@ pub mod lazy;
 pub mod line_writer;
 pub mod logging;
 pub mod metrics;
+pub mod shards;
 pub mod stats;
 pub mod trace;
 

@@ -12,9 +12,10 @@
 //! scope.
 //!
 //! A store may be given the bootstrap's stats matcher ([`Stats::with_matcher`]): a name
-//! it rejects is never registered, and its handle is a cell nobody scrapes. Code that
-//! registers does not know the difference, and the rejected stat costs no memory and no
-//! scrape time.
+//! it rejects is never registered, and its handle discards what it is given (Envoy's null
+//! stats; a gauge, which code reads back, keeps its value unlisted). Code that registers
+//! does not know the difference, and the rejected stat costs no scrape time and, but for
+//! gauges, no memory.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
@@ -170,12 +171,13 @@ impl std::fmt::Debug for Stats {
 }
 
 macro_rules! get_or_create {
-    ($fn:ident, $ty:ident, $variant:ident, $new:expr) => {
+    ($fn:ident, $ty:ident, $variant:ident, $new:expr, $rejected:expr) => {
         /// The cell named `name`, created on first use. The same name always gives the
-        /// same cell (a name registered as another kind gets a fresh, unlisted cell).
+        /// same cell (a name registered as another kind gets a fresh, unlisted cell; a name
+        /// the matcher rejects, a cell that keeps nothing where it can).
         pub fn $fn(&self, name: StatName) -> $ty {
             if !self.accepts(&name.flat) {
-                return $ty::default();
+                return $rejected;
             }
             let mut cells = self.lock();
             match cells.get(&name.flat) {
@@ -229,10 +231,12 @@ impl Stats {
             .collect()
     }
 
-    get_or_create!(counter, Counter, Counter, |_: &Self, _: &str| Counter::default());
-    get_or_create!(gauge, Gauge, Gauge, |_: &Self, _: &str| Gauge::default());
-    get_or_create!(histogram, Histogram, Histogram, Self::new_histogram);
-    get_or_create!(text, TextReadout, Text, |_: &Self, _: &str| TextReadout::default());
+    get_or_create!(counter, Counter, Counter, |_: &Self, _: &str| Counter::default(), Counter::discarding());
+    // Gauges are read back (active requests, membership), so a rejected one still holds
+    // its value, unlisted.
+    get_or_create!(gauge, Gauge, Gauge, |_: &Self, _: &str| Gauge::default(), Gauge::default());
+    get_or_create!(histogram, Histogram, Histogram, Self::new_histogram, Histogram::discarding());
+    get_or_create!(text, TextReadout, Text, |_: &Self, _: &str| TextReadout::default(), TextReadout::default());
 
     /// Histograms get the buckets `buckets` gives their flat name, else Envoy's defaults.
     pub fn with_histogram_buckets(
@@ -320,6 +324,7 @@ mod tests {
         let rejected = stats.counter(Scope::envoy().child("cluster").name("upstream_rq_total"));
         rejected.inc();
         kept.add(2);
+        assert_eq!(rejected.get(), 0, "a rejected counter keeps nothing");
         let samples = stats.samples();
         assert_eq!(samples.len(), 1);
         assert_eq!(samples[0].0.flat, "server.live");

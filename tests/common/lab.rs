@@ -155,10 +155,10 @@ pub async fn h2_client(port: u16) -> hyper::client::conn::http2::SendRequest<Ful
 
 /// What a snapshot serves, resource by resource (name, version and the bytes received),
 /// to tell that a configuration is the same one.
-pub fn served_config(snapshot: &Snapshot) -> Vec<(String, String, Bytes)> {
+pub fn served_config(snapshot: &Snapshot) -> Vec<(String, String, Vec<u8>)> {
     let mut out = Vec::new();
-    let mut add = |kind: &str, name: &str, version: &str, raw: &Bytes| {
-        out.push((format!("{kind}/{name}"), version.to_owned(), raw.clone()));
+    let mut add = |kind: &str, name: &str, version: &str, raw: &outrider::store::Raw| {
+        out.push((format!("{kind}/{name}"), version.to_owned(), raw.bytes()));
     };
     for (name, v) in &snapshot.listeners {
         add("listener", name, &v.version, &v.raw);

@@ -116,7 +116,11 @@ pub(super) fn http2(manager: &HttpConnectionManager, buffer_limit: u32) -> http2
         .max_send_buf_size(flow.send_buffer)
         .max_header_list_size(manager.max_request_headers_kb.saturating_mul(1024))
         .max_pending_accept_reset_streams(MAX_PENDING_ACCEPT_RESET_STREAMS)
-        .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESET_STREAMS);
+        .max_local_error_reset_streams(MAX_LOCAL_ERROR_RESET_STREAMS)
+        // A connection with no stream open holds no read or write buffer, no HPACK
+        // Huffman buffer and no stream storage (about 32 KiB by default), and its HPACK
+        // tables hold copies, not slices that keep whole read buffers alive.
+        .release_idle_buffers(true);
     if let Some(keepalive) = options.keepalive {
         builder.keep_alive_interval(keepalive.interval).keep_alive_timeout(keepalive.timeout);
     }

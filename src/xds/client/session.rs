@@ -37,9 +37,11 @@ pub struct Session {
     armed_for: Option<u64>,
 }
 
-/// Responses of at least this many resources return the allocator's free pages after
-/// their conversion.
+/// Responses of at least this many resources drop the validators and return the
+/// allocator's free pages after their conversion (see `Session::validate`).
 const LARGE_RESPONSE: usize = 1000;
+/// Or this many bytes of resources (one route configuration of a mesh's virtual hosts).
+const LARGE_RESPONSE_BYTES: usize = 1 << 20;
 
 /// How long the constraint validators outlive the last response they checked.
 const KEEP_CHECKS: std::time::Duration = std::time::Duration::from_secs(60);
@@ -170,13 +172,18 @@ impl Session {
 
     /// Converts and checks the resources of one response (see [`validate_kept`]).
     pub fn validate(&mut self, resource_type: ResourceType, incoming: Vec<Incoming>) -> Verdict {
-        let large = incoming.len() >= LARGE_RESPONSE;
+        let large = incoming.len() >= LARGE_RESPONSE
+            || incoming.iter().map(|i| i.bytes.len()).sum::<usize>() >= LARGE_RESPONSE_BYTES;
         let verdict = validate_kept(&mut self.checks, Some(&self.state), resource_type, incoming, &mut self.warned);
         self.checks_until = (!self.checks.is_empty()).then(|| tokio::time::Instant::now() + KEEP_CHECKS);
         if large {
-            // Decoding and checking a mesh's worth of resources leaves pages of freed
-            // temporaries among the kept objects; hand them back rather than keep them
-            // resident until the next large response reuses them.
+            // A mesh's worth of resources comes at start-up or on a reconnect, not every few
+            // seconds: decoding the validators again for the next one costs little beside
+            // it, so they go now rather than stay resident for `KEEP_CHECKS`. And decoding
+            // and checking leaves pages of freed temporaries among the kept objects; hand
+            // them back rather than keep them resident until the next large response.
+            self.checks = Kept::default();
+            self.checks_until = None;
             crate::core::allocator::release_free_memory();
         }
         verdict

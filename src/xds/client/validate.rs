@@ -26,7 +26,7 @@ use bytes::Bytes;
 use crate::config::convert::{constraints, decode_resource, resource_name};
 use crate::config::{Address, Ignored, Listener, Resource, ResourceType, Warnings};
 use crate::pb::pgv::Kept;
-use crate::store::{ConfigState, Versioned};
+use crate::store::{ConfigState, Raw, Versioned};
 
 /// A resource as it came off the wire.
 pub struct Incoming {
@@ -144,7 +144,7 @@ fn convert_each(
         match converted {
             Ok(resource) => {
                 log_warnings(resource_type, resource.name(), warnings, warned);
-                verdict.accepted.push(Versioned { resource, version, last_updated: now, raw: bytes });
+                verdict.accepted.push(Versioned { resource, version, last_updated: now, raw: Raw::new(&bytes) });
             }
             Err(error) => {
                 verdict.rejected.push(Rejected { name: label, error });

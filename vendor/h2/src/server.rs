@@ -263,6 +263,9 @@ pub struct Builder {
     ///
     /// When this gets exhausted, we issue a GOAWAY with `ENHANCE_YOUR_CALM`.
     data_frame_budget: proto::DataFrameBudget,
+
+    /// Release the connection's buffers while it is idle.
+    release_idle_buffers: bool,
 }
 
 /// Send a response back to the client
@@ -395,6 +398,8 @@ where
         if let Some(max) = builder.settings.max_header_list_size() {
             codec.set_max_recv_header_list_size(max as usize);
         }
+
+        codec.set_release_idle_buffers(builder.release_idle_buffers);
 
         // Send initial settings frame.
         codec
@@ -663,6 +668,7 @@ impl Builder {
             max_send_buffer_size: proto::DEFAULT_MAX_SEND_BUFFER_SIZE,
             local_max_error_reset_streams: Some(proto::DEFAULT_LOCAL_RESET_COUNT_MAX),
             data_frame_budget: proto::DataFrameBudget::Auto,
+            release_idle_buffers: false,
         }
     }
 
@@ -970,6 +976,48 @@ impl Builder {
     /// ```
     pub fn max_pending_accept_reset_streams(&mut self, max: usize) -> &mut Self {
         self.pending_accept_reset_stream_max = max;
+        self
+    }
+
+    /// Releases the connection's buffers while it is idle.
+    ///
+    /// An open connection holds a write buffer (16 KiB), a read buffer
+    /// (8 KiB), the HPACK decoder's Huffman buffer (4 KiB) and the storage
+    /// its streams and their queued frames last needed, idle or not. With this
+    /// option, whenever the connection has no stream open, nothing left to
+    /// write and nothing of a frame read, these are dropped; the next bytes
+    /// read go into a buffer on the stack and the buffers are allocated again
+    /// only when bytes arrive or a frame is sent. The headers kept in the HPACK
+    /// dynamic tables are also copied into allocations of their own, so that an
+    /// entry does not keep alive the whole buffer its value was sliced from.
+    ///
+    /// The cost is an allocation (and a copy of the bytes first read) each
+    /// time an idle connection becomes busy. Framing, flow control and
+    /// settings are unchanged.
+    ///
+    /// The default is `false`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use tokio::io::{AsyncRead, AsyncWrite};
+    /// # use h2::server::*;
+    /// #
+    /// # fn doc<T: AsyncRead + AsyncWrite + Unpin>(my_io: T)
+    /// # -> Handshake<T>
+    /// # {
+    /// // `server_fut` is a future representing the completion of the HTTP/2
+    /// // handshake.
+    /// let server_fut = Builder::new()
+    ///     .release_idle_buffers(true)
+    ///     .handshake(my_io);
+    /// # server_fut
+    /// # }
+    /// #
+    /// # pub fn main() {}
+    /// ```
+    pub fn release_idle_buffers(&mut self, enabled: bool) -> &mut Self {
+        self.release_idle_buffers = enabled;
         self
     }
 

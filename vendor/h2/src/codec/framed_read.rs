@@ -11,12 +11,13 @@ use futures_core::Stream;
 use bytes::{Buf, BytesMut};
 
 use std::io;
+use std::mem::{self, MaybeUninit};
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use tokio::io::AsyncRead;
+use tokio::io::{AsyncRead, ReadBuf};
 use tokio_util::codec::FramedRead as InnerFramedRead;
-use tokio_util::codec::{LengthDelimitedCodec, LengthDelimitedCodecError};
+use tokio_util::codec::{Decoder, LengthDelimitedCodec, LengthDelimitedCodecError};
 
 // 16 MB "sane default" taken from golang http2
 const DEFAULT_SETTINGS_MAX_HEADER_LIST_SIZE: usize = 16 << 20;
@@ -26,7 +27,34 @@ pub struct FramedRead<T> {
     inner: InnerFramedRead<T, LengthDelimitedCodec>,
 
     decoder: FrameDecoder,
+
+    /// Where the bytes of the next frame are read (see `release_idle_buffers`).
+    read: Read,
 }
+
+/// Who reads next. Normally `inner` (tokio-util's `FramedRead`) reads and
+/// delimits frames; while its read buffer is released, this type reads into a
+/// buffer on the stack, and once bytes came that way it delimits the frames
+/// they hold itself, `inner` not knowing about them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Read {
+    /// `inner` reads; its last poll returned a frame or an error.
+    Inner,
+    /// `inner` reads; its last poll was `Pending`, so it waits to read more
+    /// (tokio-util's "reading" state).
+    InnerPending,
+    /// The read buffer is released (empty, no capacity): the next read goes
+    /// to the stack and allocates only when bytes come.
+    Released,
+    /// The read buffer holds bytes read while it was released, which `inner`
+    /// (waiting to read, not to decode) would not look at: they are delimited
+    /// here until a frame is incomplete, then `inner` reads again.
+    Injected,
+}
+
+/// The size of a read into a released read buffer, and of the buffer then
+/// allocated: tokio-util's initial read buffer capacity.
+const IDLE_READ_SIZE: usize = 8 * 1024;
 
 #[derive(Debug)]
 struct FrameDecoder {
@@ -61,7 +89,33 @@ enum Continuable {
 impl<T> FramedRead<T> {
     pub fn new(inner: InnerFramedRead<T, LengthDelimitedCodec>) -> FramedRead<T> {
         let decoder = FrameDecoder::new(inner.decoder().max_frame_length());
-        FramedRead { inner, decoder }
+        FramedRead {
+            inner,
+            decoder,
+            read: Read::Inner,
+        }
+    }
+
+    /// Copies each header added to the HPACK decoder's dynamic table (see
+    /// `hpack::Decoder::set_detach_table_entries`).
+    pub fn set_detach_table_entries(&mut self, enabled: bool) {
+        self.decoder.hpack.set_detach_table_entries(enabled);
+    }
+
+    /// Drops the read buffer and the HPACK Huffman buffer if nothing is
+    /// buffered: the last read was `Pending` with nothing left of a frame in
+    /// the read buffer and no header block partly received. The next read
+    /// goes into a buffer on the stack and allocates only when bytes come.
+    pub fn release_idle_buffers(&mut self) {
+        if self.read != Read::InnerPending
+            || !self.inner.read_buffer().is_empty()
+            || self.decoder.partial.is_some()
+        {
+            return;
+        }
+        *self.inner.read_buffer_mut() = BytesMut::new();
+        self.decoder.hpack.release_buffer();
+        self.read = Read::Released;
     }
 
     pub fn get_ref(&self) -> &T {
@@ -421,7 +475,7 @@ where
         let _e = span.enter();
         loop {
             tracing::trace!("poll");
-            let bytes = match ready!(Pin::new(&mut self.inner).poll_next(cx)) {
+            let bytes = match ready!(self.poll_frame_bytes(cx)) {
                 Some(Ok(bytes)) => bytes,
                 Some(Err(e)) => return Poll::Ready(Some(Err(map_err(e)))),
                 None => return Poll::Ready(None),
@@ -433,6 +487,54 @@ where
                 return Poll::Ready(Some(Ok(frame)));
             }
         }
+    }
+}
+
+impl<T> FramedRead<T>
+where
+    T: AsyncRead + Unpin,
+{
+    /// The next frame's bytes (head included), from `inner` or, while the read
+    /// buffer is released, read and delimited here.
+    fn poll_frame_bytes(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<BytesMut>>> {
+        if self.read == Read::Released {
+            let mut stack = [MaybeUninit::<u8>::uninit(); IDLE_READ_SIZE];
+            let mut read = ReadBuf::uninit(&mut stack);
+            ready!(Pin::new(self.inner.get_mut()).poll_read(cx, &mut read))?;
+            if read.filled().is_empty() {
+                // End of stream with nothing buffered: what `inner` returns
+                // then too. The buffer stays released; a next poll reads again
+                // (as `inner` does after an end of stream).
+                return Poll::Ready(None);
+            }
+            let mut buffer = BytesMut::with_capacity(IDLE_READ_SIZE);
+            buffer.extend_from_slice(read.filled());
+            *self.inner.read_buffer_mut() = buffer;
+            self.read = Read::Injected;
+        }
+        if self.read == Read::Injected {
+            // The codec's state is `inner`'s own: the same codec delimits the
+            // injected bytes, and `inner` goes on from where it left off.
+            let mut buffer = mem::take(self.inner.read_buffer_mut());
+            let decoded = self.inner.decoder_mut().decode(&mut buffer);
+            *self.inner.read_buffer_mut() = buffer;
+            match decoded {
+                Ok(Some(bytes)) => return Poll::Ready(Some(Ok(bytes))),
+                // An incomplete frame: `inner` reads the rest into the buffer.
+                Ok(None) => self.read = Read::Inner,
+                Err(e) => {
+                    self.read = Read::Inner;
+                    return Poll::Ready(Some(Err(e)));
+                }
+            }
+        }
+        let polled = Pin::new(&mut self.inner).poll_next(cx);
+        self.read = if polled.is_pending() {
+            Read::InnerPending
+        } else {
+            Read::Inner
+        };
+        polled
     }
 }
 

@@ -223,6 +223,10 @@ where
     fn buffer(&mut self, item: Frame<B>) -> Result<(), UserError> {
         // Ensure that we have enough capacity to accept the write.
         assert!(self.has_capacity());
+        if self.buf.get_ref().capacity() == 0 {
+            // Released while idle (see `release_idle_buffer`).
+            self.buf = Cursor::new(BytesMut::with_capacity(DEFAULT_BUFFER_CAPACITY));
+        }
         let span = tracing::trace_span!("FramedWrite::buffer", frame = ?item);
         let _e = span.enter();
 
@@ -307,9 +311,11 @@ where
     }
 
     fn has_capacity(&self) -> bool {
+        // A released buffer (no capacity at all) is allocated again by `buffer`.
         self.next.is_none()
-            && (self.buf.get_ref().capacity() - self.buf.get_ref().len()
-                >= self.min_buffer_capacity)
+            && (self.buf.get_ref().capacity() == 0
+                || self.buf.get_ref().capacity() - self.buf.get_ref().len()
+                    >= self.min_buffer_capacity)
     }
 
     fn is_empty(&self) -> bool {
@@ -341,6 +347,22 @@ impl<T, B> FramedWrite<T, B> {
     /// Set the peer's header table size.
     pub fn set_header_table_size(&mut self, val: usize) {
         self.encoder.hpack.update_max_size(val);
+    }
+
+    /// Drops the write buffer if it holds nothing (everything buffered was
+    /// written and no frame is partly encoded); the next frame buffered
+    /// allocates it again.
+    pub fn release_idle_buffer(&mut self) {
+        let buf = self.encoder.buf.get_ref();
+        if self.encoder.next.is_none() && buf.is_empty() && buf.capacity() != 0 {
+            self.encoder.buf = Cursor::new(BytesMut::new());
+        }
+    }
+
+    /// Copies each header added to the HPACK encoder's dynamic table (see
+    /// `hpack::Encoder::set_detach_table_entries`).
+    pub fn set_detach_table_entries(&mut self, enabled: bool) {
+        self.encoder.hpack.set_detach_table_entries(enabled);
     }
 
     /// Retrieve the last data frame that has been sent

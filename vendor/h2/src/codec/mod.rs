@@ -23,6 +23,9 @@ use std::io;
 #[derive(Debug)]
 pub struct Codec<T, B> {
     inner: FramedRead<FramedWrite<T, B>>,
+
+    /// Whether `release_idle_buffers` lets the buffers go.
+    release_idle_buffers: bool,
 }
 
 impl<T, B> Codec<T, B>
@@ -54,7 +57,10 @@ where
         // Use FramedRead's method since it checks the value is within range.
         inner.set_max_frame_size(max_frame_size);
 
-        Codec { inner }
+        Codec {
+            inner,
+            release_idle_buffers: false,
+        }
     }
 }
 
@@ -103,6 +109,32 @@ impl<T, B> Codec<T, B> {
     /// Set the max header list size that can be received.
     pub fn set_max_recv_header_list_size(&mut self, val: usize) {
         self.inner.set_max_header_list_size(val);
+    }
+
+    /// Lets `release_idle_buffers` drop the read and write buffers (and the
+    /// HPACK Huffman buffer) when they hold nothing, and copies the headers
+    /// kept in the HPACK dynamic tables so that they do not keep alive the
+    /// buffers they were sliced from.
+    pub fn set_release_idle_buffers(&mut self, enabled: bool) {
+        self.release_idle_buffers = enabled;
+        self.inner.set_detach_table_entries(enabled);
+        self.framed_write().set_detach_table_entries(enabled);
+    }
+
+    /// Whether `release_idle_buffers` is enabled.
+    pub fn releases_idle_buffers(&self) -> bool {
+        self.release_idle_buffers
+    }
+
+    /// When enabled, drops each buffer that holds nothing: the read buffer
+    /// (and the HPACK Huffman buffer) if the last read was pending with no
+    /// frame partly read, the write buffer if everything in it was written.
+    /// Each is allocated again when next needed.
+    pub fn release_idle_buffers(&mut self) {
+        if self.release_idle_buffers {
+            self.inner.release_idle_buffers();
+            self.framed_write().release_idle_buffer();
+        }
     }
 
     /// Get a reference to the inner stream.

@@ -12,6 +12,9 @@ use std::io::Cursor;
 use std::ops::ControlFlow;
 use std::str::Utf8Error;
 
+/// The Huffman decoding buffer's initial capacity.
+const BUFFER_CAPACITY: usize = 4096;
+
 /// Decodes headers using HPACK
 #[derive(Debug)]
 pub struct Decoder {
@@ -20,6 +23,10 @@ pub struct Decoder {
     last_max_update: usize,
     table: Table,
     buffer: BytesMut,
+    // `buffer` was released while idle: allocate it again before its next use.
+    buffer_released: bool,
+    // Copy each header added to the dynamic table (see `Header::detached`).
+    detach_table_entries: bool,
 }
 
 /// Represents all errors that can be encountered while performing the decoding
@@ -158,7 +165,26 @@ impl Decoder {
             max_size_update: None,
             last_max_update: size,
             table: Table::new(size),
-            buffer: BytesMut::with_capacity(4096),
+            buffer: BytesMut::with_capacity(BUFFER_CAPACITY),
+            buffer_released: false,
+            detach_table_entries: false,
+        }
+    }
+
+    /// Copies each header added to the dynamic table from now on: a decoded
+    /// value is a slice of the frame it came in (of the connection's read
+    /// buffer) or of the Huffman buffer, and would keep that whole buffer
+    /// alive for as long as the entry stays in the table.
+    pub fn set_detach_table_entries(&mut self, enabled: bool) {
+        self.detach_table_entries = enabled;
+    }
+
+    /// Drops the Huffman decoding buffer if it holds nothing; the next
+    /// Huffman-coded string allocates it again.
+    pub fn release_buffer(&mut self) {
+        if self.buffer.is_empty() && !self.buffer_released {
+            self.buffer = BytesMut::new();
+            self.buffer_released = true;
         }
     }
 
@@ -215,7 +241,11 @@ impl Decoder {
                     let entry = self.decode_literal(src, true)?;
 
                     // Insert the header into the table
-                    self.table.insert(entry.clone());
+                    if self.detach_table_entries {
+                        self.table.insert(entry.clone().detached());
+                    } else {
+                        self.table.insert(entry.clone());
+                    }
                     consume(src);
 
                     if f(entry).is_break() {
@@ -333,6 +363,10 @@ impl Decoder {
 
         let offset = (buf.position() - old_pos) as usize;
         if huff {
+            if self.buffer_released {
+                self.buffer = BytesMut::with_capacity(BUFFER_CAPACITY);
+                self.buffer_released = false;
+            }
             let ret = {
                 let raw = &buf.chunk()[..len];
                 huffman::decode(raw, &mut self.buffer).map(|buf| StringMarker {

@@ -38,6 +38,13 @@ impl Encoder {
         }
     }
 
+    /// Copies each header added to the dynamic table (see
+    /// `Header::detached`): a value sliced from a larger buffer would keep all
+    /// of it alive for as long as the entry stays in the table.
+    pub fn set_detach_table_entries(&mut self, enabled: bool) {
+        self.table.set_detach_entries(enabled);
+    }
+
     #[cfg(test)]
     fn set_max_allowed_size(&mut self, max: usize) {
         self.max_allowed_size = max;

@@ -61,6 +61,35 @@ impl Header<Option<HeaderName>> {
 }
 
 impl Header {
+    /// The same header, its strings copied into allocations of their own.
+    ///
+    /// A decoded (or user-provided) value is usually a slice of a larger
+    /// buffer (the frame it was read from, an upstream read buffer), and a
+    /// slice keeps all of that buffer alive. An entry kept in a dynamic table
+    /// for the life of the connection is copied so that it holds only its own
+    /// bytes.
+    pub fn detached(self) -> Header {
+        use self::Header::*;
+
+        match self {
+            Field { name, value } => {
+                let copied = HeaderValue::from_bytes(value.as_bytes()).map(|mut copied| {
+                    copied.set_sensitive(value.is_sensitive());
+                    copied
+                });
+                let name = HeaderName::from_bytes(name.as_str().as_bytes()).unwrap_or(name);
+                Field {
+                    name,
+                    value: copied.unwrap_or(value),
+                }
+            }
+            Authority(v) => Authority(BytesStr::from(v.as_str())),
+            Scheme(v) => Scheme(BytesStr::from(v.as_str())),
+            Path(v) => Path(BytesStr::from(v.as_str())),
+            other => other,
+        }
+    }
+
     pub fn new(name: Bytes, value: Bytes) -> Result<Header, DecoderError> {
         if name.is_empty() {
             return Err(DecoderError::NeedMore(NeedMore::UnexpectedEndOfStream));

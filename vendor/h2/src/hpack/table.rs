@@ -18,6 +18,8 @@ pub struct Table {
     // Size is in bytes
     size: usize,
     max_size: usize,
+    // Copy each inserted header (see `Header::detached`).
+    detach_entries: bool,
 }
 
 #[derive(Debug)]
@@ -81,6 +83,7 @@ impl Table {
                 inserted: 0,
                 size: 0,
                 max_size,
+                detach_entries: false,
             }
         } else {
             let capacity = cmp::max(to_raw_capacity(capacity).next_power_of_two(), 8);
@@ -92,6 +95,7 @@ impl Table {
                 inserted: 0,
                 size: 0,
                 max_size,
+                detach_entries: false,
             }
         }
     }
@@ -334,8 +338,19 @@ impl Table {
         }
     }
 
+    /// Copies each header inserted from now on, so that the table never keeps
+    /// alive the buffers the values were sliced from.
+    pub fn set_detach_entries(&mut self, enabled: bool) {
+        self.detach_entries = enabled;
+    }
+
     fn insert(&mut self, header: Header, hash: HashValue) {
         self.inserted = self.inserted.wrapping_add(1);
+        let header = if self.detach_entries {
+            header.detached()
+        } else {
+            header
+        };
 
         self.slots.push_front(Slot {
             hash,

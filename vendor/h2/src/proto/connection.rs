@@ -332,6 +332,16 @@ where
                                 continue;
                             }
 
+                            // Nothing to read, everything written, no stream
+                            // open: an idle connection holds no buffers
+                            // (when enabled, see `Codec::release_idle_buffers`).
+                            if self.codec.releases_idle_buffers()
+                                && !self.inner.streams.has_streams()
+                            {
+                                self.codec.release_idle_buffers();
+                                self.inner.streams.release_idle_capacity();
+                            }
+
                             return Poll::Pending;
                         }
                     };

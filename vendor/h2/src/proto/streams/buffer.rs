@@ -33,6 +33,14 @@ impl<T> Buffer<T> {
     pub fn is_empty(&self) -> bool {
         self.slab.is_empty()
     }
+
+    /// Frees the slab's storage if no frame is buffered (then no `Deque`
+    /// points into it).
+    pub fn release_if_empty(&mut self) {
+        if self.slab.is_empty() && self.slab.capacity() != 0 {
+            self.slab = Slab::new();
+        }
+    }
 }
 
 impl Deque {

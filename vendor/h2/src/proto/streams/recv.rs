@@ -114,6 +114,11 @@ impl Recv {
     }
 
     /// Returns the initial receive window size
+    /// Frees the receive buffer's storage if nothing is buffered.
+    pub fn release_idle_capacity(&mut self) {
+        self.buffer.release_if_empty();
+    }
+
     pub fn init_window_sz(&self) -> WindowSize {
         self.init_window_sz
     }

@@ -86,6 +86,15 @@ impl Store {
         }
     }
 
+    /// Frees the storage if no stream is stored (then no `Key` or queue
+    /// refers to one).
+    pub fn release_if_empty(&mut self) {
+        if self.slab.is_empty() && self.ids.is_empty() {
+            self.slab = slab::Slab::new();
+            self.ids = IndexMap::new();
+        }
+    }
+
     pub fn find_mut(&mut self, id: &StreamId) -> Option<Ptr<'_>> {
         let index = {
             let key = self.ids.get(id)?;

@@ -1144,6 +1144,19 @@ where
         me.counts.has_streams()
     }
 
+    /// Frees the storage of the stream store and of the frame buffers when
+    /// they hold nothing (an idle connection): it grows back with the next
+    /// stream.
+    pub fn release_idle_capacity(&mut self) {
+        {
+            let mut me = self.inner.lock().unwrap();
+            let me = &mut *me;
+            me.store.release_if_empty();
+            me.actions.recv.release_idle_capacity();
+        }
+        self.send_buffer.inner.lock().unwrap().release_if_empty();
+    }
+
     pub fn has_streams_or_other_references(&self) -> bool {
         let me = self.inner.lock().unwrap();
         me.counts.has_streams() || me.refs > 1

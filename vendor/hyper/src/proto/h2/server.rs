@@ -56,6 +56,7 @@ pub(crate) struct Config {
     pub(crate) header_table_size: Option<u32>,
     pub(crate) max_header_list_size: u32,
     pub(crate) date_header: bool,
+    pub(crate) release_idle_buffers: bool,
 }
 
 impl Default for Config {
@@ -75,6 +76,7 @@ impl Default for Config {
             max_send_buffer_size: DEFAULT_MAX_SEND_BUF_SIZE,
             max_header_list_size: DEFAULT_SETTINGS_MAX_HEADER_LIST_SIZE,
             date_header: true,
+            release_idle_buffers: false,
         }
     }
 }
@@ -139,7 +141,8 @@ where
             .max_frame_size(config.max_frame_size)
             .max_header_list_size(config.max_header_list_size)
             .max_local_error_reset_streams(config.max_local_error_reset_streams)
-            .max_send_buffer_size(config.max_send_buffer_size);
+            .max_send_buffer_size(config.max_send_buffer_size)
+            .release_idle_buffers(config.release_idle_buffers);
         if let Some(max) = config.max_concurrent_streams {
             builder.max_concurrent_streams(max);
         }

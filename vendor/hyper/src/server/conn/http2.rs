@@ -280,6 +280,19 @@ impl<E> Builder<E> {
         self
     }
 
+    /// Release the connection's buffers while it is idle.
+    ///
+    /// With this enabled, a connection with no stream open, nothing left to
+    /// write and nothing of a frame read holds no read or write buffer (see
+    /// h2's `server::Builder::release_idle_buffers`); they are allocated
+    /// again when bytes arrive or a frame is sent.
+    ///
+    /// Default is false.
+    pub fn release_idle_buffers(&mut self, enabled: bool) -> &mut Self {
+        self.h2_builder.release_idle_buffers = enabled;
+        self
+    }
+
     /// Set the timer used in background tasks.
     pub fn timer<M>(&mut self, timer: M) -> &mut Self
     where
