@@ -8,10 +8,12 @@ mod common;
 
 use std::time::Instant;
 
+use bytes::Bytes;
 use common::backends::{self, Backend};
 use common::lab::{self, Lab, get};
 use common::load::fault_requests;
 use common::{ROUTE, WAIT};
+use futures::StreamExt;
 use http::StatusCode;
 use http_body_util::{BodyExt, Full};
 
@@ -218,4 +220,124 @@ async fn without_a_retry_policy_a_reset_stream_answers_503_in_envoys_words() {
         // Drained, not stopped: the HTTP/2 client on this runtime answers the GOAWAY.
         lab.outrider.drain_and_stop().await;
     }
+}
+
+// === Request bodies under a retry policy ===
+
+/// A backend that reads each request body whole, tells `chunks` of each piece as it
+/// arrives, keeps the bodies in `bodies`, and answers its first request 503 and the next
+/// ones 200 with the body it read.
+async fn failing_once_backend(
+    chunks: tokio::sync::mpsc::UnboundedSender<Bytes>,
+    bodies: std::sync::Arc<std::sync::Mutex<Vec<Bytes>>>,
+) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let (chunks, bodies) = (chunks.clone(), bodies.clone());
+            let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                let (chunks, bodies) = (chunks.clone(), bodies.clone());
+                async move {
+                    let mut body = request.into_body();
+                    let mut read = Vec::new();
+                    while let Some(frame) = body.frame().await {
+                        if let Ok(data) = frame.unwrap().into_data() {
+                            let _ = chunks.send(data.clone());
+                            read.extend_from_slice(&data);
+                        }
+                    }
+                    let read = Bytes::from(read);
+                    let first = {
+                        let mut bodies = bodies.lock().unwrap();
+                        bodies.push(read.clone());
+                        bodies.len() == 1
+                    };
+                    let status = if first { 503 } else { 200 };
+                    let response = http::Response::builder().status(status).body(Full::new(read)).unwrap();
+                    Ok::<_, std::convert::Infallible>(response)
+                }
+            });
+            tokio::spawn(async move {
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+            });
+        }
+    });
+    port
+}
+
+/// Sends `POST /` whose body is what `pieces` yields, with `content-length: length` or
+/// chunked, over a new HTTP/1.1 connection to the proxy.
+async fn post_streaming(
+    port: u16,
+    length: Option<usize>,
+    pieces: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
+) -> tokio::task::JoinHandle<(StatusCode, Bytes)> {
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+    tokio::spawn(connection);
+    let frames = tokio_stream::wrappers::UnboundedReceiverStream::new(pieces)
+        .map(|piece| Ok::<_, std::convert::Infallible>(hyper::body::Frame::data(piece)));
+    let body = http_body_util::StreamBody::new(frames);
+    let mut request = http::Request::post("http://backend/");
+    if let Some(length) = length {
+        request = request.header("content-length", length.to_string());
+    }
+    let request = request.body(body).unwrap();
+    tokio::spawn(async move {
+        let response = sender.send_request(request).await.unwrap();
+        let status = response.status();
+        (status, response.into_body().collect().await.unwrap().to_bytes())
+    })
+}
+
+#[tokio::test]
+async fn under_a_retry_policy_the_body_streams_to_the_first_attempt_and_is_replayed_to_the_retry() {
+    let (chunks_tx, mut chunks) = tokio::sync::mpsc::unbounded_channel();
+    let bodies = std::sync::Arc::default();
+    let port = failing_once_backend(chunks_tx, std::sync::Arc::clone(&bodies)).await;
+    let lab = lab::start(&[port], "", &route(", retry_policy: { retry_on: 5xx, num_retries: 1 }"), "GRPC").await;
+
+    let (pieces, rx) = tokio::sync::mpsc::unbounded_channel();
+    let answer = post_streaming(lab.proxy_port, Some(10), rx).await;
+    pieces.send(Bytes::from_static(b"hello")).unwrap();
+    // The first attempt has the first half before the client sends the second: the body
+    // streams, it is not held back until it is whole (as it was, and as Envoy does not).
+    let first = tokio::time::timeout(WAIT, chunks.recv()).await.expect("the first half reaches the backend");
+    assert_eq!(first.unwrap(), "hello");
+    pieces.send(Bytes::from_static(b"world")).unwrap();
+
+    let (status, body) = tokio::time::timeout(WAIT, answer).await.unwrap().unwrap();
+    assert_eq!((status, &body[..]), (StatusCode::OK, &b"helloworld"[..]), "the retry's answer");
+    assert_eq!(*bodies.lock().unwrap(), vec![Bytes::from_static(b"helloworld"); 2], "the retry was sent all of it");
+    assert_eq!(lab::stat(&lab.outrider, "cluster.backend.upstream_rq_retry"), Some(1.0));
+    assert_eq!(lab::stat(&lab.outrider, "cluster.backend.retry_or_shadow_abandoned"), Some(0.0));
+}
+
+#[tokio::test]
+async fn a_body_larger_than_the_retry_buffer_streams_once_and_gives_up_the_retry() {
+    let (chunks_tx, _chunks) = tokio::sync::mpsc::unbounded_channel();
+    let bodies = std::sync::Arc::default();
+    let port = failing_once_backend(chunks_tx, std::sync::Arc::clone(&bodies)).await;
+    let lab = lab::start(&[port], "", &route(", retry_policy: { retry_on: 5xx, num_retries: 1 }"), "GRPC").await;
+
+    // Over the 64 KiB kept for retries, said by its length and without one (chunked).
+    for (length, sent) in [(Some(100_000), 100_000usize), (None, 100_000)] {
+        bodies.lock().unwrap().clear();
+        let (pieces, rx) = tokio::sync::mpsc::unbounded_channel();
+        let answer = post_streaming(lab.proxy_port, length, rx).await;
+        for _ in 0..sent / 10_000 {
+            pieces.send(Bytes::from(vec![b'x'; 10_000])).unwrap();
+        }
+        drop(pieces);
+        let (status, body) = tokio::time::timeout(WAIT, answer).await.unwrap().unwrap();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "not retried: {length:?}");
+        assert_eq!(body.len(), sent, "the backend got it whole");
+        assert_eq!(bodies.lock().unwrap().len(), 1, "one attempt");
+    }
+    assert_eq!(lab::stat(&lab.outrider, "cluster.backend.upstream_rq_retry"), Some(0.0));
+    assert_eq!(lab::stat(&lab.outrider, "cluster.backend.retry_or_shadow_abandoned"), Some(2.0));
 }

@@ -7,6 +7,7 @@ mod codec;
 mod lifetime;
 mod metered;
 mod observed;
+mod request_body;
 mod serve;
 mod stream;
 mod upgrade;
@@ -14,12 +15,11 @@ mod upgrade;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, Version};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use rand::Rng;
 
@@ -39,7 +39,7 @@ use super::request_trace;
 use super::response_flags::ResponseFlags;
 use super::retry::{Decision, Outcome, RetryState};
 use super::router::{self, DownstreamInfo, Forward, Routing, UpstreamRequestOptions};
-use super::upstream::{BoxError, RequestBody, UpstreamError};
+use super::upstream::{BoxError, UpstreamError};
 use super::worker::WorkerContext;
 use crate::config::RouteConfiguration;
 use crate::config::listener::upgrade::upgrade_allowed;
@@ -57,7 +57,7 @@ pub use super::filters::ProxyBody;
 /// Request bodies up to this size (and up to the listener's buffer limit) are kept so the
 /// request can be retried or mirrored; larger ones stream through and are neither (Envoy
 /// keeps up to its buffer limit, 1 MiB by default, then gives up retries and shadows too).
-/// Kept whole before they are sent: a larger bound would delay larger bodies.
+/// The first attempt streams while the copy is kept; only a shadow waits for the whole body.
 const RETRY_BUFFER_LIMIT: usize = 64 * 1024;
 
 /// The transport a downstream connection arrived on.
@@ -451,36 +451,25 @@ async fn route_and_forward(
     router::apply_request_mutations(&forward, &mut parts, &options);
     let downstream_is_h2 = parts.version == Version::HTTP_2;
 
-    // Keep small bodies so a retry can resend them; stream large ones without retries.
-    // Set when the client's body turns out malformed (a broken chunk) while it streams
-    // upstream: the client gets Envoy's 400, not an upstream reset.
-    let retry_limit = super::flow_control::retry_buffer(exchange.buffer_limit, RETRY_BUFFER_LIMIT);
-    let (buffered, mut streamed, body_failed) = match buffer_for_retry(body, &parts.headers, retry_limit).await {
-        Ok(Buffered::Whole(bytes)) => (Some(bytes), None, None),
-        Ok(Buffered::Stream(body, failed)) => (None, Some(body), Some(failed)),
+    // The first attempt streams the body as the client sends it; a copy is kept when a
+    // retry may send it again, and a shadow gets it read whole first (see `request_body`).
+    // When the client's body turns out malformed (a broken chunk) while it streams
+    // upstream, the client gets Envoy's 400, not an upstream reset.
+    let needs = request_body::Needs {
+        retry: retry.enabled(),
+        shadow: !forward.action.request_mirror_policies.is_empty(),
+        limit: super::flow_control::retry_buffer(exchange.buffer_limit, RETRY_BUFFER_LIMIT),
+    };
+    let tap = parts.extensions.remove::<RequestBodyTap>();
+    let abandoned =
+        || context.balancers.get(&cluster.resource.name).map(|lb| lb.stats.retry_or_shadow_abandoned.clone());
+    let mut bodies = match request_body::prepare(body, &parts.headers, tap, needs, abandoned).await {
+        Ok(bodies) => bodies,
         Err(()) => return malformed_request(manager, stream, is_grpc),
     };
-    // A filter watching the body sees it once, whether buffered or streamed.
-    if let Some(RequestBodyTap(tap)) = parts.extensions.remove::<RequestBodyTap>() {
-        match (&buffered, streamed.take()) {
-            (Some(bytes), _) => tap(bytes),
-            (None, Some(body)) => {
-                streamed = Some(
-                    body.map_frame(move |frame| {
-                        if let Some(data) = frame.data_ref() {
-                            tap(data);
-                        }
-                        frame
-                    })
-                    .boxed(),
-                );
-            }
-            (None, None) => {}
-        }
-    }
 
     if !forward.action.request_mirror_policies.is_empty() {
-        mirror(&forward, &parts, buffered.as_ref(), context, stream.span.is_some(), &cluster.resource.name);
+        mirror(&forward, &parts, bodies.whole(), context, stream.span.is_some(), &cluster.resource.name);
     }
 
     // Circuit breakers: every attempt takes a request slot, every retry a retry slot.
@@ -493,10 +482,10 @@ async fn route_and_forward(
     let mut _retry_slot = None;
     if let Some(log) = pending.as_mut() {
         let length = parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
-        log.bytes_received = buffered.as_ref().map_or(length.unwrap_or(0), |b| b.len() as u64);
+        log.bytes_received = bodies.whole().map_or(length.unwrap_or(0), |b| b.len() as u64);
     }
-    // No retry condition, or a body that streams (it cannot be sent twice): one attempt.
-    let single_attempt = !retry.enabled() || buffered.is_none();
+    // No retry condition, or a body that streams once: one attempt.
+    let single_attempt = !retry.enabled() || bodies.single();
     let started = Instant::now();
     let deadline = forward.timeout.map(|t| started + t);
     let mut previous: Vec<Arc<Host>> = Vec::new();
@@ -534,10 +523,8 @@ async fn route_and_forward(
         if let Some(span) = &stream.span {
             span.set(KeyValue::new("upstream_address", host.address().to_string()));
         }
-        let body: RequestBody = match (&buffered, streamed.take()) {
-            (Some(bytes), _) => Full::new(bytes.clone()).map_err(|never| match never {}).boxed(),
-            (None, Some(body)) => body,
-            (None, None) => return reset_reply(manager, stream, last_failure, true, is_grpc),
+        let Some(body) = bodies.next() else {
+            return reset_reply(manager, stream, last_failure, true, is_grpc);
         };
         // The head is copied only when another attempt may need it.
         let mut attempt_parts =
@@ -616,7 +603,7 @@ async fn route_and_forward(
             cluster_stats.charge(504);
             cluster_stats.upstream_rq_completed.inc();
         }
-        let can_resend = buffered.is_some();
+        let can_resend = bodies.can_resend();
         let mut outcome_decision = outcome_decision;
         if matches!(outcome_decision, Decision::Retry { .. }) && can_resend {
             match resources.as_ref().map(|r| r.try_retry(limits, Priority::Default)) {
@@ -653,7 +640,7 @@ async fn route_and_forward(
                 let response = respond(manager, &forward, response, started, retry.attempts(), &options);
                 return hold_until_body_ends(response, request_slot);
             }
-            (_, Ok(Err(_))) if body_failed.as_ref().is_some_and(|f| f.load(Ordering::Relaxed)) => {
+            (_, Ok(Err(_))) if bodies.failed() => {
                 return malformed_request(manager, stream, is_grpc);
             }
             (_, Ok(Err(error))) => {
@@ -763,54 +750,6 @@ async fn forward_upgrade(
     headers::set_upstream_service_time(&mut parts.headers, started.elapsed(), options.suppress_envoy_headers);
     headers::mutate_response_headers(manager, Some(&request_headers), &mut parts.headers);
     Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed_unsync())
-}
-
-enum Buffered {
-    Whole(Bytes),
-    /// The body, and whether reading it from the client failed.
-    Stream(RequestBody, Arc<AtomicBool>),
-}
-
-/// Reads the body whole when it is known to be small (or empty); otherwise streams it. A
-/// body a filter read whole is kept as it is; one it read in part streams.
-async fn buffer_for_retry(body: DownstreamBody, headers: &HeaderMap, limit: usize) -> Result<Buffered, ()> {
-    use hyper::body::Body;
-    if let Some(whole) = body.complete() {
-        return Ok(Buffered::Whole(whole));
-    }
-    if !body.is_untouched() {
-        return Ok(streamed(body.into_request_body()));
-    }
-    let Some(body) = body.into_rest() else { return Ok(Buffered::Whole(Bytes::new())) };
-    let small = body.is_end_stream()
-        || body.size_hint().upper().is_some_and(|n| n as usize <= limit)
-        || headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-            .is_some_and(|n| n <= limit);
-    if small {
-        let collected = Limited::new(body, limit).collect().await.map_err(|_| ())?;
-        Ok(Buffered::Whole(collected.to_bytes()))
-    } else {
-        Ok(streamed(body))
-    }
-}
-
-/// A body sent as it streams, with the flag its first read error sets.
-fn streamed<B>(body: B) -> Buffered
-where
-    B: hyper::body::Body<Data = Bytes> + Send + Sync + 'static,
-    B::Error: Into<BoxError>,
-{
-    let failed = Arc::new(AtomicBool::new(false));
-    let marked = failed.clone();
-    let body = body
-        .map_err(move |error| {
-            marked.store(true, Ordering::Relaxed);
-            error.into()
-        })
-        .boxed();
-    Buffered::Stream(body, failed)
 }
 
 fn classify(error: &UpstreamError) -> Outcome<'static> {
