@@ -57,7 +57,9 @@ pub async fn serve(
     // the one bound to the original destination), as Envoy runs them.
     let (mut stream, mut read) = (stream, Vec::new());
     if runs_listener_filter(&listener.resource, ListenerFilterKind::TlsInspector, local.port()) {
-        match inspect(&mut stream, &mut read, &listener.resource).await {
+        // Boxed, as each step below: the connection's task then keeps no room for a step
+        // that is over (see the end of this function).
+        match Box::pin(inspect(&mut stream, &mut read, &listener.resource)).await {
             Ok(Some(Inspection::Tls { server_name, application_protocols })) => {
                 info.transport_protocol = Some("tls".to_owned());
                 info.server_name = server_name;
@@ -72,7 +74,7 @@ pub async fn serve(
     }
     let tls = info.transport_protocol.as_deref() == Some("tls");
     if !tls && runs_listener_filter(&listener.resource, ListenerFilterKind::HttpInspector, local.port()) {
-        match inspect_http(&mut stream, &mut read, &listener.resource).await {
+        match Box::pin(inspect_http(&mut stream, &mut read, &listener.resource)).await {
             Ok(Some(protocol)) => info.application_protocols = vec![protocol.to_owned()],
             Ok(None) => {}
             Err(reason) => {
@@ -97,7 +99,7 @@ pub async fn serve(
         Err(limit) => {
             tracing::debug!(listener = %listener.resource.name, %peer, prefix = %limit.stat_prefix, "connection limit reached; closing");
             if let Some(delay) = limit.delay {
-                tokio::time::sleep(delay).await;
+                Box::pin(tokio::time::sleep(delay)).await;
             }
             return;
         }
@@ -214,8 +216,11 @@ where
     if !chain.network_filters.is_empty() {
         let filters = context.filters.network_of(&chain.network_filters, info.inbound);
         let callouts = Callouts::new(&context);
+        // Boxed: the network filters' futures (callouts to ext_authz, say) are done before
+        // the connection is served, and would otherwise size every connection's state.
         let status =
-            filters.on_new_connection(&ConnectionContext { connection: &connection, callouts: &callouts }).await;
+            Box::pin(filters.on_new_connection(&ConnectionContext { connection: &connection, callouts: &callouts }))
+                .await;
         if status == NetworkFilterStatus::Close {
             tracing::debug!(peer = %info.peer, chain = %chain.name, "a network filter closed the connection");
             return;

@@ -77,7 +77,8 @@ pub async fn serve<S>(
         None => {
             // A client that never speaks is bounded by the idle timeout, as in Envoy.
             let limit = manager.common.idle_timeout.unwrap_or(codec::SNIFF_LIMIT);
-            match tokio::time::timeout(limit, codec::sniff(&mut stream)).await {
+            // Boxed: a timer and a read that are over once the protocol is known.
+            match Box::pin(tokio::time::timeout(limit, codec::sniff(&mut stream))).await {
                 Ok(Ok(found)) => found,
                 Ok(Err(_)) => return,
                 Err(_) => {
