@@ -83,6 +83,23 @@ fn unknown_fields_are_ignored_with_a_warning_each() {
 }
 
 #[test]
+fn static_clusters_read_one_by_one_keep_their_paths_and_order() {
+    let yaml = "static_resources:\n  clusters:\n  - { name: a, type: STATIC, colour: red }\n  - { name: b, type: STATIC, \
+                typed_extension_protocol_options: { x: { '@type': type.googleapis.com/not.a.Type } } }\n  \
+                - { name: c, type: STATIC, connect_timeout: 2s }\n";
+    let bootstrap = Bootstrap::parse(yaml).unwrap();
+    let ignored: Vec<_> = bootstrap.ignored.iter().map(|i| i.path.as_str()).collect();
+    assert_eq!(
+        ignored,
+        ["static_resources.clusters[0].colour", "static_resources.clusters[1].typed_extension_protocol_options[x]"]
+    );
+    let names: Vec<_> = bootstrap.static_clusters.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["a", "b", "c"]);
+    let malformed = invalid("static_resources: { clusters: [{ name: a }, { name: b, connect_timeout: soon }] }");
+    assert!(malformed.starts_with("static_resources.clusters[1]"), "{malformed}");
+}
+
+#[test]
 fn yaml_and_json_give_the_same_bootstrap() {
     let yaml = Bootstrap::parse("node: { id: a, cluster: b }\nadmin: { address: { socket_address: { address: 127.0.0.1, port_value: 9901 } } }\n").unwrap();
     let json = Bootstrap::parse(r#"{"node": {"id": "a", "cluster": "b"}, "admin": {"address": {"socketAddress": {"address": "127.0.0.1", "portValue": 9901}}}}"#).unwrap();

@@ -39,8 +39,8 @@ pub struct Bootstrap {
     /// Everything that was set but is ignored, with its path: shown by `outrider validate`
     /// and logged once at start-up.
     pub ignored: Vec<Ignored>,
-    /// The document as read (protobuf JSON), for `/config_dump`.
-    pub document: serde_json::Value,
+    /// The document as read (protobuf JSON, as compact text), for `/config_dump`.
+    pub document: String,
 }
 
 /// An OpenTelemetry tracer (`envoy.tracers.opentelemetry`): the bootstrap's, or a

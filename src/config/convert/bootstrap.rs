@@ -35,13 +35,70 @@ pub fn bootstrap(document: serde_json::Value, warnings: &mut Warnings) -> Result
     crate::pb::pgv::with_extension_checks(|| bootstrap_checked(document, warnings))
 }
 
-fn bootstrap_checked(document: serde_json::Value, warnings: &mut Warnings) -> Result<Bootstrap> {
-    let (proto, dropped) =
-        crate::pb::json::from_value::<proto::Bootstrap>("envoy.config.bootstrap.v3.Bootstrap", document.clone())
+/// The document as the protobuf message, what the descriptors do not know left out with a
+/// warning each. Static listeners and clusters are read one by one, not as part of the
+/// whole: a mesh's worth of them read at once held the whole tree of dynamic messages
+/// (several times the text's size) and re-encoded each nested message once per level above
+/// it, which made a 5 000-cluster bootstrap slower to start than Envoy (`bench/RESULTS.md`).
+fn read_proto(mut document: serde_json::Value, warnings: &mut Warnings) -> Result<proto::Bootstrap> {
+    use crate::pb::envoy::config::{cluster::v3::Cluster, listener::v3::Listener};
+    // One descriptor pool for the whole document, not one decoded per resource.
+    let _pool = crate::pb::json::pool().map_err(|e| ConfigError::new(e.path, e.reason))?;
+    let listeners = take_static(&mut document, "listeners");
+    let clusters = take_static(&mut document, "clusters");
+    let (mut bootstrap, dropped) =
+        crate::pb::json::from_value::<proto::Bootstrap>("envoy.config.bootstrap.v3.Bootstrap", document)
             .map_err(|e| ConfigError::new(e.path, e.reason))?;
     for d in dropped {
         warnings.ignored(d.path, d.what);
     }
+    let listeners = read_each::<Listener>(listeners, "envoy.config.listener.v3.Listener", warnings)?;
+    let clusters = read_each::<Cluster>(clusters, "envoy.config.cluster.v3.Cluster", warnings)?;
+    if !listeners.is_empty() || !clusters.is_empty() {
+        let read = bootstrap.static_resources.get_or_insert_with(Default::default);
+        read.listeners.extend(listeners);
+        read.clusters.extend(clusters);
+    }
+    Ok(bootstrap)
+}
+
+/// Reads each of `items` (taken from `at`) as the message `full_name`.
+fn read_each<M: prost::Message + Default>(
+    items: Option<(String, Vec<serde_json::Value>)>,
+    full_name: &str,
+    warnings: &mut Warnings,
+) -> Result<Vec<M>> {
+    let Some((at, items)) = items else { return Ok(Vec::new()) };
+    let mut read = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let at = format!("{at}[{i}]");
+        let within = |path: String| if path.is_empty() { at.clone() } else { format!("{at}.{path}") };
+        let (message, dropped) =
+            crate::pb::json::from_value::<M>(full_name, item).map_err(|e| ConfigError::new(within(e.path), e.reason))?;
+        for d in dropped {
+            warnings.ignored(within(d.path), d.what);
+        }
+        read.push(message);
+    }
+    Ok(read)
+}
+
+/// Takes the list `field` of the static resources out of `document` (when it is a list),
+/// with its path.
+fn take_static(document: &mut serde_json::Value, field: &str) -> Option<(String, Vec<serde_json::Value>)> {
+    use serde_json::Value;
+    let key = ["static_resources", "staticResources"].into_iter().find(|key| document.get(key).is_some())?;
+    let Some(Value::Object(resources)) = document.get_mut(key) else { return None };
+    match resources.get_mut(field) {
+        Some(Value::Array(items)) => Some((format!("{key}.{field}"), std::mem::take(items))),
+        _ => None,
+    }
+}
+
+fn bootstrap_checked(document: serde_json::Value, warnings: &mut Warnings) -> Result<Bootstrap> {
+    // Kept as text, not as a copy of the tree: a copy of a mesh-sized tree costs more.
+    let text = document.to_string();
+    let proto = read_proto(document, warnings)?;
     let proto::Bootstrap {
         node,
         node_context_params,
@@ -194,7 +251,7 @@ fn bootstrap_checked(document: serde_json::Value, warnings: &mut Warnings) -> Re
         stats,
         overload,
         ignored: Vec::new(),
-        document,
+        document: text,
     })
 }
 

@@ -114,6 +114,11 @@ impl Session {
         whole: bool,
     ) {
         let count = accepted.len();
+        // What arrived stops its initial-fetch timer (a type's first response, its own).
+        self.timers.disarm(resource_type, "");
+        for resource in &accepted {
+            self.timers.disarm(resource_type, resource.resource.name());
+        }
         if whole {
             self.stats.accepted(resource_type, version_info, &accepted, removed);
         } else {
@@ -195,14 +200,18 @@ impl Session {
 
     /// Initial fetches that timed out: serve what waited for them.
     pub fn expire(&mut self, due: Vec<(ResourceType, String)>) {
+        let mut expired = false;
         for (resource_type, name) in due {
             if self.state.arrived(resource_type, &name) {
                 continue;
             }
             tracing::warn!(resource = resource_type.short_name(), %name, "initial fetch timed out; serving without it");
             self.state.expire(resource_type, &name);
+            expired = true;
         }
-        self.publish();
+        if expired {
+            self.publish();
+        }
     }
 
     pub fn publish(&mut self) {

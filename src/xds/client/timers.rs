@@ -1,6 +1,6 @@
 //! Initial-fetch timers: how long start-up waits for a resource before serving without it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -11,6 +11,8 @@ use crate::config::ResourceType;
 #[derive(Debug, Default)]
 pub struct Timers {
     pending: BTreeSet<(Instant, ResourceType, String)>,
+    /// Each pending timer's deadline, to stop it.
+    deadlines: HashMap<(ResourceType, String), Instant>,
     armed: BTreeSet<(ResourceType, String)>,
 }
 
@@ -19,7 +21,19 @@ impl Timers {
     /// the initial fetch happens once).
     pub fn arm(&mut self, resource_type: ResourceType, name: &str, after: Duration) {
         if self.armed.insert((resource_type, name.to_owned())) {
-            self.pending.insert((Instant::now() + after, resource_type, name.to_owned()));
+            let at = Instant::now() + after;
+            self.pending.insert((at, resource_type, name.to_owned()));
+            self.deadlines.insert((resource_type, name.to_owned()), at);
+        }
+    }
+
+    /// Stops the timer of `name`, if one is pending: its resource arrived.
+    pub fn disarm(&mut self, resource_type: ResourceType, name: &str) {
+        if self.deadlines.is_empty() {
+            return;
+        }
+        if let Some(at) = self.deadlines.remove(&(resource_type, name.to_owned())) {
+            self.pending.remove(&(at, resource_type, name.to_owned()));
         }
     }
 
@@ -37,6 +51,7 @@ impl Timers {
                 break;
             }
             if let Some((_, resource_type, name)) = self.pending.pop_first() {
+                self.deadlines.remove(&(resource_type, name.clone()));
                 due.push((resource_type, name));
             }
         }
@@ -62,5 +77,17 @@ mod tests {
         timers.arm(ResourceType::ClusterLoadAssignment, "a", Duration::from_secs(1));
         let nothing = tokio::time::timeout(Duration::from_secs(3600), timers.fired()).await;
         assert!(nothing.is_err(), "a name's initial fetch times out once");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_timer_whose_resource_arrived_never_fires() {
+        let mut timers = Timers::default();
+        timers.arm(ResourceType::RouteConfiguration, "80", Duration::from_secs(15));
+        timers.arm(ResourceType::ClusterLoadAssignment, "a", Duration::from_secs(15));
+        timers.disarm(ResourceType::RouteConfiguration, "80");
+        timers.disarm(ResourceType::RouteConfiguration, "never armed");
+        assert_eq!(timers.fired().await, vec![(ResourceType::ClusterLoadAssignment, "a".to_owned())]);
+        let nothing = tokio::time::timeout(Duration::from_secs(3600), timers.fired()).await;
+        assert!(nothing.is_err(), "the arrived resource's timer was stopped");
     }
 }
