@@ -431,7 +431,8 @@ async fn route_and_forward(
     if let Some(slot) = exchange.upgrades
         && headers::is_upgrade(&parts.headers)
     {
-        return forward_upgrade(parts, body, &forward, &cluster, snapshot, exchange, stream, slot).await;
+        // Boxed: an upgrade's connect and tunnel set-up would otherwise size every request.
+        return Box::pin(forward_upgrade(parts, body, &forward, &cluster, snapshot, exchange, stream, slot)).await;
     }
     if let Some(span) = &stream.span {
         span.set(KeyValue::new("upstream_cluster", cluster.resource.name.clone()));

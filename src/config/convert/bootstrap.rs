@@ -73,8 +73,8 @@ fn read_each<M: prost::Message + Default>(
     for (i, item) in items.into_iter().enumerate() {
         let at = format!("{at}[{i}]");
         let within = |path: String| if path.is_empty() { at.clone() } else { format!("{at}.{path}") };
-        let (message, dropped) =
-            crate::pb::json::from_value::<M>(full_name, item).map_err(|e| ConfigError::new(within(e.path), e.reason))?;
+        let (message, dropped) = crate::pb::json::from_value::<M>(full_name, item)
+            .map_err(|e| ConfigError::new(within(e.path), e.reason))?;
         for d in dropped {
             warnings.ignored(within(d.path), d.what);
         }

@@ -101,16 +101,19 @@ impl Filter {
     }
 
     async fn decode_headers(&self, request: &mut RequestContext<'_>) -> FilterHeadersStatus {
+        // The filters that call out (a key set, an authorization or rate-limit service) are
+        // boxed: their callouts' state would otherwise size every request's future, filter
+        // or not, and that future is moved as it is built.
         match self {
             Self::HealthCheck(filter) => filter.decode_headers(request).await,
-            Self::JwtAuthn(filter) => filter.decode_headers(request).await,
+            Self::JwtAuthn(filter) => Box::pin(filter.decode_headers(request)).await,
             Self::LocalRateLimit(filter) => filter.decode_headers(request).await,
             Self::Fault(filter) => filter.decode_headers(request).await,
             Self::Cors(filter) => filter.decode_headers(request).await,
             Self::Rbac(filter) => filter.decode_headers(request).await,
             Self::Compressor(filter) => filter.decode_headers(request).await,
-            Self::ExtAuthz(filter) => filter.decode_headers(request).await,
-            Self::RateLimit(filter) => filter.decode_headers(request).await,
+            Self::ExtAuthz(filter) => Box::pin(filter.decode_headers(request)).await,
+            Self::RateLimit(filter) => Box::pin(filter.decode_headers(request)).await,
             Self::PeerMetadata(filter) => filter.decode_headers(request).await,
             Self::IstioStats(filter) => filter.decode_headers(request).await,
         }

@@ -200,7 +200,9 @@ impl Pools {
         let endpoint = self.endpoint(cluster, &dial.address);
         loop {
             if let Some(permit) = limits::connection(breakers, &endpoint) {
-                let (sender, activity) = dial.http1(permit).await?;
+                // Boxed: connecting (TCP, TLS, the handshake) is the rare case, and inline
+                // its state would size every request's future, which is moved as it is built.
+                let (sender, activity) = Box::pin(dial.http1(permit)).await?;
                 return Ok((Http1Conn { sender, activity, requests: 0, transport: dial.transport_id() }, false));
             }
             // Bounded by the route's timeouts, which drop this future.
