@@ -49,7 +49,7 @@ fn with_peer<B>(mut response: Response<B>, activity: &activity::Activity) -> Res
 pub use error::UpstreamError;
 pub use feedback::{Feedback, ObservedBody};
 
-use connect::Dial;
+use connect::{Dial, Target};
 use limits::Breakers;
 use pool::{Membership, Pools};
 
@@ -176,18 +176,18 @@ impl Upstreams {
         tls: Option<Arc<ClientTls>>,
         breakers: Option<&Breakers<'_>>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        let dial =
-            Dial::new(host.address(), cluster, &host.cluster_stats, tls.map(|tls| (tls, self.tls_stats.clone())));
+        let tls = tls.as_ref().map(|tls| (tls, &self.tls_stats));
+        let target = Target::new(host.address(), cluster, &host.cluster_stats, tls);
         let max_requests = cluster.http.max_requests_per_connection;
         match Protocol::for_request(cluster, downstream_is_h2) {
             Protocol::Http1 => {
                 let request = request::http1(request, host.address())?;
                 let http1_only = cluster.http.protocol == UpstreamProtocol::Http1;
-                self.send_http1(&cluster.name, &dial, (max_requests, http1_only), request, breakers).await
+                self.send_http1(&cluster.name, &target, (max_requests, http1_only), request, breakers).await
             }
             Protocol::Http2 => {
                 let request = request::http2(request, host.address())?;
-                let mut conn = self.pools.http2(&cluster.name, &dial, max_requests, breakers).await?;
+                let mut conn = self.pools.http2(&cluster.name, &target, max_requests, breakers).await?;
                 let lease = conn.activity.lease();
                 let response = conn.sender.send_request(request).await.map_err(|e| UpstreamError::from_hyper(&e))?;
                 let response = with_peer(response, &conn.activity);
@@ -242,7 +242,7 @@ impl Upstreams {
     async fn send_http1(
         &self,
         cluster: &str,
-        dial: &Dial,
+        target: &Target<'_>,
         (max_requests, http1_only): (Option<u32>, bool),
         mut request: Request<RequestBody>,
         breakers: Option<&Breakers<'_>>,
@@ -251,14 +251,14 @@ impl Upstreams {
         // happens before the request was written, hyper hands the request back and it goes
         // out on a fresh connection: nothing reached the upstream, so this is not a retry.
         loop {
-            let (mut conn, reused) = self.pools.http1(cluster, dial, breakers, http1_only).await?;
+            let (mut conn, reused) = self.pools.http1(cluster, target, breakers, http1_only).await?;
             conn.requests += 1;
             let lease = conn.activity.lease();
             match conn.sender.try_send_request(request).await {
                 Ok(response) => {
                     let response = with_peer(response, &conn.activity);
                     let reusable = max_requests.is_none_or(|max| conn.requests < max);
-                    let checkin = reusable.then(|| self.pools.checkin(cluster, &dial.address, conn));
+                    let checkin = reusable.then(|| self.pools.checkin(cluster, target.address, conn));
                     return Ok(response.map(|body| UpstreamBody::new(body, lease, checkin)));
                 }
                 Err(mut error) => match error.take_message() {

@@ -27,6 +27,46 @@ use crate::proxy::transport::HandshakeStats;
 use crate::telemetry::{ClusterStats, ConnectionLife};
 use crate::tls::{ClientAlpn, ClientTls, Refusal};
 
+/// Where a request goes, borrowed: a request that finds a pooled connection copies
+/// nothing (before, each request built a [`Dial`], cloning the cluster's stats and TLS
+/// handles, reference counts that every worker writes). [`Target::dial`] makes the owned
+/// settings only when a connection is opened.
+#[derive(Clone, Copy)]
+pub(crate) struct Target<'a> {
+    pub address: &'a Address,
+    cluster: &'a Cluster,
+    stats: &'a Arc<ClusterStats>,
+    tls: Option<(&'a Arc<ClientTls>, &'a Arc<HandshakeStats>)>,
+}
+
+impl<'a> Target<'a> {
+    pub(crate) fn new(
+        address: &'a Address,
+        cluster: &'a Cluster,
+        stats: &'a Arc<ClusterStats>,
+        tls: Option<(&'a Arc<ClientTls>, &'a Arc<HandshakeStats>)>,
+    ) -> Self {
+        Self { address, cluster, stats, tls }
+    }
+
+    /// Which transport a pooled connection must have been made with (see
+    /// [`Dial::transport_id`]).
+    pub(crate) fn transport_id(&self) -> u64 {
+        self.tls.map_or(0, |(tls, _)| tls.transport_id)
+    }
+
+    /// How long a pooled HTTP/1.1 connection may have been idle and still be used.
+    pub(crate) fn idle_timeout(&self) -> Option<Duration> {
+        self.cluster.http.idle_timeout
+    }
+
+    /// The owned settings to open a connection with.
+    pub(crate) fn dial(&self) -> Dial {
+        let tls = self.tls.map(|(tls, stats)| (tls.clone(), stats.clone()));
+        Dial::new(self.address, self.cluster, self.stats, tls)
+    }
+}
+
 /// What a connection needs from its cluster, copied so that a connect in progress owns it.
 #[derive(Debug, Clone)]
 pub(crate) struct Dial {

@@ -20,7 +20,7 @@ use hyper::client::conn::http1;
 
 use super::RequestBody;
 use super::activity::Activity;
-use super::connect::Dial;
+use super::connect::Target;
 use super::error::UpstreamError;
 use super::limits::{self, Breakers, EndpointConns};
 use crate::config::Address;
@@ -128,15 +128,16 @@ impl Pools {
     }
 
     /// An idle HTTP/1.1 connection that is still open, not past `idle_timeout` and of the
-    /// dial's transport; the ones found closed, stale or of another transport (the
+    /// target's transport; the ones found closed, stale or of another transport (the
     /// cluster's TLS changed) on the way are dropped.
-    fn take_http1(&self, cluster: &str, address: &Address, dial: &Dial) -> Option<Http1Conn> {
+    fn take_http1(&self, cluster: &str, target: &Target<'_>) -> Option<Http1Conn> {
         let mut clusters = self.lock();
-        let idle = clusters.get_mut(cluster)?.http1.get_mut(address)?;
+        let idle = clusters.get_mut(cluster)?.http1.get_mut(target.address)?;
         let now = tokio::time::Instant::now();
+        let (idle_timeout, transport) = (target.idle_timeout(), target.transport_id());
         while let Some(conn) = idle.pop() {
-            let stale = dial.idle_timeout.is_some_and(|timeout| conn.activity.idle_for(timeout, now));
-            if !conn.sender.is_closed() && !stale && conn.transport == dial.transport_id() {
+            let stale = idle_timeout.is_some_and(|timeout| conn.activity.idle_for(timeout, now));
+            if !conn.sender.is_closed() && !stale && conn.transport == transport {
                 return Some(conn);
             }
         }
@@ -186,28 +187,29 @@ impl Pools {
     pub(crate) async fn http1(
         &self,
         cluster: &str,
-        dial: &Dial,
+        target: &Target<'_>,
         breakers: Option<&Breakers<'_>>,
         http1_only: bool,
     ) -> Result<(Http1Conn, bool), UpstreamError> {
-        if let Some(conn) = self.idle_http1(cluster, dial).await {
+        if let Some(conn) = self.idle_http1(cluster, target).await {
             return Ok((conn, true));
         }
         let _pending = limits::pending(breakers)?;
         if http1_only {
-            self.leave_http2(cluster, &dial.address);
+            self.leave_http2(cluster, target.address);
         }
-        let endpoint = self.endpoint(cluster, &dial.address);
+        let endpoint = self.endpoint(cluster, target.address);
         loop {
             if let Some(permit) = limits::connection(breakers, &endpoint) {
                 // Boxed: connecting (TCP, TLS, the handshake) is the rare case, and inline
                 // its state would size every request's future, which is moved as it is built.
+                let dial = target.dial();
                 let (sender, activity) = Box::pin(dial.http1(permit)).await?;
                 return Ok((Http1Conn { sender, activity, requests: 0, transport: dial.transport_id() }, false));
             }
             // Bounded by the route's timeouts, which drop this future.
             endpoint.released().await;
-            if let Some(conn) = self.idle_http1(cluster, dial).await {
+            if let Some(conn) = self.idle_http1(cluster, target).await {
                 return Ok((conn, true));
             }
         }
@@ -224,8 +226,8 @@ impl Pools {
     }
 
     /// An idle connection ready for a request, if the pool has one.
-    async fn idle_http1(&self, cluster: &str, dial: &Dial) -> Option<Http1Conn> {
-        while let Some(mut conn) = self.take_http1(cluster, &dial.address, dial) {
+    async fn idle_http1(&self, cluster: &str, target: &Target<'_>) -> Option<Http1Conn> {
+        while let Some(mut conn) = self.take_http1(cluster, target) {
             if conn.sender.ready().await.is_ok() {
                 return Some(conn);
             }

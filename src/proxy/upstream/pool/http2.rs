@@ -9,7 +9,7 @@ use hyper::client::conn::http2;
 
 use super::super::RequestBody;
 use super::super::activity::Activity;
-use super::super::connect::Dial;
+use super::super::connect::Target;
 use super::super::error::UpstreamError;
 use super::super::limits::{self, Breakers};
 use super::Pools;
@@ -46,11 +46,11 @@ impl Pools {
     pub(crate) async fn http2(
         &self,
         cluster: &str,
-        dial: &Dial,
+        target: &Target<'_>,
         max_requests: Option<u32>,
         breakers: Option<&Breakers<'_>>,
     ) -> Result<Http2Conn, UpstreamError> {
-        let transport = dial.transport_id();
+        let transport = target.transport_id();
         let mut pending = None;
         let connecting = loop {
             let (connecting, endpoint) = {
@@ -59,15 +59,15 @@ impl Pools {
                     Some(pools) => pools,
                     None => clusters.entry(Arc::from(cluster)).or_default(),
                 };
-                let endpoint = pools.endpoints.entry(dial.address.clone()).or_default().clone();
-                match pools.http2.get_mut(&dial.address) {
+                let endpoint = pools.endpoints.entry(target.address.clone()).or_default().clone();
+                match pools.http2.get_mut(target.address) {
                     Some(Http2Entry::Ready { conn, requests })
                         if !conn.sender.is_closed() && conn.transport == transport =>
                     {
                         *requests += 1;
                         let conn = conn.clone();
                         if max_requests.is_some_and(|max| *requests >= max) {
-                            pools.http2.remove(&dial.address);
+                            pools.http2.remove(target.address);
                         }
                         return Ok(conn);
                     }
@@ -80,7 +80,7 @@ impl Pools {
                         }
                         match limits::connection(breakers, &endpoint) {
                             Some(permit) => {
-                                let owned = dial.clone();
+                                let owned = target.dial();
                                 let connecting = async move {
                                     let (sender, activity) = owned.http2(permit).await?;
                                     Ok(Http2Conn { sender, activity, transport })
@@ -88,7 +88,7 @@ impl Pools {
                                 .boxed()
                                 .shared();
                                 let entry = Http2Entry::Connecting(connecting.clone(), transport);
-                                pools.http2.insert(dial.address.clone(), entry);
+                                pools.http2.insert(target.address.clone(), entry);
                                 (Some(connecting), endpoint)
                             }
                             None => (None, endpoint),
@@ -109,18 +109,18 @@ impl Pools {
         drop(pending);
         let mut clusters = self.lock();
         let pools = clusters.get_mut(cluster);
-        let entry = pools.as_ref().and_then(|p| p.http2.get(&dial.address));
+        let entry = pools.as_ref().and_then(|p| p.http2.get(target.address));
         let still_connecting = matches!(entry, Some(Http2Entry::Connecting(..)));
         match (&result, pools) {
-            (Ok(conn), Some(pools)) => match pools.http2.get_mut(&dial.address) {
+            (Ok(conn), Some(pools)) => match pools.http2.get_mut(target.address) {
                 Some(Http2Entry::Ready { conn: ready, requests }) if ready.activity_is(conn) => *requests += 1,
                 _ if still_connecting => {
-                    pools.http2.insert(dial.address.clone(), Http2Entry::Ready { conn: conn.clone(), requests: 1 });
+                    pools.http2.insert(target.address.clone(), Http2Entry::Ready { conn: conn.clone(), requests: 1 });
                 }
                 _ => {}
             },
             (Err(_), Some(pools)) if still_connecting => {
-                pools.http2.remove(&dial.address);
+                pools.http2.remove(target.address);
             }
             _ => {}
         }
