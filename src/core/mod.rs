@@ -1,9 +1,10 @@
-//! Small primitives shared by every module: the allocator, backoff, outgoing TCP
+//! Small primitives shared by every module: the allocator, backoff, fast hash maps, outgoing TCP
 //! connections, shutdown signals.
 
 pub mod allocator;
 pub mod backoff;
 pub mod cow_map;
+pub mod hash;
 pub mod health_check;
 pub mod net;
 pub mod shutdown;

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
@@ -20,6 +21,7 @@ use super::balancer::{ClusterLb, Picker};
 use super::host::{Host, StatsRegistry};
 use super::policy::PickContext;
 use crate::config::{Cluster, ClusterLoadAssignment};
+use crate::core::hash::FastMap;
 use crate::telemetry::{ClusterStats, Stats};
 
 /// A cluster or its endpoints as the configuration snapshot holds them: the builder keeps
@@ -33,6 +35,10 @@ pub type BalancerMap = imbl::HashMap<String, Arc<ClusterLb>>;
 #[derive(Debug)]
 pub struct Balancers {
     current: ArcSwap<BalancerMap>,
+    /// How many maps were published: a worker whose picker saw this publication needs no
+    /// look-up in the map (see [`WorkerPickers`]). Written once per publication, read by
+    /// every request: a cache line that stays shared.
+    publications: AtomicU64,
     published: watch::Sender<u64>,
     /// The generation of the latest configuration snapshot the balancers were built from.
     built_from: watch::Sender<u64>,
@@ -40,7 +46,12 @@ pub struct Balancers {
 
 impl Default for Balancers {
     fn default() -> Self {
-        Self { current: ArcSwap::default(), published: watch::Sender::new(0), built_from: watch::Sender::new(0) }
+        Self {
+            current: ArcSwap::default(),
+            publications: AtomicU64::new(0),
+            published: watch::Sender::new(0),
+            built_from: watch::Sender::new(0),
+        }
     }
 }
 
@@ -75,8 +86,15 @@ impl Balancers {
         tokio::time::timeout(limit, built.wait_for(|built| *built >= generation)).await.is_ok_and(|r| r.is_ok())
     }
 
+    /// How many maps were published so far. A reader that sees a count sees at least the
+    /// map published with it (the map is stored before the count moves).
+    fn publications(&self) -> u64 {
+        self.publications.load(Ordering::Acquire)
+    }
+
     fn publish(&self, map: BalancerMap) {
         self.current.store(Arc::new(map));
+        self.publications.fetch_add(1, Ordering::Release);
         self.published.send_modify(|n| *n += 1);
     }
 }
@@ -268,14 +286,21 @@ impl BalancerBuilder {
 /// A worker's pickers, one per cluster it has sent traffic to.
 #[derive(Debug)]
 pub struct WorkerPickers {
-    pickers: HashMap<String, Picker>,
+    pickers: FastMap<String, Current>,
     seed: u64,
+}
+
+/// A picker and the publication it was last checked against.
+#[derive(Debug)]
+struct Current {
+    picker: Picker,
+    seen: u64,
 }
 
 impl WorkerPickers {
     /// `seed` differs per worker so workers do not move in lockstep.
     pub fn new(seed: u64) -> Self {
-        Self { pickers: HashMap::new(), seed }
+        Self { pickers: FastMap::default(), seed }
     }
 
     /// Picks a host of `cluster`; `None` when the cluster is unknown or has no usable host.
@@ -303,19 +328,36 @@ impl WorkerPickers {
         self.picker(balancers, cluster).map(|picker| picker.balancer())
     }
 
-    /// The worker's picker of `cluster`, switched to the published balancer. The map is
-    /// read through `ArcSwap`'s guard and the balancer compared by pointer: only a new
-    /// publication clones its `Arc` (a clone per request would write the balancer's shared
-    /// reference count from every worker).
+    /// The worker's picker of `cluster`, switched to the published balancer. Resolved once
+    /// per publication: while no new map was published, a request finds its picker with
+    /// one look-up in this worker's own map and reads nothing shared but the publication
+    /// count. After one, the map is read through `ArcSwap`'s guard and the balancer compared
+    /// by pointer: only a rebuilt balancer clones its `Arc` (a clone per request would write
+    /// the balancer's shared reference count from every worker).
     fn picker(&mut self, balancers: &Balancers, cluster: &str) -> Option<&mut Picker> {
+        let publication = balancers.publications();
+        let known = match self.pickers.get_mut(cluster) {
+            Some(current) if current.seen == publication => {
+                return self.pickers.get_mut(cluster).map(|c| &mut c.picker);
+            }
+            Some(_) => true,
+            None => false,
+        };
         let published = balancers.current.load();
-        let lb = published.get(cluster)?;
-        if self.pickers.contains_key(cluster) {
-            let picker = self.pickers.get_mut(cluster)?;
-            picker.refresh(lb);
-            return Some(picker);
+        let Some(lb) = published.get(cluster) else {
+            if known {
+                self.pickers.remove(cluster); // the cluster left: its picker goes with it
+            }
+            return None;
+        };
+        if known {
+            let current = self.pickers.get_mut(cluster)?;
+            current.picker.refresh(lb);
+            current.seen = publication;
+            return Some(&mut current.picker);
         }
         self.seed = self.seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        Some(self.pickers.entry(cluster.to_owned()).or_insert(Picker::new(lb.clone(), self.seed)))
+        let current = Current { picker: Picker::new(lb.clone(), self.seed), seen: publication };
+        Some(&mut self.pickers.entry(cluster.to_owned()).or_insert(current).picker)
     }
 }

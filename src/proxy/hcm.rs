@@ -10,6 +10,7 @@ mod observed;
 mod request_body;
 mod serve;
 mod stream;
+mod stream_timer;
 mod upgrade;
 
 use std::net::SocketAddr;
@@ -94,6 +95,8 @@ pub(super) struct Exchange<'a> {
     pub overload_drain: Option<&'a tokio::sync::Notify>,
     /// The listener's `per_connection_buffer_limit_bytes`.
     pub buffer_limit: u32,
+    /// The stream's one timer: the attempt's timeout shares it with the stream limits.
+    timer: &'a stream_timer::StreamTimer,
 }
 
 /// One request: path normalization, the connection manager's header handling, route
@@ -422,7 +425,7 @@ async fn route_and_forward(
             return response;
         }
     };
-    let Some(cluster) = snapshot.clusters.get(forward.cluster.as_ref()).cloned() else {
+    let Some(cluster) = snapshot.clusters.get(forward.cluster.as_ref()) else {
         return local(manager, stream, LocalReply::ClusterNotFound(forward.cluster_not_found_status), is_grpc);
     };
     if let Some(log) = pending.as_mut() {
@@ -432,7 +435,7 @@ async fn route_and_forward(
         && headers::is_upgrade(&parts.headers)
     {
         // Boxed: an upgrade's connect and tunnel set-up would otherwise size every request.
-        return Box::pin(forward_upgrade(parts, body, &forward, &cluster, snapshot, exchange, stream, slot)).await;
+        return Box::pin(forward_upgrade(parts, body, &forward, cluster, snapshot, exchange, stream, slot)).await;
     }
     if let Some(span) = &stream.span {
         span.set(KeyValue::new("upstream_cluster", cluster.resource.name.clone()));
@@ -544,7 +547,7 @@ async fn route_and_forward(
             (Some(per_try), Some(remaining)) => Some(per_try.min(remaining)),
             (per_try, remaining) => per_try.or(remaining),
         };
-        let tls = match context.tls.upstream(&cluster, &host.endpoint, snapshot) {
+        let tls = match context.tls.upstream(cluster, &host.endpoint, snapshot) {
             Ok(tls) => tls,
             Err(error) => {
                 let failure =
@@ -565,7 +568,10 @@ async fn route_and_forward(
             resources.as_ref(),
         );
         let result = match try_timeout {
-            Some(limit) => tokio::time::timeout(limit, send).await.map_err(|_| Attempt::Timeout),
+            Some(limit) => {
+                let deadline = tokio::time::Instant::now() + limit;
+                exchange.timer.within(deadline, send).await.map_err(|_| Attempt::Timeout)
+            }
             None => Ok(send.await),
         };
         if let Some(span) = upstream_span {

@@ -53,6 +53,7 @@ use connect::{Dial, Target};
 use limits::Breakers;
 use pool::{Membership, Pools};
 
+use super::exec::Spawner;
 use super::transport::HandshakeStats;
 use crate::config::cluster::DiscoveryType;
 use crate::config::cluster::{Cluster, UpstreamProtocol};
@@ -93,6 +94,7 @@ impl Protocol {
 pub struct Upstreams {
     pools: Arc<Pools>,
     tls_stats: Arc<HandshakeStats>,
+    spawner: Spawner,
 }
 
 impl Upstreams {
@@ -102,7 +104,14 @@ impl Upstreams {
 
     /// Upstreams whose TLS handshakes are counted in `stats`.
     pub fn with_tls_stats(stats: Arc<HandshakeStats>) -> Self {
-        Self { pools: Arc::default(), tls_stats: stats }
+        Self { pools: Arc::default(), tls_stats: stats, spawner: Spawner::Runtime }
+    }
+
+    /// Upstreams whose connection tasks run on the current thread's local set: a worker's
+    /// (must be used within one). A response then wakes its request without leaving the
+    /// local set.
+    pub fn on_local_set(self) -> Self {
+        Self { spawner: Spawner::Local, ..self }
     }
 
     /// Sends `request` to `host` in plaintext and feeds the outcome back into the host's
@@ -177,7 +186,7 @@ impl Upstreams {
         breakers: Option<&Breakers<'_>>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         let tls = tls.as_ref().map(|tls| (tls, &self.tls_stats));
-        let target = Target::new(host.address(), cluster, &host.cluster_stats, tls);
+        let target = Target::new(host.address(), cluster, &host.cluster_stats, tls, self.spawner);
         let max_requests = cluster.http.max_requests_per_connection;
         match Protocol::for_request(cluster, downstream_is_h2) {
             Protocol::Http1 => {
@@ -207,8 +216,8 @@ impl Upstreams {
         request: Request<RequestBody>,
         tls: Option<Arc<ClientTls>>,
     ) -> Result<Response<hyper::body::Incoming>, UpstreamError> {
-        let dial =
-            Dial::new(host.address(), cluster, &host.cluster_stats, tls.map(|tls| (tls, self.tls_stats.clone())));
+        let tls = tls.map(|tls| (tls, self.tls_stats.clone()));
+        let dial = Dial::new(host.address(), cluster, &host.cluster_stats, tls, self.spawner);
         let endpoint = Arc::new(limits::EndpointConns::default());
         let Some(permit) = limits::connection(None, &endpoint) else { return Err(UpstreamError::Overflow) };
         let (mut sender, _activity) = dial.http1_upgradable(permit).await?;

@@ -173,7 +173,7 @@ async fn run(
         store: store.clone(),
         balancers,
         pickers: RefCell::new(WorkerPickers::new(seed)),
-        upstreams: Upstreams::with_tls_stats(options.tls.clone()),
+        upstreams: Upstreams::with_tls_stats(options.tls.clone()).on_local_set(),
         rng: RefCell::new(SmallRng::seed_from_u64(seed ^ 0xa5a5)),
         tls: WorkerTls::new(options.tls.clone()),
         listener_index: RefCell::default(),

@@ -24,6 +24,7 @@ use super::codec::{self, Protocol};
 use super::lifetime::{Close, Lifetime};
 use super::metered::Metered;
 use super::observed::handle;
+use super::stream_timer::StreamTimer;
 use super::upgrade::UpgradeSlot;
 use super::{Exchange, ProxyBody, Secure, stream};
 use crate::config::listener::HttpConnectionManager;
@@ -100,6 +101,7 @@ pub async fn serve<S>(
             let (tracer, overload_drain) = (tracer.clone(), overload_drain.clone());
             Box::pin(async move {
                 let http1 = request.version() == http::Version::HTTP_11;
+                let timer = StreamTimer::default();
                 let exchange = Exchange {
                     downstream,
                     connection: &connection,
@@ -113,9 +115,10 @@ pub async fn serve<S>(
                     overloadable,
                     overload_drain: overload_drain.as_deref(),
                     buffer_limit,
+                    timer: &timer,
                 };
                 let run = |request| handle(request, exchange, stats.clone(), &access_logs);
-                Ok(stream::limited(request, &lifetime, &manager, &stats, run).await)
+                Ok(stream::limited(request, &timer, &lifetime, &manager, &stats, run).await)
             })
         })
     };

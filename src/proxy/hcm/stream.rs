@@ -22,15 +22,18 @@ use super::super::headers;
 use super::super::upstream::BoxError;
 use super::ProxyBody;
 use super::lifetime::{Close, Lifetime, StreamGuard};
+use super::stream_timer::{Party, StreamTimer};
 use crate::config::listener::HttpConnectionManager;
 use crate::telemetry::HttpStats;
 
 /// gRPC `DEADLINE_EXCEEDED`, Envoy's status for `max_stream_duration`.
 const GRPC_DEADLINE_EXCEEDED: u32 = 4;
 
-/// Runs `handle` for `request` within the stream limits.
+/// Runs `handle` for `request` within the stream limits, on the stream's one `timer`
+/// (which `handle` shares for the attempt's timeout).
 pub(super) async fn limited<F, Fut>(
     request: Request<Incoming>,
+    timer: &StreamTimer,
     lifetime: &Arc<Lifetime>,
     manager: &HttpConnectionManager,
     stats: &Arc<HttpStats>,
@@ -61,8 +64,9 @@ where
         deadline: manager.common.max_stream_duration.map(|d| guard.started() + d),
     };
     let mut response = tokio::select! {
+        biased;
         response = handle(request) => response,
-        expired = limits.expired(lifetime, guard.started()) => {
+        expired = limits.expired(timer, lifetime, guard.started()) => {
             // The request's own stats counted it; its answer is this one.
             guard.complete();
             return match expired {
@@ -83,7 +87,8 @@ where
         response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
     }
     let stats = stats.clone();
-    response.map(|body| LimitedBody::new(body, guard, limits, stats).boxed_unsync())
+    let sleep = timer.take_sleep();
+    response.map(|body| LimitedBody::new(body, guard, limits, stats, sleep).boxed_unsync())
 }
 
 fn is_grpc(request: &Request<Incoming>) -> bool {
@@ -139,11 +144,14 @@ impl Limits {
         Ok([idle_at, self.deadline].into_iter().flatten().min())
     }
 
-    async fn expired(&self, lifetime: &Lifetime, started: Instant) -> Expired {
+    async fn expired(&self, timer: &StreamTimer, lifetime: &Lifetime, started: Instant) -> Expired {
         loop {
             match self.check(lifetime, started, Instant::now()) {
                 Err(expired) => return expired,
-                Ok(Some(at)) => tokio::time::sleep_until(at).await,
+                Ok(Some(at)) => {
+                    timer.set(Party::Limits, Some(at));
+                    timer.passed(Party::Limits).await;
+                }
                 Ok(None) => std::future::pending().await,
             }
         }
@@ -163,13 +171,26 @@ struct LimitedBody {
 }
 
 impl LimitedBody {
-    fn new(inner: ProxyBody, mut guard: StreamGuard, limits: Limits, stats: Arc<HttpStats>) -> Self {
+    /// `sleep` is the stream's timer, when the request armed one: reset, not made anew.
+    fn new(
+        inner: ProxyBody,
+        mut guard: StreamGuard,
+        limits: Limits,
+        stats: Arc<HttpStats>,
+        sleep: Option<Pin<Box<Sleep>>>,
+    ) -> Self {
         if inner.is_end_stream() {
             guard.complete();
         }
         let last_frame = Instant::now();
         let timer = match limits.check(guard.lifetime(), last_frame, last_frame) {
-            Ok(Some(at)) => Some(Box::pin(tokio::time::sleep_until(at))),
+            Ok(Some(at)) => Some(match sleep {
+                Some(mut sleep) => {
+                    sleep.as_mut().reset(at);
+                    sleep
+                }
+                None => Box::pin(tokio::time::sleep_until(at)),
+            }),
             _ => None,
         };
         Self { inner, guard, limits, last_frame, timer, stats }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use hyper::client::conn::{http1, http2};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpStream, UnixStream};
 
@@ -22,6 +22,7 @@ use crate::config::Address;
 use crate::config::cluster::SourceAddresses;
 use crate::config::cluster::{Cluster, Http2Settings};
 use crate::proxy::byte_count::ByteCounted;
+use crate::proxy::exec::Spawner;
 use crate::proxy::flow_control;
 use crate::proxy::transport::HandshakeStats;
 use crate::telemetry::{ClusterStats, ConnectionLife};
@@ -37,6 +38,7 @@ pub(crate) struct Target<'a> {
     cluster: &'a Cluster,
     stats: &'a Arc<ClusterStats>,
     tls: Option<(&'a Arc<ClientTls>, &'a Arc<HandshakeStats>)>,
+    spawner: Spawner,
 }
 
 impl<'a> Target<'a> {
@@ -45,8 +47,9 @@ impl<'a> Target<'a> {
         cluster: &'a Cluster,
         stats: &'a Arc<ClusterStats>,
         tls: Option<(&'a Arc<ClientTls>, &'a Arc<HandshakeStats>)>,
+        spawner: Spawner,
     ) -> Self {
-        Self { address, cluster, stats, tls }
+        Self { address, cluster, stats, tls, spawner }
     }
 
     /// Which transport a pooled connection must have been made with (see
@@ -63,7 +66,7 @@ impl<'a> Target<'a> {
     /// The owned settings to open a connection with.
     pub(crate) fn dial(&self) -> Dial {
         let tls = self.tls.map(|(tls, stats)| (tls.clone(), stats.clone()));
-        Dial::new(self.address, self.cluster, self.stats, tls)
+        Dial::new(self.address, self.cluster, self.stats, tls, self.spawner)
     }
 }
 
@@ -81,6 +84,8 @@ pub(crate) struct Dial {
     pub tls: Option<(Arc<ClientTls>, Arc<HandshakeStats>)>,
     /// `upstream_cx_*` of the cluster.
     pub stats: Arc<ClusterStats>,
+    /// Where the connection's task runs.
+    pub spawner: Spawner,
 }
 
 /// Opens the socket, runs the TLS handshake if any, then the HTTP handshake `$then`.
@@ -122,8 +127,10 @@ impl Dial {
         cluster: &Cluster,
         stats: &Arc<ClusterStats>,
         tls: Option<(Arc<ClientTls>, Arc<HandshakeStats>)>,
+        spawner: Spawner,
     ) -> Self {
         Self {
+            spawner,
             stats: stats.clone(),
             address: address.clone(),
             connect_timeout: cluster.connect_timeout,
@@ -246,7 +253,7 @@ impl Dial {
             settings.initial_stream_window_size,
             settings.initial_connection_window_size,
         );
-        let mut builder = http2::Builder::new(TokioExecutor::new());
+        let mut builder = http2::Builder::new(self.spawner);
         builder
             .timer(TokioTimer::new())
             .initial_stream_window_size(flow.stream_window)
@@ -274,7 +281,7 @@ impl Dial {
         builder
     }
 
-    /// Runs the connection on the current runtime (the worker's) until it ends or has been
+    /// Runs the connection on the worker's thread (see [`Spawner`]) until it ends or has been
     /// idle for the idle timeout; dropping it closes the socket, and the pool sees the
     /// sender closed. The permit goes with the connection: its end frees the circuit
     /// breaker's slot and wakes a request pending for a connection.
@@ -290,7 +297,7 @@ impl Dial {
             &self.stats.upstream_cx_destroy,
             &self.stats.upstream_cx_length_ms,
         );
-        tokio::spawn(async move {
+        self.spawner.spawn(async move {
             let _life = life;
             let _permit = permit;
             let idle = async move {

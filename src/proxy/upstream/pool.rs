@@ -13,7 +13,6 @@
 //! spawn request futures with plain `tokio::spawn`: each worker owns its own pools and one
 //! thread uses them, so the lock is never contended and never held across an `.await`.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use hyper::client::conn::http1;
@@ -24,6 +23,7 @@ use super::connect::Target;
 use super::error::UpstreamError;
 use super::limits::{self, Breakers, EndpointConns};
 use crate::config::Address;
+use crate::core::hash::FastMap;
 
 mod http2;
 
@@ -52,15 +52,15 @@ impl Membership<'_> {
 /// The pools of one worker.
 #[derive(Debug, Default)]
 pub(crate) struct Pools {
-    clusters: Mutex<HashMap<Arc<str>, ClusterPools>>,
+    clusters: Mutex<FastMap<Arc<str>, ClusterPools>>,
 }
 
 #[derive(Debug, Default)]
 struct ClusterPools {
-    http1: HashMap<Address, Vec<Http1Conn>>,
-    http2: HashMap<Address, Http2Entry>,
+    http1: FastMap<Address, Vec<Http1Conn>>,
+    http2: FastMap<Address, Http2Entry>,
     /// This worker's connections per endpoint, for the circuit breakers.
-    endpoints: HashMap<Address, Arc<EndpointConns>>,
+    endpoints: FastMap<Address, Arc<EndpointConns>>,
 }
 
 impl ClusterPools {
@@ -123,7 +123,7 @@ impl Checkin {
 }
 
 impl Pools {
-    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, ClusterPools>> {
+    fn lock(&self) -> MutexGuard<'_, FastMap<Arc<str>, ClusterPools>> {
         self.clusters.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
