@@ -56,6 +56,15 @@ impl StreamTimer {
     pub(super) fn poll_deadline(&self, party: Party, cx: &mut Context<'_>) -> Poll<()> {
         let Some(own) = self.deadline(party).get() else { return Poll::Pending };
         let mut slot = self.sleep.borrow_mut();
+        // Armed at the earliest deadline and not fired: the common poll, which reads no clock.
+        let earliest = [self.limits.get(), self.attempt.get()].into_iter().flatten().fold(own, Instant::min);
+        if let Some(sleep) = slot.as_mut()
+            && sleep.deadline() == earliest
+            && !sleep.is_elapsed()
+            && sleep.as_mut().poll(cx).is_pending()
+        {
+            return Poll::Pending;
+        }
         // Each pass that sees the timer fire leaves out the deadline it fired for (no
         // longer ahead): with two parties, the third pass has only `own` left.
         for _ in 0..3 {
