@@ -182,6 +182,9 @@ pub fn private_address(ip: IpAddr) -> bool {
 /// stay on an upgrade (WebSocket) exchange, which forwards them verbatim; `te` keeps only
 /// `trailers`, the one value meaningful end to end (gRPC needs it).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if !has_hop_by_hop(headers) {
+        return;
+    }
     HOP_BY_HOP.iter().for_each(|h| drop(headers.remove(h)));
     if !is_upgrade(headers) {
         headers.remove(CONNECTION);
@@ -197,6 +200,13 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if keeps_trailers {
         headers.insert(TE, HeaderValue::from_static("trailers"));
     }
+}
+
+/// Whether any hop-by-hop header is present (`connection`, `upgrade` and `te` included):
+/// one pass over the names, where removing each would hash it and probe the map, and most
+/// messages carry none.
+fn has_hop_by_hop(headers: &HeaderMap) -> bool {
+    headers.keys().any(|name| HOP_BY_HOP.contains(name) || name == CONNECTION || name == UPGRADE || name == TE)
 }
 
 /// An upgrade request or response: `upgrade` present and `connection` lists `upgrade`.
@@ -249,11 +259,13 @@ fn append_list(headers: &mut HeaderMap, name: HeaderName, value: &str) {
 /// echoed when `always_set_request_id_in_response` (or the request forced a trace), `via`
 /// appended when configured, and `server` per `server_header_transformation`.
 pub fn mutate_response_headers(hcm: &HttpConnectionManager, request: Option<&HeaderMap>, response: &mut HeaderMap) {
-    let upgrade = request.is_some_and(is_upgrade) && is_upgrade(response);
-    HOP_BY_HOP.iter().for_each(|h| drop(response.remove(h)));
-    if !upgrade {
-        response.remove(CONNECTION);
-        response.remove(UPGRADE);
+    if has_hop_by_hop(response) {
+        let upgrade = request.is_some_and(is_upgrade) && is_upgrade(response);
+        HOP_BY_HOP.iter().for_each(|h| drop(response.remove(h)));
+        if !upgrade {
+            response.remove(CONNECTION);
+            response.remove(UPGRADE);
+        }
     }
     if let Some(request) = request
         && (hcm.always_set_request_id_in_response || request.contains_key(X_ENVOY_FORCE_TRACE))

@@ -50,6 +50,9 @@ pub(super) struct Lifetime {
     idle_since: AtomicU64,
     /// The last time bytes arrived from the client: activity for `stream_idle_timeout`.
     last_read: AtomicU64,
+    /// When the watcher's timer fires (`u64::MAX`: it has none). An idle deadline later
+    /// than this needs no wake: the timer fires first and finds the new deadline itself.
+    armed: AtomicU64,
     closed_streams: AtomicU64,
     premature_resets: AtomicU64,
     /// 0: open; else 1 + the index of the [`Close`] reason.
@@ -69,6 +72,7 @@ impl Lifetime {
             requests: AtomicU32::new(0),
             idle_since: AtomicU64::new(0),
             last_read: AtomicU64::new(0),
+            armed: AtomicU64::new(u64::MAX),
             closed_streams: AtomicU64::new(0),
             premature_resets: AtomicU64::new(0),
             close: AtomicU8::new(0),
@@ -129,6 +133,7 @@ impl Lifetime {
             };
             let ends_at = self.ends_at.map(|at| (at, Close::MaxDuration));
             let next = [idle_at, ends_at].into_iter().flatten().min_by_key(|(at, _)| *at);
+            self.armed.store(next.map_or(u64::MAX, |(at, _)| self.since_born(at)), Relaxed);
             match next {
                 Some((at, reason)) => {
                     tokio::select! {
@@ -161,8 +166,14 @@ impl Lifetime {
         let now = Instant::now();
         if active == 0 {
             self.idle_since.store(self.since_born(now), Relaxed);
-            // The idle deadline starts now: wake the watcher to arm it.
-            self.changed.notify_one();
+            // The idle deadline starts now: wake the watcher to arm it, unless its timer
+            // fires before that deadline anyway (then it re-arms when it fires). A busy
+            // connection so wakes its watcher once per idle timeout, not once per request.
+            if let Some(timeout) = self.idle_timeout
+                && self.armed.load(Relaxed) > now.checked_add(timeout).map_or(u64::MAX, |at| self.since_born(at))
+            {
+                self.changed.notify_one();
+            }
         }
         let closed = self.closed_streams.fetch_add(1, Relaxed) + 1;
         let mut premature = self.premature_resets.load(Relaxed);
@@ -263,5 +274,37 @@ mod tests {
         let ended = Instant::now();
         assert_eq!(watch.await, Close::Idle);
         assert_eq!(ended.elapsed(), Duration::from_secs(10), "idle from the stream's end");
+    }
+
+    /// Counts the wakes of the task it is the waker of.
+    #[derive(Default)]
+    struct Wakes(AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Requests on a busy connection do not wake its watcher: its timer, armed at the
+    /// first idle deadline, fires once, finds the later deadline and re-arms. The
+    /// connection still closes a whole idle timeout after its last stream.
+    #[tokio::test(start_paused = true)]
+    async fn streams_on_a_busy_connection_do_not_wake_the_watcher_and_idle_is_counted_from_the_last() {
+        let options = CommonHttpOptions { idle_timeout: Some(Duration::from_secs(10)), ..Default::default() };
+        let lifetime = Lifetime::new(&options);
+        let watch = lifetime.until_close();
+        tokio::pin!(watch);
+        let wakes = Arc::new(Wakes::default());
+        let waker = std::task::Waker::from(wakes.clone());
+        assert!(watch.as_mut().poll(&mut std::task::Context::from_waker(&waker)).is_pending());
+        for _ in 0..5 {
+            tokio::time::advance(Duration::from_secs(1)).await;
+            drop(lifetime.stream_started().0);
+        }
+        assert_eq!(wakes.0.load(Relaxed), 0, "a stream's end woke the watcher");
+        let last_ended = Instant::now();
+        assert_eq!(watch.await, Close::Idle);
+        assert_eq!(Instant::now() - last_ended, Duration::from_secs(10));
     }
 }

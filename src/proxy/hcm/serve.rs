@@ -138,6 +138,7 @@ pub async fn serve<S>(
 }
 
 /// What may end a connection besides its client.
+#[derive(Clone)]
 struct Ends {
     draining: Signal,
     lifetime: Arc<Lifetime>,
@@ -149,6 +150,19 @@ struct Ends {
 }
 
 impl Ends {
+    /// [`next`](Self::next) on a task of its own (the worker's local set). The connection's
+    /// task is woken for every request; had it polled `next` itself, each wake would poll
+    /// the drain signal, the overload notification and the lifetime's watch again. It
+    /// polls one channel instead. The task is aborted with the watch.
+    fn watch(&self) -> EndsWatch {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let ends = self.clone();
+        let task = tokio::task::spawn_local(async move {
+            let _ = tx.send(ends.next().await);
+        });
+        EndsWatch { rx, task: task.abort_handle() }
+    }
+
     /// Resolves when the connection should stop taking requests: `None` to drain it,
     /// `Some` to drop it at once.
     async fn next(&self) -> Option<Close> {
@@ -174,6 +188,18 @@ impl Ends {
     }
 }
 
+/// The outcome of [`Ends::next`], from its task.
+struct EndsWatch {
+    rx: tokio::sync::oneshot::Receiver<Option<Close>>,
+    task: tokio::task::AbortHandle,
+}
+
+impl Drop for EndsWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 async fn told(notify: Option<&Notify>) {
     match notify {
         Some(notify) => notify.notified().await,
@@ -193,17 +219,19 @@ async fn serve_http1<S, Svc>(
     Svc: HttpService<Incoming, ResBody = ProxyBody, Error = Infallible> + Unpin,
     Svc::Future: Unpin,
 {
-    let mut draining = false;
+    let mut watch = ends.watch();
+    let mut watching = true;
     let result = loop {
         tokio::select! {
             result = std::future::poll_fn(|cx| connection.poll_without_shutdown(cx)) => break result,
-            close = ends.next(), if !draining => {
-                if close.is_some() {
-                    return;
+            close = &mut watch.rx, if watching => {
+                watching = false;
+                match close {
+                    Ok(Some(_)) => return,
+                    // HTTP/1.1 closes after the response in progress (at once when idle).
+                    Ok(None) => Pin::new(&mut connection).graceful_shutdown(),
+                    Err(_) => {} // the watch ended without a word: nothing to act on
                 }
-                // HTTP/1.1 closes after the response in progress (at once when idle).
-                Pin::new(&mut connection).graceful_shutdown();
-                draining = true;
             }
         }
     };
@@ -250,17 +278,19 @@ where
     Svc::Future: 'static,
 {
     tokio::pin!(connection);
-    let mut draining = false;
+    let mut watch = ends.watch();
+    let mut watching = true;
     let result = loop {
         tokio::select! {
             result = connection.as_mut() => break result,
-            close = ends.next(), if !draining => {
-                if close.is_some() {
-                    return;
+            close = &mut watch.rx, if watching => {
+                watching = false;
+                match close {
+                    Ok(Some(_)) => return,
+                    // GOAWAY; streams already accepted are answered.
+                    Ok(None) => connection.as_mut().graceful_shutdown(),
+                    Err(_) => {}
                 }
-                // GOAWAY; streams already accepted are answered.
-                connection.as_mut().graceful_shutdown();
-                draining = true;
             }
         }
     };

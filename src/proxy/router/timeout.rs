@@ -30,12 +30,14 @@ impl Timeouts {
             Some(max) if is_grpc(parts) => grpc_timeout(action, max, parts),
             _ => action.timeout,
         };
-        if let Some(ms) = header_ms(parts, UPSTREAM_RQ_TIMEOUT_MS) {
-            global = nonzero(ms);
-        }
         let mut per_try = policy.and_then(|p| p.per_try_timeout);
-        if let Some(ms) = header_ms(parts, UPSTREAM_RQ_PER_TRY_TIMEOUT_MS) {
-            per_try = nonzero(ms);
+        if has_envoy_header(&parts.headers) {
+            if let Some(ms) = header_ms(parts, UPSTREAM_RQ_TIMEOUT_MS) {
+                global = nonzero(ms);
+            }
+            if let Some(ms) = header_ms(parts, UPSTREAM_RQ_PER_TRY_TIMEOUT_MS) {
+                per_try = nonzero(ms);
+            }
         }
         if let (Some(try_timeout), Some(whole)) = (per_try, global)
             && try_timeout >= whole
@@ -86,6 +88,12 @@ pub(crate) fn parse_grpc_timeout(value: &str) -> Option<Duration> {
 
 fn header_ms(parts: &Parts, name: HeaderName) -> Option<u64> {
     parts.headers.get(name)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// Whether the request carries any `x-envoy-*` header: one pass over its names, cheaper
+/// than hashing two long names that most requests do not have.
+pub(super) fn has_envoy_header(headers: &http::HeaderMap) -> bool {
+    headers.keys().any(|name| name.as_str().starts_with("x-envoy-"))
 }
 
 fn nonzero(ms: u64) -> Option<Duration> {
