@@ -99,9 +99,9 @@ pub async fn serve<S>(
                 (manager.clone(), context.clone(), stats.clone(), access_logs.clone(), lifetime.clone());
             let (filters, connection, upgrades) = (filters.clone(), connection.clone(), upgrades.clone());
             let (tracer, overload_drain) = (tracer.clone(), overload_drain.clone());
+            let timer = StreamTimer::default();
             Box::pin(async move {
                 let http1 = request.version() == http::Version::HTTP_11;
-                let timer = StreamTimer::default();
                 let exchange = Exchange {
                     downstream,
                     connection: &connection,
