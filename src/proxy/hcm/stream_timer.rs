@@ -11,7 +11,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
-use std::pin::{Pin, pin};
+use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::time::{Instant, Sleep};
@@ -98,17 +98,9 @@ impl StreamTimer {
 
     /// Runs `future` until `deadline` (the attempt's timeout); `Err(Elapsed)` when the
     /// deadline passed first, and the future is dropped.
-    pub(super) async fn within<F: Future>(&self, deadline: Instant, future: F) -> Result<F::Output, Elapsed> {
-        let _clear = Cleared { timer: self, party: Party::Attempt };
+    pub(super) fn within<F: Future>(&self, deadline: Instant, future: F) -> Within<'_, F> {
         self.set(Party::Attempt, Some(deadline));
-        let mut future = pin!(future);
-        std::future::poll_fn(|cx| {
-            if let Poll::Ready(output) = future.as_mut().poll(cx) {
-                return Poll::Ready(Ok(output));
-            }
-            self.poll_deadline(Party::Attempt, cx).map(|()| Err(Elapsed))
-        })
-        .await
+        Within { timer: self, future }
     }
 
     /// Resolves once `party`'s deadline has passed (never while it has none).
@@ -125,15 +117,33 @@ impl StreamTimer {
     }
 }
 
-/// Clears a party's deadline when its wait ends or is dropped.
-struct Cleared<'a> {
-    timer: &'a StreamTimer,
-    party: Party,
+pin_project_lite::pin_project! {
+    /// [`StreamTimer::within`]: the future and the timer it shares. A plain struct, not an
+    /// async function, so the future is held once (an async function would hold it twice,
+    /// as its argument and as its pinned local). The attempt's deadline is cleared when
+    /// this ends or is dropped.
+    pub(super) struct Within<'a, F> {
+        timer: &'a StreamTimer,
+        #[pin]
+        future: F,
+    }
+
+    impl<F> PinnedDrop for Within<'_, F> {
+        fn drop(this: Pin<&mut Self>) {
+            this.timer.set(Party::Attempt, None);
+        }
+    }
 }
 
-impl Drop for Cleared<'_> {
-    fn drop(&mut self) {
-        self.timer.set(self.party, None);
+impl<F: Future> Future for Within<'_, F> {
+    type Output = Result<F::Output, Elapsed>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(output) = this.future.poll(cx) {
+            return Poll::Ready(Ok(output));
+        }
+        this.timer.poll_deadline(Party::Attempt, cx).map(|()| Err(Elapsed))
     }
 }
 
