@@ -134,6 +134,13 @@ async fn xds_churn_under_load(api_type: &str) {
             for t in TYPES {
                 cp.wait_acked(t).await;
             }
+            // Connections of the replaced listener drain after their request in flight;
+            // the clients' next connections land on this one. Waiting for that, rather than
+            // for any two answers (which the draining connections may still give), makes
+            // each settled listener serve before the churn goes on.
+            let served = format!("http.{prefix}.downstream_rq_total");
+            let answered = || lab::stat(&lab.outrider, &served).unwrap_or(0.0) > 0.0;
+            wait_until("a request served by the listener just pushed", answered).await;
         }
         load.wait_answered(2).await;
     }
