@@ -7,10 +7,13 @@
 #
 #   bench/instructions-per-request.sh BINARY [h1|h2] [N]
 #
+# OUTRIDER_BOOTSTRAP=FILE counts with another bootstrap (it must listen on 19000 and
+# forward to nginx on 18080, as bench/proxy-bootstrap.yaml does).
 # Prints `h1 instructions_per_request=...`. Compare two binaries by running it on each.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 bin="$1"; mode="${2:-h1}"; n="${3:-3000}"
+bootstrap="${OUTRIDER_BOOTSTRAP:-$here/proxy-bootstrap.yaml}"
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need valgrind || ! need h2load || ! need nginx; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q valgrind nginx-light nghttp2-client >/dev/null
@@ -22,7 +25,7 @@ trap cleanup EXIT
 
 nginx -c "$here/nginx.conf" -p /tmp & pids+=($!)
 RUST_LOG=error valgrind --tool=callgrind --instr-atstart=no --log-file="$work/valgrind.log" \
-    --callgrind-out-file="$work/callgrind.out" "$bin" run --config "$here/proxy-bootstrap.yaml" --concurrency 1 \
+    --callgrind-out-file="$work/callgrind.out" "$bin" run --config "$bootstrap" --concurrency 1 \
     >/dev/null 2>&1 & proxy=$!; pids+=($proxy)
 for _ in $(seq 240); do curl -s -o /dev/null http://127.0.0.1:19000/ && break; sleep 0.5; done
 

@@ -32,10 +32,7 @@ impl Spawner {
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        match self {
-            Self::Runtime => drop(tokio::spawn(future)),
-            Self::Local => drop(tokio::task::spawn_local(future)),
-        }
+        hyper::rt::Executor::execute(&self, future);
     }
 }
 

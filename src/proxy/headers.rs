@@ -30,6 +30,12 @@ const X_ENVOY_UPSTREAM_SERVICE_TIME: HeaderName = HeaderName::from_static("x-env
 /// without such a header (most of them) skips their removal.
 const X_ENVOY_PREFIX: &str = "x-envoy-";
 
+/// Whether the message carries any `x-envoy-*` header: one pass over its names, cheaper
+/// than hashing the long names of the ones looked for, which most requests do not have.
+pub fn has_envoy_header(headers: &HeaderMap) -> bool {
+    headers.keys().any(|name| name.as_str().starts_with(X_ENVOY_PREFIX))
+}
+
 /// Hop-by-hop headers never forwarded (besides `connection`, `upgrade` and `te`, which
 /// have their own rules).
 const HOP_BY_HOP: [HeaderName; 3] = [
@@ -134,7 +140,7 @@ pub fn mutate_request_headers(
         headers.insert(X_ENVOY_INTERNAL, HeaderValue::from_static("true"));
     } else {
         // One pass over the request's names instead of seventeen look-ups.
-        if headers.keys().any(|name| name.as_str().starts_with(X_ENVOY_PREFIX)) {
+        if has_envoy_header(headers) {
             if edge {
                 EDGE_STRIPPED.iter().for_each(|h| drop(headers.remove(h)));
             }

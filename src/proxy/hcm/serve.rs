@@ -160,7 +160,7 @@ impl Ends {
         let task = tokio::task::spawn_local(async move {
             let _ = tx.send(ends.next().await);
         });
-        EndsWatch { rx, task: task.abort_handle() }
+        EndsWatch { rx: Some(rx), task: task.abort_handle() }
     }
 
     /// Resolves when the connection should stop taking requests: `None` to drain it,
@@ -190,8 +190,24 @@ impl Ends {
 
 /// The outcome of [`Ends::next`], from its task.
 struct EndsWatch {
-    rx: tokio::sync::oneshot::Receiver<Option<Close>>,
+    /// `None` once told.
+    rx: Option<tokio::sync::oneshot::Receiver<Option<Close>>>,
     task: tokio::task::AbortHandle,
+}
+
+impl EndsWatch {
+    /// [`Ends::next`]'s answer, once: `None` to drain, `Some` to drop the connection at
+    /// once. Pending for ever after (and if the watch ended without a word).
+    async fn next(&mut self) -> Option<Close> {
+        if let Some(rx) = self.rx.as_mut()
+            && let Ok(close) = rx.await
+        {
+            self.rx = None;
+            return close;
+        }
+        self.rx = None;
+        std::future::pending().await
+    }
 }
 
 impl Drop for EndsWatch {
@@ -220,18 +236,15 @@ async fn serve_http1<S, Svc>(
     Svc::Future: Unpin,
 {
     let mut watch = ends.watch();
-    let mut watching = true;
     let result = loop {
         tokio::select! {
             result = std::future::poll_fn(|cx| connection.poll_without_shutdown(cx)) => break result,
-            close = &mut watch.rx, if watching => {
-                watching = false;
-                match close {
-                    Ok(Some(_)) => return,
-                    // HTTP/1.1 closes after the response in progress (at once when idle).
-                    Ok(None) => Pin::new(&mut connection).graceful_shutdown(),
-                    Err(_) => {} // the watch ended without a word: nothing to act on
+            close = watch.next() => {
+                if close.is_some() {
+                    return;
                 }
+                // HTTP/1.1 closes after the response in progress (at once when idle).
+                Pin::new(&mut connection).graceful_shutdown();
             }
         }
     };
@@ -279,18 +292,15 @@ where
 {
     tokio::pin!(connection);
     let mut watch = ends.watch();
-    let mut watching = true;
     let result = loop {
         tokio::select! {
             result = connection.as_mut() => break result,
-            close = &mut watch.rx, if watching => {
-                watching = false;
-                match close {
-                    Ok(Some(_)) => return,
-                    // GOAWAY; streams already accepted are answered.
-                    Ok(None) => connection.as_mut().graceful_shutdown(),
-                    Err(_) => {}
+            close = watch.next() => {
+                if close.is_some() {
+                    return;
                 }
+                // GOAWAY; streams already accepted are answered.
+                connection.as_mut().graceful_shutdown();
             }
         }
     };

@@ -46,6 +46,11 @@ impl StreamTimer {
         }
     }
 
+    /// Every party's deadline that is set.
+    fn deadlines(&self) -> impl Iterator<Item = Instant> {
+        [self.limits.get(), self.attempt.get()].into_iter().flatten()
+    }
+
     /// Sets (or clears) `party`'s deadline; the timer is re-armed when next polled.
     pub(super) fn set(&self, party: Party, deadline: Option<Instant>) {
         self.deadline(party).set(deadline);
@@ -57,7 +62,7 @@ impl StreamTimer {
         let Some(own) = self.deadline(party).get() else { return Poll::Pending };
         let mut slot = self.sleep.borrow_mut();
         // Armed at the earliest deadline and not fired: the common poll, which reads no clock.
-        let earliest = [self.limits.get(), self.attempt.get()].into_iter().flatten().fold(own, Instant::min);
+        let earliest = self.deadlines().fold(own, Instant::min);
         if let Some(sleep) = slot.as_mut()
             && sleep.deadline() == earliest
             && !sleep.is_elapsed()
@@ -73,11 +78,7 @@ impl StreamTimer {
                 return Poll::Ready(());
             }
             // A deadline already passed is its own party's to see in this same wake.
-            let at = [self.limits.get(), self.attempt.get()]
-                .into_iter()
-                .flatten()
-                .filter(|&d| d > now)
-                .fold(own, Instant::min);
+            let at = self.deadlines().filter(|&d| d > now).fold(own, Instant::min);
             let sleep = match slot.as_mut() {
                 Some(sleep) => {
                     if sleep.deadline() != at {

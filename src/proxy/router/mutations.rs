@@ -32,7 +32,7 @@ pub struct UpstreamRequestOptions {
 /// the first attempt): timeout headers, header mutations, host and path rewrites.
 pub fn apply_request_mutations(forward: &Forward<'_>, parts: &mut Parts, options: &UpstreamRequestOptions) {
     let headers = &mut parts.headers;
-    if super::timeout::has_envoy_header(headers) {
+    if crate::proxy::headers::has_envoy_header(headers) {
         headers.remove(super::timeout::UPSTREAM_RQ_TIMEOUT_MS);
         headers.remove(super::timeout::UPSTREAM_RQ_PER_TRY_TIMEOUT_MS);
     }

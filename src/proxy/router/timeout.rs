@@ -31,7 +31,7 @@ impl Timeouts {
             _ => action.timeout,
         };
         let mut per_try = policy.and_then(|p| p.per_try_timeout);
-        if has_envoy_header(&parts.headers) {
+        if crate::proxy::headers::has_envoy_header(&parts.headers) {
             if let Some(ms) = header_ms(parts, UPSTREAM_RQ_TIMEOUT_MS) {
                 global = nonzero(ms);
             }
@@ -88,12 +88,6 @@ pub(crate) fn parse_grpc_timeout(value: &str) -> Option<Duration> {
 
 fn header_ms(parts: &Parts, name: HeaderName) -> Option<u64> {
     parts.headers.get(name)?.to_str().ok()?.trim().parse().ok()
-}
-
-/// Whether the request carries any `x-envoy-*` header: one pass over its names, cheaper
-/// than hashing two long names that most requests do not have.
-pub(super) fn has_envoy_header(headers: &http::HeaderMap) -> bool {
-    headers.keys().any(|name| name.as_str().starts_with("x-envoy-"))
 }
 
 fn nonzero(ms: u64) -> Option<Duration> {

@@ -9,9 +9,10 @@
 //! A request that finds no ready connection is pending until it has one, and new
 //! connections need room under the cluster's `max_connections` (see `limits`).
 //!
-//! The pools sit behind a `Mutex` only so that `Upstreams` is `Send` and the worker can
-//! spawn request futures with plain `tokio::spawn`: each worker owns its own pools and one
-//! thread uses them, so the lock is never contended and never held across an `.await`.
+//! The pools sit behind a `Mutex` only because hyper needs `Send` types: a response body
+//! hands its connection back to them (`Checkin`), and upstreams used outside a worker spawn
+//! on the runtime. Each worker owns its own pools and one thread uses them, so the lock is
+//! never contended and never held across an `.await`.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
