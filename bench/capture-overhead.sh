@@ -17,4 +17,4 @@ dir="${CARGO_TARGET_DIR:-target}/$([ "$profile" = dev ] && echo debug || echo re
 copy="$(mktemp)"
 trap 'rm -f "$copy"' EXIT
 cp "$dir/outrider" "$copy"
-OUTRIDER_BIN="$copy" cargo test "${flag[@]}" --test capture_netns -- --ignored --exact capture_overhead --nocapture
+OUTRIDER_BIN="$copy" cargo test "${flag[@]}" --test mesh -- --ignored --exact capture_netns::capture_overhead --nocapture

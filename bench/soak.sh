@@ -10,7 +10,7 @@
 #    Needs a nightly toolchain and cargo-fuzz: both installed if missing;
 # 3. runs the fault-injection tests (tests/faults*.rs, when present) in release with
 #    OUTRIDER_FAULT_REQUESTS requests (default 100000);
-# 4. runs the runtime fuzzer (tests/runtime_fuzz.rs) in release, over SotW and Delta ADS,
+# 4. runs the runtime fuzzer (tests/xds/runtime_fuzz.rs) in release, over SotW and Delta ADS,
 #    with OUTRIDER_FUZZ_STEPS steps each (default 2000), the largest rings allowed
 #    (OUTRIDER_FUZZ_HEAVY) and OUTRIDER_FUZZ_SEED if set (else the test's own seeds);
 # 5. runs bench/idle-connections.py: IDLE_CONNECTIONS (default 10000) idle HTTP/1.1 and
@@ -78,14 +78,14 @@ fi
 
 # --- 3. fault tests under load ------------------------------------------------------------
 shopt -s nullglob
-faults=("$root"/tests/faults*.rs)
+faults=("$root"/tests/*/faults_*.rs)
 shopt -u nullglob
 if (( ${#faults[@]} == 0 )); then
-    row "fault tests" skipped "no tests/faults*.rs"
+    row "fault tests" skipped "no tests/*/faults_*.rs"
 else
     requests="${OUTRIDER_FAULT_REQUESTS:-100000}"
     log="$out/faults.log"
-    if (cd "$root" && OUTRIDER_FAULT_REQUESTS="$requests" cargo nextest run --release --test 'faults*') >"$log" 2>&1; then
+    if (cd "$root" && OUTRIDER_FAULT_REQUESTS="$requests" cargo nextest run --release --test proxy --test xds -E 'test(/^faults_/)') >"$log" 2>&1; then
         row "fault tests" ok "$(grep -E 'Summary' "$log" | tail -1 | sed 's/^ *//'), $requests requests"
     else
         row "fault tests" FAIL "$(grep -E 'Summary' "$log" | tail -1 | sed 's/^ *//'); log $log"
@@ -96,7 +96,7 @@ fi
 steps="${OUTRIDER_FUZZ_STEPS:-2000}"
 log="$out/runtime-fuzz.log"
 if (cd "$root" && OUTRIDER_FUZZ_STEPS="$steps" OUTRIDER_FUZZ_HEAVY=1 \
-        cargo nextest run --release --test runtime_fuzz --no-capture) >"$log" 2>&1; then
+        cargo nextest run --release --test xds -E 'test(/^runtime_fuzz::/)' --no-capture) >"$log" 2>&1; then
     row "runtime fuzzer" ok "$(grep -E '^runtime fuzz over .* steps, ' "$log" | sed 's/;.*//' | paste -sd' ' -)"
 else
     row "runtime fuzzer" FAIL "$(grep -E 'seed 0x' "$log" | grep -E 'panicked|hung|died|not answered|grew' | head -1); log $log"

@@ -3,7 +3,7 @@
 //! not) for every input. A panic, an overflow or a hang is a bug in Outrider.
 //!
 //! The cargo-fuzz targets in `fuzz_targets/` call these, and so does
-//! `tests/fuzz_smoke.rs`, which runs them on stable with seeded mutations of `corpus/`.
+//! `tests/proxy/fuzz_smoke.rs`, which runs them on stable with seeded mutations of `corpus/`.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};

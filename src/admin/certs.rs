@@ -180,7 +180,6 @@ fn time(unix: i64) -> SystemTime {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -36,7 +36,6 @@ impl KeptDocument {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

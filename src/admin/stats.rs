@@ -86,7 +86,6 @@ pub fn json(samples: &[Sample]) -> Json {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::telemetry::Scope;
 

@@ -426,7 +426,6 @@ Outrider's own commands: `outrider help`.
 ";
 
 #[cfg(test)]
-#[allow(clippy::panic)]
 mod tests {
     use super::*;
 

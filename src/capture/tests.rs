@@ -1,7 +1,5 @@
 //! The capture rules as Istio's injector asks for them, and the options that change them.
 
-#![allow(clippy::unwrap_used, clippy::panic)]
-
 use clap::Parser;
 
 use super::options::{CaptureArgs, Family, Options};

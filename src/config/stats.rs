@@ -72,7 +72,6 @@ fn matches(pattern: &StringMatcher, flat: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::config::route::matcher::Pattern;
 

@@ -1,6 +1,5 @@
 //! Istio's captured configuration, kept in `tests/data/istio` (see its README), for the
 //! converters' tests.
-#![allow(clippy::panic)]
 
 use serde_json::Value;
 

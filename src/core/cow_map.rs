@@ -55,7 +55,6 @@ impl<K: Eq + Hash + Clone, V: Clone> CowMap<K, V> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -143,7 +143,6 @@ fn decode(mut body: Bytes) -> Result<HealthCheckResponse, String> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn framed(status: i32) -> Bytes {

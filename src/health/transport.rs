@@ -109,7 +109,6 @@ impl SecretSource for Secrets<'_> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -192,7 +192,6 @@ impl DestinationCache {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use super::*;
 

@@ -69,7 +69,6 @@ impl PeakEwma {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use std::time::Duration;
 

@@ -1,5 +1,4 @@
 //! Hosts for the policies' unit tests: `10.0.0.<i>:80`, weight 1, healthy, priority 0.
-#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use prost::Message;
 use prost_reflect::{DynamicMessage, Value};
 

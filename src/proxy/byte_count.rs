@@ -68,7 +68,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ByteCounted<S> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;

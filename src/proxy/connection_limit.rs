@@ -118,7 +118,6 @@ impl Drop for Admitted {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -180,7 +180,6 @@ impl ListenerIndex {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use std::time::{Duration, SystemTime};
 

@@ -203,7 +203,6 @@ impl Drop for GlobalConnection {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::config::overload::{Action, Monitor, MonitorKind};

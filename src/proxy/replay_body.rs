@@ -210,7 +210,6 @@ impl Shared {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use http_body_util::{BodyExt, StreamBody};
 

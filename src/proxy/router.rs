@@ -266,5 +266,5 @@ fn host_rewrite<'a>(
     from_route.or_else(|| cluster.and_then(|c| c.host_rewrite_literal.as_deref()).map(Cow::Borrowed))
 }
 
-// Tests: `tests/proxy_router.rs` (they build route configurations from Envoy JSON,
+// Tests: `tests/proxy/proxy_router.rs` (they build route configurations from Envoy JSON,
 // which needs `pb`, out of bounds for `proxy`).

@@ -74,7 +74,6 @@ impl CodeCounters {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -96,7 +96,6 @@ impl Lazy<Histogram> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::telemetry::Scope;
 

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 

@@ -72,7 +72,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for PrefixedStream<S> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;

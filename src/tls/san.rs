@@ -104,7 +104,6 @@ impl std::error::Error for SanMismatch {}
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::config::secret::{SafeRegex, StringMatcher};
 

@@ -9,6 +9,7 @@ use outrider::xds::server::{Journal, ReceivedRequest};
 use serde_json::Value;
 
 use super::differential::{Envoy, envoy_binary};
+use super::skip::{Tool, skipped};
 use super::{ControlPlane, WAIT, admin_get, bootstrap, wait_snapshot};
 
 pub const ENVOY_NODE: &str = "envoy-partial";
@@ -379,7 +380,7 @@ pub async fn side_by_side(api_type: &str) -> SideBySide {
     let envoy = match envoy_binary() {
         Some(binary) => Some(Envoy::start(&binary, &envoy_bootstrap(api_type, control_plane.port)).await),
         None => {
-            println!("SKIPPED: envoy not found (bench/install-envoy.sh); Outrider's half only");
+            skipped(Tool::Envoy, "the Envoy half (Outrider's alone)", "envoy not found");
             None
         }
     };

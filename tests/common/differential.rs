@@ -16,6 +16,7 @@ use outrider::config::bootstrap::Bootstrap;
 use tokio::process::{Child, Command};
 
 use super::WAIT;
+use super::skip::{Tool, skipped};
 
 /// The Envoy binary, if one is installed.
 pub fn envoy_binary() -> Option<PathBuf> {
@@ -220,9 +221,7 @@ impl Pair {
         let envoy = match envoy_binary() {
             Some(binary) => Some(Envoy::start(&binary, &with_admin(envoy_port)).await),
             None => {
-                eprintln!(
-                    "SKIPPED: the Envoy half of this differential test: envoy not found (bench/install-envoy.sh)"
-                );
+                skipped(Tool::Envoy, "the Envoy half of this differential test", "envoy not found");
                 None
             }
         };

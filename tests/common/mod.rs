@@ -211,3 +211,4 @@ pub mod lab;
 pub mod load;
 pub mod otlp;
 pub mod peers;
+pub mod skip;

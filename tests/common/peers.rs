@@ -2,6 +2,7 @@
 //! server, grpc-go's interop server and client), found where that script puts them.
 #![allow(dead_code)]
 
+use super::skip::{Tool, skipped};
 use std::path::PathBuf;
 
 /// Where `tests/peers/build.sh` writes the binaries.
@@ -22,7 +23,7 @@ pub fn peer(name: &str, test: &str) -> Option<PathBuf> {
     if path.is_file() {
         Some(path)
     } else {
-        println!("SKIPPED {test}: {} not built (run tests/peers/build.sh)", path.display());
+        skipped(Tool::Peers, test, &format!("{} not built (tests/peers/build.sh)", path.display()));
         None
     }
 }

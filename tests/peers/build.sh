@@ -73,3 +73,11 @@ build grpc-interop grpc-interop \
   grpc-interop-server=google.golang.org/grpc/interop/server \
   grpc-interop-client=google.golang.org/grpc/interop/client
 ls -l "$peers/bin"
+
+# OUTRIDER_PEERS_CLEAN=1 (CI): Go's build and module caches hold gigabytes once istio is
+# built, and a clean machine never reads them again; the binaries and the patched istio
+# source (its bootstrap template) stay.
+if [[ "${OUTRIDER_PEERS_CLEAN:-}" == 1 ]]; then
+  go clean -cache -modcache
+  echo "peers: Go caches removed"
+fi

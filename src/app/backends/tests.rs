@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use std::net::SocketAddr;
 
 use http_body_util::Empty;

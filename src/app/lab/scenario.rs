@@ -143,7 +143,6 @@ fn duration(text: Option<&str>, field: &str) -> Result<Duration, String> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

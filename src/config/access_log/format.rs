@@ -356,7 +356,6 @@ pub fn time_format(text: &str) -> Result<TimeFormat, FormatError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::panic)]
 mod tests {
     use super::*;
 

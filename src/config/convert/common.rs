@@ -147,7 +147,6 @@ pub fn percent_or(value: &Option<crate::pb::envoy::r#type::v3::Percent>, default
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod duration_tests {
     use super::*;
 

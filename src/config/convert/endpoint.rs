@@ -171,7 +171,6 @@ fn transport_socket_match(metadata: Option<&core::Metadata>) -> BTreeMap<String,
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -136,7 +136,6 @@ impl fmt::Debug for RegexRewrite {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn rewrite(pattern: &str, substitution: &str, value: &str) -> String {

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::panic)]
-
 use rand::SeedableRng;
 
 use super::*;

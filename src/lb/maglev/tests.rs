@@ -1,5 +1,4 @@
 //! Golden tables from Envoy's `maglev_lb_test.cc` (the expectations, not the code).
-#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 

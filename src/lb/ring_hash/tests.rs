@@ -1,6 +1,5 @@
 //! Golden values from Envoy's `ring_hash_lb_test.cc` (the expectations, not the code):
 //! the same hosts and hashes must reach the same host as in Envoy.
-#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use std::pin::Pin;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};

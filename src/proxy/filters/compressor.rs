@@ -347,7 +347,6 @@ fn insert_vary(headers: &mut HeaderMap) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

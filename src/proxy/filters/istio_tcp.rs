@@ -300,7 +300,6 @@ pub fn own_frame(node: &crate::config::filters::peer_metadata::LocalNode) -> Vec
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::config::filters::peer_metadata::LocalNode;

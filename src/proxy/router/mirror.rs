@@ -102,7 +102,6 @@ fn set_trace_sampled(headers: &mut http::HeaderMap, sampled: bool) {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

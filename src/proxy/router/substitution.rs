@@ -74,7 +74,6 @@ fn evaluate(command: &str, downstream: &DownstreamInfo, request: Option<&HeaderM
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -61,7 +61,6 @@ fn invalid(error: impl std::fmt::Display) -> UpstreamError {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn address() -> Address {

@@ -1,5 +1,4 @@
 //! Envoy-format resource files, single and in a directory, and reloading.
-#![allow(clippy::unwrap_used)]
 
 use super::*;
 

@@ -1,6 +1,5 @@
 //! The ADS server through a real tonic client over loopback TCP. "No reply" is asserted by
 //! making a change afterwards and checking that the next message is its push.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
 use std::time::Duration;

@@ -216,7 +216,6 @@ fn fraction(value: f64, at: &str) -> Result<f64> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use prost::{Message, Name};

@@ -94,7 +94,6 @@ fn patterns(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn convert(json: serde_json::Value) -> (Result<StatsConfig>, Warnings) {

@@ -90,7 +90,6 @@ fn retry_budget_of(proto: RetryBudgetProto) -> Result<RetryBudget> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use super::*;
     use crate::pb::json;

@@ -246,7 +246,6 @@ fn required_count(value: &Option<gpb::UInt32Value>, field: &str) -> Result<u32> 
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::panic)]
 
     use super::*;
     use crate::pb::json;

@@ -155,7 +155,6 @@ pub(super) fn http1_options(proto: core::Http1ProtocolOptions, warnings: &mut Wa
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use super::*;
     use crate::pb::json;

@@ -1,7 +1,5 @@
 //! Balancing conversion, through the whole cluster converter so that paths are complete.
 
-#![allow(clippy::unwrap_used, clippy::panic)]
-
 use std::time::Duration;
 
 use serde_json::{Value, json};

@@ -136,7 +136,6 @@ fn positive_duration(value: &Option<gpb::Duration>, field: &str, default: Durati
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::panic)]
 
     use super::*;
     use crate::pb::json;

@@ -1,8 +1,6 @@
 //! Whole-cluster conversion: defaults, discovery, refused and ignored fields, protocols,
 //! and every cluster of the Istio test data.
 
-#![allow(clippy::unwrap_used, clippy::panic)]
-
 use std::time::Duration;
 
 use serde_json::{Value, json};

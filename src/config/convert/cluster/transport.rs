@@ -106,7 +106,6 @@ fn transport_socket_match(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
 
     use super::*;
     use crate::pb::json;

@@ -272,7 +272,6 @@ fn zstd_library(proto: zstd::Zstd, warnings: &mut Warnings) -> Result<Library> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::pb::google::protobuf::{BoolValue, UInt32Value};

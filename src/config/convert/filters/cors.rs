@@ -158,7 +158,6 @@ fn runtime_percent(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::config::route::StringMatcher;

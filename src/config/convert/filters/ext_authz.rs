@@ -355,7 +355,6 @@ pub fn network(any: &Any, warnings: &mut Warnings) -> Result<NetworkExtAuthz> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
     use crate::pb::envoy::config::core::v3 as core;

@@ -101,7 +101,6 @@ fn fault_abort(proto: proto::FaultAbort) -> Result<FaultAbort> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::config::filters::fractional_percent::FractionalPercent;

@@ -113,7 +113,6 @@ pub fn duration(value: &serde_json::Value, at: &str) -> Result<Option<std::time:
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

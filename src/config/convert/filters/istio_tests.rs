@@ -1,6 +1,5 @@
 //! Istio's telemetry filters as istiod renders them: what converts, what is refused and
 //! where.
-#![allow(clippy::unwrap_used, clippy::panic)]
 
 use super::http_filter;
 use crate::config::error::Warnings;

@@ -207,7 +207,6 @@ fn headers(list: Vec<core::HeaderValueOption>, field: &str, request: bool) -> Re
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::pb::google::protobuf as gpb;

@@ -31,7 +31,6 @@ pub fn connection_limit(proto: proto::ConnectionLimit, warnings: &mut Warnings) 
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::pb::envoy::config::core::v3::RuntimeFeatureFlag;
     use crate::pb::google::protobuf::{BoolValue, Duration, UInt64Value};

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::panic)]
-
 use std::net::IpAddr;
 use std::time::Duration;
 

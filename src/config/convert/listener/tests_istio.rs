@@ -1,8 +1,6 @@
 //! Every listener and route configuration of real Istio config dumps converts, and a few
 //! facts about them hold.
 
-#![allow(clippy::unwrap_used, clippy::panic)]
-
 use std::net::Ipv4Addr;
 use std::time::Duration;
 

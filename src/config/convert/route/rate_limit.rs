@@ -144,7 +144,6 @@ fn action(proto: proto::rate_limit::Action, warnings: &mut Warnings) -> Result<R
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use proto::rate_limit::Action;

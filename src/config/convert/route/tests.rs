@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::panic)]
-
 use std::time::Duration;
 
 use serde_json::{Value, json};

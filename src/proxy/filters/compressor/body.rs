@@ -220,7 +220,6 @@ impl Body for CompressedBody {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::io::Read;
 

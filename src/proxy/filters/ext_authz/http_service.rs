@@ -95,7 +95,6 @@ fn hop_by_hop(name: &HeaderName) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
 

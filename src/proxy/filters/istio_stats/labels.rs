@@ -205,7 +205,6 @@ pub fn standard<'a>(facts: &Facts<'a>) -> Vec<Label<'a>> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

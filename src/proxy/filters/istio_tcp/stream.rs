@@ -158,7 +158,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for PeerReader<S> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::cell::RefCell;
 

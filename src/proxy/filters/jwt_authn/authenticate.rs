@@ -205,7 +205,6 @@ fn claim_header_value(payload: &Map<String, Value>, name: &str) -> Option<String
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 

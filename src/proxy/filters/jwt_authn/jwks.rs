@@ -291,7 +291,6 @@ fn x509_keys(set: &Map<String, Value>) -> Result<Jwks, JwksError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 

@@ -155,7 +155,6 @@ fn time_claim(payload: &Map<String, Value>, name: &str, wrong: Status, range: St
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 

@@ -157,7 +157,6 @@ fn sanitize_audience(audience: &str) -> &str {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
 

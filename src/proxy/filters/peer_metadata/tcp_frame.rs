@@ -81,7 +81,6 @@ pub fn parse(bytes: &[u8]) -> Header {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

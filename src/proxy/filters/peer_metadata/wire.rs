@@ -140,7 +140,6 @@ pub(super) fn from_struct(metadata: Struct) -> WorkloadMetadata {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

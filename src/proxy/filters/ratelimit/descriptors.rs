@@ -91,7 +91,6 @@ fn masked(ip: IpAddr, v4_len: u8, v6_len: u8) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::config::route::{HeaderMatch, HeaderMatcher};

@@ -1,5 +1,4 @@
 //! Istio's own RBAC filters (the sidecar config dump) convert and are enforced.
-#![allow(clippy::unwrap_used, clippy::panic)]
 
 use serde_json::Value;
 

@@ -4,7 +4,6 @@
 //! requests pipelined into one write, a head split over many writes and a head larger than
 //! the first read are all still answered exactly; over HTTP/2 also concurrent streams, large
 //! bodies and header blocks, and frames split across reads or sharing one.
-#![allow(clippy::unwrap_used)]
 
 use std::convert::Infallible;
 use std::time::Duration;

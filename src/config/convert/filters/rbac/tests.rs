@@ -1,7 +1,5 @@
 //! RBAC conversion: what converts, and the field path of what is refused.
 
-#![allow(clippy::unwrap_used, clippy::panic)]
-
 use serde_json::{Value, json};
 
 use super::*;

@@ -1,8 +1,6 @@
 //! The engine on requests and connections: each matcher kind, the actions, and Istio's
 //! rendering of its policies.
 
-#![allow(clippy::unwrap_used, clippy::panic)]
-
 use std::net::SocketAddr;
 
 use serde_json::{Value, json};

@@ -1,0 +1,33 @@
+//! The request path end to end: listeners, the connection manager, the router, upstream
+//! connections and their faults, sizes and lifetimes.
+//!
+//! One test binary for this group of tests: each file is a module, linked once with
+//! the library instead of once per file. The support modules are shared by every group.
+// Tests stop at the first unexpected value; helpers outside a #[test] fn are tests too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod accept_exhaustion;
+mod attempt_count;
+mod circuit_breakers;
+mod faults_backend;
+mod flow_control;
+mod framing_corpus;
+mod fuzz_smoke;
+mod health_check;
+mod hostile_http;
+mod http_inspector;
+mod lifecycle;
+mod overload_manager;
+mod proxy_e2e;
+mod proxy_router;
+mod proxy_upstream;
+mod resilience_e2e;
+mod route_mirror;
+mod route_regex_rewrite;
+mod sizes;
+mod upgrades;
+mod upload_memory;
+mod worker_seeds;
