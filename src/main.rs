@@ -36,40 +36,6 @@ enum Command {
         #[arg(long, default_value_t = 600)]
         drain_time_s: u64,
     },
-    /// Run an embedded control plane serving deploy/demo/resources.yaml, and Outrider against it.
-    Demo {
-        /// Where the embedded control plane listens.
-        #[arg(long, default_value = "127.0.0.1:18000")]
-        xds_address: std::net::SocketAddr,
-        /// Where Outrider's admin server listens.
-        #[arg(long, default_value = "127.0.0.1:15000")]
-        admin_address: std::net::SocketAddr,
-        /// Resources file to serve (Envoy's file-based xDS format).
-        #[arg(long)]
-        resources: Option<PathBuf>,
-        /// The demo cluster's policy: round_robin, least_request, random, ring_hash, maglev, cswrr, peak_ewma.
-        #[arg(long)]
-        policy: Option<String>,
-        /// Do not start the demo backends (when 18081–18083 are taken by your own).
-        #[arg(long)]
-        no_backends: bool,
-    },
-    /// Serve the scenario lab's backends (bench/scenarios/*.yaml), optionally with the
-    /// control plane both proxies are pointed at.
-    LabBackend {
-        /// Scenario file; its `backends` section is read.
-        #[arg(long)]
-        scenario: PathBuf,
-        /// Serve ADS on this address from `--resources` (watched for changes).
-        #[arg(long, requires = "resources")]
-        xds_address: Option<std::net::SocketAddr>,
-        /// Resources file (Envoy's file-based xDS format) for `--xds-address`.
-        #[arg(long, requires = "xds_address")]
-        resources: Option<PathBuf>,
-        /// Write what each backend served, per second, here (JSON) on exit.
-        #[arg(long)]
-        report: Option<PathBuf>,
-    },
     /// Install the iptables rules that send a pod's TCP traffic through the sidecar
     /// (run in the pod's network namespace, as an init container would); `--clean` removes them.
     Capture(outrider::capture::CaptureArgs),
@@ -98,6 +64,43 @@ enum Command {
     Validate {
         #[arg(long, short = 'c')]
         config: PathBuf,
+    },
+    // The test kit's commands (the `testkit` feature, on by default; not in the image).
+    #[cfg(feature = "testkit")]
+    /// Run an embedded control plane serving deploy/demo/resources.yaml, and Outrider against it.
+    Demo {
+        /// Where the embedded control plane listens.
+        #[arg(long, default_value = "127.0.0.1:18000")]
+        xds_address: std::net::SocketAddr,
+        /// Where Outrider's admin server listens.
+        #[arg(long, default_value = "127.0.0.1:15000")]
+        admin_address: std::net::SocketAddr,
+        /// Resources file to serve (Envoy's file-based xDS format).
+        #[arg(long)]
+        resources: Option<PathBuf>,
+        /// The demo cluster's policy: round_robin, least_request, random, ring_hash, maglev, cswrr, peak_ewma.
+        #[arg(long)]
+        policy: Option<String>,
+        /// Do not start the demo backends (when 18081–18083 are taken by your own).
+        #[arg(long)]
+        no_backends: bool,
+    },
+    #[cfg(feature = "testkit")]
+    /// Serve the scenario lab's backends (bench/scenarios/*.yaml), optionally with the
+    /// control plane both proxies are pointed at.
+    LabBackend {
+        /// Scenario file; its `backends` section is read.
+        #[arg(long)]
+        scenario: PathBuf,
+        /// Serve ADS on this address from `--resources` (watched for changes).
+        #[arg(long, requires = "resources")]
+        xds_address: Option<std::net::SocketAddr>,
+        /// Resources file (Envoy's file-based xDS format) for `--xds-address`.
+        #[arg(long, requires = "xds_address")]
+        resources: Option<PathBuf>,
+        /// Write what each backend served, per second, here (JSON) on exit.
+        #[arg(long)]
+        report: Option<PathBuf>,
     },
 }
 
@@ -151,27 +154,6 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Demo { xds_address, admin_address, resources, policy, no_backends } => {
-            let options =
-                app::demo::DemoOptions { xds_address, admin_address, resources, policy, backends: !no_backends };
-            match app::demo::run(options) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("outrider: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        Command::LabBackend { scenario, xds_address, resources, report } => {
-            let options = app::lab::LabOptions { scenario, xds: xds_address.zip(resources), report };
-            match app::lab::run(options) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("outrider: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
         Command::Validate { config } => validate(&config),
         Command::Inject(args) => match outrider::inject::run(&args) {
             Ok(manifest) => {
@@ -220,6 +202,29 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        #[cfg(feature = "testkit")]
+        Command::Demo { xds_address, admin_address, resources, policy, no_backends } => {
+            let options =
+                app::demo::DemoOptions { xds_address, admin_address, resources, policy, backends: !no_backends };
+            match app::demo::run(options) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("outrider: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        #[cfg(feature = "testkit")]
+        Command::LabBackend { scenario, xds_address, resources, report } => {
+            let options = app::lab::LabOptions { scenario, xds: xds_address.zip(resources), report };
+            match app::lab::run(options) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("outrider: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
     }
 }
 

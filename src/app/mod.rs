@@ -1,11 +1,14 @@
 //! The composition root: reads the bootstrap, wires the store, the ADS client and the admin
 //! server onto the control runtime, and owns start-up and shutdown.
 
+#[cfg(feature = "testkit")]
 pub mod backends;
 pub mod balancing;
+#[cfg(feature = "testkit")]
 pub mod demo;
 pub mod envoy_cli;
 pub mod envoy_mode;
+#[cfg(feature = "testkit")]
 pub mod lab;
 pub mod oob;
 pub mod outlier;

@@ -67,6 +67,7 @@ mod own {
             }
         }
     }
+    #[cfg(feature = "testkit")]
     pub mod outrider {
         pub mod echo {
             pub mod v1 {
@@ -83,6 +84,7 @@ pub use own::io::istio::http::peer_metadata as istio_peer_metadata;
 /// `istio.envoy.config.filter.http.alpn.v2alpha1`: Istio's `istio.alpn` filter config.
 pub use own::istio::envoy::config::filter::http::alpn::v2alpha1 as istio_alpn;
 /// `outrider.echo.v1`: the echo service that tests, the demo and benches use as a backend.
+#[cfg(feature = "testkit")]
 pub use own::outrider::echo::v1 as echo;
 /// `stats`: Istio's `istio.stats` filter config (`stats.PluginConfig`).
 pub use own::stats as istio_stats;

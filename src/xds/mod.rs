@@ -2,4 +2,5 @@
 //! for `outrider demo` and tests.
 
 pub mod client;
+#[cfg(feature = "testkit")]
 pub mod server;
