@@ -8,11 +8,11 @@
 # slower to run); CAPTURE_BENCH_REQUESTS sets the number of requests per path (2000).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-profile="${PROFILE:-release}"
-flag=(--release)
+profile="${PROFILE:-dist}"
+flag=(--profile dist)
 [ "$profile" = dev ] && flag=()
 cargo build "${flag[@]}" --bin outrider
-dir="${CARGO_TARGET_DIR:-target}/$([ "$profile" = dev ] && echo debug || echo release)"
+dir="${CARGO_TARGET_DIR:-target}/$([ "$profile" = dev ] && echo debug || echo dist)"
 # A private copy: a shared target directory may be rewritten by another build meanwhile.
 copy="$(mktemp)"
 trap 'rm -f "$copy"' EXIT

@@ -23,7 +23,7 @@ start with one of the comma-separated prefixes.
 
 Needs nginx and wrk (installed from Debian's packages when missing), Envoy
 (bench/install-envoy.sh), and PyJWT + cryptography from PyPI to sign the tokens
-(installed with pip when missing). Set OUTRIDER_SKIP_BUILD=1 to use an existing release
+(installed with pip when missing). Set OUTRIDER_SKIP_BUILD=1 to use an existing dist-profile
 build.
 """
 
@@ -61,7 +61,7 @@ def ensure_tools():
     except ImportError:
         sh(sys.executable, "-m", "pip", "install", "--quiet", "pyjwt", "cryptography")
     if not os.environ.get("OUTRIDER_SKIP_BUILD"):
-        sh("cargo", "build", "--release", "--quiet", cwd=ROOT)
+        sh("cargo", "build", "--profile", "dist", "--quiet", cwd=ROOT)
 
 
 def b64url_uint(n):
@@ -199,7 +199,7 @@ def start(proxy, config):
         env = os.environ
     else:
         binary = os.environ.get("OUTRIDER_BIN", os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")),
-                                                          "release/outrider"))
+                                                          "dist/outrider"))
         args = [binary, "run", "--config", config, "--concurrency", "1"]
         env = {**os.environ, "RUST_LOG": "error"}
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)

@@ -280,7 +280,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     target = os.environ.get("CARGO_TARGET_DIR", str(ROOT / "target"))
     parser.add_argument("--connections", type=int, default=10_000)
-    parser.add_argument("--outrider", default=os.environ.get("OUTRIDER_BIN", f"{target}/release/outrider"))
+    parser.add_argument("--outrider", default=os.environ.get("OUTRIDER_BIN", f"{target}/dist/outrider"))
     parser.add_argument("--envoy", default=str(HERE / ".envoy/bin/envoy"))
     parser.add_argument("--proxies", default="envoy,outrider")
     parser.add_argument("--protocols", default="h1,h2")

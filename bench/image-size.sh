@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The size of what Outrider's sidecar image adds: the release binary stripped of debug
+# The size of what Outrider's sidecar image adds: the dist-profile binary stripped of debug
 # information exactly as deploy/Dockerfile does, raw and gzip-compressed (the size of its
 # image layer on the wire), beside the Envoy binary of the same run. When a Docker daemon
 # is available the image itself is built and its size printed too; without one (or without
@@ -9,8 +9,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
-[[ -n "${OUTRIDER_SKIP_BUILD:-}" ]] || (cd "$root" && cargo build --release --quiet --bin outrider)
-bin="${OUTRIDER_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/outrider}"
+[[ -n "${OUTRIDER_SKIP_BUILD:-}" ]] || (cd "$root" && cargo build --profile dist --quiet --bin outrider)
+bin="${OUTRIDER_BIN:-${CARGO_TARGET_DIR:-$root/target}/dist/outrider}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 objcopy --strip-debug "$bin" "$tmp/outrider"

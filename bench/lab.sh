@@ -28,9 +28,9 @@ if [[ ! -x "$here/.venv/bin/python" ]] || ! "$here/.venv/bin/python" -c 'import 
     python3 -m venv "$here/.venv"
     "$here/.venv/bin/pip" install --quiet matplotlib pyyaml
 fi
-(cd "$root" && cargo build --release --quiet)
+(cd "$root" && cargo build --profile dist --quiet)
 # A private copy, so a build started while the lab runs cannot swap the binary under it.
-built="${CARGO_TARGET_DIR:-$root/target}/release/outrider"
+built="${CARGO_TARGET_DIR:-$root/target}/dist/outrider"
 mkdir -p "$here/out/bin"
 cp "$built" "$here/out/bin/outrider.partial" && mv -f "$here/out/bin/outrider.partial" "$here/out/bin/outrider"
 if ! "$here/out/bin/outrider" lab-backend --help >/dev/null 2>&1; then

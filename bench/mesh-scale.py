@@ -25,7 +25,7 @@ For each delivery and proxy, one after the other on a fresh process:
                    from the control plane logging the change until a request through
                    that cluster reaches the new endpoint.
 
-    bench/mesh-scale.py --outrider target/release/outrider --envoy bench/.envoy/bin/envoy \
+    bench/mesh-scale.py --outrider target/dist/outrider --envoy bench/.envoy/bin/envoy \
         [--services 5000] [--endpoints 10] [--duration 10] [--deliveries delta,static]
 
 (bench/mesh-scale.sh installs what is missing, builds Outrider and runs this.)

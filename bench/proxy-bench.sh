@@ -24,8 +24,8 @@ latency=1
 [[ -z "${PROXY_BENCH_NO_LATENCY:-}" ]] || latency=
 [[ -z "$latency" ]] || command -v oha >/dev/null || cargo install oha --locked --quiet
 envoy="$here/.envoy/bin/envoy"
-[[ -n "${OUTRIDER_SKIP_BUILD:-}" ]] || (cd "$root" && cargo build --release --quiet)
-outrider="${OUTRIDER_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/outrider}"
+[[ -n "${OUTRIDER_SKIP_BUILD:-}" ]] || (cd "$root" && cargo build --profile dist --quiet)
+outrider="${OUTRIDER_BIN:-${CARGO_TARGET_DIR:-$root/target}/dist/outrider}"
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }

@@ -3,12 +3,12 @@
 #
 #   bench/soak.sh [seconds-per-fuzz-target]        (default 60)
 #
-# 1. builds Outrider in release (skip with OUTRIDER_SKIP_BUILD=1; OUTRIDER_BIN to use
+# 1. builds Outrider in the dist profile (skip with OUTRIDER_SKIP_BUILD=1; OUTRIDER_BIN to use
 #    another binary);
 # 2. runs each cargo-fuzz target in fuzz/ for the given time, from its seed corpus
 #    (fuzz/corpus/<target>); new inputs and crash artifacts go to fuzz/out/ (not committed).
 #    Needs a nightly toolchain and cargo-fuzz: both installed if missing;
-# 3. runs the fault-injection tests (tests/faults*.rs, when present) in release with
+# 3. runs the fault-injection tests (tests/*/faults_*.rs, when present) in release with
 #    OUTRIDER_FAULT_REQUESTS requests (default 100000);
 # 4. runs the runtime fuzzer (tests/xds/runtime_fuzz.rs) in release, over SotW and Delta ADS,
 #    with OUTRIDER_FUZZ_STEPS steps each (default 2000), the largest rings allowed
@@ -34,15 +34,15 @@ rows=()
 failed=0
 row() { rows+=("| $1 | $2 | $3 |"); [[ "$2" == FAIL* ]] && failed=1; return 0; }
 
-# --- 1. release build -------------------------------------------------------------------
+# --- 1. dist build -------------------------------------------------------------------
 if [[ -z "${OUTRIDER_SKIP_BUILD:-}" ]]; then
-    if (cd "$root" && cargo build --release --bin outrider); then
-        row "release build" ok "$target_dir/release/outrider"
+    if (cd "$root" && cargo build --profile dist --bin outrider); then
+        row "dist build" ok "$target_dir/dist/outrider"
     else
-        row "release build" FAIL "cargo build --release"
+        row "dist build" FAIL "cargo build --profile dist"
     fi
 fi
-outrider="${OUTRIDER_BIN:-$target_dir/release/outrider}"
+outrider="${OUTRIDER_BIN:-$target_dir/dist/outrider}"
 
 # --- 2. fuzz targets --------------------------------------------------------------------
 fuzz_ready=1

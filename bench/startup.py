@@ -15,7 +15,7 @@ measured from the process start:
 
 Runs alternate between the proxies; the table shows each measure's median.
 
-    bench/startup.py --outrider target/release/outrider --envoy bench/.envoy/bin/envoy \
+    bench/startup.py --outrider target/dist/outrider --envoy bench/.envoy/bin/envoy \
         [--clusters 1000] [--runs 5]
 """
 import argparse

@@ -12,7 +12,7 @@ Once a request for the last cluster's virtual host answers 200, measured:
   scrape_kib  - that scrape's size;
   rss_mib     - resident memory after the scrape.
 
-    bench/stats-scale.py --outrider target/release/outrider --envoy bench/.envoy/bin/envoy \
+    bench/stats-scale.py --outrider target/dist/outrider --envoy bench/.envoy/bin/envoy \
         [--clusters 5000] [--endpoints 10]
 """
 import argparse

@@ -25,8 +25,8 @@ fi
 bash "$here/install-envoy.sh" >/dev/null
 need oha || cargo install oha --locked --quiet
 envoy="$here/.envoy/bin/envoy"
-(cd "$root" && cargo build --release --quiet)
-outrider="${CARGO_TARGET_DIR:-$root/target}/release/outrider"
+(cd "$root" && cargo build --profile dist --quiet)
+outrider="${CARGO_TARGET_DIR:-$root/target}/dist/outrider"
 
 # Certificates: a root, the proxy's server identity, the load client's identity.
 tls="$here/out/tls"
