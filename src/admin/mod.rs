@@ -13,6 +13,7 @@ mod help;
 mod kept_document;
 mod listeners;
 mod memory;
+mod query;
 pub mod server_info;
 mod stats;
 
@@ -34,6 +35,7 @@ use crate::store::Store;
 use crate::telemetry::logging::LogControl;
 use crate::telemetry::{ServerState, ServerStats, Stats, exposition};
 pub use kept_document::KeptDocument;
+use query::query_param;
 pub use server_info::ServerInfo;
 
 /// What the admin handlers read.
@@ -245,35 +247,6 @@ fn set_logging(state: &AdminState, query: &str) -> Response<Full<Bytes>> {
         Ok(()) => text(StatusCode::OK, format!("active filter: {}\n", logging.current())),
         Err(e) => text(StatusCode::BAD_REQUEST, format!("{e}\n")),
     }
-}
-
-/// The (percent-decoded) value of `name` in a query string.
-fn query_param(query: &str, name: &str) -> Option<String> {
-    query.split('&').filter_map(|pair| pair.split_once('=')).find(|(k, _)| *k == name).map(|(_, v)| percent_decode(v))
-}
-
-fn percent_decode(value: &str) -> String {
-    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
-    let bytes = value.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let escaped = match bytes.get(i..i + 3) {
-            Some([b'%', high, low]) => hex(*high).zip(hex(*low)).map(|(h, l)| h << 4 | l),
-            _ => None,
-        };
-        match (escaped, bytes[i]) {
-            (Some(byte), _) => {
-                out.push(byte);
-                i += 3;
-                continue;
-            }
-            (None, b'+') => out.push(b' '),
-            (None, byte) => out.push(byte),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn text(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {

@@ -35,7 +35,7 @@ impl StatsQuery {
             match key {
                 "usedonly" => out.used_only = true,
                 "filter" => {
-                    let value = super::percent_decode(value);
+                    let value = super::query::percent_decode(value);
                     out.filter = Some(regex::Regex::new(&value).map_err(|e| format!("invalid filter: {e}"))?);
                 }
                 "format" => {
