@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
-use super::CaptureError;
+use super::error::CaptureError;
 use super::options::Family;
 
 /// `iptables-save -t nat` (or ip6tables-save).

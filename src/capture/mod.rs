@@ -15,23 +15,14 @@
 //! capture rules, so running it twice leaves one set.
 
 pub mod clean;
+mod error;
 mod exec;
 pub mod options;
 pub mod rules;
 
+pub use error::CaptureError;
 pub use options::{CaptureArgs, Family, Options};
 pub use rules::Ruleset;
-
-/// Why capture could not be set up or removed.
-#[derive(Debug, thiserror::Error)]
-pub enum CaptureError {
-    #[error("{flag} {value:?}: {why}")]
-    Invalid { flag: String, value: String, why: String },
-    #[error("cannot run {program}: {error} (is it installed? capture needs iptables and iproute2)")]
-    Spawn { program: String, error: std::io::Error },
-    #[error("{program} failed ({status}): {stderr}")]
-    Failed { program: String, status: String, stderr: String },
-}
 
 /// Runs `outrider capture` with `args`: installs the rules, removes them (`--clean`), or
 /// prints them (`--dry-run`).

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use super::CaptureError;
+use super::error::CaptureError;
 
 /// The command line of `outrider capture`.
 #[derive(Debug, Clone, clap::Args)]
