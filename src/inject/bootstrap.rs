@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
-use super::InjectError;
+use super::error::InjectError;
 
 /// Where Istio's agent serves xDS (relative to `/`, as in Istio's own bootstrap).
 pub const AGENT_XDS_SOCKET: &str = "./etc/istio/proxy/XDS";

@@ -7,6 +7,7 @@
 //! alone, are written back byte for byte; injected ones are re-serialised (keys sorted).
 
 pub mod bootstrap;
+mod error;
 pub mod sidecar;
 pub mod workload;
 
@@ -14,21 +15,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 pub use bootstrap::PodInfo;
+pub use error::InjectError;
 pub use sidecar::Settings;
 pub use workload::Outcome;
-
-/// Why injection or bootstrap generation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum InjectError {
-    #[error("{variable} {why}")]
-    Env { variable: String, why: String },
-    #[error("cannot read {path}: {source}")]
-    Read { path: String, source: std::io::Error },
-    #[error("cannot write {path}: {source}")]
-    Write { path: String, source: std::io::Error },
-    #[error("document {index}: {why}")]
-    Manifest { index: usize, why: String },
-}
 
 /// The command line of `outrider inject`.
 #[derive(Debug, Clone, clap::Args)]
