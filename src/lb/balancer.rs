@@ -15,11 +15,13 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::cswrr::Cswrr;
-use super::host::{Host, StatsRegistry};
+use super::host::Host;
 use super::original_dst::{DestinationCache, OriginalDst};
-use super::policy::{Cursor, PickContext, SharedPolicy};
+use super::pick_context::PickContext;
+use super::policy::{Cursor, SharedPolicy};
 use super::priority::{Availability, LevelCounts, PriorityLoad};
 use super::resources::ClusterResources;
+use super::stats_registry::StatsRegistry;
 use crate::config::cluster::lb_policy::DEFAULT_HEALTHY_PANIC_THRESHOLD;
 use crate::config::cluster::{LbPolicy, RoundRobinConfig};
 use crate::config::endpoint::HealthStatus;

@@ -29,16 +29,16 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use rand::Rng;
 use rand::rngs::SmallRng;
 
+use super::endpoint::EndpointStats;
 use super::host::Host;
 use super::load::LoadReport;
 use super::slow_start;
-use super::stats::EndpointStats;
 use crate::config::cluster::CswrrConfig;
 
 /// The scheduler's weight scale: the largest weight becomes this.
@@ -82,29 +82,6 @@ pub struct Cursor {
     version: u64,
 }
 
-/// One endpoint's weight state, kept in its `EndpointStats` so that it outlives balancer
-/// rebuilds. Times are nanoseconds since the stats' epoch plus one; 0 means unset. Every
-/// CSWRR host set holding the endpoint (all/healthy/locality sets) derives the same values
-/// from the same report, so concurrent updaters agree.
-#[derive(Debug, Default)]
-pub struct WeightState {
-    /// The weight from the last usable report (f64 bits).
-    weight: AtomicU64,
-    /// When the endpoint started reporting usable load without a gap longer than the
-    /// expiration period (blackout counts from here).
-    non_empty_since: AtomicU64,
-    /// When the last usable report arrived.
-    last_update: AtomicU64,
-}
-
-impl WeightState {
-    /// The weight computed from the last usable report (0: none yet), before blackout,
-    /// expiry and slow start; for the admin views.
-    pub fn reported_weight(&self) -> f64 {
-        f64::from_bits(self.weight.load(Ordering::Relaxed))
-    }
-}
-
 impl Cswrr {
     pub fn new(hosts: &[Arc<Host>], config: &CswrrConfig, now: Instant) -> Self {
         let cswrr = Self {
@@ -145,33 +122,9 @@ impl Cswrr {
         if let Some(timed) = stats.load_report()
             && let Some(weight) = report_weight(&timed.report, &self.config)
         {
-            // Idempotent per report: the same report gives the same state, so updating
-            // twice (or from two host sets) changes nothing.
-            let received = at(timed.received);
-            if state.last_update.load(Ordering::Relaxed) < received {
-                state.weight.store(weight.to_bits(), Ordering::Relaxed);
-                state.last_update.store(received, Ordering::Relaxed);
-            }
-            if state.non_empty_since.load(Ordering::Relaxed) == 0 {
-                state.non_empty_since.store(received, Ordering::Relaxed);
-            }
+            state.fold_report(weight, at(timed.received));
         }
-        let last_update = state.last_update.load(Ordering::Relaxed);
-        if last_update == 0 {
-            return 0.0;
-        }
-        let now = at(now);
-        let age = Duration::from_nanos(now.saturating_sub(last_update));
-        if age >= self.config.weight_expiration_period {
-            // Expired: blackout starts again with the next report.
-            state.non_empty_since.store(0, Ordering::Relaxed);
-            return 0.0;
-        }
-        let since = state.non_empty_since.load(Ordering::Relaxed);
-        if since == 0 || Duration::from_nanos(now.saturating_sub(since)) < self.config.blackout_period {
-            return 0.0;
-        }
-        f64::from_bits(state.weight.load(Ordering::Relaxed))
+        state.valid_weight(at(now), self.config.weight_expiration_period, self.config.blackout_period)
     }
 
     /// Host `index`'s weight `weight` after slow start.

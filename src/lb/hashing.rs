@@ -102,7 +102,7 @@ pub fn test_host(address: &str, hostname: &str, hash_key: Option<&str>) -> Arc<H
         transport_socket_match: Default::default(),
         hostname: hostname.to_string(),
     };
-    let stats = Arc::new(super::stats::EndpointStats::new(std::time::Instant::now()));
+    let stats = Arc::new(super::endpoint::EndpointStats::new(std::time::Instant::now()));
     Arc::new(Host { endpoint: Arc::new(endpoint), stats, priority: 0, locality: 0, cluster_stats: Default::default() })
 }
 

@@ -3,9 +3,9 @@
 //! due (`HealthCheckerImplBase::interval`). The probes themselves (sockets, HTTP, gRPC) live
 //! in the `health` module, on the control runtime.
 //!
-//! A host's verdicts are written into its [`HealthFlags`] (shared atomics in its
-//! `EndpointStats`), one bit per configured health check, so the balancer sees a host
-//! failed by any of its checks as unhealthy. Envoy's semantics:
+//! A host's verdicts are written into its [`HealthFlags`](super::endpoint::HealthFlags)
+//! (shared atomics in its `EndpointStats`), one bit per configured health check, so the
+//! balancer sees a host failed by any of its checks as unhealthy. Envoy's semantics:
 //! - a new host of a health-checked cluster starts failed; its first passing check makes it
 //!   healthy whatever `healthy_threshold` says (Envoy's `first_check_`);
 //! - a non-retriable "active" failure (an unexpected HTTP status, a gRPC answer other than
@@ -13,17 +13,15 @@
 //!   `retriable_statuses` count towards `unhealthy_threshold`;
 //! - after a passed check of a failed host, `healthy_threshold` passes in a row return it.
 
-mod flags;
 mod interval;
 mod stats;
 
-pub use flags::{HealthFlags, MAX_CHECKS};
 pub use interval::{initial_delay, next_interval};
 pub use stats::HealthCheckStats;
 
 use std::sync::Arc;
 
-use super::stats::EndpointStats;
+use super::endpoint::EndpointStats;
 
 /// How a probe ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use xxhash_rust::xxh64::xxh64;
 
 use super::hashing;
 use super::host::Host;
-use super::policy::PickContext;
+use super::pick_context::PickContext;
 use crate::config::cluster::MaglevConfig;
 
 /// A slot nobody has claimed yet.

@@ -8,6 +8,7 @@
 pub mod balancer;
 pub mod cswrr;
 pub mod edf;
+pub mod endpoint;
 pub mod hash_policy;
 pub mod hashing;
 pub mod health_check;
@@ -18,6 +19,7 @@ pub mod maglev;
 pub mod original_dst;
 pub mod outlier;
 pub mod peak_ewma;
+pub mod pick_context;
 pub mod policy;
 pub mod priority;
 pub mod random;
@@ -26,12 +28,13 @@ pub mod resources;
 pub mod ring_hash;
 pub mod round_robin;
 pub mod slow_start;
-pub mod stats;
+pub mod stats_registry;
 #[cfg(test)]
 mod test_hosts;
 
 pub use balancer::{ClusterLb, Picker};
-pub use host::{Host, StatsRegistry};
-pub use policy::PickContext;
+pub use endpoint::{EndpointStats, InFlight};
+pub use host::Host;
+pub use pick_context::PickContext;
 pub use registry::{BalancerBuilder, BalancerMap, Balancers, Shared, WorkerPickers};
-pub use stats::{EndpointStats, InFlight};
+pub use stats_registry::StatsRegistry;

@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use arc_swap::ArcSwap;
 use std::time::{Duration, Instant};
 
+use super::endpoint::EndpointStats;
 use super::host::Host;
-use super::stats::EndpointStats;
 use crate::config::Address;
 use crate::config::cluster::OriginalDstConfig;
 use crate::config::endpoint::{HealthStatus, LbEndpoint};

@@ -1,5 +1,6 @@
 //! Outlier detection (passive health checking), Envoy's algorithm: the control-runtime
-//! half. Workers count outcomes into each endpoint's [`OutlierCounters`]; a [`Detector`]
+//! half. Workers count outcomes into each endpoint's
+//! [`OutlierCounters`](super::endpoint::outlier::OutlierCounters); a [`Detector`]
 //! per cluster turns the consecutive-failure events they raise into ejections at once,
 //! and every `interval` unejects hosts whose time is up, decays the ejection multiplier
 //! of hosts that stayed in, and runs success-rate and failure-percentage ejection.
@@ -11,7 +12,6 @@
 //! Differs from Envoy on purpose: one host may always be ejected when none is (Envoy needs
 //! `always_eject_one_host`), so a single bad host of a small cluster is not kept in.
 
-mod counters;
 mod rates;
 
 use std::collections::HashMap;
@@ -21,10 +21,9 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-pub use counters::{OutlierCounters, OutlierResult, PENDING_5XX, PENDING_GATEWAY, PENDING_LOCAL_ORIGIN, Thresholds};
-
+use super::endpoint::EndpointStats;
+use super::endpoint::outlier::{PENDING_5XX, PENDING_GATEWAY, PENDING_LOCAL_ORIGIN};
 use super::host::Host;
-use super::stats::EndpointStats;
 use crate::config::Address;
 use crate::config::cluster::OutlierDetection;
 

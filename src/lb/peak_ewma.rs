@@ -25,7 +25,7 @@ use rand::Rng;
 use rand::rngs::SmallRng;
 
 use super::host::Host;
-use super::policy::PickContext;
+use super::pick_context::PickContext;
 use crate::config::cluster::lb_policy::PeakEwmaConfig;
 
 #[derive(Debug)]

@@ -18,8 +18,9 @@ use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
 use super::balancer::{ClusterLb, Picker};
-use super::host::{Host, StatsRegistry};
-use super::policy::PickContext;
+use super::host::Host;
+use super::pick_context::PickContext;
+use super::stats_registry::StatsRegistry;
 use crate::config::{Cluster, ClusterLoadAssignment};
 use crate::core::hash::FastMap;
 use crate::telemetry::{ClusterStats, Stats};

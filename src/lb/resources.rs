@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use super::stats::EndpointStats;
+use super::endpoint::EndpointStats;
 use crate::config::cluster::{CircuitBreakers, RetryBudget};
 
 /// Routing priority (Envoy's `RoutingPriority`).

@@ -16,7 +16,7 @@ use rand::rngs::SmallRng;
 
 use super::hashing::{self, xxhash64};
 use super::host::Host;
-use super::policy::PickContext;
+use super::pick_context::PickContext;
 use crate::config::cluster::RingHashConfig;
 
 /// The ring: entry hashes in ascending order and, at the same positions, the index of the

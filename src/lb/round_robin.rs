@@ -9,7 +9,7 @@ use rand::rngs::SmallRng;
 
 use super::edf::Edf;
 use super::host::Host;
-use super::policy::PickContext;
+use super::pick_context::PickContext;
 use super::slow_start;
 use crate::config::cluster::SlowStartConfig;
 

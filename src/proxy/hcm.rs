@@ -594,8 +594,8 @@ async fn route_and_forward(
             Ok(Err(error)) => retry.on_outcome(&classify(error)),
             Err(Attempt::Timeout) => {
                 if let Some(config) = &cluster.resource.outlier_detection {
-                    let thresholds = crate::lb::outlier::Thresholds::of(config);
-                    host.stats.outlier().record(crate::lb::outlier::OutlierResult::Timeout, &thresholds);
+                    let thresholds = crate::lb::endpoint::outlier::Thresholds::of(config);
+                    host.stats.outlier().record(crate::lb::endpoint::outlier::OutlierResult::Timeout, &thresholds);
                 }
                 retry.on_outcome(&Outcome::Timeout)
             }

@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use rand::SeedableRng;
 
 use super::*;

@@ -23,9 +23,8 @@ use hyper::body::{Body, Frame, SizeHint};
 
 use super::error::UpstreamError;
 use crate::config::cluster::OutlierDetection;
-use crate::lb::Host;
-use crate::lb::outlier::{OutlierResult, Thresholds};
-use crate::lb::stats::{EndpointStats, InFlight};
+use crate::lb::endpoint::outlier::{OutlierResult, Thresholds};
+use crate::lb::{EndpointStats, Host, InFlight};
 use crate::orca;
 use crate::telemetry::{ClusterStats, GaugeGuard};
 

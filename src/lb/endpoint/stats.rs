@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwapOption;
 
-use super::cswrr::WeightState;
-use super::health_check::HealthFlags;
-use super::load::{LoadReport, LoadSink};
+use super::health::HealthFlags;
 use super::outlier::OutlierCounters;
+use super::weight::WeightState;
+use crate::lb::load::{LoadReport, LoadSink};
 
 /// Linkerd's default decay for the peak-EWMA latency estimate.
 pub const RTT_DECAY: Duration = Duration::from_secs(10);
@@ -149,7 +149,7 @@ impl EndpointStats {
         self.connections.load(Ordering::Relaxed)
     }
 
-    pub(super) fn connection_count(&self) -> &AtomicU32 {
+    pub(in crate::lb) fn connection_count(&self) -> &AtomicU32 {
         &self.connections
     }
 
