@@ -11,11 +11,11 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
+use super::context::WorkerContext;
 use super::filter_chain::{self, ConnectionInfo};
 use super::filters::{Callouts, ConnectionContext, DownstreamConnection, NetworkFilterStatus};
 use super::hcm::Secure;
 use super::transport::SnapshotSecrets;
-use super::worker::WorkerContext;
 use super::{hcm, original_dst, tcp_proxy};
 use crate::config::Listener;
 use crate::config::listener::{FilterChain, ListenerFilterKind, TerminalFilter, TrafficDirection};
@@ -37,7 +37,8 @@ pub async fn serve(
 ) {
     let _ = stream.set_nodelay(true);
     // Restores the original destination and hands off to the listener bound to it.
-    let Some(original_dst::Accepted { listener, local, restored }) = original_dst::accept(&stream, listener, &context)
+    let Some(original_dst::Accepted { listener, local, restored }) =
+        original_dst::accept(&stream, listener, &context.listener_index, &context.store)
     else {
         return;
     };
@@ -215,7 +216,7 @@ where
     let mut tcp_session = None;
     if !chain.network_filters.is_empty() {
         let filters = context.filters.network_of(&chain.network_filters, info.inbound);
-        let callouts = Callouts::new(&context);
+        let callouts = Callouts::new(&context.clusters);
         // Boxed: the network filters' futures (callouts to ext_authz, say) are done before
         // the connection is served, and would otherwise size every connection's state.
         let status =

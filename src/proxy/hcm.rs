@@ -28,20 +28,19 @@ use super::access_log::{DownstreamLogInfo, PendingLog};
 use observed::StreamInfo;
 pub use serve::serve;
 
+use super::context::WorkerContext;
 use super::filters::context::{MatchedRoute, RequestBodyTap};
 use super::filters::{
     Callouts, DownstreamBody, DownstreamConnection, DynamicMetadata, FilterHeadersStatus, HeaderEdit, HttpFilterChain,
     LocalResponse, RequestContext, ResponseHook,
 };
 use super::headers::{self, Downstream, LocalReply, ResetReason};
-use super::original_dst;
 use super::path_normalization::{self, Normalized};
 use super::request_trace;
 use super::response_flags::ResponseFlags;
 use super::retry::{Decision, Outcome, RetryState};
 use super::router::{self, DownstreamInfo, Forward, Routing, UpstreamRequestOptions};
 use super::upstream::{BoxError, UpstreamError};
-use super::worker::WorkerContext;
 use crate::config::RouteConfiguration;
 use crate::config::listener::upgrade::upgrade_allowed;
 use crate::config::listener::{HttpConnectionManager, RouteSource};
@@ -190,7 +189,7 @@ async fn forward_request(
     let mut body = DownstreamBody::new(body);
     if !exchange.filters.is_empty() {
         let mut metadata = DynamicMetadata::default();
-        let callouts = Callouts::new(context);
+        let callouts = Callouts::new(&context.clusters);
         let mut request = RequestContext {
             parts: &mut parts,
             connection: exchange.connection,
@@ -466,7 +465,7 @@ async fn route_and_forward(
     };
     let tap = parts.extensions.remove::<RequestBodyTap>();
     let abandoned =
-        || context.balancers.get(&cluster.resource.name).map(|lb| lb.stats.retry_or_shadow_abandoned.clone());
+        || context.clusters.balancers.get(&cluster.resource.name).map(|lb| lb.stats.retry_or_shadow_abandoned.clone());
     let mut bodies = match request_body::prepare(body, &parts.headers, tap, needs, abandoned).await {
         Ok(bodies) => bodies,
         Err(()) => return malformed_request(manager, stream, is_grpc),
@@ -479,8 +478,8 @@ async fn route_and_forward(
     // Circuit breakers: every attempt takes a request slot, every retry a retry slot.
     // Routes carry no priority in Outrider's model: all requests are default priority.
     let resources = {
-        let mut pickers = context.pickers.borrow_mut();
-        pickers.balancer(&context.balancers, &cluster.resource.name).map(|lb| lb.resources().clone())
+        let mut pickers = context.clusters.pickers.borrow_mut();
+        pickers.balancer(&context.clusters.balancers, &cluster.resource.name).map(|lb| lb.resources().clone())
     };
     let limits = &cluster.resource.circuit_breakers;
     let mut _retry_slot = None;
@@ -502,9 +501,9 @@ async fn route_and_forward(
         }
         let avoid: &[Arc<Host>] = if retry.avoid_previous_hosts() { &previous } else { &[] };
         let ctx = PickContext { hash, attempt: 0, previous: avoid, now };
-        let picked = original_dst::pick_host(context, &cluster.resource, &ctx, original_dst, Some(&parts.headers));
+        let picked = context.clusters.pick_host(&cluster.resource, &ctx, original_dst, Some(&parts.headers));
         let Some(host) = picked else {
-            if let Some(lb) = context.balancers.get(&cluster.resource.name) {
+            if let Some(lb) = context.clusters.balancers.get(&cluster.resource.name) {
                 lb.stats.upstream_cx_none_healthy.inc();
             }
             return attempted(
@@ -559,7 +558,7 @@ async fn route_and_forward(
                 );
             }
         };
-        let send = context.upstreams.forward_over(
+        let send = context.clusters.upstreams.forward_over(
             &host,
             &cluster.resource,
             downstream_is_h2,
@@ -693,12 +692,13 @@ fn mirror(
     if shadows.is_empty() {
         return;
     }
-    let stats = context.balancers.get(cluster).map(|balancer| balancer.stats.clone());
+    let stats = context.clusters.balancers.get(cluster).map(|balancer| balancer.stats.clone());
     let abandoned = stats.as_deref().map(|s| &s.retry_or_shadow_abandoned);
     match body {
         Some(body) => {
             let downstream_is_h2 = upstream.version == Version::HTTP_2;
-            super::shadow::send(context, shadows, body, forward.timeout, downstream_is_h2, abandoned);
+            let (clusters, slots) = (&context.clusters, &context.shadows);
+            super::shadow::send(clusters, slots, shadows, body, forward.timeout, downstream_is_h2, abandoned);
         }
         None => {
             tracing::debug!(cluster, shadows = shadows.len(), "request body streams; not mirrored");
@@ -728,8 +728,7 @@ async fn forward_upgrade(
     router::apply_request_mutations(forward, &mut parts, &options);
     let hash = crate::lb::hash_policy::request_hash(forward.hash_policy, &parts, Some(downstream.peer.ip()));
     let ctx = PickContext { hash, attempt: 0, previous: &[], now: Instant::now() };
-    let Some(host) = original_dst::pick_host(context, &cluster.resource, &ctx, original_dst, Some(&parts.headers))
-    else {
+    let Some(host) = context.clusters.pick_host(&cluster.resource, &ctx, original_dst, Some(&parts.headers)) else {
         return local(manager, stream, LocalReply::NoHealthyUpstream, false);
     };
     let tls = match context.tls.upstream(cluster, &host.endpoint, snapshot) {
@@ -744,7 +743,7 @@ async fn forward_upgrade(
     let request_headers = parts.headers.clone();
     let request = Request::from_parts(parts, body.into_request_body());
     let started = Instant::now();
-    let mut response = match context.upstreams.open_upgrade(&host, &cluster.resource, request, tls).await {
+    let mut response = match context.clusters.upstreams.open_upgrade(&host, &cluster.resource, request, tls).await {
         Ok(response) => response,
         Err(error) => return reset_reply(manager, stream, Some(error), false, false),
     };

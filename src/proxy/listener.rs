@@ -16,8 +16,8 @@ use tokio::net::TcpListener;
 
 use super::accept_backoff::AcceptBackoff;
 use super::connection;
+use super::context::WorkerContext;
 use super::overload::OverloadState;
-use super::worker::WorkerContext;
 use crate::config::listener::TrafficDirection;
 use crate::config::overload::{ActionKind, LoadShedKind};
 use crate::config::{Address, Listener};

@@ -5,9 +5,11 @@
 mod accept_backoff;
 pub mod access_log;
 pub mod byte_count;
+pub mod clusters;
 pub mod completion;
 pub mod connection;
 pub mod connection_limit;
+pub mod context;
 pub mod drain;
 pub mod exec;
 pub mod filter_chain;

@@ -11,8 +11,8 @@ use std::rc::Rc;
 use super::access_log::grpc::GrpcLogBuffer;
 use super::access_log::otel::{NodeLabels, OtelLogBuffer};
 use super::access_log::{ActiveLog, LogOutput};
+use super::clusters::WorkerClusters;
 use super::tracers::Tracers;
-use super::worker::WorkerContext;
 use crate::config::Listener;
 use crate::config::bootstrap::TracingConfig;
 use crate::config::filters::peer_metadata::LocalNode;
@@ -116,11 +116,11 @@ impl WorkerTelemetry {
     }
 
     /// A connection manager's access logs with this worker's buffers (none when it has
-    /// none). `context` is the worker's, for the gRPC loggers' streams.
-    pub fn access_logs(&self, logs: &[AccessLog], context: &Rc<WorkerContext>) -> Arc<[ActiveLog]> {
+    /// none). `clusters` is the worker's, for the gRPC loggers' streams.
+    pub fn access_logs(&self, logs: &[AccessLog], clusters: &Rc<WorkerClusters>) -> Arc<[ActiveLog]> {
         logs.iter()
             .filter_map(|log| {
-                let out = self.writer(&log.sink, context)?;
+                let out = self.writer(&log.sink, clusters)?;
                 Some(ActiveLog { format: log.format.clone(), filter: log.filter.clone(), out })
             })
             .collect()
@@ -128,20 +128,20 @@ impl WorkerTelemetry {
 
     /// This worker's buffer for `sink`, created (with its flush timer on the worker's
     /// runtime) the first time.
-    fn writer(&self, sink: &AccessLogSink, context: &Rc<WorkerContext>) -> Option<LogOutput> {
+    fn writer(&self, sink: &AccessLogSink, clusters: &Rc<WorkerClusters>) -> Option<LogOutput> {
         if let Some(writer) = self.writers.borrow().get(sink) {
             return Some(writer.clone());
         }
         if let AccessLogSink::Grpc(config) = sink {
             let dropped = self.shared.stats.counter(Scope::outrider().child("access_log").name("grpc_dropped_entries"));
-            let out = LogOutput::Grpc(GrpcLogBuffer::start(context, config, dropped));
+            let out = LogOutput::Grpc(GrpcLogBuffer::start(clusters, config, dropped));
             self.writers.borrow_mut().insert(sink.clone(), out.clone());
             return Some(out);
         }
         if let AccessLogSink::OpenTelemetry(config) = sink {
             let dropped = self.shared.stats.counter(Scope::outrider().child("access_log").name("otel_dropped_entries"));
             let out =
-                LogOutput::OpenTelemetry(OtelLogBuffer::start(context, config, &self.shared.node_labels, dropped));
+                LogOutput::OpenTelemetry(OtelLogBuffer::start(clusters, config, &self.shared.node_labels, dropped));
             self.writers.borrow_mut().insert(sink.clone(), out.clone());
             return Some(out);
         }

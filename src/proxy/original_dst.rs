@@ -14,6 +14,7 @@
 //! - An ORIGINAL_DST cluster connects to the restored address, or to the one named by its
 //!   HTTP header when `use_http_header` is set ([`upstream_destination`]).
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -22,12 +23,10 @@ use http::HeaderMap;
 use socket2::SockRef;
 use tokio::net::TcpStream;
 
-use super::worker::WorkerContext;
 use crate::config::cluster::OriginalDstConfig;
 use crate::config::listener::ListenerFilterKind;
-use crate::config::{Address, Cluster, Listener};
-use crate::lb::{Host, PickContext};
-use crate::store::{Snapshot, Versioned};
+use crate::config::{Address, Listener};
+use crate::store::{Snapshot, Store, Versioned};
 
 /// The listener that serves an accepted connection, and its local address as filter chain
 /// matching sees it.
@@ -41,9 +40,15 @@ pub struct Accepted {
 }
 
 /// Restores the original destination of `stream` if `listener` asks for it, and hands the
-/// connection over to the listener bound to it (`use_original_dst`). `None` when the
-/// socket has no local address (it is already gone).
-pub fn accept(stream: &TcpStream, listener: Arc<Versioned<Listener>>, context: &WorkerContext) -> Option<Accepted> {
+/// connection over to the listener bound to it (`use_original_dst`), found in the worker's
+/// `index` of the `store`'s listeners. `None` when the socket has no local address (it is
+/// already gone).
+pub fn accept(
+    stream: &TcpStream,
+    listener: Arc<Versioned<Listener>>,
+    index: &RefCell<ListenerIndex>,
+    store: &Store,
+) -> Option<Accepted> {
     let local = stream.local_addr().ok()?;
     if !restores(&listener.resource, local.port()) {
         return Some(Accepted { listener, local, restored: false });
@@ -55,7 +60,7 @@ pub fn accept(stream: &TcpStream, listener: Arc<Versioned<Listener>>, context: &
     if !listener.resource.use_original_dst {
         return Some(Accepted { listener, local: original, restored: true });
     }
-    let target = context.listener_index.borrow_mut().find(&context.store.load(), original);
+    let target = index.borrow_mut().find(&store.load(), original);
     let listener = match target {
         Some(target) if !Arc::ptr_eq(&target, &listener) => {
             tracing::trace!(from = %listener.resource.name, to = %target.resource.name, %original, "handed off");
@@ -113,25 +118,6 @@ pub fn upstream_destination(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<SocketAddr>().ok());
     from_header.or(restored)
-}
-
-/// Picks the upstream host of `cluster`: the host of the destination for an ORIGINAL_DST
-/// cluster (see [`upstream_destination`]), else by the cluster's balancer.
-pub fn pick_host(
-    context: &WorkerContext,
-    cluster: &Cluster,
-    ctx: &PickContext<'_>,
-    restored: Option<SocketAddr>,
-    headers: Option<&HeaderMap>,
-) -> Option<Arc<Host>> {
-    let mut pickers = context.pickers.borrow_mut();
-    match &cluster.original_dst {
-        Some(config) => {
-            let destination = upstream_destination(config, restored, headers)?;
-            pickers.pick_destination(&context.balancers, &cluster.name, destination, ctx.now)
-        }
-        None => pickers.pick(&context.balancers, &cluster.name, ctx),
-    }
 }
 
 // === impl ListenerIndex ===

@@ -18,10 +18,10 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 
+use super::clusters::WorkerClusters;
 use super::filters::Callouts;
 use super::router::Shadow;
 use super::upstream::RequestBody;
-use super::worker::WorkerContext;
 use crate::telemetry::Counter;
 
 /// Shadows one worker keeps in flight at most.
@@ -57,11 +57,13 @@ impl ShadowSlots {
     }
 }
 
-/// Starts `shadows` with `body` (the whole request body) and returns at once. `timeout`
-/// bounds each shadow, the route's timeout as in Envoy (`None`: the slot bounds it).
-/// `abandoned` counts the shadows not sent.
+/// Starts `shadows` with `body` (the whole request body) through the worker's `clusters`,
+/// each in one of its `slots`, and returns at once. `timeout` bounds each shadow, the
+/// route's timeout as in Envoy (`None`: the slot bounds it). `abandoned` counts the
+/// shadows not sent.
 pub fn send(
-    context: &Rc<WorkerContext>,
+    clusters: &Rc<WorkerClusters>,
+    slots: &ShadowSlots,
     shadows: Vec<Shadow>,
     body: &Bytes,
     timeout: Option<Duration>,
@@ -69,23 +71,19 @@ pub fn send(
     abandoned: Option<&Counter>,
 ) {
     for Shadow { cluster, head } in shadows {
-        let Some(slot) = context.shadows.take() else {
-            tracing::debug!(
-                cluster,
-                in_flight = context.shadows.in_flight(),
-                "too many shadows in flight; not mirrored"
-            );
+        let Some(slot) = slots.take() else {
+            tracing::debug!(cluster, in_flight = slots.in_flight(), "too many shadows in flight; not mirrored");
             if let Some(counter) = abandoned {
                 counter.inc();
             }
             continue;
         };
         let request = Request::from_parts(head, full(body.clone()));
-        let context = context.clone();
+        let clusters = clusters.clone();
         tokio::task::spawn_local(async move {
             let _slot = slot;
             let exchange = async {
-                let callouts = Callouts::new(&context);
+                let callouts = Callouts::new(&clusters);
                 let response = callouts.forward(&cluster, request, downstream_is_h2).await?;
                 // Read to the end (so the connection goes back to the pool), keep nothing.
                 let mut body = response.into_body();

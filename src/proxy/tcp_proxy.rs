@@ -14,9 +14,8 @@ use rand::Rng;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
+use super::context::WorkerContext;
 use super::filter_chain::ConnectionInfo;
-use super::original_dst;
-use super::worker::WorkerContext;
 use crate::config::Address;
 use crate::config::listener::TcpProxy;
 use crate::config::listener::tcp_proxy::TcpCluster;
@@ -77,9 +76,9 @@ pub async fn serve<S>(
         let now = Instant::now();
         let ctx = PickContext { hash, attempt: 0, previous: &[], now };
         let restored = info.local_restored.then_some(info.local);
-        let host = original_dst::pick_host(context, &cluster.resource, &ctx, restored, None);
+        let host = context.clusters.pick_host(&cluster.resource, &ctx, restored, None);
         let Some(host) = host else {
-            if let Some(lb) = context.balancers.get(&cluster_name) {
+            if let Some(lb) = context.clusters.balancers.get(&cluster_name) {
                 lb.stats.upstream_cx_none_healthy.inc();
             }
             tracing::debug!(cluster = %cluster_name, "tcp proxy: no healthy upstream; closing");

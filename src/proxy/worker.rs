@@ -13,12 +13,12 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use tokio::sync::watch;
 
+use super::clusters::WorkerClusters;
 use super::connection_limit::{ConnectionLimits, WorkerLimits};
-use super::drain::Connections;
+use super::context::WorkerContext;
 use super::filters::FilterChains;
 use super::listener::ListenerManager;
 use super::observe::{ProxyTelemetry, WorkerTelemetry};
-use super::original_dst::ListenerIndex;
 use super::overload::OverloadState;
 use super::shadow::ShadowSlots;
 use super::transport::{HandshakeStats, WorkerTls};
@@ -30,38 +30,6 @@ use crate::store::Store;
 
 /// How long a worker waits for the balancers of a new snapshot before serving it anyway.
 const BALANCERS_WAIT: Duration = Duration::from_secs(5);
-
-/// What every task of one worker shares. Not `Send`: it never leaves its thread.
-pub struct WorkerContext {
-    pub id: usize,
-    pub store: Arc<Store>,
-    pub balancers: Arc<Balancers>,
-    pub pickers: RefCell<WorkerPickers>,
-    pub upstreams: Upstreams,
-    pub rng: RefCell<SmallRng>,
-    pub tls: WorkerTls,
-    /// Listeners by address, for `use_original_dst` hand-offs.
-    pub listener_index: RefCell<ListenerIndex>,
-    pub telemetry: WorkerTelemetry,
-    /// Accepted connections not yet ended (a drain waits for them).
-    pub connections: Rc<Connections>,
-    /// Triggered when the worker drains: HTTP connections close once their requests are
-    /// answered.
-    pub draining: Signal,
-    /// Triggered when the worker drains its inbound listeners, or all of them: HTTP
-    /// connections of INBOUND listeners close once their requests are answered.
-    pub draining_inbound: Signal,
-    /// The connection limit filters' counters (shared with the other workers).
-    pub connection_limits: WorkerLimits,
-    /// The runtime of every filter chain (shared with the other workers).
-    pub filters: Arc<FilterChains>,
-    /// Mirrored requests in flight (bounded per worker).
-    pub shadows: ShadowSlots,
-    /// Set by `POST /healthcheck/fail`: health checks answer 503.
-    pub health_check_failed: crate::core::health_check::HealthCheckFailed,
-    /// The overload manager's actions in force and the global connection count.
-    pub overload: Arc<OverloadState>,
-}
 
 /// How workers run and stop.
 #[derive(Debug, Clone)]
@@ -168,14 +136,20 @@ async fn run(
     };
     let (drain, draining) = shutdown::channel();
     let (drain_inbound, draining_inbound) = shutdown::channel();
-    let context = Rc::new(WorkerContext {
-        id,
+    let tls = Rc::new(WorkerTls::new(options.tls.clone()));
+    let clusters = Rc::new(WorkerClusters {
         store: store.clone(),
         balancers,
         pickers: RefCell::new(WorkerPickers::new(seed)),
         upstreams: Upstreams::with_tls_stats(options.tls.clone()).on_local_set(),
+        tls: tls.clone(),
+    });
+    let context = Rc::new(WorkerContext {
+        id,
+        store: store.clone(),
+        clusters,
         rng: RefCell::new(SmallRng::seed_from_u64(seed ^ 0xa5a5)),
-        tls: WorkerTls::new(options.tls.clone()),
+        tls,
         listener_index: RefCell::default(),
         telemetry: WorkerTelemetry::new(options.telemetry.clone()),
         connections: Rc::default(),
@@ -203,7 +177,7 @@ async fn run(
         // healthy upstream" for clusters that have hosts (Envoy starts listeners after its
         // clusters initialise); the bound only keeps a stalled control runtime from
         // holding the listeners back forever.
-        if !context.balancers.wait_built_from(snapshot.generation, BALANCERS_WAIT).await {
+        if !context.clusters.balancers.wait_built_from(snapshot.generation, BALANCERS_WAIT).await {
             tracing::warn!(
                 worker = id,
                 generation = snapshot.generation,
@@ -217,11 +191,11 @@ async fn run(
             Some(changes) => {
                 let names: Vec<String> = changes.listeners.iter().cloned().collect();
                 listeners.sync_listeners(&snapshot, &names, &context);
-                context.upstreams.drain_removed_of(&snapshot, changes.balanced_clusters())
+                context.clusters.upstreams.drain_removed_of(&snapshot, changes.balanced_clusters())
             }
             None => {
                 listeners.sync(&snapshot, &context);
-                context.upstreams.drain_removed(&snapshot)
+                context.clusters.upstreams.drain_removed(&snapshot)
             }
         };
         applied = Some(snapshot.generation);

@@ -27,9 +27,8 @@ use crate::pb::envoy::service::accesslog::v3::StreamAccessLogsMessage;
 use crate::pb::envoy::service::accesslog::v3::stream_access_logs_message::{
     HttpAccessLogEntries, Identifier, LogEntries,
 };
-use crate::proxy::original_dst;
+use crate::proxy::clusters::WorkerClusters;
 use crate::proxy::upstream::BoxError;
-use crate::proxy::worker::WorkerContext;
 use crate::telemetry::Counter;
 
 const PATH: &str = "/envoy.service.accesslog.v3.AccessLogService/StreamAccessLogs";
@@ -53,7 +52,7 @@ pub struct GrpcLogBuffer {
 impl GrpcLogBuffer {
     /// The logger's buffer on this worker, with its stream task and flush timer on the
     /// worker's LocalSet (where connection tasks, the only callers, run).
-    pub fn start(context: &Rc<WorkerContext>, config: &GrpcAccessLog, dropped: Counter) -> Arc<Self> {
+    pub fn start(clusters: &Rc<WorkerClusters>, config: &GrpcAccessLog, dropped: Counter) -> Arc<Self> {
         let (tx, rx) = mpsc::channel(QUEUE_BATCHES);
         let buffer = Arc::new(Self {
             config: config.clone(),
@@ -62,7 +61,7 @@ impl GrpcLogBuffer {
             tx,
             dropped: dropped.clone(),
         });
-        tokio::task::spawn_local(stream_task(Rc::downgrade(context), config.clone(), rx, dropped));
+        tokio::task::spawn_local(stream_task(Rc::downgrade(clusters), config.clone(), rx, dropped));
         let timer = Arc::downgrade(&buffer);
         let interval = config.flush_interval;
         tokio::task::spawn_local(async move {
@@ -112,18 +111,18 @@ impl GrpcLogBuffer {
 /// Sends each batch on the open stream, opening one (identifier first) when there is
 /// none or the last one ended.
 async fn stream_task(
-    context: Weak<WorkerContext>,
+    clusters: Weak<WorkerClusters>,
     config: GrpcAccessLog,
     mut batches: mpsc::Receiver<Vec<HttpAccessLogEntry>>,
     dropped: Counter,
 ) {
     let mut stream: Option<mpsc::Sender<Bytes>> = None;
     while let Some(entries) = batches.recv().await {
-        let Some(context) = context.upgrade() else { break };
+        let Some(clusters) = clusters.upgrade() else { break };
         let count = entries.len() as u64;
         let mut identifier = None;
         if stream.as_ref().is_none_or(mpsc::Sender::is_closed) {
-            stream = open(&context, &config);
+            stream = open(&clusters, &config);
             identifier = Some(Identifier { node: None, log_name: config.log_name.clone() });
         }
         let message = StreamAccessLogsMessage {
@@ -152,22 +151,22 @@ fn frame(message: &StreamAccessLogsMessage) -> Bytes {
 /// Opens a stream to the cluster: the request goes out with a body fed by the returned
 /// sender, and a task holds the call until the collector ends it (the sender then
 /// reports closed). `None` when the cluster or a healthy endpoint is missing.
-fn open(context: &Rc<WorkerContext>, config: &GrpcAccessLog) -> Option<mpsc::Sender<Bytes>> {
-    let snapshot = context.store.load();
+fn open(clusters: &Rc<WorkerClusters>, config: &GrpcAccessLog) -> Option<mpsc::Sender<Bytes>> {
+    let snapshot = clusters.store.load();
     let cluster = snapshot.clusters.get(config.cluster.as_str()).cloned()?;
     let pick = PickContext { hash: None, attempt: 0, previous: &[], now: Instant::now() };
-    let host = original_dst::pick_host(context, &cluster.resource, &pick, None, None)?;
-    let tls = context.tls.upstream(&cluster, &host.endpoint, &snapshot).ok()?;
+    let host = clusters.pick_host(&cluster.resource, &pick, None, None)?;
+    let tls = clusters.tls.upstream(&cluster, &host.endpoint, &snapshot).ok()?;
     let (tx, rx) = mpsc::channel::<Bytes>(STREAM_MESSAGES);
     let body = BodyExt::boxed(StreamBody::new(ReceiverStream::new(rx).map(|b| Ok::<_, BoxError>(Frame::data(b)))));
     let mut request = Request::post(format!("http://{}{PATH}", config.authority)).body(body).ok()?;
     let headers = request.headers_mut();
     headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
-    let context = context.clone();
+    let clusters = clusters.clone();
     tokio::task::spawn_local(async move {
-        let resources = context.balancers.get(&cluster.resource.name).map(|lb| lb.resources().clone());
-        let call = context.upstreams.forward_over(&host, &cluster.resource, true, request, tls, resources.as_ref());
+        let resources = clusters.balancers.get(&cluster.resource.name).map(|lb| lb.resources().clone());
+        let call = clusters.upstreams.forward_over(&host, &cluster.resource, true, request, tls, resources.as_ref());
         match call.await {
             Ok(response) => {
                 let _ = response.into_body().collect().await;

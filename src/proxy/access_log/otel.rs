@@ -24,9 +24,8 @@ use tokio::sync::mpsc;
 use super::{PendingLog, format};
 use crate::config::access_log::open_telemetry::{OpenTelemetryAccessLog, OtelTemplate};
 use crate::lb::PickContext;
-use crate::proxy::original_dst;
+use crate::proxy::clusters::WorkerClusters;
 use crate::proxy::upstream::BoxError;
-use crate::proxy::worker::WorkerContext;
 use crate::telemetry::Counter;
 
 const PATH: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
@@ -58,7 +57,7 @@ impl OtelLogBuffer {
     /// The logger's buffer on this worker, with its export task and flush timer on the
     /// worker's LocalSet (where connection tasks, the only callers, run).
     pub fn start(
-        context: &Rc<WorkerContext>,
+        clusters: &Rc<WorkerClusters>,
         config: &Arc<OpenTelemetryAccessLog>,
         node: &NodeLabels,
         dropped: Counter,
@@ -67,7 +66,7 @@ impl OtelLogBuffer {
         let buffer =
             Arc::new(Self { config: config.clone(), batch: Mutex::new((Vec::new(), 0)), tx, dropped: dropped.clone() });
         let resource = resource(config, node);
-        tokio::task::spawn_local(export_task(Rc::downgrade(context), config.clone(), resource, rx, dropped));
+        tokio::task::spawn_local(export_task(Rc::downgrade(clusters), config.clone(), resource, rx, dropped));
         let timer = Arc::downgrade(&buffer);
         let interval = config.flush_interval;
         tokio::task::spawn_local(async move {
@@ -172,14 +171,14 @@ fn resource(config: &OpenTelemetryAccessLog, node: &NodeLabels) -> Resource {
 
 /// Exports each batch in turn; one that fails is counted as dropped.
 async fn export_task(
-    context: Weak<WorkerContext>,
+    clusters: Weak<WorkerClusters>,
     config: Arc<OpenTelemetryAccessLog>,
     resource: Resource,
     mut batches: mpsc::Receiver<Vec<LogRecord>>,
     dropped: Counter,
 ) {
     while let Some(records) = batches.recv().await {
-        let Some(context) = context.upgrade() else { break };
+        let Some(clusters) = clusters.upgrade() else { break };
         let count = records.len() as u64;
         let request = ExportLogsServiceRequest {
             resource_logs: vec![ResourceLogs {
@@ -188,7 +187,7 @@ async fn export_task(
                 ..ResourceLogs::default()
             }],
         };
-        let exported = tokio::time::timeout(EXPORT_TIMEOUT, export(&context, &config, &request)).await;
+        let exported = tokio::time::timeout(EXPORT_TIMEOUT, export(&clusters, &config, &request)).await;
         if !matches!(exported, Ok(true)) {
             dropped.add(count);
         }
@@ -197,26 +196,26 @@ async fn export_task(
 
 /// One unary `Export` call; whether the collector accepted it (HTTP 200, `grpc-status` 0).
 async fn export(
-    context: &Rc<WorkerContext>,
+    clusters: &WorkerClusters,
     config: &OpenTelemetryAccessLog,
     request: &ExportLogsServiceRequest,
 ) -> bool {
-    let snapshot = context.store.load();
+    let snapshot = clusters.store.load();
     let Some(cluster) = snapshot.clusters.get(config.cluster.as_str()).cloned() else {
         tracing::debug!(cluster = %config.cluster, "OpenTelemetry access log: no such cluster");
         return false;
     };
     let pick = PickContext { hash: None, attempt: 0, previous: &[], now: Instant::now() };
-    let Some(host) = original_dst::pick_host(context, &cluster.resource, &pick, None, None) else { return false };
-    let Ok(tls) = context.tls.upstream(&cluster, &host.endpoint, &snapshot) else { return false };
+    let Some(host) = clusters.pick_host(&cluster.resource, &pick, None, None) else { return false };
+    let Ok(tls) = clusters.tls.upstream(&cluster, &host.endpoint, &snapshot) else { return false };
     let body = Full::new(frame(request)).map_err(|never| -> BoxError { match never {} }).boxed();
     let Ok(mut call) = Request::post(format!("http://{}{PATH}", config.authority)).body(body) else { return false };
     let headers = call.headers_mut();
     headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
-    let resources = context.balancers.get(&cluster.resource.name).map(|lb| lb.resources().clone());
+    let resources = clusters.balancers.get(&cluster.resource.name).map(|lb| lb.resources().clone());
     let response =
-        match context.upstreams.forward_over(&host, &cluster.resource, true, call, tls, resources.as_ref()).await {
+        match clusters.upstreams.forward_over(&host, &cluster.resource, true, call, tls, resources.as_ref()).await {
             Ok(response) => response,
             Err(error) => {
                 tracing::debug!(%error, "OpenTelemetry access log export failed");

@@ -9,9 +9,8 @@ use http::{HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Full, Limited};
 
 use crate::lb::PickContext;
-use crate::proxy::original_dst;
+use crate::proxy::clusters::WorkerClusters;
 use crate::proxy::upstream::{RequestBody, ResponseBody};
-use crate::proxy::worker::WorkerContext;
 
 /// The most a callout's response body may hold.
 const MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
@@ -36,17 +35,17 @@ pub enum CalloutError {
 
 /// A worker's means of calling other clusters, lent to filters for one request.
 pub struct Callouts<'a> {
-    context: &'a WorkerContext,
+    clusters: &'a WorkerClusters,
 }
 
 impl<'a> Callouts<'a> {
-    pub fn new(context: &'a WorkerContext) -> Self {
-        Self { context }
+    pub fn new(clusters: &'a WorkerClusters) -> Self {
+        Self { clusters }
     }
 
     /// The Istio service host of cluster `name` (`istio.services[0].host`), if it exists.
     pub fn istio_service_host(&self, name: &str) -> Option<String> {
-        self.context.store.load().clusters.get(name)?.resource.istio_service_host.clone()
+        self.clusters.store.load().clusters.get(name)?.resource.istio_service_host.clone()
     }
 
     /// Sends `request` to `cluster` and reads the whole response, within `timeout`.
@@ -90,21 +89,21 @@ impl<'a> Callouts<'a> {
         request: Request<RequestBody>,
         http2: bool,
     ) -> Result<Response<ResponseBody>, CalloutError> {
-        let context = self.context;
-        let snapshot = context.store.load();
+        let clusters = self.clusters;
+        let snapshot = clusters.store.load();
         let Some(cluster) = snapshot.clusters.get(cluster_name).cloned() else {
             return Err(CalloutError::NoCluster(cluster_name.to_owned()));
         };
         let pick = PickContext { hash: None, attempt: 0, previous: &[], now: Instant::now() };
-        let Some(host) = original_dst::pick_host(context, &cluster.resource, &pick, None, None) else {
+        let Some(host) = clusters.pick_host(&cluster.resource, &pick, None, None) else {
             return Err(CalloutError::NoHealthyUpstream(cluster_name.to_owned()));
         };
-        let tls = context
+        let tls = clusters
             .tls
             .upstream(&cluster, &host.endpoint, &snapshot)
             .map_err(|e| CalloutError::Upstream(e.to_string()))?;
-        let resources = context.balancers.get(&cluster.resource.name).map(|lb| lb.resources().clone());
-        context
+        let resources = clusters.balancers.get(&cluster.resource.name).map(|lb| lb.resources().clone());
+        clusters
             .upstreams
             .forward_over(&host, &cluster.resource, http2, request, tls, resources.as_ref())
             .await

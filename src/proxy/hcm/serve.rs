@@ -16,10 +16,10 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 
+use super::super::context::WorkerContext;
 use super::super::exec::LocalExec;
 use super::super::filter_chain::ConnectionInfo;
 use super::super::headers::Downstream;
-use super::super::worker::WorkerContext;
 use super::codec::{self, Protocol};
 use super::lifetime::{Close, Lifetime};
 use super::metered::Metered;
@@ -56,7 +56,7 @@ pub async fn serve<S>(
     let downstream = Downstream { peer: info.peer, local: info.local, tls: secure != Secure::Plain };
     // Resolved once per connection from the worker's cache: no look-up per request.
     let stats = context.telemetry.http(&manager.stat_prefix);
-    let access_logs = context.telemetry.access_logs(&manager.access_log, &context);
+    let access_logs = context.telemetry.access_logs(&manager.access_log, &context.clusters);
     // Built once per connection manager and shared; found once per connection.
     let filters = context.filters.http_of(&manager, info.inbound);
     let tracer = context.telemetry.tracer(&manager, &context.store).map(Rc::new);

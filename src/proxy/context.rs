@@ -1,0 +1,60 @@
+//! What every task of one worker shares, built by the worker (`worker`) and lent to each
+//! of its connections.
+//!
+//! Everything it holds is defined in modules that do not use it: the code that takes a
+//! context (listeners, connections, the connection manager, the TCP proxy) sits above it,
+//! and what the context holds and that must reach upstreams on its own (filters' callouts,
+//! the gRPC access loggers, shadows) goes through `clusters`, below it.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+
+use super::clusters::WorkerClusters;
+use super::connection_limit::WorkerLimits;
+use super::drain::Connections;
+use super::filters::FilterChains;
+use super::observe::WorkerTelemetry;
+use super::original_dst::ListenerIndex;
+use super::overload::OverloadState;
+use super::shadow::ShadowSlots;
+use super::transport::WorkerTls;
+use crate::core::health_check::HealthCheckFailed;
+use crate::core::shutdown::Signal;
+use crate::store::Store;
+
+/// What every task of one worker shares. Not `Send`: it never leaves its thread.
+pub struct WorkerContext {
+    pub id: usize,
+    /// The published configuration (the store `clusters` reads too).
+    pub store: Arc<Store>,
+    /// The worker's way to upstream clusters: their balancers, its pickers and pools.
+    pub clusters: Rc<WorkerClusters>,
+    pub rng: RefCell<SmallRng>,
+    /// The worker's TLS cache and handshake counts, for both directions (`clusters` holds
+    /// the same one for its upstream connections).
+    pub tls: Rc<WorkerTls>,
+    /// Listeners by address, for `use_original_dst` hand-offs.
+    pub listener_index: RefCell<ListenerIndex>,
+    pub telemetry: WorkerTelemetry,
+    /// Accepted connections not yet ended (a drain waits for them).
+    pub connections: Rc<Connections>,
+    /// Triggered when the worker drains: HTTP connections close once their requests are
+    /// answered.
+    pub draining: Signal,
+    /// Triggered when the worker drains its inbound listeners, or all of them: HTTP
+    /// connections of INBOUND listeners close once their requests are answered.
+    pub draining_inbound: Signal,
+    /// The connection limit filters' counters (shared with the other workers).
+    pub connection_limits: WorkerLimits,
+    /// The runtime of every filter chain (shared with the other workers).
+    pub filters: Arc<FilterChains>,
+    /// Mirrored requests in flight (bounded per worker).
+    pub shadows: ShadowSlots,
+    /// Set by `POST /healthcheck/fail`: health checks answer 503.
+    pub health_check_failed: HealthCheckFailed,
+    /// The overload manager's actions in force and the global connection count.
+    pub overload: Arc<OverloadState>,
+}
