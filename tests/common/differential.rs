@@ -9,7 +9,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::Duration;
 
 use outrider::app::{self, Running};
 use outrider::config::bootstrap::Bootstrap;
@@ -17,6 +16,7 @@ use tokio::process::{Child, Command};
 
 use super::WAIT;
 use super::skip::{Tool, skipped};
+use super::wait;
 
 /// The Envoy binary, if one is installed.
 pub fn envoy_binary() -> Option<PathBuf> {
@@ -133,29 +133,30 @@ impl Envoy {
             .kill_on_drop(true)
             .spawn()
             .unwrap();
-        // Bounded wait for an external process: its admin address file, then LIVE.
-        let deadline = tokio::time::Instant::now() + WAIT;
-        let admin = loop {
+        // Polled: Envoy is a separate process. First its admin address file, then LIVE.
+        let admin = wait::within(async || {
             if let Ok(text) = std::fs::read_to_string(&admin_file)
                 && let Ok(address) = text.trim().parse()
             {
-                break address;
+                return Some(address);
             }
             if let Ok(Some(status)) = child.try_wait() {
                 panic!("envoy exited ({status}):\n{}", tail(&log));
             }
-            assert!(tokio::time::Instant::now() < deadline, "envoy did not start:\n{}", tail(&log));
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        };
-        let envoy = Envoy { child, admin, log, _dir: dir };
-        loop {
-            let (status, body) = super::admin_get(envoy.admin, "/ready").await;
-            if status == 200 && body.contains("LIVE") {
-                break;
+            None
+        })
+        .await
+        .unwrap_or_else(|| panic!("envoy did not start:\n{}", tail(&log)));
+        let mut envoy = Envoy { child, admin, log, _dir: dir };
+        let live = wait::within(async || {
+            if let Ok(Some(status)) = envoy.child.try_wait() {
+                panic!("envoy exited ({status}):\n{}", envoy.log_tail());
             }
-            assert!(tokio::time::Instant::now() < deadline, "envoy not ready:\n{}", envoy.log_tail());
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            let (status, body) = super::admin_get(envoy.admin, "/ready").await;
+            (status == 200 && body.contains("LIVE")).then_some(())
+        })
+        .await;
+        assert!(live.is_some(), "envoy not ready:\n{}", envoy.log_tail());
         envoy
     }
 

@@ -6,12 +6,11 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
-use super::WAIT;
 use super::lab::free_port;
+use super::wait;
 
 /// A running istiod, killed when dropped.
 pub struct Istiod {
@@ -121,20 +120,19 @@ impl Istiod {
 
     /// Bounded wait for istiod's ADS port: istiod opens it once its caches have synced.
     /// (Its `/ready` also waits for the injection webhook, which file mode never serves.)
+    /// Polled: istiod is a separate process.
     async fn wait_ready(&mut self) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
+        let grpc = self.grpc;
+        let ready = wait::within(async || {
             if let Some(child) = self.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
                 panic!("istiod exited ({status}):\n{}", self.log_tail());
             }
-            if tokio::net::TcpStream::connect(self.grpc).await.is_ok() {
-                return;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "istiod not ready:\n{}", self.log_tail());
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            tokio::net::TcpStream::connect(grpc).await.ok()
+        })
+        .await;
+        assert!(ready.is_some(), "istiod not ready:\n{}", self.log_tail());
     }
 
     fn log_path(&self) -> PathBuf {
@@ -152,14 +150,4 @@ impl Istiod {
 /// Istio's node id for a sidecar: `sidecar~IP~POD.NAMESPACE~NAMESPACE.svc.cluster.local`.
 pub fn sidecar_node_id(ip: &str, pod: &str, namespace: &str) -> String {
     format!("sidecar~{ip}~{pod}.{namespace}~{namespace}.svc.cluster.local")
-}
-
-/// Bounded wait for `done`, polling: istiod and Outrider are separate processes/tasks whose
-/// progress the test can only observe.
-pub async fn wait_until<F: Future<Output = bool>>(what: &str, mut done: impl FnMut() -> F) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !done().await {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }

@@ -3,8 +3,6 @@
 //! fault and circuit-breaker tests share (requests that report failures instead of
 //! panicking, waiting on the balancer, reading stats and the access log).
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -12,7 +10,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use outrider::config::ResourceType;
 use outrider::store::Snapshot;
 
-use super::{CLUSTER, ControlPlane, LISTENER, ROUTE, WAIT, bootstrap, endpoints, wait_snapshot};
+use super::{CLUSTER, ControlPlane, LISTENER, ROUTE, WAIT, bootstrap, endpoints, wait, wait_snapshot};
 
 pub struct Lab {
     pub control_plane: ControlPlane,
@@ -41,15 +39,14 @@ pub fn access_log(path: &std::path::Path) -> String {
     )
 }
 
-/// Waits until the file at `path` has at least `n` lines, and returns them.
+/// Waits until the file at `path` has at least `n` lines, and returns them (polled: the
+/// log is written by its own thread).
 pub async fn log_lines(path: &std::path::Path, n: usize) -> Vec<String> {
-    let mut lines = Vec::new();
-    wait_until("access log lines", || {
-        lines = std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_owned).collect();
-        lines.len() >= n
+    wait::until(&format!("{n} lines in {}", path.display()), async || {
+        let lines: Vec<String> = std::fs::read_to_string(path).unwrap_or_default().lines().map(str::to_owned).collect();
+        (lines.len() >= n).then_some(lines)
     })
-    .await;
-    lines
+    .await
 }
 
 /// Starts a lab whose `backend` cluster (with `cluster_extra` YAML appended) has `ports`
@@ -88,17 +85,6 @@ pub async fn wait_balancer(outrider: &outrider::app::Running, mut done: impl FnM
         }
     };
     tokio::time::timeout(WAIT, wait).await.expect("balancer condition not reached");
-}
-
-/// Polls `done` until it holds: for conditions of shared atomics that have no change
-/// notification. Bounded by [`WAIT`].
-pub async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let wait = async {
-        while !done() {
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-    };
-    tokio::time::timeout(WAIT, wait).await.unwrap_or_else(|_| panic!("condition not reached: {what}"));
 }
 
 /// A response as the client saw it, or why it did not come whole.

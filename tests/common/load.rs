@@ -10,7 +10,8 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 
 use super::WAIT;
-use super::lab::{Answer, get, wait_until};
+use super::lab::{Answer, get};
+use super::wait;
 
 /// A client that keeps its HTTP/1.1 connection to the proxy across requests, as pooling
 /// clients do: a connection found closed before the request was written is replaced
@@ -152,7 +153,7 @@ impl Load {
     pub async fn wait_answered(&self, more: u64) {
         let counts = &self.counts;
         let base = counts.succeeded() + counts.failed();
-        wait_until("requests answered", || counts.succeeded() + counts.failed() >= base + more).await;
+        wait::until_sync("requests answered", || counts.succeeded() + counts.failed() >= base + more).await;
     }
 
     /// Lets the clients finish once `target` requests were sent; returns the counts and

@@ -212,3 +212,4 @@ pub mod load;
 pub mod otlp;
 pub mod peers;
 pub mod skip;
+pub mod wait;

@@ -18,13 +18,12 @@
 use crate::common;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use crate::common::skip::{Tool, skipped};
 use bytes::Bytes;
-use common::WAIT;
 use common::backends;
 use common::differential::{Pair, raw_http1};
+use common::wait;
 use http::Response;
 use http_body_util::Full;
 
@@ -188,19 +187,17 @@ const REQUESTS: [&str; 4] = [
      content-length: 5\r\nconnection: close\r\n\r\nhello",
 ];
 
-/// The file's lines once it has `count` of them (bounded wait: the proxies flush their
-/// buffers on a timer).
+/// The file's lines once it has `count` of them (polled: the proxies flush their buffers
+/// on a timer, Envoy in another process).
 async fn lines(path: &PathBuf, count: usize) -> Vec<String> {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut text = String::new();
+    let lines = wait::within(async || {
+        text = std::fs::read_to_string(path).unwrap_or_default();
         let lines: Vec<String> = text.lines().map(str::to_owned).collect();
-        if lines.len() >= count {
-            return lines;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{} has {} lines: {text}", path.display(), lines.len());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (lines.len() >= count).then_some(lines)
+    })
+    .await;
+    lines.unwrap_or_else(|| panic!("{} has {} lines: {text}", path.display(), text.lines().count()))
 }
 
 /// Splits a text line into space-separated fields, a quoted run being one field.

@@ -254,7 +254,7 @@ async fn access_log_lines_carry_envoys_fields_and_response_flags() {
     }
     assert!(statuses.iter().all(|s| *s == 200), "a retry reaches the live backend: {statuses:?}");
 
-    let lines = wait_for_lines(&path, 4).await;
+    let lines = common::lab::log_lines(&path, 4).await;
     let re = regex::Regex::new(
         r#"^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\] "GET /logged HTTP/1\.1" 200 - 0 \d+ \d+ \d+ "-" "observability-test" "[0-9a-f-]{36}" "example\.com" "127\.0\.0\.1:\d+"$"#,
     )
@@ -279,26 +279,11 @@ async fn access_log_lines_carry_envoys_fields_and_response_flags() {
     let access_log = access_log.replace(&path.display().to_string(), &path2.display().to_string());
     let lab = lab_dead_only(dead, &access_log, retry).await;
     assert_eq!(get(lab.proxy_port, "/down").await, 503);
-    let lines = wait_for_lines(&path2, 1).await;
+    let lines = common::lab::log_lines(&path2, 1).await;
     assert!(lines[0].contains("\"GET /down HTTP/1.1\" 503 UF,URX "), "{}", lines[0]);
     lab.outrider.stop();
 }
 
 async fn lab_dead_only(dead: u32, hcm_extra: &str, route_extra: &str) -> Lab {
     lab(Vec::new(), &[dead], hcm_extra, route_extra).await
-}
-
-/// Waits until the access log holds `n` lines (written by its own thread).
-async fn wait_for_lines(path: &std::path::Path, n: usize) -> Vec<String> {
-    let read = async {
-        loop {
-            let text = std::fs::read_to_string(path).unwrap_or_default();
-            let lines: Vec<String> = text.lines().map(str::to_owned).collect();
-            if lines.len() >= n {
-                return lines;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(WAIT, read).await.expect("access log lines")
 }

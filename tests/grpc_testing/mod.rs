@@ -9,7 +9,6 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
 
 use tokio::process::{Child, Command};
 
@@ -129,14 +128,14 @@ impl InteropServer {
             .kill_on_drop(true)
             .spawn()
             .unwrap();
-        let deadline = tokio::time::Instant::now() + crate::common::WAIT;
-        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+        // Polled: the server is a separate process.
+        crate::common::wait::until(&format!("the interop server to listen on {port}"), async || {
             if let Ok(Some(status)) = child.try_wait() {
                 panic!("interop server exited: {status}");
             }
-            assert!(tokio::time::Instant::now() < deadline, "interop server not listening on {port}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+            tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()
+        })
+        .await;
         InteropServer { _child: child, port }
     }
 }

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use common::lab::{self, Lab};
-use common::{ROUTE, admin_get};
+use common::{ROUTE, admin_get, wait};
 use grpc_testing::{InteropServer, SimpleRequest, SimpleResponse, TestOrcaReport, UNARY_CALL};
 use outrider::lb::cswrr::Weights;
 
@@ -141,7 +141,7 @@ async fn oob_reports_from_grpc_go_reach_each_endpoint_and_without_qps_keep_round
 
     let want = BTreeMap::from([(a.port, 1.0), (b.port, 0.1)]);
     let lb = lab.outrider.balancers.get("backend").unwrap();
-    lab::wait_until("an OOB report from each interop server", || {
+    wait::until_sync("an OOB report from each interop server", || {
         lb.hosts().iter().all(|host| {
             let port = host.address().to_string().rsplit(':').next().unwrap().parse::<u16>().unwrap();
             host.stats.load_report().is_some_and(|timed| timed.report.cpu_utilization == want[&port])
@@ -232,7 +232,7 @@ async fn oob_reports_with_qps_split_one_to_ten_as_grpc_go_expects() {
     let oob = "        enable_oob_load_report: true\n        oob_reporting_period: 0.1s\n";
     let lab = lab::start(&[loaded, idle], &cluster(oob), ROUTE, "GRPC").await;
     let lb = lab.outrider.balancers.get("backend").unwrap();
-    lab::wait_until("an OOB report from each backend", || lb.hosts().iter().all(|h| h.stats.load_report().is_some()))
+    wait::until_sync("an OOB report from each backend", || lb.hosts().iter().all(|h| h.stats.load_report().is_some()))
         .await;
     assert!(matches!(weights_now(&lab)[..], [Weights::Stride(_)]), "the reports give weights");
 

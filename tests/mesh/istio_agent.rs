@@ -23,6 +23,7 @@ use std::time::Duration;
 use crate::common::skip::{Tool, skipped};
 use common::WAIT;
 use common::istiod::Istiod;
+use common::wait;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
@@ -196,20 +197,18 @@ impl Sidecar {
     }
 
     /// Bounded wait until the agent's `/healthz/ready` on 15021 (the bootstrap's static
-    /// listener, routed to the agent, which asks Outrider's admin) answers 200.
+    /// listener, routed to the agent, which asks Outrider's admin) answers 200. Polled:
+    /// the agent and the Outrider it starts are processes of their own.
     async fn wait_ready(&mut self, ip: &str) {
         let status_port = SocketAddr::new(ip.parse().unwrap(), 15021);
-        let deadline = tokio::time::Instant::now() + START;
-        loop {
+        let ready = wait::within_for(START, async || {
             if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
                 panic!("pilot-agent exited ({status}):\n{}", self.log());
             }
-            if let Ok((200, _)) = http_get(status_port, "/healthz/ready", "localhost").await {
-                return;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "not ready:\n{}", self.log());
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            matches!(http_get(status_port, "/healthz/ready", "localhost").await, Ok((200, _))).then_some(())
+        })
+        .await;
+        assert!(ready.is_some(), "not ready:\n{}", self.log());
     }
 
     /// SIGTERM, as the kubelet sends when the pod terminates; waits for the agent to exit.
@@ -281,21 +280,15 @@ async fn backend(address: SocketAddr, name: &'static str) {
 /// (istiod pushes the ServiceEntry's listener, route and endpoints after readiness may
 /// already have been reported for the first push).
 async fn wait_reaches(sidecar: &Sidecar, port: u16, host: &str, expected: &str) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let got = http_get(loopback(port), "/", host).await;
-        if let Ok((200, body)) = &got
-            && body == expected
-        {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{host}:{port} never reached {expected}: {got:?}\n{}",
-            sidecar.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let mut got = None;
+    let reached = wait::within(async || {
+        let answer = http_get(loopback(port), "/", host).await;
+        let reached = matches!(&answer, Ok((200, body)) if body == expected);
+        got = Some(answer);
+        reached.then_some(())
+    })
+    .await;
+    assert!(reached.is_some(), "{host}:{port} never reached {expected}: {got:?}\n{}", sidecar.log());
 }
 
 /// A plaintext ServiceEntry whose endpoint is a backend on this host.
@@ -501,20 +494,20 @@ fn mutual_tls_between_two_outrider_sidecars_under_istio_agents() {
 
         // The client's outbound listener → ISTIO_MUTUAL to the server sidecar's inbound
         // listener → the server's application.
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let got = http_get(loopback(9080), "/", "server.default.svc.cluster.local").await;
-            if matches!(&got, Ok((200, body)) if body == "server-app") {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no answer through the sidecars: {got:?}\n--- client:\n{}\n--- server:\n{}",
-                client_sidecar.log(),
-                server_sidecar.log()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let mut got = None;
+        let answered = wait::within(async || {
+            let answer = http_get(loopback(9080), "/", "server.default.svc.cluster.local").await;
+            let answered = matches!(&answer, Ok((200, body)) if body == "server-app");
+            got = Some(answer);
+            answered.then_some(())
+        })
+        .await;
+        assert!(
+            answered.is_some(),
+            "no answer through the sidecars: {got:?}\n--- client:\n{}\n--- server:\n{}",
+            client_sidecar.log(),
+            server_sidecar.log()
+        );
         // STRICT: the server sidecar refuses plaintext from outside the mesh.
         let plaintext = http_get(SocketAddr::new(POD_B.parse().unwrap(), 9080), "/", "server").await;
         assert!(!matches!(&plaintext, Ok((200, _))), "plaintext reached the server: {plaintext:?}");

@@ -25,7 +25,7 @@ use tls_support::pki::{self, Ca};
 use tls_support::yaml::{self, Http};
 use tls_support::{addr, free_port};
 
-use common::{ControlPlane, WAIT, bootstrap, wait_snapshot};
+use common::{ControlPlane, WAIT, bootstrap, wait, wait_snapshot};
 
 const OUTBOUND_CLUSTER: &str = "outbound|9080||reviews.bookinfo.svc.cluster.local";
 
@@ -429,17 +429,15 @@ fn tcp_filters(inbound: bool, cluster: &str) -> Value {
     Value::Array(filters)
 }
 
-/// Waits (a bounded number of scrapes) until `done` holds for the sidecar's page: the
-/// close is reported when the proxy's copy ends, just after the client saw its end.
+/// Waits until `done` holds for the sidecar's page (polled: a stat has no change
+/// notification): the close is reported when the proxy's copy ends, just after the
+/// client saw its end.
 async fn scrape_until(sidecar: &Sidecar, done: impl Fn(&prometheus_parse::Scrape) -> bool) -> prometheus_parse::Scrape {
-    for _ in 0..500 {
+    wait::until("the sidecar to report the connection's close", async || {
         let scrape = sidecar.prometheus().await;
-        if done(&scrape) {
-            return scrape;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("the sidecar never reported the connection's close");
+        done(&scrape).then_some(scrape)
+    })
+    .await
 }
 
 #[tokio::test]

@@ -13,8 +13,9 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use common::differential::{grpc_cluster, raw_http1, stat_value};
-use common::istiod::{Istiod, sidecar_node_id, wait_until};
+use common::istiod::{Istiod, sidecar_node_id};
 use common::load::Load;
+use common::wait;
 use common::{ControlPlane, admin_get, backends};
 use http_body_util::Full;
 use outrider::app::{self, Running};
@@ -123,7 +124,7 @@ async fn xds_updates(outrider: &Running) -> BTreeMap<&'static str, (u64, u64)> {
 /// route and clusters applied, their endpoints and secrets in (warming over).
 async fn start_sidecar(istiod: &Istiod, agent: &Agent, api_type: &str, port: u16, host: &str) -> Running {
     let outrider = app::start(sidecar_bootstrap(istiod, agent, api_type)).await.unwrap();
-    wait_until("the generated listener serves", || async {
+    wait::until_true("the generated listener serves", async || {
         let (status, _, _) = get(port, host, "/").await;
         status == 200
     })
@@ -302,7 +303,7 @@ async fn istiod_resources_apply_and_route(api_type: &str) {
     let (v1_before, v2_before) = (v1.seen.requests(), v2.seen.requests());
     let (status, _, body) = get(port, HOST, "/mirrored").await;
     assert_eq!((status, body.as_str()), (200, "v1"));
-    wait_until("the shadow reaches v2", || async { v2.seen.requests() == v2_before + 1 }).await;
+    wait::until_sync("the shadow reaches v2", || v2.seen.requests() == v2_before + 1).await;
     assert_eq!(v1.seen.requests(), v1_before + 1);
 
     // 90/10: v2's share of 1 000 requests is binomial (p = 0.1, σ ≈ 9.5); the bounds are
@@ -348,7 +349,7 @@ async fn a_yaml_change_is_pushed_and_applied() {
     assert_eq!(spread(port, HOST, "/", 20).await, BTreeMap::from([("200 v1".to_owned(), 20)]));
 
     istiod.write("vs.yaml", &virtual_service(0, 100));
-    wait_until("the new split is applied", || async { get(port, HOST, "/").await.2 == "v2" }).await;
+    wait::until_true("the new split is applied", async || get(port, HOST, "/").await.2 == "v2").await;
     assert_eq!(spread(port, HOST, "/", 20).await, BTreeMap::from([("200 v2".to_owned(), 20)]));
     let updates = xds_updates(&outrider).await;
     assert!(updates.values().all(|(_, rejected)| *rejected == 0), "rejected: {updates:?}");
@@ -378,10 +379,10 @@ async fn an_istiod_restart_under_load_loses_no_request() {
     let load = Load::start(port, 4, 400);
     load.wait_answered(50).await;
     istiod.stop().await;
-    wait_until("Outrider sees istiod gone", || async { connected(&outrider).await == 0 }).await;
+    wait::until_true("Outrider sees istiod gone", async || connected(&outrider).await == 0).await;
     load.wait_answered(50).await;
     istiod.restart().await;
-    wait_until("Outrider reconnects", || async { connected(&outrider).await == 1 }).await;
+    wait::until_true("Outrider reconnects", async || connected(&outrider).await == 1).await;
     load.wait_answered(50).await;
     let (sent, succeeded, failed, errors) = load.finish().await;
     assert_eq!((failed, succeeded), (0, sent), "errors: {errors:?}");
@@ -435,7 +436,7 @@ async fn inbound_peer_authentication_and_authorization_are_enforced() {
     let istiod = Istiod::start(&binary, &[("inbound.yaml", &inbound_configs(port, app.port, "PERMISSIVE"))]).await;
     let agent = Agent::start().await;
     let outrider = app::start(sidecar_bootstrap(&istiod, &agent, "GRPC")).await.unwrap();
-    wait_until("the inbound listener serves", || async { get(port, "app", "/").await.0 == 200 }).await;
+    wait::until_true("the inbound listener serves", async || get(port, "app", "/").await.0 == 200).await;
 
     let client = agent.ca.leaf(&pki::spiffe("caller"));
     // Istio's client sidecar offers these on a mesh connection.
@@ -448,11 +449,9 @@ async fn inbound_peer_authentication_and_authorization_are_enforced() {
     assert_eq!(app.seen.requests(), before + 2, "the denied request never reaches the application");
 
     istiod.write("inbound.yaml", &inbound_configs(port, app.port, "STRICT"));
-    wait_until("STRICT is applied", || async {
-        match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
-            Ok(stream) => tls_support::read_until_closed(stream_with_request(stream).await).await.is_empty(),
-            Err(_) => false,
-        }
+    wait::until_true("STRICT is applied", async || match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+        Ok(stream) => tls_support::read_until_closed(stream_with_request(stream).await).await.is_empty(),
+        Err(_) => false,
     })
     .await;
     assert_eq!(tls_support::tls_get(port, mtls()).await, Ok((200, "app".to_owned())));

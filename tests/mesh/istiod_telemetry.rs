@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use common::differential::{grpc_cluster, raw_http1, stat_value};
-use common::istiod::{Istiod, sidecar_node_id, wait_until};
+use common::istiod::{Istiod, sidecar_node_id};
+use common::wait;
 use common::{ControlPlane, admin_get, backends};
 use http_body_util::Full;
 use outrider::app::{self, Running};
@@ -224,7 +225,8 @@ async fn istio_metrics_name_both_workloads_on_both_sides() {
     let (client_sds, server_sds) = (sds_for(&ca, &SLEEP).await, sds_for(&ca, &APP).await);
     let server = app::start(bootstrap(&istiod, &server_sds, &APP)).await.unwrap();
     let client = app::start(bootstrap(&istiod, &client_sds, &SLEEP)).await.unwrap();
-    wait_until("the client's outbound listener reaches the app", || async { get(outbound, "/").await.0 == 200 }).await;
+    wait::until_true("the client's outbound listener reaches the app", async || get(outbound, "/").await.0 == 200)
+        .await;
 
     const REQUESTS: usize = 20;
     for i in 0..REQUESTS {

@@ -259,19 +259,13 @@ pub fn get(ns: &str, target: &str, host: &'static str) -> std::io::Result<Reply>
     })
 }
 
-/// Waits until something accepts connections on `target` inside `ns` (bounded).
+/// Waits until something accepts connections on `target` inside `ns` (polled: Outrider
+/// runs there as a process of its own).
 pub fn wait_for_listener(ns: &str, target: &str) {
     let target: SocketAddr = target.parse().unwrap();
-    let accepted = in_netns(ns, move || {
-        (0..500).any(|_| {
-            let ok = TcpStream::connect_timeout(&target, Duration::from_secs(1)).is_ok();
-            if !ok {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            ok
-        })
+    crate::common::wait::blocking(&format!("something to listen on {target} in {ns}"), || {
+        in_netns(ns, move || TcpStream::connect_timeout(&target, Duration::from_secs(1)).is_ok())
     });
-    assert!(accepted, "nothing listens on {target} in {ns}");
 }
 
 /// Latencies of `requests` sequential requests to `target` from inside `ns`, each on a new

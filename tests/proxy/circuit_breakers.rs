@@ -5,7 +5,8 @@
 use crate::common;
 
 use common::backends::{self, Held};
-use common::lab::{self, Lab, get, wait_until};
+use common::lab::{self, Lab, get};
+use common::wait;
 use http::StatusCode;
 use outrider::lb::resources::{ClusterResources, Priority};
 use std::sync::Arc;
@@ -29,11 +30,11 @@ fn spawn_get(lab: &Lab) -> tokio::task::JoinHandle<lab::Answer> {
 
 async fn wait_arrived(held: &Held, n: usize) {
     let seen = held.backend.seen.clone();
-    wait_until("requests at the backend", || seen.requests() >= n).await;
+    wait::until_sync("requests at the backend", || seen.requests() >= n).await;
 }
 
 async fn wait_pending(resources: &Arc<ClusterResources>, n: u32) {
-    wait_until("pending requests", || resources.pending_requests(Priority::Default) == n).await;
+    wait::until_sync("pending requests", || resources.pending_requests(Priority::Default) == n).await;
 }
 
 #[tokio::test]
@@ -103,7 +104,7 @@ async fn a_host_without_a_connection_gets_one_even_past_the_cluster_limit() {
     let first = spawn_get(&lab);
     let second = spawn_get(&lab);
     let (sa, sb) = (a.backend.seen.clone(), b.backend.seen.clone());
-    wait_until("one request at each host", || sa.requests() == 1 && sb.requests() == 1).await;
+    wait::until_sync("one request at each host", || sa.requests() == 1 && sb.requests() == 1).await;
     assert_eq!(resources.active_connections(Priority::Default), 2);
     assert!(resources.cx_overflow.load(Ordering::SeqCst) >= 1);
     a.release(1);

@@ -46,6 +46,7 @@ use tokio::sync::watch;
 
 use crate::common::differential::envoy_binary;
 use crate::common::skip::{Tool, skipped};
+use crate::common::wait;
 
 const LIMIT: u64 = 1024 * 1024;
 const CLIENTS: usize = 200;
@@ -200,13 +201,7 @@ static_resources:
     }
 
     async fn connect(&self) -> TcpStream {
-        for _ in 0..500 {
-            if let Ok(stream) = TcpStream::connect(("127.0.0.1", self.port)).await {
-                return stream;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("the proxy does not listen");
+        wait::connect(self.port).await
     }
 
     /// (VmRSS, VmHWM) in KiB.
@@ -263,29 +258,22 @@ impl Senders {
     }
 }
 
-async fn wait_until(what: &str, done: impl FnMut() -> bool) {
-    if !reached(done).await {
-        panic!("not reached: {what}");
+/// Waits until `done` holds (polled: the flags and counters are shared atomics), bounded
+/// by this file's [`WAIT`].
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    if wait::within_for(WAIT, async || done().then_some(())).await.is_none() {
+        panic!("not reached within {WAIT:?}: {what}");
     }
 }
 
 /// Whether every sender is blocked within [`WAIT`]; for Outrider, it must be (the panic
 /// says where its memory got to), Envoy is only measured.
-async fn wait_stalled(proxy: &Proxy, what: &str, done: impl FnMut() -> bool) -> bool {
-    let stalled = reached(done).await;
+async fn wait_stalled(proxy: &Proxy, what: &str, mut done: impl FnMut() -> bool) -> bool {
+    let stalled = wait::within_for(WAIT, async || done().then_some(())).await.is_some();
     if !stalled && !proxy.envoy {
         panic!("not reached: {what} (proxy RSS, peak: {:?} KiB)", proxy.rss_kib());
     }
     stalled
-}
-
-async fn reached(mut done: impl FnMut() -> bool) -> bool {
-    let wait = async {
-        while !done() {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(WAIT, wait).await.is_ok()
 }
 
 fn body_of(

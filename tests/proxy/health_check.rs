@@ -228,12 +228,7 @@ async fn a_tcp_check_fails_a_port_that_refuses_and_passes_one_that_accepts() {
     let lab = lab(&format!("\n{check}\n"), &assignment(&[good.port, refusing])).await;
     wait_balancer(&lab.outrider, |lb| picked_ports(lb) == BTreeSet::from([good.port])).await;
     // The refusing host started failed (new host) and its checks keep failing.
-    let wait = async {
-        while stat(&lab, "network_failure").await < 2 {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(WAIT, wait).await.expect("no network failures counted");
+    wait::until_true("network failures counted", async || stat(&lab, "network_failure").await >= 2).await;
     assert_eq!(flags(&lab, refusing).await, "/failed_active_hc");
     assert_eq!(flags(&lab, good.port).await, "healthy");
     assert_eq!(reached(lab.proxy_port, 10).await, BTreeSet::from(["good".to_owned()]));
@@ -297,12 +292,7 @@ async fn a_passing_check_returns_a_host_outlier_detection_ejected() {
     wait_balancer(&lab.outrider, |lb| all_passing(lb, &both)).await;
     bad.health.store(429, Ordering::Relaxed);
     // Once a failure is counted, every later probe of the bad host sees 429.
-    let wait = async {
-        while stat(&lab, "failure").await == 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(WAIT, wait).await.expect("no failed check counted");
+    wait::until_true("a failed check counted", async || stat(&lab, "failure").await > 0).await;
     bad.serve.store(500, Ordering::Relaxed);
     let ejected = |lb: &Arc<ClusterLb>| lb.hosts().iter().filter(|h| h.stats.is_ejected(Instant::now())).count();
     // Round robin reaches the bad host within two requests; its 500 ejects it.

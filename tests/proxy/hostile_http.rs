@@ -434,11 +434,10 @@ async fn connection_limit_closes_the_connection_over_it_until_one_ends() {
     let (sender, driver) = open.pop().unwrap();
     drop(sender);
     tokio::time::timeout(WAIT, driver).await.unwrap().unwrap().unwrap();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while lab.stat("connection_limit.limit.active_connections") != 1 {
-        assert!(tokio::time::Instant::now() < deadline, "the ended connection is still counted");
-        tokio::task::yield_now().await;
-    }
+    wait::until_sync("the ended connection to be no longer counted", || {
+        lab.stat("connection_limit.limit.active_connections") == 1
+    })
+    .await;
     lab.assert_serves().await;
     assert_eq!(lab.stat("connection_limit.limit.limited_connections"), 1);
     lab.outrider.stop();

@@ -15,6 +15,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::sync::{Notify, mpsc, watch};
 
+use crate::common::wait;
+
 const WAIT: Duration = Duration::from_secs(20);
 /// Requests held by the backend when the signal arrives: over HTTP/1.1 connections of
 /// their own, and multiplexed on one HTTP/2 connection.
@@ -153,15 +155,7 @@ async fn drains_on(signal: &str) {
     let mut lines = stderr_lines(&mut child);
     wait_for_line(&mut lines, "admin server listening").await;
     // The worker binds just after: the first connection may find no listener yet.
-    let mut connected = None;
-    for _ in 0..200 {
-        if let Ok(stream) = tokio::net::TcpStream::connect(("127.0.0.1", proxy)).await {
-            connected = Some(stream);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let first = connected.expect("the proxy listens");
+    let first = wait::connect(proxy).await;
 
     // Requests in flight, each accepted by Outrider and held by the backend.
     let mut in_flight = tokio::task::JoinSet::new();

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use common::backends;
 use common::differential::{HttpListenerExtra, Pair, ROUTE_TO_BACKEND, http_listener, raw_http1, static_cluster};
-use common::istiod::wait_until;
 use common::lab::free_port;
+use common::wait;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -74,18 +74,16 @@ async fn stat(pair: &Pair, proxy: &str, name: &str) -> u64 {
     }
 }
 
-/// `name` once it reaches `want`, or its last value after a bounded number of reads. Envoy
-/// may close a refused connection before its worker counts it, so the counter can trail
-/// the close that the test observed.
+/// `name` once it reaches `want`, or its last value after a bounded wait (the caller
+/// asserts on it). Envoy may close a refused connection before its worker counts it, so
+/// the counter can trail the close that the test observed.
 async fn stat_reaching(pair: &Pair, proxy: &str, name: &str, want: u64) -> u64 {
-    let mut value = stat(pair, proxy, name).await;
-    for _ in 0..200 {
-        if value >= want {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let mut value = 0;
+    wait::within(async || {
         value = stat(pair, proxy, name).await;
-    }
+        (value >= want).then_some(())
+    })
+    .await;
     value
 }
 
@@ -100,18 +98,11 @@ async fn stop_accepting_requests_answers_503_envoy_overloaded_except_on_a_bypass
         Pair::start(|port| setup.bootstrap(port, backend.port, "\n    bypass_overload_manager: true", &overload)).await;
     let mut answers = Vec::new();
     for (proxy, port) in pair.ports() {
-        let last = std::sync::Arc::new(Mutex::new((0, Vec::new(), String::new())));
-        wait_until(&format!("{proxy}: stop_accepting_requests in force"), || {
-            let last = last.clone();
-            async move {
-                let answer = raw_http1(port, GET_CLOSE).await;
-                let overloaded = answer.0 == 503;
-                *last.lock().unwrap() = answer;
-                overloaded
-            }
+        let (status, headers, body) = wait::until(&format!("{proxy}: stop_accepting_requests in force"), async || {
+            let answer = raw_http1(port, GET_CLOSE).await;
+            (answer.0 == 503).then_some(answer)
         })
         .await;
-        let (status, headers, body) = std::mem::take(&mut *last.lock().unwrap());
         let content_type = headers.iter().find(|(k, _)| k == "content-type").map(|(_, v)| v.clone());
         let local_overloaded = headers.iter().any(|(k, v)| k == "x-envoy-local-overloaded" && v == "true");
         assert!(local_overloaded, "{proxy}: append_local_overload adds x-envoy-local-overloaded: {headers:?}");
@@ -121,7 +112,7 @@ async fn stop_accepting_requests_answers_503_envoy_overloaded_except_on_a_bypass
         assert!(stat(&pair, proxy, "http.p.downstream_rq_overload_close").await >= 1, "{proxy}");
         assert_eq!(stat(&pair, proxy, "http.x.downstream_rq_overload_close").await, 0, "{proxy}");
         let active = "overload.envoy.overload_actions.stop_accepting_requests.active";
-        wait_until(&format!("{proxy}: {active}"), || async { stat(&pair, proxy, active).await == 1 }).await;
+        wait::until_true(&format!("{proxy}: {active}"), async || stat(&pair, proxy, active).await == 1).await;
     }
     for (proxy, status, body, content_type) in &answers {
         assert_eq!(*status, 503, "{proxy}");
@@ -191,7 +182,7 @@ async fn the_global_connection_limit_closes_connections_beyond_it_and_counts_the
         drop(exempt);
         // Closing one makes room again, once the proxy has seen the close.
         drop(first);
-        wait_until(&format!("{proxy}: room after a close"), || async {
+        wait::until_true(&format!("{proxy}: room after a close"), async || {
             let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)).await else { return false };
             keep_alive_get(&mut stream).await.is_some()
         })
@@ -208,7 +199,7 @@ async fn disable_http_keepalive_makes_each_http1_response_the_connections_last()
     let pair = Pair::start(|port| setup.bootstrap(port, backend.port, "", &overload)).await;
     for (proxy, port) in pair.ports() {
         let counter = "http.p.downstream_cx_overload_disable_keepalive";
-        wait_until(&format!("{proxy}: disable_http_keepalive in force"), || async {
+        wait::until_true(&format!("{proxy}: disable_http_keepalive in force"), async || {
             let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
             let Some(response) = keep_alive_get(&mut stream).await else { return false };
             let closes = response.to_ascii_lowercase().contains("\r\nconnection: close\r\n");
@@ -229,7 +220,7 @@ async fn stop_accepting_connections_leaves_new_connections_in_the_backlog() {
         Pair::start(|port| setup.bootstrap(port, backend.port, "\n    bypass_overload_manager: true", &overload)).await;
     for (proxy, port) in pair.ports() {
         let active = "overload.envoy.overload_actions.stop_accepting_connections.active";
-        wait_until(&format!("{proxy}: {active}"), || async { stat(&pair, proxy, active).await == 1 }).await;
+        wait::until_true(&format!("{proxy}: {active}"), async || stat(&pair, proxy, active).await == 1).await;
         let total = format!("listener.127.0.0.1_{port}.downstream_cx_total");
         let before = stat(&pair, proxy, &total).await;
         // The kernel completes the handshake; the proxy does not take the connection.
@@ -249,7 +240,7 @@ async fn reject_incoming_connections_closes_new_connections_unanswered() {
     let overload = heap_action("envoy.overload_actions.reject_incoming_connections");
     let pair = Pair::start(|port| setup.bootstrap(port, backend.port, "", &overload)).await;
     for (proxy, port) in pair.ports() {
-        wait_until(&format!("{proxy}: reject_incoming_connections in force"), || closed_unanswered(port)).await;
+        wait::until_true(&format!("{proxy}: reject_incoming_connections in force"), || closed_unanswered(port)).await;
         let rejected = format!("listener.127.0.0.1_{port}.downstream_cx_overload_reject");
         assert!(stat(&pair, proxy, &rejected).await >= 1, "{proxy}: {rejected}");
     }
@@ -277,17 +268,12 @@ async fn load_shed_points_shed_connections_and_requests() {
     let pair = Pair::start(|port| setup.bootstrap(port, backend.port, "", &requests)).await;
     let mut answers = Vec::new();
     for (proxy, port) in pair.ports() {
-        let last = std::sync::Arc::new(Mutex::new((0, String::new())));
-        wait_until(&format!("{proxy}: requests shed"), || {
-            let last = last.clone();
-            async move {
-                let (status, _, body) = raw_http1(port, GET_CLOSE).await;
-                *last.lock().unwrap() = (status, body);
-                status == 503
-            }
+        let shed = wait::until(&format!("{proxy}: requests shed"), async || {
+            let (status, _, body) = raw_http1(port, GET_CLOSE).await;
+            (status == 503).then_some((status, body))
         })
         .await;
-        answers.push(std::mem::take(&mut *last.lock().unwrap()));
+        answers.push(shed);
         let count = "overload.envoy.load_shed_points.http_connection_manager_decode_headers.shed_load_count";
         assert!(stat(&pair, proxy, count).await >= 1, "{proxy}: {count}");
     }
@@ -298,7 +284,7 @@ async fn load_shed_points_shed_connections_and_requests() {
     let setup = Setup::new();
     let pair = Pair::start(|port| setup.bootstrap(port, backend.port, "", &connections)).await;
     for (proxy, port) in pair.ports() {
-        wait_until(&format!("{proxy}: connections shed"), || closed_unanswered(port)).await;
+        wait::until_true(&format!("{proxy}: connections shed"), || closed_unanswered(port)).await;
         let rejected = format!("listener.127.0.0.1_{port}.downstream_cx_overload_reject");
         assert!(stat(&pair, proxy, &rejected).await >= 1, "{proxy}: {rejected}");
     }

@@ -113,16 +113,6 @@ outlier_detection: { consecutive_5xx: 3, interval: 0.05s, base_ejection_time: 2s
     lab.outrider.stop();
 }
 
-/// Polls `done` until it holds (a condition of shared atomics with no change notification).
-async fn wait_until(mut done: impl FnMut() -> bool) {
-    let wait = async {
-        while !done() {
-            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-        }
-    };
-    tokio::time::timeout(WAIT, wait).await.expect("condition not reached");
-}
-
 #[tokio::test]
 async fn max_requests_overflow_answers_503_overloaded() {
     use outrider::lb::resources::Priority;
@@ -135,7 +125,7 @@ circuit_breakers: { thresholds: [{ max_requests: 1 }] }
     let port = lab.proxy_port;
     let first = tokio::spawn(async move { get(port, "/slow").await });
     let resources = lab.outrider.balancers.get("backend").unwrap().resources().clone();
-    wait_until(|| resources.active_requests(Priority::Default) == 1).await;
+    wait::until_sync("one active request", || resources.active_requests(Priority::Default) == 1).await;
 
     let (status, headers, body) = get(lab.proxy_port, "/second").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);

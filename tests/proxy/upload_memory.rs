@@ -10,6 +10,8 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use hyper_util::rt::TokioIo;
 
+use crate::common::wait;
+
 const UPLOAD: usize = 1024 * 1024 * 1024;
 const CHUNK: usize = 64 * 1024;
 
@@ -100,15 +102,7 @@ static_resources:
     let proxy = Proxy(child);
 
     // The worker binds shortly after start: connect until it accepts (bounded).
-    let mut stream = None;
-    for _ in 0..500 {
-        if let Ok(s) = tokio::net::TcpStream::connect(("127.0.0.1", proxy_port)).await {
-            stream = Some(s);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let stream = stream.expect("the proxy listens");
+    let stream = wait::connect(proxy_port).await;
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.unwrap();
     tokio::spawn(connection);
     let chunks = futures::stream::iter(

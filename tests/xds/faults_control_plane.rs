@@ -8,8 +8,9 @@ use crate::common;
 use std::time::Instant;
 
 use common::backends;
-use common::lab::{self, Lab, served_config, wait_until};
+use common::lab::{self, Lab, served_config};
 use common::load::{Load, fault_requests};
+use common::wait;
 use common::{CLUSTER, ROUTE, WAIT, endpoints};
 use outrider::config::ResourceType;
 use outrider::xds::server::Journal;
@@ -54,7 +55,7 @@ async fn control_plane_restart_under_load(api_type: &str) {
 
     let stopped = Instant::now();
     lab.control_plane.stop().await;
-    wait_until("the ADS stream is reported lost", || connected(&lab) == Some(0.0)).await;
+    wait::until_sync("the ADS stream is reported lost", || connected(&lab) == Some(0.0)).await;
     let lost_after = stopped.elapsed();
     // Requests keep flowing on the last good configuration while the control plane is away.
     load.wait_answered(target / 3).await;
@@ -63,7 +64,7 @@ async fn control_plane_restart_under_load(api_type: &str) {
     let restarted = Instant::now();
     lab.control_plane.restart().await;
     lab.control_plane.server.wait_until(WAIT, |j| resynced(j, old)).await.expect("no resync in time");
-    wait_until("the ADS stream is reported up", || connected(&lab) == Some(1.0)).await;
+    wait::until_sync("the ADS stream is reported up", || connected(&lab) == Some(1.0)).await;
     let recovered = restarted.elapsed();
     let outage = restarted.duration_since(stopped);
     load.wait_answered(20).await;
@@ -139,7 +140,7 @@ async fn xds_churn_under_load(api_type: &str) {
             // each settled listener serve before the churn goes on.
             let served = format!("http.{prefix}.downstream_rq_total");
             let answered = || lab::stat(&lab.outrider, &served).unwrap_or(0.0) > 0.0;
-            wait_until("a request served by the listener just pushed", answered).await;
+            wait::until_sync("a request served by the listener just pushed", answered).await;
         }
         load.wait_answered(2).await;
     }

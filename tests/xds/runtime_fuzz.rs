@@ -29,7 +29,7 @@ use bytes::Bytes;
 use common::backends;
 use common::config_gen::{Config, Generator, HOSTS, PATHS};
 use common::lab::{self, free_port, stat};
-use common::{ControlPlane, WAIT, bootstrap, pack, wait_snapshot};
+use common::{ControlPlane, WAIT, bootstrap, pack, wait, wait_snapshot};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use outrider::app::{Running, StartOptions};
@@ -443,7 +443,7 @@ async fn runtime_fuzz(api_type: &str, (seed, steps): (u64, usize)) {
         run.apply(&config, step).await;
         // Requests flow under this configuration before the next one: two more ended.
         let done = tally.done();
-        lab::wait_until("requests under the step's configuration", || tally.done() >= done + 2 || tally.hung()).await;
+        wait::until_sync("requests under the step's configuration", || tally.done() >= done + 2 || tally.hung()).await;
         run.assert_alive(step);
         assert_no_hang(&tally, &history, seed, &run.outrider);
         let rss = rss_kb();
