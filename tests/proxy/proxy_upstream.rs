@@ -135,11 +135,23 @@ async fn http1_connections_are_kept_alive_and_reused() {
     assert!(host.stats.rtt_estimate(Instant::now()).is_some());
 }
 
+/// A handler's wait until `barrier` has all its requests: proof that they were in flight
+/// together. Bounded, so that a client that sends them one at a time fails the test.
+async fn all_arrived(barrier: &tokio::sync::Barrier) {
+    tokio::time::timeout(crate::common::WAIT, barrier.wait()).await.expect("every request at the server at once");
+}
+
 #[tokio::test]
 async fn concurrent_http1_requests_open_more_connections_and_all_come_back() {
-    let server = server(|_| async {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        text("slow")
+    // Each request is held until all three have arrived: none can come back before the
+    // others were sent, so each needs a connection of its own.
+    let barrier = Arc::new(tokio::sync::Barrier::new(3));
+    let server = server(move |_| {
+        let barrier = barrier.clone();
+        async move {
+            all_arrived(&barrier).await;
+            text("slow")
+        }
     })
     .await;
     let upstreams = Upstreams::new();
@@ -155,11 +167,16 @@ async fn concurrent_http1_requests_open_more_connections_and_all_come_back() {
 
 #[tokio::test]
 async fn http2_multiplexes_on_one_connection() {
-    let server = server(|request: Request<Incoming>| async move {
-        assert_eq!(request.version(), http::Version::HTTP_2);
-        assert_eq!(request.uri().authority().map(|a| a.as_str()), Some("svc.example"));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        text("h2")
+    // Each request is held until all ten have arrived: they are in flight together.
+    let barrier = Arc::new(tokio::sync::Barrier::new(10));
+    let server = server(move |request: Request<Incoming>| {
+        let barrier = barrier.clone();
+        async move {
+            assert_eq!(request.version(), http::Version::HTTP_2);
+            assert_eq!(request.uri().authority().map(|a| a.as_str()), Some("svc.example"));
+            all_arrived(&barrier).await;
+            text("h2")
+        }
     })
     .await;
     let upstreams = Upstreams::new();
@@ -210,14 +227,23 @@ async fn max_requests_per_connection_retires_connections() {
 
 #[tokio::test]
 async fn idle_connections_are_closed_after_the_idle_timeout() {
-    let server = server(|_| async { text("ok") }).await;
+    const IDLE: Duration = Duration::from_millis(100);
+    let mut server = server(|_| async { text("ok") }).await;
     let upstreams = Upstreams::new();
     let host = host(server.address);
     let mut cluster = cluster(UpstreamProtocol::Http1);
-    cluster.http.idle_timeout = Some(Duration::from_millis(100));
+    cluster.http.idle_timeout = Some(IDLE);
     let response = upstreams.forward(&host, &cluster, false, get("/")).await.unwrap();
     response.into_body().collect().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The idle timer is the connection task's tokio sleep, on this test's runtime: the
+    // clock is moved past it instead of the test waiting it out. Its deadline is then
+    // behind, so the task drops the connection as soon as it runs. Real time resumes
+    // before the close is awaited on the socket (a paused clock would jump straight to
+    // that wait's timeout while the runtime has nothing else to do).
+    tokio::time::pause();
+    tokio::time::advance(IDLE * 3).await;
+    tokio::time::resume();
+    wait_closed(&mut server, 1).await;
     upstreams.prune();
     assert_eq!(upstreams.pooled(), (0, 0), "the idle connection closed itself");
     let response = upstreams.forward(&host, &cluster, false, get("/")).await.unwrap();
