@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use common::differential::{HttpListenerExtra, http_listener, raw_http1};
 use common::lab::free_port;
+use common::wait;
 use outrider::app::{self, StartOptions};
 use outrider::config::bootstrap::Bootstrap;
+use outrider::telemetry::Value;
 use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
 
 const VIRTUAL_HOST: &str = r#"              routes:
@@ -40,6 +42,15 @@ fn backoffs(body: &str, port: u16) -> u64 {
     body.lines().find_map(|l| l.strip_prefix(&name)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
 }
 
+/// The same counter read in-process, which takes no descriptor.
+fn backoffs_counted(outrider: &app::Running, port: u16) -> u64 {
+    let name = format!("outrider.listener.127.0.0.1_{port}.accept_backoff");
+    match outrider.stats.samples().into_iter().find(|(n, _)| n.flat == name) {
+        Some((_, Value::Counter(n))) => n,
+        _ => 0,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_accept_loop_backs_off_on_emfile_and_recovers() {
     let port = free_port();
@@ -65,10 +76,14 @@ async fn the_accept_loop_backs_off_on_emfile_and_recovers() {
         }
         assert!(clients.len() < 64, "the limit never bit");
     }
-    // The last connections are queued in the kernel; Outrider cannot accept them. Let the
-    // loop meet EMFILE for a while: a loop that retries at once would fail millions of
-    // times in this window, one that backs off (1 ms doubling to 1 s) about ten. (No
-    // descriptor is left to read stats with: the count is read once the limit lifts.)
+    // The last connections are queued in the kernel; Outrider cannot accept them. Once the
+    // loop has met EMFILE (polled: the counter has no change notification; read in-process,
+    // since no descriptor is left for the admin server), it is left to meet it for a while.
+    wait::until_sync("an accept failed for want of descriptors", || backoffs_counted(&outrider, port) >= 1).await;
+    // Not a synchronisation: this stretch of real time is what is measured. Failures per
+    // unit of time tell a loop that backs off (1 ms doubling to 1 s: about ten in this
+    // window) from one that retries at once (millions), and the accept loop runs on the
+    // worker's own runtime, whose clock a test cannot pause.
     tokio::time::sleep(Duration::from_millis(500)).await;
     setrlimit(Resource::Nofile, original).unwrap();
     drop(clients);
