@@ -1,7 +1,8 @@
-//! Network addresses of listeners and endpoints.
+//! Network addresses of listeners and endpoints, and the IP prefixes that filter chains
+//! and RBAC policies match.
 
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
 /// Where a listener binds or an endpoint is reached.
@@ -22,5 +23,35 @@ impl fmt::Display for Address {
             Address::Pipe(path) => write!(f, "unix://{}", path.display()),
             Address::Dns { host, port } => write!(f, "{host}:{port}"),
         }
+    }
+}
+
+/// An IP prefix, its address masked to `prefix_len` bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CidrRange {
+    pub address: IpAddr,
+    pub prefix_len: u8,
+}
+
+impl CidrRange {
+    /// `None` when `prefix_len` exceeds the address width.
+    pub fn new(address: IpAddr, prefix_len: u8) -> Option<Self> {
+        let address = match address {
+            IpAddr::V4(v4) if prefix_len <= 32 => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(prefix_len)).unwrap_or(0);
+                IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask))
+            }
+            IpAddr::V6(v6) if prefix_len <= 128 => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(prefix_len)).unwrap_or(0);
+                IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
+            }
+            _ => return None,
+        };
+        Some(Self { address, prefix_len })
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        Self::new(ip, self.prefix_len).is_some_and(|masked| masked.address == self.address)
     }
 }

@@ -1,4 +1,5 @@
-//! Envoy's bootstrap file, read into Outrider's domain types.
+//! Envoy's bootstrap file, read into Outrider's domain types ([`Bootstrap`]; reading and
+//! validating it is `convert::bootstrap`'s, which builds them).
 //!
 //! The file is Envoy's own format (YAML or JSON, protobuf JSON field names), so one file
 //! can start either Envoy or Outrider. Fields Outrider has no use for are ignored with one
@@ -6,13 +7,16 @@
 //! their path.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::Path;
 use std::time::Duration;
 
 use super::address::Address;
 use super::endpoint::Locality;
-use super::error::{ConfigError, Ignored, Warnings};
+use super::error::{ConfigError, Ignored};
 use super::{Cluster, Listener, Secret};
+
+/// The bootstrap's tracer (`tracing.http`) is of the type a connection manager's
+/// `provider` is too.
+pub use super::tracing::{TraceCollector, TracingConfig};
 
 /// Envoy's default admin address is unset; Istio's sidecars use 127.0.0.1:15000, and so
 /// does Outrider when the bootstrap has no `admin` block.
@@ -41,28 +45,6 @@ pub struct Bootstrap {
     pub ignored: Vec<Ignored>,
     /// The document as read (protobuf JSON, as compact text), for `/config_dump`.
     pub document: String,
-}
-
-/// An OpenTelemetry tracer (`envoy.tracers.opentelemetry`): the bootstrap's, or a
-/// connection manager's `tracing.provider`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TracingConfig {
-    pub collector: TraceCollector,
-    /// `service.name` of the exported spans (default `outrider`).
-    pub service_name: String,
-}
-
-/// Where the OTLP/gRPC collector is.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum TraceCollector {
-    /// `envoy_grpc.cluster_name`: the bootstrap's tracer, a static cluster's first
-    /// endpoint; a connection manager's provider, the cluster's in the current snapshot.
-    Cluster(String),
-    /// `google_grpc.target_uri`, as `http://host:port`.
-    Uri(String),
-    /// `http_service`: OTLP over HTTP (protobuf) to a cluster, as `Cluster` finds it, at
-    /// `path`, with `request_headers_to_add`.
-    HttpCluster { cluster: String, path: String, headers: Vec<(String, String)> },
 }
 
 /// This proxy's identity towards the control plane.
@@ -113,35 +95,6 @@ pub enum BootstrapError {
     Syntax { path: String, reason: String },
     #[error("{0}")]
     Invalid(ConfigError),
-}
-
-impl Bootstrap {
-    /// Reads and validates the bootstrap file at `path` (YAML or JSON).
-    pub fn load(path: &Path) -> Result<Self, BootstrapError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| BootstrapError::Read { path: path.display().to_string(), source })?;
-        Self::parse(&text).map_err(|e| match e {
-            BootstrapError::Syntax { reason, .. } => {
-                BootstrapError::Syntax { path: path.display().to_string(), reason }
-            }
-            other => other,
-        })
-    }
-
-    /// Validates a bootstrap given as text (YAML, of which JSON is a subset).
-    pub fn parse(text: &str) -> Result<Self, BootstrapError> {
-        let document = parse_document(text).map_err(|reason| BootstrapError::Syntax { path: String::new(), reason })?;
-        Self::from_document(document)
-    }
-
-    /// Validates a bootstrap already read into its JSON form.
-    pub fn from_document(document: serde_json::Value) -> Result<Self, BootstrapError> {
-        let mut warnings = Warnings::new();
-        let mut bootstrap =
-            super::convert::bootstrap::bootstrap(document, &mut warnings).map_err(BootstrapError::Invalid)?;
-        bootstrap.ignored = warnings.into_items();
-        Ok(bootstrap)
-    }
 }
 
 /// YAML or JSON text → a JSON value. JSON goes through serde_json for exact numbers and

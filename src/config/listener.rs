@@ -5,10 +5,7 @@ pub mod chain_matcher;
 pub mod connection_limit;
 pub mod http_connection_manager;
 pub mod tcp_proxy;
-pub mod tracing;
-pub mod upgrade;
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use super::address::Address;
@@ -17,6 +14,9 @@ pub use chain_matcher::FilterChainMatcher;
 pub use connection_limit::ConnectionLimit;
 pub use http_connection_manager::{HttpConnectionManager, RouteSource};
 pub use tcp_proxy::TcpProxy;
+
+/// Filter chains match source and destination prefixes, as RBAC does.
+pub use super::address::CidrRange;
 
 /// Envoy's default `per_connection_buffer_limit_bytes` (1 MiB).
 pub const DEFAULT_BUFFER_LIMIT_BYTES: u32 = 1024 * 1024;
@@ -199,36 +199,6 @@ pub enum ConnectionSourceType {
     Any,
     SameIpOrLoopback,
     External,
-}
-
-/// An IP prefix, its address masked to `prefix_len` bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CidrRange {
-    pub address: IpAddr,
-    pub prefix_len: u8,
-}
-
-impl CidrRange {
-    /// `None` when `prefix_len` exceeds the address width.
-    pub fn new(address: IpAddr, prefix_len: u8) -> Option<Self> {
-        let address = match address {
-            IpAddr::V4(v4) if prefix_len <= 32 => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(prefix_len)).unwrap_or(0);
-                IpAddr::V4(Ipv4Addr::from(u32::from(v4) & mask))
-            }
-            IpAddr::V6(v6) if prefix_len <= 128 => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(prefix_len)).unwrap_or(0);
-                IpAddr::V6(Ipv6Addr::from(u128::from(v6) & mask))
-            }
-            _ => return None,
-        };
-        Some(Self { address, prefix_len })
-    }
-
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
-        Self::new(ip, self.prefix_len).is_some_and(|masked| masked.address == self.address)
-    }
 }
 
 impl Listener {

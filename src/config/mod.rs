@@ -12,12 +12,17 @@ pub mod convert;
 pub mod endpoint;
 pub mod error;
 pub mod filters;
+pub mod header_value;
 pub mod listener;
+pub mod matcher;
 pub mod overload;
+pub mod rate_limit;
 pub mod route;
 pub mod secret;
 pub mod stats;
 pub mod tls;
+pub mod tracing;
+pub mod upgrade;
 
 #[cfg(test)]
 pub(crate) mod testdata;

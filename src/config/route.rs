@@ -3,9 +3,7 @@
 
 pub mod action;
 pub mod hash_policy;
-pub mod matcher;
 pub mod mirror;
-pub mod rate_limit;
 pub mod regex_rewrite;
 pub mod retry;
 pub mod virtual_host_index;
@@ -14,17 +12,23 @@ use std::sync::Arc;
 
 use super::filters::PerFilterConfig;
 use super::filters::cors::CorsPolicy;
+use super::tracing::RouteTracing;
 
 pub use action::{
     ClusterNotFoundResponseCode, ClusterSpecifier, DirectResponse, HostRewrite, MaxStreamDuration, Redirect,
     RedirectPathRewrite, RouteAction, WeightedCluster, WeightedClusters, WeightedTarget,
 };
 pub use hash_policy::{HashPolicy, HashSource};
-pub use matcher::{HeaderMatch, HeaderMatcher, PathMatch, Pattern, QueryParameterMatcher, RouteMatch, StringMatcher};
 pub use mirror::{MirrorCluster, RequestMirrorPolicy, ShadowHost};
-pub use rate_limit::{RateLimitAction, RateLimitPolicy};
 pub use regex_rewrite::RegexRewrite;
 pub use retry::{RetryBackOff, RetryOn, RetryOnSet, RetryPolicy};
+// What routes are made of and filters use too, in modules of their own (which use no
+// route) and named here as well, as part of a route.
+pub use super::header_value::{HeaderAppendAction, HeaderValueOption};
+pub use super::matcher::{
+    HeaderMatch, HeaderMatcher, PathMatch, Pattern, QueryParameterMatcher, RouteMatch, StringMatcher,
+};
+pub use super::rate_limit::{RateLimitAction, RateLimitPolicy};
 
 /// Envoy's default limit on a direct response body (`max_direct_response_body_size_bytes`).
 pub const DEFAULT_MAX_DIRECT_RESPONSE_BODY_BYTES: u32 = 4096;
@@ -60,25 +64,6 @@ pub struct HeaderMutations {
     pub request_headers_to_remove: Vec<http::HeaderName>,
     pub response_headers_to_add: Vec<HeaderValueOption>,
     pub response_headers_to_remove: Vec<http::HeaderName>,
-}
-
-/// `envoy.config.core.v3.HeaderValueOption`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HeaderValueOption {
-    pub name: http::HeaderName,
-    pub value: String,
-    pub append_action: HeaderAppendAction,
-    /// Add the header even when the (substituted) value is empty.
-    pub keep_empty_value: bool,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HeaderAppendAction {
-    /// The default: add another value (or the header).
-    AppendIfExistsOrAdd,
-    AddIfAbsent,
-    OverwriteIfExistsOrAdd,
-    OverwriteIfExists,
 }
 
 /// `envoy.config.route.v3.VirtualHost`.
@@ -205,7 +190,7 @@ pub struct Route {
     /// `typed_per_filter_config`: the HTTP filters' settings for this route.
     pub per_filter: PerFilterConfig,
     /// `tracing`: this route's sampling and extra custom tags.
-    pub tracing: Option<Arc<super::listener::tracing::RouteTracing>>,
+    pub tracing: Option<Arc<RouteTracing>>,
 }
 
 /// What a matched route does.

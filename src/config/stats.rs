@@ -5,7 +5,7 @@
 //! the stats its tools read (an inclusion list of prefixes, suffixes and regexes). A stat
 //! the matcher rejects is never created, as in Envoy.
 
-use super::route::matcher::StringMatcher;
+use super::matcher::StringMatcher;
 
 /// `stats_config`, as far as it decides what exists and how histograms are bucketed.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -73,7 +73,7 @@ fn matches(pattern: &StringMatcher, flat: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::route::matcher::Pattern;
+    use crate::config::matcher::Pattern;
 
     fn prefix(value: &str) -> StringMatcher {
         StringMatcher::Prefix { value: value.to_owned(), ignore_case: false }

@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderValue};
 
 use super::filters::DynamicMetadata;
 use crate::config::cluster::{Cluster, LbPolicy};
-use crate::config::listener::tracing::{CustomTag, CustomTagValue, HcmTracing, RouteTracing, Sampling};
+use crate::config::tracing::{CustomTag, CustomTagValue, HcmTracing, RouteTracing, Sampling};
 use crate::telemetry::{KeyValue, RequestSpan, SpanKind, Tracing};
 
 const X_REQUEST_ID: &str = "x-request-id";

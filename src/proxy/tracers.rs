@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::config::Address;
-use crate::config::bootstrap::{TraceCollector, TracingConfig};
 use crate::config::endpoint::HealthStatus;
+use crate::config::tracing::{TraceCollector, TracingConfig};
 use crate::store::Store;
 use crate::telemetry::{Resolve, Tracing, Transport};
 

@@ -2,7 +2,7 @@
 
 use crate::config::filters::fractional_percent::FractionalPercent;
 use crate::config::filters::rbac::MetadataMatcher;
-use crate::config::route::HeaderMatcher;
+use crate::config::matcher::HeaderMatcher;
 
 /// A filter; a logger with one writes only the requests it passes.
 #[derive(Debug, Clone, PartialEq)]

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+mod load;
 mod overload;
 mod stats;
 mod tracer;

@@ -19,11 +19,11 @@ pub use retry::parse_retry_on;
 use super::common;
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::fractional_percent::FractionalPercent;
-use crate::config::listener::tracing::{RouteTracing, Sampling};
 use crate::config::route::{
     Action, DEFAULT_MAX_DIRECT_RESPONSE_BODY_BYTES, DomainMatcher, HeaderAppendAction, HeaderMutations,
     HeaderValueOption, Route, RouteConfiguration, TlsRequirement, VirtualHost,
 };
+use crate::config::tracing::{RouteTracing, Sampling};
 use crate::pb::envoy::config::core::v3 as core;
 use crate::pb::envoy::config::route::v3 as proto;
 

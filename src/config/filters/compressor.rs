@@ -1,7 +1,7 @@
 //! `envoy.filters.http.compressor`: compresses response bodies with the encoding the client
 //! prefers among the compressors of the filter chain (gzip, brotli, zstd).
 
-use crate::config::route::matcher::StringMatcher;
+use crate::config::matcher::StringMatcher;
 
 /// One compressor filter: its library and when it compresses responses.
 #[derive(Debug, Clone, PartialEq)]

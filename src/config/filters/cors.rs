@@ -3,7 +3,7 @@
 //! matched route and virtual host.
 
 use super::fractional_percent::FractionalPercent;
-use crate::config::route::StringMatcher;
+use crate::config::matcher::StringMatcher;
 
 /// A CORS policy: `envoy.extensions.filters.http.cors.v3.CorsPolicy` in
 /// `typed_per_filter_config`, or the older `cors` field of a virtual host or route. Each

@@ -7,7 +7,7 @@ use std::time::Duration;
 use http::HeaderName;
 
 use super::grpc_service::EnvoyGrpc;
-use crate::config::route::StringMatcher;
+use crate::config::matcher::StringMatcher;
 
 /// `envoy.extensions.filters.http.ext_authz.v3.ExtAuthz`.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use http::StatusCode;
 
 use super::fractional_percent::FractionalPercent;
-use crate::config::route::HeaderMatcher;
+use crate::config::matcher::HeaderMatcher;
 
 /// `envoy.extensions.filters.http.fault.v3.HTTPFault`, on the connection manager or as a
 /// route's settings (which replace the filter's wholesale; Istio's VirtualService faults

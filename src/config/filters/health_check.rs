@@ -1,7 +1,7 @@
 //! `envoy.filters.http.health_check`: answers the load balancer's health checks itself
 //! (or, in pass-through mode, lets them through and only marks them).
 
-use crate::config::route::HeaderMatcher;
+use crate::config::matcher::HeaderMatcher;
 
 /// `envoy.extensions.filters.http.health_check.v3.HealthCheck`.
 #[derive(Debug, Clone, PartialEq)]

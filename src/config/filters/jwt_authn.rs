@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use http::HeaderName;
 
-use crate::config::route::RouteMatch;
+use crate::config::matcher::RouteMatch;
 
 /// The dynamic metadata namespace the filter writes verified tokens under.
 pub const METADATA_NAMESPACE: &str = "envoy.filters.http.jwt_authn";

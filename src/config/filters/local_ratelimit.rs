@@ -7,7 +7,7 @@ use std::time::Duration;
 use http::StatusCode;
 
 use super::fractional_percent::FractionalPercent;
-use crate::config::route::HeaderValueOption;
+use crate::config::header_value::HeaderValueOption;
 
 /// `envoy.type.v3.TokenBucket`: `max_tokens` to start with and at most; `tokens_per_fill`
 /// come back every `fill_interval`, continuously (Envoy 1.40's bucket refills by elapsed

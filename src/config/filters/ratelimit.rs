@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use super::grpc_service::EnvoyGrpc;
-use crate::config::route::{HeaderValueOption, RateLimitPolicy};
+use crate::config::header_value::HeaderValueOption;
+use crate::config::rate_limit::RateLimitPolicy;
 
 /// `envoy.extensions.filters.http.ratelimit.v3.RateLimit`.
 #[derive(Debug, Clone, PartialEq)]

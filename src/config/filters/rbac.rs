@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use crate::config::listener::CidrRange;
-use crate::config::route::{HeaderMatcher, StringMatcher};
+use crate::config::address::CidrRange;
+use crate::config::matcher::{HeaderMatcher, StringMatcher};
 
 /// `envoy.extensions.filters.http.rbac.v3.RBAC`.
 #[derive(Debug, Clone, PartialEq)]

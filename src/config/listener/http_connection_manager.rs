@@ -77,10 +77,10 @@ pub struct HttpConnectionManager {
     /// Access logs (none by default): one line per request.
     pub access_log: Vec<AccessLog>,
     /// `upgrade_configs`: the `Upgrade:` types requests may ask for.
-    pub upgrade_configs: Vec<super::upgrade::UpgradeConfig>,
+    pub upgrade_configs: Vec<crate::config::upgrade::UpgradeConfig>,
     /// The `tracing` block: requests get a span, exported to its provider or to the
     /// bootstrap's tracer.
-    pub tracing: Option<super::tracing::HcmTracing>,
+    pub tracing: Option<crate::config::tracing::HcmTracing>,
 }
 
 pub use crate::config::access_log::{AccessLog, AccessLogSink};

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::config::route::HeaderValueOption;
+use crate::config::header_value::HeaderValueOption;
 
 /// Envoy's default TCP proxy `idle_timeout`.
 pub const DEFAULT_TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);

@@ -37,8 +37,8 @@ pub struct RouteAction {
     /// `include_vh_rate_limits`: the virtual host's rate limits apply as well as these.
     pub include_vh_rate_limits: bool,
     /// `upgrade_configs`: this route's say on `Upgrade:` types (see
-    /// [`crate::config::listener::upgrade::upgrade_allowed`]).
-    pub upgrade_configs: Vec<crate::config::listener::upgrade::UpgradeConfig>,
+    /// [`crate::config::upgrade::upgrade_allowed`]).
+    pub upgrade_configs: Vec<crate::config::upgrade::UpgradeConfig>,
 }
 
 /// Where a route sends the request.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::matcher::HeaderMatcher;
+use crate::config::matcher::HeaderMatcher;
 
 /// Envoy's default base interval of the retry back-off.
 pub const DEFAULT_RETRY_BASE_INTERVAL: Duration = Duration::from_millis(25);

@@ -79,7 +79,7 @@ fn patterns(
     list: ListStringMatcher,
     at: &str,
     warnings: &mut Warnings,
-) -> Result<Vec<crate::config::route::matcher::StringMatcher>> {
+) -> Result<Vec<crate::config::matcher::StringMatcher>> {
     list.patterns
         .into_iter()
         .enumerate()

@@ -3,8 +3,8 @@
 //! (`envoy_grpc`) or a target URI (`google_grpc`), converted as a connection manager's
 //! `tracing.provider` is: other tracers, samplers and resource detectors are refused.
 
-use crate::config::bootstrap::TracingConfig;
 use crate::config::error::{Result, Warnings};
+use crate::config::tracing::TracingConfig;
 use crate::pb::envoy::config::trace::v3 as proto;
 
 pub fn tracing(tracing: proto::Tracing, warnings: &mut Warnings) -> Result<Option<TracingConfig>> {
@@ -20,7 +20,7 @@ pub fn tracing(tracing: proto::Tracing, warnings: &mut Warnings) -> Result<Optio
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::bootstrap::TraceCollector;
+    use crate::config::tracing::TraceCollector;
     use crate::pb::envoy::config::core::v3::GrpcService;
     use crate::pb::envoy::config::core::v3::grpc_service::TargetSpecifier;
     use crate::pb::envoy::config::core::v3::grpc_service::{EnvoyGrpc, GoogleGrpc};

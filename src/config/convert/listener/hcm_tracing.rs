@@ -11,10 +11,10 @@ use std::sync::Arc;
 use http::HeaderName;
 
 use super::super::common;
-use crate::config::bootstrap::{TraceCollector, TracingConfig};
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::fractional_percent::FractionalPercent;
-use crate::config::listener::tracing::{CustomTag, CustomTagValue, DEFAULT_MAX_PATH_TAG_LENGTH, HcmTracing, Sampling};
+use crate::config::tracing::{CustomTag, CustomTagValue, DEFAULT_MAX_PATH_TAG_LENGTH, HcmTracing, Sampling};
+use crate::config::tracing::{TraceCollector, TracingConfig};
 use crate::pb::envoy::config::core::v3::grpc_service::TargetSpecifier;
 use crate::pb::envoy::config::core::v3::{HttpService, HttpUri, http_uri};
 use crate::pb::envoy::config::trace::v3 as trace;

@@ -1,7 +1,7 @@
 //! `upgrade_configs` of a connection manager and of a route → [`UpgradeConfig`].
 
 use crate::config::error::{ConfigError, Result};
-use crate::config::listener::upgrade::UpgradeConfig;
+use crate::config::upgrade::UpgradeConfig;
 use crate::pb::envoy::config::route::v3::route_action::UpgradeConfig as RouteUpgradeProto;
 use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::UpgradeConfig as HcmUpgradeProto;
 

@@ -1,5 +1,5 @@
 //! `RouteMatch`, `HeaderMatcher`, `QueryParameterMatcher`, `StringMatcher` and
-//! `RegexMatcher` → the matchers of [`crate::config::route::matcher`]. Regular expressions
+//! `RegexMatcher` → the matchers of [`crate::config::matcher`]. Regular expressions
 //! are compiled here, so an invalid one is refused with its path.
 
 use crate::config::error::{ConfigError, Result, Warnings};

@@ -1,7 +1,7 @@
 //! `envoy.config.route.v3.RateLimit`: how a virtual host or route turns a request into
 //! the descriptors the global rate-limit filter sends to the rate-limit service.
 
-use super::HeaderMatcher;
+use super::matcher::HeaderMatcher;
 
 /// One `rate_limits` entry: its actions make one descriptor, in order. The descriptor is
 /// dropped as a whole when any action cannot produce its entry (a missing header, a

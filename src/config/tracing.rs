@@ -1,13 +1,35 @@
-//! The HTTP connection manager's `tracing` block: which requests get a span (Envoy's
-//! three sampling percentages), where the spans go (`provider`, else the bootstrap's
-//! tracer) and the custom tags each span carries.
+//! Tracing: the tracer spans are exported to (the bootstrap's `tracing.http`, or a
+//! connection manager's `provider`), and the HTTP connection manager's and routes'
+//! `tracing` blocks: which requests get a span (Envoy's three sampling percentages) and
+//! the custom tags each span carries.
 
 use std::sync::Arc;
 
 use http::HeaderName;
 
-use crate::config::bootstrap::TracingConfig;
 use crate::config::filters::fractional_percent::FractionalPercent;
+
+/// An OpenTelemetry tracer (`envoy.tracers.opentelemetry`): the bootstrap's, or a
+/// connection manager's `tracing.provider`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TracingConfig {
+    pub collector: TraceCollector,
+    /// `service.name` of the exported spans (default `outrider`).
+    pub service_name: String,
+}
+
+/// Where the OTLP/gRPC collector is.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum TraceCollector {
+    /// `envoy_grpc.cluster_name`: the bootstrap's tracer, a static cluster's first
+    /// endpoint; a connection manager's provider, the cluster's in the current snapshot.
+    Cluster(String),
+    /// `google_grpc.target_uri`, as `http://host:port`.
+    Uri(String),
+    /// `http_service`: OTLP over HTTP (protobuf) to a cluster, as `Cluster` finds it, at
+    /// `path`, with `request_headers_to_add`.
+    HttpCluster { cluster: String, path: String, headers: Vec<(String, String)> },
+}
 
 /// Envoy's default `max_path_tag_length`.
 pub const DEFAULT_MAX_PATH_TAG_LENGTH: usize = 256;
