@@ -1,6 +1,7 @@
 //! What a route matches on: the path, headers, query parameters, and the string matchers
-//! they are built from. Each matcher knows how to match, so the router and the tests share
-//! one definition of Envoy's semantics.
+//! they are built from; filters, access log filters and the stats matcher match with the
+//! same ones. Each matcher knows how to match, so the router and the tests share one
+//! definition of Envoy's semantics.
 
 use std::fmt;
 
