@@ -1,77 +1,75 @@
-//! Keeps the module import rules of `docs/architecture.md` true: each module may use only the modules
-#![allow(clippy::unwrap_used)]
-//! listed for it. A forbidden `crate::…` reference fails this test with file and line.
+//! Keeps the module rules of `docs/architecture.md` true, read from its "## Modules" table so
+//! that the rules are written in one place: each module uses only the modules its row lists,
+//! nothing uses `app`, and no module's children use each other in a circle. A broken rule
+//! fails with the file and line of each path that breaks it.
+//!
+//! Paths are read from the source's tokens (`references`): `crate::…`, grouped `use` lists,
+//! `super::` and `self::`, and names imported or declared; comments are not read.
+// Tests stop at the first unexpected value; helpers outside a #[test] fn are tests too.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::BTreeMap;
+// Its modules sit in tests/architecture/ (Cargo.toml names this file as the test's root).
+#[path = "architecture/circles.rs"]
+mod circles;
+#[path = "architecture/references.rs"]
+mod references;
+#[path = "architecture/table.rs"]
+mod table;
+#[path = "architecture/tokens.rs"]
+mod tokens;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-/// module → modules it may use. `pb` (the protobuf messages) is listed where protos are
-/// the module's business. `admin` reads the snapshot, whose contents are `config` types.
-fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
-    BTreeMap::from([
-        ("core", &[][..]),
-        ("capture", &["core"][..]),
-        ("inject", &["core"][..]),
-        ("pb", &[][..]),
-        ("telemetry", &["core"][..]),
-        ("config", &["core", "pb"][..]),
-        ("store", &["config", "core"][..]),
-        ("xds", &["store", "config", "telemetry", "core", "pb"][..]),
-        ("lb", &["config", "telemetry", "core"][..]),
-        ("orca", &["lb", "telemetry", "core", "pb"][..]),
-        ("tls", &["config", "telemetry", "core"][..]),
-        // `pb`: the wire messages of the gRPC services filters call (ext_authz's Check, the
-        // rate limit service), never configuration.
-        ("proxy", &["store", "config", "lb", "orca", "tls", "telemetry", "core", "pb"][..]),
-        ("health", &["store", "config", "lb", "tls", "telemetry", "core"][..]),
-        ("admin", &["store", "config", "lb", "telemetry", "core", "pb"][..]),
-        (
-            "app",
-            &["core", "telemetry", "config", "store", "xds", "lb", "orca", "tls", "proxy", "health", "admin", "pb"][..],
-        ),
-    ])
+use references::{SourceFile, load_crate};
+use table::MayUse;
+
+fn package() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
+fn rules() -> BTreeMap<String, MayUse> {
+    let path = package().join("docs/architecture.md");
+    let document = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    table::parse(&document)
+}
+
+fn crate_files() -> Vec<SourceFile> {
+    load_crate(package())
+}
+
+#[test]
+fn the_modules_table_has_a_row_for_every_module() {
+    let rules = rules();
+    let src = package().join("src");
+    let mut modules = BTreeSet::new();
+    for entry in std::fs::read_dir(&src).unwrap().flatten() {
         let path = entry.path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        let module = path.is_dir() || path.extension().is_some_and(|e| e == "rs");
+        // lib.rs is the crate's root, main.rs the binary that calls `app`.
+        if module && name != "lib" && name != "main" {
+            modules.insert(name);
         }
     }
+    let rows: BTreeSet<String> = rules.keys().cloned().collect();
+    let missing: Vec<_> = modules.difference(&rows).collect();
+    let stale: Vec<_> = rows.difference(&modules).collect();
+    assert!(missing.is_empty(), "modules under src/ without a row in docs/architecture.md: {missing:?}");
+    assert!(stale.is_empty(), "rows in docs/architecture.md for no module under src/: {stale:?}");
 }
 
 #[test]
 fn modules_only_use_what_design_allows() {
-    let allowed = allowed();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let rules = rules();
     let mut violations = Vec::new();
-    for (module, may_use) in &allowed {
-        let mut files = Vec::new();
-        rust_files(&src.join(module), &mut files);
-        let single = src.join(format!("{module}.rs"));
-        if single.exists() {
-            files.push(single);
-        }
-        for file in files {
-            let text = std::fs::read_to_string(&file).unwrap_or_default();
-            let in_convert = file.components().any(|c| c.as_os_str() == "convert");
-            for (number, line) in text.lines().enumerate() {
-                let mut rest = line;
-                while let Some(at) = rest.find("crate::") {
-                    rest = &rest[at + "crate::".len()..];
-                    let target: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
-                    let forbidden = target != *module
-                        && allowed.contains_key(target.as_str())
-                        && (!may_use.contains(&target.as_str())
-                            || (*module == "config" && target == "pb" && !in_convert));
-                    if forbidden {
-                        violations.push(format!("{}:{}: {module} uses {target}", file.display(), number + 1));
-                    }
-                }
+    for file in crate_files() {
+        let Some(module) = file.module.first() else { continue };
+        let may_use = rules.get(module).unwrap_or_else(|| panic!("{}: `{module}` has no row", file.path.display()));
+        for reference in &file.references {
+            let Some(target) = reference.target.first() else { continue };
+            if target != module && rules.contains_key(target) && !may_use.allows(&file.module, target) {
+                violations.push(format!("{}:{}: {module} uses {target}", file.path.display(), reference.line));
             }
         }
     }
@@ -80,11 +78,26 @@ fn modules_only_use_what_design_allows() {
 
 #[test]
 fn nothing_imports_app() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    for file in files.iter().filter(|f| !f.starts_with(src.join("app")) && !f.ends_with("main.rs")) {
-        let text = std::fs::read_to_string(file).unwrap_or_default();
-        assert!(!text.contains("crate::app"), "{} imports app", file.display());
+    let mut violations = Vec::new();
+    for file in crate_files().iter().filter(|f| f.module.first().is_none_or(|m| m != "app")) {
+        for reference in file.references.iter().filter(|r| r.target.first().is_some_and(|m| m == "app")) {
+            violations.push(format!("{}:{}", file.path.display(), reference.line));
+        }
     }
+    assert!(violations.is_empty(), "app is imported at:\n{}", violations.join("\n"));
+}
+
+/// The children of each module (and its root file) as a graph, which must have no circle:
+/// see `circles` for what a node and an edge are, and why a root's re-exports are none.
+#[test]
+fn no_circles_inside_a_module() {
+    let files = crate_files();
+    let mut found = Vec::new();
+    for module in rules().keys() {
+        let edges = circles::edges_inside(&files, module);
+        for circle in circles::circles(&edges) {
+            found.push(circles::describe(&circle, &edges));
+        }
+    }
+    assert!(found.is_empty(), "{} circles between the children of a module:\n{}", found.len(), found.join("\n"));
 }
