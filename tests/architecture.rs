@@ -101,3 +101,48 @@ fn no_circles_inside_a_module() {
     }
     assert!(found.is_empty(), "{} circles between the children of a module:\n{}", found.len(), found.join("\n"));
 }
+
+/// Unit tests have one placement: a module's tests are its child module `tests`, declared
+/// under `#[cfg(test)]` — inline at the end of the file, or in `<module>/tests.rs` when
+/// long — never a sibling file with a name of its own or a `#[path]`. Shared test fixtures
+/// (`testdata`, `test_hosts`) are named `test…` and hold no tests.
+#[test]
+fn unit_tests_are_a_modules_tests_child() {
+    let mut files = Vec::new();
+    let mut stack = vec![package().join("src")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    let mut misplaced = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines: Vec<&str> = text.lines().map(str::trim).collect();
+        for (number, _) in lines.iter().enumerate().filter(|(_, l)| **l == "#[cfg(test)]") {
+            // The item the attribute is on: the next line that is not another attribute.
+            let Some((at, item)) = lines.iter().enumerate().skip(number + 1).find(|(_, l)| !l.starts_with("#[")) else {
+                continue;
+            };
+            let attributes = &lines[number + 1..at];
+            let Some(name) = item
+                .trim_start_matches("pub(crate) ")
+                .trim_start_matches("pub(super) ")
+                .strip_prefix("mod ")
+                .map(|rest| rest.trim_end_matches([';', '{', ' ']))
+            else {
+                continue;
+            };
+            let fixture = name.starts_with("test") && name != "tests" && !name.ends_with("tests");
+            if (name != "tests" && !fixture) || attributes.iter().any(|a| a.starts_with("#[path")) {
+                misplaced.push(format!("{}:{}: {item}", file.display(), at + 1));
+            }
+        }
+    }
+    assert!(misplaced.is_empty(), "unit tests placed otherwise than as a `tests` child:\n{}", misplaced.join("\n"));
+}

@@ -929,5 +929,4 @@ fn unique(items: &[Value]) -> bool {
 }
 
 #[cfg(test)]
-#[path = "pgv_tests.rs"]
 mod tests;

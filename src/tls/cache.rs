@@ -197,5 +197,4 @@ fn server_name(sni: &str) -> ServerName<'static> {
 }
 
 #[cfg(test)]
-#[path = "cache_tests.rs"]
 mod tests;

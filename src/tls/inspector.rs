@@ -174,5 +174,4 @@ impl<'a> Reader<'a> {
 }
 
 #[cfg(test)]
-#[path = "inspector_tests.rs"]
 mod tests;

@@ -147,7 +147,7 @@ pub fn percent_or(value: &Option<crate::pb::envoy::r#type::v3::Percent>, default
 }
 
 #[cfg(test)]
-mod duration_tests {
+mod tests {
     use super::*;
 
     #[test]

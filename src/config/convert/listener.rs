@@ -15,8 +15,6 @@ mod protocol_options;
 mod tcp_proxy;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_istio;
 pub(super) mod upgrade;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

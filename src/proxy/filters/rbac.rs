@@ -4,10 +4,10 @@
 //! rule sets for that route (without `rbac`: no RBAC at all on it).
 
 pub mod engine;
-#[cfg(test)]
-mod istio_tests;
 pub mod network;
 mod stats;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 

@@ -298,5 +298,4 @@ fn cause(resource_type: ResourceType, ignored: &Ignored) -> Ignored {
 }
 
 #[cfg(test)]
-#[path = "validate_tests.rs"]
 mod tests;

@@ -214,5 +214,4 @@ fn pack<M: prost::Message + Default>(
 }
 
 #[cfg(test)]
-#[path = "files_tests.rs"]
 mod tests;

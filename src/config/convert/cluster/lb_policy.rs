@@ -319,5 +319,4 @@ pub(super) fn slow_start(
 }
 
 #[cfg(test)]
-#[path = "lb_policy_tests.rs"]
 mod tests;

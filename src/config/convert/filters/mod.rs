@@ -14,8 +14,6 @@ mod grpc_service;
 mod health_check;
 mod istio_json;
 mod istio_stats;
-#[cfg(test)]
-mod istio_tests;
 mod istio_wasm;
 mod jwt_authn;
 mod local_ratelimit;
@@ -23,6 +21,8 @@ pub(crate) mod metadata_exchange;
 mod peer_metadata;
 mod ratelimit;
 pub(crate) mod rbac;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 

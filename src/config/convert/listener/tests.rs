@@ -1,3 +1,6 @@
+// Istio-shaped listeners (what istiod sends), kept apart from the generic cases.
+mod istio;
+
 use std::net::IpAddr;
 use std::time::Duration;
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::chain_matcher::{IpMatcher, IpRangeMatcherProto};
-use super::listener;
+use super::super::chain_matcher::{IpMatcher, IpRangeMatcherProto};
+use super::super::listener;
 use crate::config::convert::route::route_configuration;
 use crate::config::error::Warnings;
 use crate::config::listener::chain_matcher::NetworkInput;
