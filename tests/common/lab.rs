@@ -18,8 +18,34 @@ pub struct Lab {
     pub proxy_port: u16,
 }
 
-/// A free loopback port (bound and released: the proxy's listener uses SO_REUSEPORT).
+/// A free loopback port for a listener a test configures by number (bound and released:
+/// the proxy's listener uses SO_REUSEPORT). Taken below the kernel's ephemeral range
+/// (`ip_local_port_range`): a port the kernel handed out for a port-0 bind and took back
+/// could be handed out again — to Envoy's admin server, to a client's source port — before
+/// the proxy binds it (seen: Envoy's admin on the port chosen for its listener). Probed from
+/// a start that differs per process and per call, so parallel tests rarely try the same one.
+/// Above 20 000, clear of the fixed ports of the demo and of Istio's (10 000, 15 0xx, 18 0xx).
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static CALLS: AtomicU32 = AtomicU32::new(0);
+    const FLOOR: u32 = 20_000;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768)
+        .min(u32::from(u16::MAX));
+    let span = ephemeral_low.saturating_sub(FLOOR);
+    let call = CALLS.fetch_add(1, Ordering::Relaxed);
+    let start = std::process::id().wrapping_mul(7_919).wrapping_add(call.wrapping_mul(104_729));
+    for i in 0..span.min(4_096) {
+        let port = FLOOR + start.wrapping_add(i) % span;
+        if let Ok(port) = u16::try_from(port)
+            && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+        {
+            return port;
+        }
+    }
+    // No room below the ephemeral range on this machine: the kernel's choice.
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 

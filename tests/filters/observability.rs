@@ -7,6 +7,7 @@ use crate::common;
 
 use std::collections::HashMap;
 
+use crate::common::lab::free_port;
 use bytes::Bytes;
 use common::*;
 use http_body_util::{BodyExt, Full};
@@ -14,10 +15,6 @@ use hyper_util::rt::TokioIo;
 use outrider::app::backends::{BackendBehaviour, OrcaMode, serve_backend};
 use outrider::config::ResourceType;
 use outrider::core::shutdown;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 struct Lab {
     _control_plane: ControlPlane,

@@ -6,6 +6,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
+use crate::common::lab::free_port;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
@@ -79,10 +80,6 @@ async fn echo_traceparent() -> u16 {
         }
     });
     port
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 fn bootstrap(proxy: u16, backend: u16, collector: u16) -> Bootstrap {

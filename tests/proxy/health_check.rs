@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, AtomicU16, Ordering};
 use std::time::Instant;
 
+use crate::common::lab::free_port;
 use bytes::{BufMut, Bytes, BytesMut};
 use common::*;
 use http::{Request, Response};
@@ -93,10 +94,6 @@ async fn grpc_backend() -> (u16, Arc<AtomicI32>) {
         }
     });
     (port, serving)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 const FAST: &str = "interval: 0.05s, no_traffic_interval: 0.05s, timeout: 1s";

@@ -23,13 +23,12 @@ const WAIT: Duration = Duration::from_secs(20);
 const HTTP1_REQUESTS: usize = 12;
 const HTTP2_REQUESTS: usize = 8;
 
-/// Two distinct free ports. Both probes are held until both are known: a port released by
-/// the first could otherwise be handed out again by the second (and the admin server
-/// would then answer on the proxy's port).
+/// Two distinct free ports (the admin server's and the proxy's), from the one place tests
+/// take ports (`common::lab::free_port`, below the kernel's ephemeral range).
 fn free_ports() -> (u16, u16) {
-    let first = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let second = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    (first.local_addr().unwrap().port(), second.local_addr().unwrap().port())
+    let first = crate::common::lab::free_port();
+    let second = (0..64).map(|_| crate::common::lab::free_port()).find(|&p| p != first).unwrap();
+    (first, second)
 }
 
 /// A backend that answers only once `release` says so, counting the requests it holds.

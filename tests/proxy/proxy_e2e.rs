@@ -5,6 +5,7 @@ use crate::common;
 
 use std::collections::HashMap;
 
+use crate::common::lab::free_port;
 use bytes::Bytes;
 use common::*;
 use http_body_util::{BodyExt, Full};
@@ -12,12 +13,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use outrider::app::backends::{BackendBehaviour, serve_backend};
 use outrider::config::ResourceType;
 use outrider::core::shutdown;
-
-/// A free loopback port (bound and released: listeners use SO_REUSEPORT, and the port is
-/// only taken by this test's proxy).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 struct Lab {
     control_plane: ControlPlane,

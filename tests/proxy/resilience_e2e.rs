@@ -5,6 +5,7 @@ use crate::common;
 
 use std::time::Instant;
 
+use crate::common::lab::free_port;
 use bytes::Bytes;
 use common::*;
 use http::StatusCode;
@@ -19,10 +20,6 @@ struct Lab {
     outrider: outrider::app::Running,
     proxy_port: u16,
     _backends: shutdown::Trigger,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 async fn lab(behaviours: Vec<BackendBehaviour>, cluster_extra: &str) -> Lab {

@@ -10,6 +10,7 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use hyper_util::rt::TokioIo;
 
+use crate::common::lab::free_port;
 use crate::common::wait;
 
 const UPLOAD: usize = 1024 * 1024 * 1024;
@@ -22,10 +23,6 @@ impl Drop for Proxy {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A backend that counts the bytes of each request body and answers with the count.

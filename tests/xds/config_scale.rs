@@ -269,7 +269,7 @@ async fn one_clusters_eds_change_moves_its_traffic_only_and_a_cds_removal_drains
     let (a2, _) = named_backend("a2").await;
     let (b, _) = named_backend("b").await;
     let (c, mut c_closed) = named_backend("c").await;
-    let proxy_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let proxy_port = crate::common::lab::free_port();
     let control_plane = ControlPlane::start().await;
     control_plane.set(ResourceType::Cluster, &[&eds_cluster("a"), &eds_cluster("b"), &eds_cluster("c")]);
     control_plane.set(
