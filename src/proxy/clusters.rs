@@ -9,7 +9,6 @@
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
-use std::rc::Rc;
 use std::sync::Arc;
 
 use http::HeaderMap;
@@ -29,8 +28,9 @@ pub struct WorkerClusters {
     pub pickers: RefCell<WorkerPickers>,
     /// This worker's connection pools.
     pub upstreams: Upstreams,
-    /// The worker's TLS cache and handshake counts (the context's, shared).
-    pub tls: Rc<WorkerTls>,
+    /// The worker's TLS cache and handshake counts, for upstream connections and for the
+    /// worker's listeners alike.
+    pub tls: WorkerTls,
 }
 
 impl WorkerClusters {

@@ -38,7 +38,7 @@ pub async fn serve(
     let _ = stream.set_nodelay(true);
     // Restores the original destination and hands off to the listener bound to it.
     let Some(original_dst::Accepted { listener, local, restored }) =
-        original_dst::accept(&stream, listener, &context.listener_index, &context.store)
+        original_dst::accept(&stream, listener, &context.listener_index, &context.clusters.store)
     else {
         return;
     };
@@ -167,7 +167,7 @@ async fn terminate_tls<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    let stats = &context.tls.stats.downstream;
+    let stats = &context.clusters.tls.stats.downstream;
     // `listener.<address>.ssl.*` of the listener that serves the connection.
     let listener_stats = context.telemetry.listener(&listener.resource);
     let refused = |refusal: Refusal, reason: &dyn std::fmt::Display| {
@@ -176,8 +176,8 @@ async fn terminate_tls<S>(
         tracing::info!(peer = %info.peer, listener = %listener.resource.name, chain = %chain.name, %reason, "TLS handshake refused");
     };
     let config = {
-        let snapshot = context.store.load();
-        context.tls.cache.borrow_mut().server(listener, context_tls, &SnapshotSecrets(&snapshot))
+        let snapshot = context.clusters.store.load();
+        context.clusters.tls.cache.borrow_mut().server(listener, context_tls, &SnapshotSecrets(&snapshot))
     };
     let config = match config {
         Ok(config) => config,

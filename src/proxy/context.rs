@@ -20,22 +20,17 @@ use super::observe::WorkerTelemetry;
 use super::original_dst::ListenerIndex;
 use super::overload::OverloadState;
 use super::shadow::ShadowSlots;
-use super::transport::WorkerTls;
 use crate::core::health_check::HealthCheckFailed;
 use crate::core::shutdown::Signal;
-use crate::store::Store;
 
 /// What every task of one worker shares. Not `Send`: it never leaves its thread.
 pub struct WorkerContext {
     pub id: usize,
-    /// The published configuration (the store `clusters` reads too).
-    pub store: Arc<Store>,
-    /// The worker's way to upstream clusters: their balancers, its pickers and pools.
+    /// The worker's way to upstream clusters and what they are read from: the published
+    /// configuration (`clusters.store`), the balancers, its pickers and pools, and its TLS
+    /// cache and handshake counts for both directions (`clusters.tls`).
     pub clusters: Rc<WorkerClusters>,
     pub rng: RefCell<SmallRng>,
-    /// The worker's TLS cache and handshake counts, for both directions (`clusters` holds
-    /// the same one for its upstream connections).
-    pub tls: Rc<WorkerTls>,
     /// Listeners by address, for `use_original_dst` hand-offs.
     pub listener_index: RefCell<ListenerIndex>,
     pub telemetry: WorkerTelemetry,

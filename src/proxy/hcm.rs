@@ -108,7 +108,7 @@ async fn forward_request(
     pending: &mut Option<Box<PendingLog>>,
 ) -> Response<ProxyBody> {
     let Exchange { downstream, manager, context, .. } = exchange;
-    let snapshot = context.store.load();
+    let snapshot = context.clusters.store.load();
     // Borrowed from the snapshot (or the listener), which this request holds: no copy.
     let routes: &RouteConfiguration = match &manager.route_source {
         RouteSource::Inline(routes) => routes,
@@ -546,7 +546,7 @@ async fn route_and_forward(
             (Some(per_try), Some(remaining)) => Some(per_try.min(remaining)),
             (per_try, remaining) => per_try.or(remaining),
         };
-        let tls = match context.tls.upstream(cluster, &host.endpoint, snapshot) {
+        let tls = match context.clusters.tls.upstream(cluster, &host.endpoint, snapshot) {
             Ok(tls) => tls,
             Err(error) => {
                 let failure =
@@ -731,7 +731,7 @@ async fn forward_upgrade(
     let Some(host) = context.clusters.pick_host(&cluster.resource, &ctx, original_dst, Some(&parts.headers)) else {
         return local(manager, stream, LocalReply::NoHealthyUpstream, false);
     };
-    let tls = match context.tls.upstream(cluster, &host.endpoint, snapshot) {
+    let tls = match context.clusters.tls.upstream(cluster, &host.endpoint, snapshot) {
         Ok(tls) => tls,
         Err(error) => {
             let failure =

@@ -66,7 +66,7 @@ pub async fn serve<S>(
                 .unwrap_or_default()
         }
     };
-    let snapshot = context.store.load();
+    let snapshot = context.clusters.store.load();
     let Some(cluster) = snapshot.clusters.get(&cluster_name).cloned() else {
         tracing::debug!(cluster = %cluster_name, "tcp proxy: unknown cluster; closing");
         return;
@@ -85,7 +85,7 @@ pub async fn serve<S>(
             return;
         };
         let Address::Socket(address) = *host.address() else { return };
-        let Ok(tls) = context.tls.upstream(&cluster, &host.endpoint, &snapshot) else { return };
+        let Ok(tls) = context.clusters.tls.upstream(&cluster, &host.endpoint, &snapshot) else { return };
         let _in_flight = host.stats.start();
         let stats = &host.cluster_stats;
         let connect = tokio::time::timeout(
@@ -127,7 +127,7 @@ pub async fn serve<S>(
                 );
                 match handshake.await {
                     Ok(Ok(mut upstream)) => {
-                        context.tls.stats.upstream.handshake();
+                        context.clusters.tls.stats.upstream.handshake();
                         stats.ssl.handshake(true);
                         host.stats.record(Instant::now(), now.elapsed(), true);
                         // Istio's upstream metadata exchange, when the ALPN says the peer speaks it.
@@ -150,14 +150,14 @@ pub async fn serve<S>(
                         copy(&mut downstream, PeerReader::new(upstream, on_peer), session.as_deref()).await
                     }
                     Ok(Err(refused)) => {
-                        context.tls.stats.upstream.refused(refused.refusal);
+                        context.clusters.tls.stats.upstream.refused(refused.refusal);
                         stats.ssl.refused(refused.refusal.stat_name());
                         tracing::info!(cluster = %cluster_name, %address, reason = %refused, "upstream TLS handshake refused");
                         host.stats.record(Instant::now(), now.elapsed(), false);
                         continue;
                     }
                     Err(_) => {
-                        context.tls.stats.upstream.refused(Refusal::Timeout);
+                        context.clusters.tls.stats.upstream.refused(Refusal::Timeout);
                         stats.ssl.refused(Refusal::Timeout.stat_name());
                         host.stats.record(Instant::now(), now.elapsed(), false);
                         continue;

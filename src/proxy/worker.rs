@@ -136,20 +136,17 @@ async fn run(
     };
     let (drain, draining) = shutdown::channel();
     let (drain_inbound, draining_inbound) = shutdown::channel();
-    let tls = Rc::new(WorkerTls::new(options.tls.clone()));
     let clusters = Rc::new(WorkerClusters {
         store: store.clone(),
         balancers,
         pickers: RefCell::new(WorkerPickers::new(seed)),
         upstreams: Upstreams::with_tls_stats(options.tls.clone()).on_local_set(),
-        tls: tls.clone(),
+        tls: WorkerTls::new(options.tls.clone()),
     });
     let context = Rc::new(WorkerContext {
         id,
-        store: store.clone(),
         clusters,
         rng: RefCell::new(SmallRng::seed_from_u64(seed ^ 0xa5a5)),
-        tls,
         listener_index: RefCell::default(),
         telemetry: WorkerTelemetry::new(options.telemetry.clone()),
         connections: Rc::default(),

@@ -59,7 +59,7 @@ pub async fn serve<S>(
     let access_logs = context.telemetry.access_logs(&manager.access_log, &context.clusters);
     // Built once per connection manager and shared; found once per connection.
     let filters = context.filters.http_of(&manager, info.inbound);
-    let tracer = context.telemetry.tracer(&manager, &context.store).map(Rc::new);
+    let tracer = context.telemetry.tracer(&manager, &context.clusters.store).map(Rc::new);
     let outbound = info.outbound;
     let overloadable = info.overloadable;
     let keepalive = context.overload.config().actions.iter().any(|a| a.kind == ActionKind::DisableHttpKeepalive);
