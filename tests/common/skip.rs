@@ -1,6 +1,6 @@
 //! The one way a test says it did not run. A test whose tool is missing (Envoy, a Go peer,
 //! the manifest validator, network namespaces) prints `SKIPPED: <what>: <why>` and returns;
-//! it never passes silently. `tests/run.sh` installs the tools and lists in `OUTRIDER_EXPECT`
+//! it never passes silently. `tests/setup.sh` installs the tools and lists in `OUTRIDER_EXPECT`
 //! the ones it installed: a test that skips for want of a tool the run expects fails instead,
 //! so a check that could run is never lost to a wrong path.
 

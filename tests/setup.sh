@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# What the tests need, installed before `cargo nextest run` — sourced by the test command
+# (tests/run.sh) and by CI (.ci/run). Each part is best effort: Envoy 1.40 (the other half
+# of the differential tests), iproute2 and iptables (the capture tests, as root),
+# kubernetes-validate, the Go peers built from source, cargo-nextest. It exports
+# OUTRIDER_EXPECT, the tools present afterwards: a test that skips for want of one of them
+# fails (tests/common/skip.rs). Set OUTRIDER_EXPECT yourself to expect less (or more).
+# Sourced, so it leaves the caller's shell options as they were.
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+expect=()
+if bash bench/install-envoy.sh; then
+  expect+=(envoy)
+else
+  echo "tests/setup.sh: envoy not installed; the Envoy halves of the differential tests will say SKIPPED"
+fi
+
+if [[ "$(id -u)" == 0 ]] && { ! command -v iptables >/dev/null || ! command -v ip >/dev/null; }; then
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq iptables iproute2 >/dev/null; } || true
+fi
+if [[ "$(id -u)" == 0 ]] && command -v iptables >/dev/null && command -v ip >/dev/null; then
+  expect+=(netns)
+else
+  echo "tests/setup.sh: not root, or no iptables/iproute2; the network-namespace tests will say SKIPPED"
+fi
+
+if bash deploy/install-validator.sh; then
+  expect+=(validator)
+else
+  echo "tests/setup.sh: kubernetes-validate not installed; the manifest validation will say SKIPPED"
+fi
+
+if command -v go >/dev/null && bash tests/peers/build.sh; then
+  expect+=(peers)
+else
+  echo "tests/setup.sh: Go peers not built; the tests that need them will say SKIPPED"
+fi
+
+if ! cargo nextest --version >/dev/null 2>&1; then
+  cargo install --locked cargo-nextest
+fi
+
+OUTRIDER_EXPECT="${OUTRIDER_EXPECT-$(IFS=,; echo "${expect[*]}")}"
+export OUTRIDER_EXPECT
+echo "tests/setup.sh: expecting ${OUTRIDER_EXPECT:-nothing}"
