@@ -36,5 +36,5 @@ pub use balancer::{ClusterLb, Picker};
 pub use endpoint::{EndpointStats, InFlight};
 pub use host::Host;
 pub use pick_context::PickContext;
-pub use registry::{BalancerBuilder, BalancerMap, Balancers, Shared, WorkerPickers};
+pub use registry::{BalancerBuilder, BalancerMap, Balancers, Shared};
 pub use stats_registry::StatsRegistry;

@@ -9,7 +9,6 @@
 //! refreshed by pointer comparison.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -17,12 +16,9 @@ use std::time::Instant;
 use arc_swap::ArcSwap;
 use tokio::sync::watch;
 
-use super::balancer::{ClusterLb, Picker};
-use super::host::Host;
-use super::pick_context::PickContext;
+use super::balancer::ClusterLb;
 use super::stats_registry::StatsRegistry;
 use crate::config::{Cluster, ClusterLoadAssignment};
-use crate::core::hash::FastMap;
 use crate::telemetry::{ClusterStats, Stats};
 
 /// A cluster or its endpoints as the configuration snapshot holds them: the builder keeps
@@ -37,7 +33,7 @@ pub type BalancerMap = imbl::HashMap<String, Arc<ClusterLb>>;
 pub struct Balancers {
     current: ArcSwap<BalancerMap>,
     /// How many maps were published: a worker whose picker saw this publication needs no
-    /// look-up in the map (see [`WorkerPickers`]). Written once per publication, read by
+    /// look-up in the map (see `proxy::clusters`). Written once per publication, read by
     /// every request: a cache line that stays shared.
     publications: AtomicU64,
     published: watch::Sender<u64>,
@@ -89,7 +85,7 @@ impl Balancers {
 
     /// How many maps were published so far. A reader that sees a count sees at least the
     /// map published with it (the map is stored before the count moves).
-    fn publications(&self) -> u64 {
+    pub fn publications(&self) -> u64 {
         self.publications.load(Ordering::Acquire)
     }
 
@@ -281,84 +277,5 @@ impl BalancerBuilder {
     /// an update compares what changed, not every cluster).
     pub fn compared(&self) -> usize {
         self.compared
-    }
-}
-
-/// A worker's pickers, one per cluster it has sent traffic to.
-#[derive(Debug)]
-pub struct WorkerPickers {
-    pickers: FastMap<String, Current>,
-    seed: u64,
-}
-
-/// A picker and the publication it was last checked against.
-#[derive(Debug)]
-struct Current {
-    picker: Picker,
-    seen: u64,
-}
-
-impl WorkerPickers {
-    /// `seed` differs per worker so workers do not move in lockstep.
-    pub fn new(seed: u64) -> Self {
-        Self { pickers: FastMap::default(), seed }
-    }
-
-    /// Picks a host of `cluster`; `None` when the cluster is unknown or has no usable host.
-    /// The one reference count a request takes: the host outlives the pick (it is held
-    /// while the request is in flight).
-    pub fn pick(&mut self, balancers: &Balancers, cluster: &str, ctx: &PickContext<'_>) -> Option<Arc<Host>> {
-        self.picker(balancers, cluster)?.pick(ctx).cloned()
-    }
-
-    /// The host of ORIGINAL_DST `cluster` for `destination` (see
-    /// [`Picker::pick_destination`]); `None` when the cluster is unknown or of another type.
-    pub fn pick_destination(
-        &mut self,
-        balancers: &Balancers,
-        cluster: &str,
-        destination: SocketAddr,
-        now: Instant,
-    ) -> Option<Arc<Host>> {
-        self.picker(balancers, cluster)?.pick_destination(destination, now)
-    }
-
-    /// The published balancer of `cluster` as this worker's picker holds it: found in the
-    /// published map without taking a reference count on it (see [`Self::picker`]).
-    pub fn balancer(&mut self, balancers: &Balancers, cluster: &str) -> Option<&Arc<ClusterLb>> {
-        self.picker(balancers, cluster).map(|picker| picker.balancer())
-    }
-
-    /// The worker's picker of `cluster`, switched to the published balancer. Resolved once
-    /// per publication: while no new map was published, a request finds its picker with
-    /// one look-up in this worker's own map and reads nothing shared but the publication
-    /// count. After one, the map is read through `ArcSwap`'s guard and the balancer compared
-    /// by pointer: only a rebuilt balancer clones its `Arc` (a clone per request would write
-    /// the balancer's shared reference count from every worker).
-    fn picker(&mut self, balancers: &Balancers, cluster: &str) -> Option<&mut Picker> {
-        let publication = balancers.publications();
-        let known = match self.pickers.get_mut(cluster) {
-            Some(current) if current.seen == publication => {
-                return self.pickers.get_mut(cluster).map(|c| &mut c.picker);
-            }
-            Some(_) => true,
-            None => false,
-        };
-        let published = balancers.current.load();
-        let Some(lb) = published.get(cluster) else {
-            if known {
-                self.pickers.remove(cluster); // the cluster left: its picker goes with it
-            }
-            return None;
-        };
-        if known {
-            let current = self.pickers.get_mut(cluster)?;
-            current.picker.refresh(lb);
-            current.seen = publication;
-            return Some(&mut current.picker);
-        }
-        self.seed = self.seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let current = Current { picker: Picker::new(lb.clone(), self.seed), seen: publication };
-        Some(&mut self.pickers.entry(cluster.to_owned()).or_insert(current).picker)
     }
 }

@@ -67,7 +67,7 @@ pub async fn serve<S>(
         }
     };
     let snapshot = context.clusters.store.load();
-    let Some(cluster) = snapshot.clusters.get(&cluster_name).cloned() else {
+    let Some(local) = context.clusters.get(&snapshot, &cluster_name) else {
         tracing::debug!(cluster = %cluster_name, "tcp proxy: unknown cluster; closing");
         return;
     };
@@ -76,21 +76,21 @@ pub async fn serve<S>(
         let now = Instant::now();
         let ctx = PickContext { hash, attempt: 0, previous: &[], now };
         let restored = info.local_restored.then_some(info.local);
-        let host = context.clusters.pick_host(&cluster.resource, &ctx, restored, None);
-        let Some(host) = host else {
-            if let Some(lb) = context.clusters.balancers.get(&cluster_name) {
-                lb.stats.upstream_cx_none_healthy.inc();
+        let Some(host) = local.pick(&ctx, restored, None) else {
+            if let Some(stats) = local.stats() {
+                stats.upstream_cx_none_healthy.inc();
             }
             tracing::debug!(cluster = %cluster_name, "tcp proxy: no healthy upstream; closing");
             return;
         };
         let Address::Socket(address) = *host.address() else { return };
-        let Ok(tls) = context.clusters.tls.upstream(&cluster, &host.endpoint, &snapshot) else { return };
+        let Ok(tls) = local.tls(&host.endpoint, &snapshot, &context.clusters.tls) else { return };
+        let cluster = local.cluster();
         let _in_flight = host.stats.start();
         let stats = &host.cluster_stats;
         let connect = tokio::time::timeout(
-            cluster.resource.connect_timeout,
-            connect(address, cluster.resource.upstream_bind.map(|b| b.for_peer(address))),
+            cluster.connect_timeout,
+            connect(address, cluster.upstream_bind.map(|b| b.for_peer(address))),
         )
         .await;
         let upstream = match connect {
@@ -122,7 +122,7 @@ pub async fn serve<S>(
             }
             Some(tls) => {
                 let handshake = tokio::time::timeout(
-                    cluster.resource.connect_timeout.saturating_sub(now.elapsed()),
+                    cluster.connect_timeout.saturating_sub(now.elapsed()),
                     crate::tls::connect(upstream, tls, ClientAlpn::Tcp),
                 );
                 match handshake.await {
@@ -132,7 +132,7 @@ pub async fn serve<S>(
                         host.stats.record(Instant::now(), now.elapsed(), true);
                         // Istio's upstream metadata exchange, when the ALPN says the peer speaks it.
                         let alpn = upstream.get_ref().1.alpn_protocol();
-                        let exchange = cluster.resource.metadata_exchange.as_ref();
+                        let exchange = cluster.metadata_exchange.as_ref();
                         let exchange = exchange.is_some_and(|e| alpn == Some(e.protocol.as_bytes()));
                         if exchange && upstream.write_all(&frame).await.is_err() {
                             return;

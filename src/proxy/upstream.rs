@@ -51,6 +51,7 @@ pub use feedback::{Feedback, ObservedBody};
 
 use connect::{Dial, Target};
 use limits::Breakers;
+pub use pool::ClusterPool;
 use pool::{Membership, Pools};
 
 use super::exec::Spawner;
@@ -87,6 +88,16 @@ impl Protocol {
             UpstreamProtocol::UseDownstream => Self::Http1,
         }
     }
+}
+
+/// Where one request goes: the endpoint, its cluster, the cluster's pool on this worker
+/// and its circuit-breaker counts (none: no breakers apply).
+#[derive(Clone, Copy)]
+pub struct Destination<'a> {
+    pub host: &'a Host,
+    pub cluster: &'a Cluster,
+    pub pool: &'a Arc<ClusterPool>,
+    pub resources: Option<&'a Arc<ClusterResources>>,
 }
 
 /// The upstream connections of one worker. Clones share the pools.
@@ -139,6 +150,26 @@ impl Upstreams {
         tls: Option<Arc<ClientTls>>,
         resources: Option<&Arc<ClusterResources>>,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
+        let pool = self.pool(&cluster.name);
+        let to = Destination { host, cluster, pool: &pool, resources };
+        self.forward_to(to, downstream_is_h2, request, tls).await
+    }
+
+    /// The pool of `cluster`'s connections on this worker (made on first use): a worker's
+    /// thread-local cluster keeps it, so that its requests need no look-up by name.
+    pub fn pool(&self, cluster: &str) -> Arc<ClusterPool> {
+        self.pools.cluster(cluster)
+    }
+
+    /// [`forward_over`](Self::forward_over) on a pool already resolved.
+    pub async fn forward_to(
+        &self,
+        to: Destination<'_>,
+        downstream_is_h2: bool,
+        request: Request<RequestBody>,
+        tls: Option<Arc<ClientTls>>,
+    ) -> Result<Response<ResponseBody>, UpstreamError> {
+        let Destination { host, cluster, pool, resources } = to;
         let feedback = Feedback::start(host, Instant::now()).with_outlier(cluster.outlier_detection.as_ref());
         let breakers = resources.map(|resources| Breakers {
             resources,
@@ -146,7 +177,7 @@ impl Upstreams {
             host: &host.stats,
             stats: &host.cluster_stats,
         });
-        let result = self.send_limited(host, cluster, downstream_is_h2, request, tls, breakers.as_ref()).await;
+        let result = self.send_limited(host, cluster, pool, (downstream_is_h2, request), tls, breakers.as_ref()).await;
         feedback.observe(result, Instant::now())
     }
 
@@ -173,15 +204,16 @@ impl Upstreams {
         request: Request<RequestBody>,
         tls: Option<Arc<ClientTls>>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        self.send_limited(host, cluster, downstream_is_h2, request, tls, None).await
+        let pool = self.pool(&cluster.name);
+        self.send_limited(host, cluster, &pool, (downstream_is_h2, request), tls, None).await
     }
 
     async fn send_limited(
         &self,
         host: &Host,
         cluster: &Cluster,
-        downstream_is_h2: bool,
-        request: Request<RequestBody>,
+        pool: &Arc<ClusterPool>,
+        (downstream_is_h2, request): (bool, Request<RequestBody>),
         tls: Option<Arc<ClientTls>>,
         breakers: Option<&Breakers<'_>>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
@@ -192,11 +224,11 @@ impl Upstreams {
             Protocol::Http1 => {
                 let request = request::http1(request, host.address())?;
                 let http1_only = cluster.http.protocol == UpstreamProtocol::Http1;
-                self.send_http1(&cluster.name, &target, (max_requests, http1_only), request, breakers).await
+                Self::send_http1(pool, &target, (max_requests, http1_only), request, breakers).await
             }
             Protocol::Http2 => {
                 let request = request::http2(request, host.address())?;
-                let mut conn = self.pools.http2(&cluster.name, &target, max_requests, breakers).await?;
+                let mut conn = pool.http2(&target, max_requests, breakers).await?;
                 let lease = conn.activity.lease();
                 let response = conn.sender.send_request(request).await.map_err(|e| UpstreamError::from_hyper(&e))?;
                 let response = with_peer(response, &conn.activity);
@@ -249,8 +281,7 @@ impl Upstreams {
     }
 
     async fn send_http1(
-        &self,
-        cluster: &str,
+        pool: &Arc<ClusterPool>,
         target: &Target<'_>,
         (max_requests, http1_only): (Option<u32>, bool),
         mut request: Request<RequestBody>,
@@ -260,14 +291,14 @@ impl Upstreams {
         // happens before the request was written, hyper hands the request back and it goes
         // out on a fresh connection: nothing reached the upstream, so this is not a retry.
         loop {
-            let (mut conn, reused) = self.pools.http1(cluster, target, breakers, http1_only).await?;
+            let (mut conn, reused) = pool.http1(target, breakers, http1_only).await?;
             conn.requests += 1;
             let lease = conn.activity.lease();
             match conn.sender.try_send_request(request).await {
                 Ok(response) => {
                     let response = with_peer(response, &conn.activity);
                     let reusable = max_requests.is_none_or(|max| conn.requests < max);
-                    let checkin = reusable.then(|| self.pools.checkin(cluster, target.address, conn));
+                    let checkin = reusable.then(|| pool.checkin(target.address, conn));
                     return Ok(response.map(|body| UpstreamBody::new(body, lease, checkin)));
                 }
                 Err(mut error) => match error.take_message() {

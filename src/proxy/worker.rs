@@ -25,7 +25,7 @@ use super::transport::{HandshakeStats, WorkerTls};
 use super::upstream::Upstreams;
 use crate::core::shutdown::{self, InboundDrain, Signal};
 use crate::core::supervisor::Supervisor;
-use crate::lb::{Balancers, WorkerPickers};
+use crate::lb::Balancers;
 use crate::store::Store;
 
 /// How long a worker waits for the balancers of a new snapshot before serving it anyway.
@@ -136,13 +136,13 @@ async fn run(
     };
     let (drain, draining) = shutdown::channel();
     let (drain_inbound, draining_inbound) = shutdown::channel();
-    let clusters = Rc::new(WorkerClusters {
-        store: store.clone(),
+    let clusters = Rc::new(WorkerClusters::new(
+        store.clone(),
         balancers,
-        pickers: RefCell::new(WorkerPickers::new(seed)),
-        upstreams: Upstreams::with_tls_stats(options.tls.clone()).on_local_set(),
-        tls: WorkerTls::new(options.tls.clone()),
-    });
+        Upstreams::with_tls_stats(options.tls.clone()).on_local_set(),
+        WorkerTls::new(options.tls.clone()),
+        seed,
+    ));
     let context = Rc::new(WorkerContext {
         id,
         clusters,
@@ -188,10 +188,12 @@ async fn run(
             Some(changes) => {
                 let names: Vec<String> = changes.listeners.iter().cloned().collect();
                 listeners.sync_listeners(&snapshot, &names, &context);
+                context.clusters.forget_removed(&snapshot, Some(changes.clusters.iter()));
                 context.clusters.upstreams.drain_removed_of(&snapshot, changes.balanced_clusters())
             }
             None => {
                 listeners.sync(&snapshot, &context);
+                context.clusters.forget_removed(&snapshot, None::<std::iter::Empty<&String>>);
                 context.clusters.upstreams.drain_removed(&snapshot)
             }
         };

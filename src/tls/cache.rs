@@ -46,6 +46,9 @@ pub struct ClientTls {
     /// Identifies the context (not the secret version) within this cache: connections made
     /// with one id may be reused for requests that want the same id.
     pub transport_id: u64,
+    /// Built from files on disk, which a rewrite may change without a new configuration:
+    /// whoever keeps this config must ask the cache again before each use.
+    pub reads_files: bool,
 }
 
 /// A worker's configs.
@@ -146,6 +149,7 @@ impl TlsCache {
             server_name,
             local_uri_san: source::local_uri_san(&material.certificates),
             transport_id,
+            reads_files: !files.is_empty(),
         });
         tracing::debug!(secrets = ?context.common.secret_names(), sni = %context.sni, "upstream TLS config built");
         self.clients.retain(|_, e| e.owner.strong_count() > 0);

@@ -61,6 +61,10 @@ impl Material<'_> {
 }
 
 impl FileStamps {
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Whether every file still has the modification time it had (one `stat` each; most
     /// contexts, SDS-fed, have none).
     pub fn current(&self) -> bool {

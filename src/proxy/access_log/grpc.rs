@@ -153,10 +153,10 @@ fn frame(message: &StreamAccessLogsMessage) -> Bytes {
 /// reports closed). `None` when the cluster or a healthy endpoint is missing.
 fn open(clusters: &Rc<WorkerClusters>, config: &GrpcAccessLog) -> Option<mpsc::Sender<Bytes>> {
     let snapshot = clusters.store.load();
-    let cluster = snapshot.clusters.get(config.cluster.as_str()).cloned()?;
+    let local = clusters.get(&snapshot, config.cluster.as_str())?;
     let pick = PickContext { hash: None, attempt: 0, previous: &[], now: Instant::now() };
-    let host = clusters.pick_host(&cluster.resource, &pick, None, None)?;
-    let tls = clusters.tls.upstream(&cluster, &host.endpoint, &snapshot).ok()?;
+    let host = local.pick(&pick, None, None)?;
+    let tls = local.tls(&host.endpoint, &snapshot, &clusters.tls).ok()?;
     let (tx, rx) = mpsc::channel::<Bytes>(STREAM_MESSAGES);
     let body = BodyExt::boxed(StreamBody::new(ReceiverStream::new(rx).map(|b| Ok::<_, BoxError>(Frame::data(b)))));
     let mut request = Request::post(format!("http://{}{PATH}", config.authority)).body(body).ok()?;
@@ -165,8 +165,7 @@ fn open(clusters: &Rc<WorkerClusters>, config: &GrpcAccessLog) -> Option<mpsc::S
     headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
     let clusters = clusters.clone();
     tokio::task::spawn_local(async move {
-        let resources = clusters.balancers.get(&cluster.resource.name).map(|lb| lb.resources().clone());
-        let call = clusters.upstreams.forward_over(&host, &cluster.resource, true, request, tls, resources.as_ref());
+        let call = local.forward(&clusters.upstreams, &host, true, request, tls);
         match call.await {
             Ok(response) => {
                 let _ = response.into_body().collect().await;

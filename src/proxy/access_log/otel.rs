@@ -201,27 +201,25 @@ async fn export(
     request: &ExportLogsServiceRequest,
 ) -> bool {
     let snapshot = clusters.store.load();
-    let Some(cluster) = snapshot.clusters.get(config.cluster.as_str()).cloned() else {
+    let Some(local) = clusters.get(&snapshot, config.cluster.as_str()) else {
         tracing::debug!(cluster = %config.cluster, "OpenTelemetry access log: no such cluster");
         return false;
     };
     let pick = PickContext { hash: None, attempt: 0, previous: &[], now: Instant::now() };
-    let Some(host) = clusters.pick_host(&cluster.resource, &pick, None, None) else { return false };
-    let Ok(tls) = clusters.tls.upstream(&cluster, &host.endpoint, &snapshot) else { return false };
+    let Some(host) = local.pick(&pick, None, None) else { return false };
+    let Ok(tls) = local.tls(&host.endpoint, &snapshot, &clusters.tls) else { return false };
     let body = Full::new(frame(request)).map_err(|never| -> BoxError { match never {} }).boxed();
     let Ok(mut call) = Request::post(format!("http://{}{PATH}", config.authority)).body(body) else { return false };
     let headers = call.headers_mut();
     headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert(http::header::TE, HeaderValue::from_static("trailers"));
-    let resources = clusters.balancers.get(&cluster.resource.name).map(|lb| lb.resources().clone());
-    let response =
-        match clusters.upstreams.forward_over(&host, &cluster.resource, true, call, tls, resources.as_ref()).await {
-            Ok(response) => response,
-            Err(error) => {
-                tracing::debug!(%error, "OpenTelemetry access log export failed");
-                return false;
-            }
-        };
+    let response = match local.forward(&clusters.upstreams, &host, true, call, tls).await {
+        Ok(response) => response,
+        Err(error) => {
+            tracing::debug!(%error, "OpenTelemetry access log export failed");
+            return false;
+        }
+    };
     let (parts, body) = response.into_parts();
     // Trailers-only answers carry the status in the headers.
     let mut status = parts.headers.get("grpc-status").cloned();

@@ -91,21 +91,17 @@ impl<'a> Callouts<'a> {
     ) -> Result<Response<ResponseBody>, CalloutError> {
         let clusters = self.clusters;
         let snapshot = clusters.store.load();
-        let Some(cluster) = snapshot.clusters.get(cluster_name).cloned() else {
+        let Some(local) = clusters.get(&snapshot, cluster_name) else {
             return Err(CalloutError::NoCluster(cluster_name.to_owned()));
         };
         let pick = PickContext { hash: None, attempt: 0, previous: &[], now: Instant::now() };
-        let Some(host) = clusters.pick_host(&cluster.resource, &pick, None, None) else {
+        let Some(host) = local.pick(&pick, None, None) else {
             return Err(CalloutError::NoHealthyUpstream(cluster_name.to_owned()));
         };
-        let tls = clusters
-            .tls
-            .upstream(&cluster, &host.endpoint, &snapshot)
-            .map_err(|e| CalloutError::Upstream(e.to_string()))?;
-        let resources = clusters.balancers.get(&cluster.resource.name).map(|lb| lb.resources().clone());
-        clusters
-            .upstreams
-            .forward_over(&host, &cluster.resource, http2, request, tls, resources.as_ref())
+        let tls =
+            local.tls(&host.endpoint, &snapshot, &clusters.tls).map_err(|e| CalloutError::Upstream(e.to_string()))?;
+        local
+            .forward(&clusters.upstreams, &host, http2, request, tls)
             .await
             .map_err(|e| CalloutError::Upstream(e.to_string()))
     }

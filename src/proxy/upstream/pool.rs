@@ -14,6 +14,7 @@
 //! on the runtime. Each worker owns its own pools and one thread uses them, so the lock is
 //! never contended and never held across an `.await`.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use hyper::client::conn::http1;
@@ -50,21 +51,32 @@ impl Membership<'_> {
     }
 }
 
-/// The pools of one worker.
+/// The pools of one worker, one [`ClusterPool`] per cluster it has sent requests to.
 #[derive(Debug, Default)]
 pub(crate) struct Pools {
-    clusters: Mutex<FastMap<Arc<str>, ClusterPools>>,
+    clusters: Mutex<FastMap<Arc<str>, Arc<ClusterPool>>>,
+}
+
+/// One cluster's connections on one worker. A worker's thread-local cluster holds it, so a
+/// request reaches its pool without looking the cluster up by name; the pools' map only
+/// finds it for the worker's drains and prunes, and for requests sent by cluster name.
+#[derive(Debug, Default)]
+pub struct ClusterPool {
+    endpoints: Mutex<EndpointPools>,
+    /// Set when the cluster left the configuration: nothing is handed back to it, and the
+    /// pools' map no longer finds it.
+    removed: AtomicBool,
 }
 
 #[derive(Debug, Default)]
-struct ClusterPools {
+struct EndpointPools {
     http1: FastMap<Address, Vec<Http1Conn>>,
     http2: FastMap<Address, Http2Entry>,
     /// This worker's connections per endpoint, for the circuit breakers.
     endpoints: FastMap<Address, Arc<EndpointConns>>,
 }
 
-impl ClusterPools {
+impl EndpointPools {
     /// Drops the pools of endpoints `membership` does not keep; returns how many
     /// connections left.
     fn retain(&mut self, membership: &Membership<'_>) -> usize {
@@ -81,6 +93,19 @@ impl ClusterPools {
         });
         self.endpoints.retain(|address, _| membership.keeps(address));
         drained
+    }
+
+    /// Forgets connections found closed.
+    fn prune(&mut self) {
+        for idle in self.http1.values_mut() {
+            idle.retain(|conn| !conn.sender.is_closed());
+        }
+        self.http2.retain(|_, entry| match entry {
+            Http2Entry::Ready { conn, .. } => !conn.sender.is_closed(),
+            Http2Entry::Connecting(..) => true,
+        });
+        // Kept while a connection or a pending request holds it.
+        self.endpoints.retain(|_, endpoint| Arc::strong_count(endpoint) > 1);
     }
 
     fn is_empty(&self) -> bool {
@@ -101,39 +126,39 @@ pub(crate) struct Http1Conn {
 /// Where an HTTP/1.1 connection goes back to once its response has ended.
 #[derive(Debug)]
 pub(crate) struct Checkin {
-    pools: Weak<Pools>,
-    cluster: Arc<str>,
+    pool: Weak<ClusterPool>,
     address: Address,
     conn: Http1Conn,
 }
 
 impl Checkin {
     pub(crate) fn put(self) {
-        if let Some(pools) = self.pools.upgrade() {
-            // No entry: the endpoint was drained while this connection carried a response.
-            let mut clusters = pools.lock();
-            let Some(pools) = clusters.get_mut(&self.cluster) else { return };
-            if let Some(idle) = pools.http1.get_mut(&self.address) {
-                idle.push(self.conn);
-                if let Some(endpoint) = pools.endpoints.get(&self.address) {
-                    endpoint.release_one();
-                }
+        let Some(pool) = self.pool.upgrade() else { return };
+        if pool.removed.load(Ordering::Acquire) {
+            return; // the cluster left while this connection carried a response
+        }
+        // No stack: the endpoint was drained while this connection carried a response.
+        let mut pools = pool.lock();
+        if let Some(idle) = pools.http1.get_mut(&self.address) {
+            idle.push(self.conn);
+            if let Some(endpoint) = pools.endpoints.get(&self.address) {
+                endpoint.release_one();
             }
         }
     }
 }
 
-impl Pools {
-    fn lock(&self) -> MutexGuard<'_, FastMap<Arc<str>, ClusterPools>> {
-        self.clusters.lock().unwrap_or_else(PoisonError::into_inner)
+impl ClusterPool {
+    fn lock(&self) -> MutexGuard<'_, EndpointPools> {
+        self.endpoints.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// An idle HTTP/1.1 connection that is still open, not past `idle_timeout` and of the
     /// target's transport; the ones found closed, stale or of another transport (the
     /// cluster's TLS changed) on the way are dropped.
-    fn take_http1(&self, cluster: &str, target: &Target<'_>) -> Option<Http1Conn> {
-        let mut clusters = self.lock();
-        let idle = clusters.get_mut(cluster)?.http1.get_mut(target.address)?;
+    fn take_http1(&self, target: &Target<'_>) -> Option<Http1Conn> {
+        let mut pools = self.lock();
+        let idle = pools.http1.get_mut(target.address)?;
         let now = tokio::time::Instant::now();
         let (idle_timeout, transport) = (target.idle_timeout(), target.transport_id());
         while let Some(conn) = idle.pop() {
@@ -147,37 +172,18 @@ impl Pools {
 
     /// Where `conn` returns once its response has ended. The endpoint's idle stack is made
     /// here, when the response starts: a drain between now and then removes it, and the
-    /// connection then closes instead of returning. The cluster's key is shared, so a
-    /// check-in needs no allocation.
-    pub(crate) fn checkin(self: &Arc<Self>, cluster: &str, address: &Address, conn: Http1Conn) -> Checkin {
-        let key = {
-            let mut clusters = self.lock();
-            let key = match clusters.get_key_value(cluster) {
-                Some((key, _)) => key.clone(),
-                None => {
-                    let key: Arc<str> = Arc::from(cluster);
-                    clusters.insert(key.clone(), ClusterPools::default());
-                    key
-                }
-            };
-            if let Some(pools) = clusters.get_mut(cluster)
-                && !pools.http1.contains_key(address)
-            {
-                pools.http1.insert(address.clone(), Vec::new());
-            }
-            key
-        };
-        Checkin { pools: Arc::downgrade(self), cluster: key, address: address.clone(), conn }
+    /// connection then closes instead of returning.
+    pub(crate) fn checkin(self: &Arc<Self>, address: &Address, conn: Http1Conn) -> Checkin {
+        let mut pools = self.lock();
+        if !pools.http1.contains_key(address) {
+            pools.http1.insert(address.clone(), Vec::new());
+        }
+        Checkin { pool: Arc::downgrade(self), address: address.clone(), conn }
     }
 
     /// This worker's connection count of an endpoint (made on first use).
-    fn endpoint(&self, cluster: &str, address: &Address) -> Arc<EndpointConns> {
-        let mut clusters = self.lock();
-        let pools = match clusters.get_mut(cluster) {
-            Some(pools) => pools,
-            None => clusters.entry(Arc::from(cluster)).or_default(),
-        };
-        pools.endpoints.entry(address.clone()).or_default().clone()
+    fn endpoint(&self, address: &Address) -> Arc<EndpointConns> {
+        self.lock().endpoints.entry(address.clone()).or_default().clone()
     }
 
     /// An HTTP/1.1 connection for one request, and whether it was reused: an idle one;
@@ -187,19 +193,18 @@ impl Pools {
     /// from before a protocol change.
     pub(crate) async fn http1(
         &self,
-        cluster: &str,
         target: &Target<'_>,
         breakers: Option<&Breakers<'_>>,
         http1_only: bool,
     ) -> Result<(Http1Conn, bool), UpstreamError> {
-        if let Some(conn) = self.idle_http1(cluster, target).await {
+        if let Some(conn) = self.idle_http1(target).await {
             return Ok((conn, true));
         }
         let _pending = limits::pending(breakers)?;
         if http1_only {
-            self.leave_http2(cluster, target.address);
+            self.leave_http2(target.address);
         }
-        let endpoint = self.endpoint(cluster, target.address);
+        let endpoint = self.endpoint(target.address);
         loop {
             if let Some(permit) = limits::connection(breakers, &endpoint) {
                 // Boxed: connecting (TCP, TLS, the handshake) is the rare case, and inline
@@ -210,7 +215,7 @@ impl Pools {
             }
             // Bounded by the route's timeouts, which drop this future.
             endpoint.released().await;
-            if let Some(conn) = self.idle_http1(cluster, target).await {
+            if let Some(conn) = self.idle_http1(target).await {
                 return Ok((conn, true));
             }
         }
@@ -220,15 +225,13 @@ impl Pools {
     /// and closes once its streams have finished, as Envoy's old pool drains on a cluster
     /// update. Kept, it would count against `max_connections` and keep the request waiting
     /// for a hand-back that never comes.
-    fn leave_http2(&self, cluster: &str, address: &Address) {
-        if let Some(pools) = self.lock().get_mut(cluster) {
-            pools.http2.remove(address);
-        }
+    fn leave_http2(&self, address: &Address) {
+        self.lock().http2.remove(address);
     }
 
     /// An idle connection ready for a request, if the pool has one.
-    async fn idle_http1(&self, cluster: &str, target: &Target<'_>) -> Option<Http1Conn> {
-        while let Some(mut conn) = self.take_http1(cluster, target) {
+    async fn idle_http1(&self, target: &Target<'_>) -> Option<Http1Conn> {
+        while let Some(mut conn) = self.take_http1(target) {
             if conn.sender.ready().await.is_ok() {
                 return Some(conn);
             }
@@ -236,22 +239,44 @@ impl Pools {
         None
     }
 
+    /// Drops the pools of endpoints `membership` does not keep (all of them when the
+    /// cluster is removed); returns how many connections left.
+    fn retain(&self, membership: &Membership<'_>) -> usize {
+        if matches!(membership, Membership::Removed) {
+            self.removed.store(true, Ordering::Release);
+        }
+        self.lock().retain(membership)
+    }
+
+    /// Whether the pools' map may forget this pool: nothing in it, and no thread-local
+    /// cluster holding it (the map's own reference is the only one).
+    fn forgettable(self: &Arc<Self>) -> bool {
+        self.removed.load(Ordering::Acquire) || (Arc::strong_count(self) == 1 && self.lock().is_empty())
+    }
+}
+
+impl Pools {
+    fn lock(&self) -> MutexGuard<'_, FastMap<Arc<str>, Arc<ClusterPool>>> {
+        self.clusters.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The pool of `cluster` (made on first use).
+    pub(crate) fn cluster(&self, cluster: &str) -> Arc<ClusterPool> {
+        let mut clusters = self.lock();
+        if let Some(pool) = clusters.get(cluster) {
+            return pool.clone();
+        }
+        clusters.entry(Arc::from(cluster)).or_default().clone()
+    }
+
     /// Forgets connections found closed. Endpoints that went away are forgotten by
     /// [`retain_endpoints`](Self::retain_endpoints).
     pub(crate) fn prune(&self) {
         let mut clusters = self.lock();
-        for pools in clusters.values_mut() {
-            for idle in pools.http1.values_mut() {
-                idle.retain(|conn| !conn.sender.is_closed());
-            }
-            pools.http2.retain(|_, entry| match entry {
-                Http2Entry::Ready { conn, .. } => !conn.sender.is_closed(),
-                Http2Entry::Connecting(..) => true,
-            });
-            // Kept while a connection or a pending request holds it.
-            pools.endpoints.retain(|_, endpoint| Arc::strong_count(endpoint) > 1);
+        for pool in clusters.values() {
+            pool.lock().prune();
         }
-        clusters.retain(|_, pools| !pools.is_empty());
+        clusters.retain(|_, pool| !pool.forgettable());
     }
 
     /// Drains the pools of endpoints and clusters that left the configuration, as Envoy
@@ -262,10 +287,10 @@ impl Pools {
     pub(crate) fn retain_endpoints<'a>(&self, mut endpoints_of: impl FnMut(&str) -> Membership<'a>) -> usize {
         let mut clusters = self.lock();
         let mut drained = 0;
-        for (cluster, pools) in clusters.iter_mut() {
-            drained += pools.retain(&endpoints_of(cluster));
+        for (cluster, pool) in clusters.iter() {
+            drained += pool.retain(&endpoints_of(cluster));
         }
-        clusters.retain(|_, pools| !pools.is_empty());
+        clusters.retain(|_, pool| !pool.forgettable());
         drained
     }
 
@@ -278,9 +303,9 @@ impl Pools {
         let mut clusters = self.lock();
         let mut drained = 0;
         for name in names {
-            let Some(pools) = clusters.get_mut(name.as_str()) else { continue };
-            drained += pools.retain(&endpoints_of(name));
-            if pools.is_empty() {
+            let Some(pool) = clusters.get(name.as_str()) else { continue };
+            drained += pool.retain(&endpoints_of(name));
+            if pool.forgettable() {
                 clusters.remove(name.as_str());
             }
         }
@@ -290,9 +315,12 @@ impl Pools {
     /// Idle HTTP/1.1 connections and HTTP/2 connections held, for tests and stats.
     pub(crate) fn counts(&self) -> (usize, usize) {
         let clusters = self.lock();
-        let http1 = clusters.values().flat_map(|p| p.http1.values()).map(Vec::len).sum();
-        let http2 =
-            clusters.values().flat_map(|p| p.http2.values()).filter(|e| matches!(e, Http2Entry::Ready { .. })).count();
+        let (mut http1, mut http2) = (0, 0);
+        for pool in clusters.values() {
+            let pools = pool.lock();
+            http1 += pools.http1.values().map(Vec::len).sum::<usize>();
+            http2 += pools.http2.values().filter(|e| matches!(e, Http2Entry::Ready { .. })).count();
+        }
         (http1, http2)
     }
 }

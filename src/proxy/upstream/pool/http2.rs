@@ -12,7 +12,7 @@ use super::super::activity::Activity;
 use super::super::connect::Target;
 use super::super::error::UpstreamError;
 use super::super::limits::{self, Breakers};
-use super::Pools;
+use super::ClusterPool;
 
 /// An HTTP/2 connection; clones share it.
 #[derive(Debug, Clone)]
@@ -38,14 +38,13 @@ impl std::fmt::Debug for Http2Entry {
     }
 }
 
-impl Pools {
+impl ClusterPool {
     /// The endpoint's HTTP/2 connection, connecting (once, shared) when there is none or it
     /// closed; the request is pending while it waits for the connect. `max_requests`
     /// retires a connection from the pool after that many requests; its open streams
     /// finish on it.
     pub(crate) async fn http2(
         &self,
-        cluster: &str,
         target: &Target<'_>,
         max_requests: Option<u32>,
         breakers: Option<&Breakers<'_>>,
@@ -54,11 +53,7 @@ impl Pools {
         let mut pending = None;
         let connecting = loop {
             let (connecting, endpoint) = {
-                let mut clusters = self.lock();
-                let pools = match clusters.get_mut(cluster) {
-                    Some(pools) => pools,
-                    None => clusters.entry(Arc::from(cluster)).or_default(),
-                };
+                let mut pools = self.lock();
                 let endpoint = pools.endpoints.entry(target.address.clone()).or_default().clone();
                 match pools.http2.get_mut(target.address) {
                     Some(Http2Entry::Ready { conn, requests })
@@ -107,22 +102,20 @@ impl Pools {
         }
         let result = connecting.await;
         drop(pending);
-        let mut clusters = self.lock();
-        let pools = clusters.get_mut(cluster);
-        let entry = pools.as_ref().and_then(|p| p.http2.get(target.address));
-        let still_connecting = matches!(entry, Some(Http2Entry::Connecting(..)));
-        match (&result, pools) {
-            (Ok(conn), Some(pools)) => match pools.http2.get_mut(target.address) {
+        let mut pools = self.lock();
+        let still_connecting = matches!(pools.http2.get(target.address), Some(Http2Entry::Connecting(..)));
+        match &result {
+            Ok(conn) => match pools.http2.get_mut(target.address) {
                 Some(Http2Entry::Ready { conn: ready, requests }) if ready.activity_is(conn) => *requests += 1,
                 _ if still_connecting => {
                     pools.http2.insert(target.address.clone(), Http2Entry::Ready { conn: conn.clone(), requests: 1 });
                 }
                 _ => {}
             },
-            (Err(_), Some(pools)) if still_connecting => {
+            Err(_) if still_connecting => {
                 pools.http2.remove(target.address);
             }
-            _ => {}
+            Err(_) => {}
         }
         result
     }
