@@ -90,9 +90,9 @@ struct Work {
 /// state as `keep_balancers` runs it.
 struct Mesh {
     state: ConfigState,
-    store: Store,
+    store: Arc<Store>,
     keeper: Keeper,
-    balancers: Balancers,
+    balancers: Arc<Balancers>,
     _trigger: shutdown::Trigger,
     shutdown: shutdown::Signal,
 }
@@ -100,7 +100,7 @@ struct Mesh {
 impl Mesh {
     fn new(n: usize) -> Self {
         let mut state = ConfigState::new(Vec::new(), Vec::new(), Vec::new(), [], Default::default());
-        let store = Store::new(state.snapshot());
+        let store = Arc::new(Store::new(state.snapshot()));
         // One validator of the extensions' configs per response, as the ADS client has.
         let (clusters, assignments) = outrider::pb::pgv::with_extension_checks(|| {
             let template = assignment_proto(0, 80..83);
@@ -111,7 +111,7 @@ impl Mesh {
         store.publish(state.snapshot());
         let (keeper, _events) = Keeper::new(BalancerBuilder::default(), None);
         let (trigger, shutdown) = shutdown::channel();
-        let mut mesh = Self { state, store, keeper, balancers: Balancers::default(), _trigger: trigger, shutdown };
+        let mut mesh = Self { state, store, keeper, balancers: Arc::default(), _trigger: trigger, shutdown };
         mesh.keeper.follow(&mesh.store, &mesh.balancers, &mesh.shutdown);
         assert_eq!(mesh.balancers.all().len(), n);
         mesh
@@ -177,6 +177,44 @@ async fn adding_and_removing_one_cluster_costs_that_cluster() {
         assert!(mesh.balancers.get(&cluster_name(3)).is_none());
         assert_eq!(mesh.balancers.all().len(), n);
     }
+}
+
+/// A worker resolves a cluster (its balancer and picker, breakers, pool, TLS) once per
+/// publication: between publications every request gets the same thread-local cluster; after
+/// one cluster's EDS change only that cluster's is made anew, the others' are kept; a
+/// removed cluster is forgotten.
+#[tokio::test]
+async fn a_worker_resolves_a_cluster_once_per_publication() {
+    use outrider::lb::PickContext;
+    use outrider::proxy::clusters::WorkerClusters;
+    use outrider::proxy::transport::WorkerTls;
+    use outrider::proxy::upstream::Upstreams;
+    use std::rc::Rc;
+
+    let mut mesh = Mesh::new(100);
+    let tls = WorkerTls::new(Arc::default());
+    let worker = WorkerClusters::new(mesh.store.clone(), mesh.balancers.clone(), Upstreams::new(), tls, 1);
+    let snapshot = mesh.store.load();
+    let (kept, changed) = (cluster_name(3), cluster_name(7));
+    let first = worker.get(&snapshot, &kept).unwrap();
+    let other = worker.get(&snapshot, &changed).unwrap();
+    assert!(Rc::ptr_eq(&first, &worker.get(&snapshot, &kept).unwrap()), "no new resolution without a publication");
+    let ctx = PickContext { hash: None, attempt: 0, previous: &[], now: std::time::Instant::now() };
+    assert!(first.pick(&ctx, None, None).is_some());
+
+    mesh.push(ResourceType::ClusterLoadAssignment, vec![assignment(7, 81..84)], &[]);
+    let snapshot = mesh.store.load();
+    assert!(Rc::ptr_eq(&first, &worker.get(&snapshot, &kept).unwrap()), "an unchanged cluster is kept");
+    let rebuilt = worker.get(&snapshot, &changed).unwrap();
+    assert!(!Rc::ptr_eq(&other, &rebuilt), "the changed cluster is resolved anew");
+    let picked = rebuilt.pick(&ctx, None, None).unwrap();
+    assert!((81..84).contains(&picked.address().to_string().rsplit(':').next().unwrap().parse::<u32>().unwrap()));
+
+    mesh.push(ResourceType::Cluster, Vec::new(), std::slice::from_ref(&kept));
+    let snapshot = mesh.store.load();
+    worker.forget_removed(&snapshot, Some(snapshot.changes.clusters.iter()));
+    assert!(worker.get(&snapshot, &kept).is_none(), "a removed cluster is gone");
+    assert_eq!(Rc::strong_count(&first), 1, "and the worker no longer holds it");
 }
 
 /// A watcher that skipped generations gets the union of their changes; one that is too far
