@@ -138,19 +138,7 @@ async fn forward_request(
         &mut parts.headers,
     );
     if let Some(loggers) = stream.log.take() {
-        let remote = if classification.client == downstream.peer.ip() {
-            downstream.peer
-        } else {
-            // Taken from x-forwarded-for, which carries no port: Envoy prints port 0.
-            SocketAddr::new(classification.client, 0)
-        };
-        let info = DownstreamLogInfo {
-            local: downstream.local,
-            remote,
-            server_name: exchange.connection.server_name.clone(),
-            peer_uri_san: exchange.connection.peer_identity.as_ref().and_then(|p| p.uri_sans.first().cloned()),
-        };
-        *pending = Some(Box::new(PendingLog::new(loggers, SystemTime::now(), Instant::now(), &parts, info)));
+        *pending = Some(start_log(loggers, &exchange, classification.client, &parts));
     }
     if exchange.overloadable && overloaded(context) {
         let mut response = local(manager, stream, LocalReply::Overloaded, is_grpc);
@@ -163,17 +151,7 @@ async fn forward_request(
     // After route selection, as Envoy: a route's `tracing` replaces the sampling.
     let route_tracing = selection.and_then(|s| s.route).and_then(|r| r.tracing.as_deref());
     if let Some(tracing) = &manager.tracing {
-        // Decided (and packed into x-request-id) whether a tracer is set or not, as Envoy.
-        let sampling = route_tracing.map_or(&tracing.sampling, |r| &r.sampling);
-        let random = || context.rng.borrow_mut().random();
-        let reason = request_trace::trace_reason(tracing, sampling, &mut parts.headers, random);
-        if let Some(tracer) = exchange.tracer
-            && let Some(span) = request_trace::start(tracer, tracing, route_tracing, &parts, reason, exchange.outbound)
-        {
-            // The upstream sees this span as its parent, sampled or not.
-            span.inject(&mut parts.headers);
-            stream.span = Some(span);
-        }
+        start_trace(tracing, route_tracing, &exchange, &mut parts, stream);
     }
     if let Some(log) = pending.as_mut() {
         log.route_name = selection.and_then(|s| s.route).map(|r| r.name.clone()).filter(|n| !n.is_empty());
@@ -189,46 +167,125 @@ async fn forward_request(
             return filter_reply(manager, stream, reply, is_grpc);
         }
     }
-    let mut edits = Vec::new();
-    let mut hooks: Vec<Box<dyn ResponseHook>> = Vec::new();
-    let mut body = DownstreamBody::new(body);
+    let routed = Routed { snapshot: &snapshot, routes, selection };
+    let mut decoded = Decoded { parts, body: DownstreamBody::new(body), edits: Vec::new(), hooks: Vec::new() };
     if !exchange.filters.is_empty() {
-        let mut metadata = DynamicMetadata::default();
-        let callouts = Callouts::new(&context.clusters);
-        let mut request = RequestContext {
-            parts: &mut parts,
-            connection: exchange.connection,
-            remote_ip: classification.client,
-            route: selection.map(|s| MatchedRoute { config: routes, virtual_host: s.virtual_host, route: s.route }),
-            is_grpc,
-            metadata: &mut metadata,
-            response_headers: &mut edits,
-            response_hooks: &mut hooks,
-            callouts: &callouts,
-            stat_prefix: &manager.stat_prefix,
-            draining: context.draining.is_triggered() || context.health_check_failed.is_failed(),
-            flags: &mut stream.flags,
-            body: &mut body,
-        };
-        let status = exchange.filters.decode_headers(&mut request).await;
-        if let (Some(span), Some(tracing)) = (&stream.span, &manager.tracing) {
-            for tag in request_trace::metadata_tags(&request_trace::custom_tags(tracing, route_tracing), &metadata) {
-                span.set(tag);
-            }
-        }
-        if let Some(log) = pending.as_mut()
-            && !metadata.0.is_empty()
-        {
-            log.metadata = Some(metadata);
-        }
-        if let FilterHeadersStatus::LocalReply(reply) = status {
+        let client = classification.client;
+        if let Some(reply) = decode_filters(&mut decoded, &routed, &exchange, client, stream, pending, is_grpc).await {
             let response = filter_reply(manager, stream, reply, is_grpc);
-            return finish_response(response, &edits, hooks);
+            return finish_response(response, &decoded.edits, decoded.hooks);
         }
     }
-    let routed = Routed { snapshot: &snapshot, routes, selection };
+    let Decoded { parts, body, edits, hooks } = decoded;
     let response = route_and_forward(parts, body, routed, exchange, stream, pending, is_grpc).await;
     finish_response(response, &edits, hooks)
+}
+
+/// The access log entry of a request, begun once its headers are final: the client is the
+/// one `x-forwarded-for` named when it is trusted.
+fn start_log(
+    loggers: Arc<[super::access_log::ActiveLog]>,
+    exchange: &Exchange<'_>,
+    client: std::net::IpAddr,
+    parts: &http::request::Parts,
+) -> Box<PendingLog> {
+    let downstream = &exchange.downstream;
+    let remote = if client == downstream.peer.ip() {
+        downstream.peer
+    } else {
+        // Taken from x-forwarded-for, which carries no port: Envoy prints port 0.
+        SocketAddr::new(client, 0)
+    };
+    let connection = exchange.connection;
+    let info = DownstreamLogInfo {
+        local: downstream.local,
+        remote,
+        server_name: connection.server_name.clone(),
+        peer_uri_san: connection.peer_identity.as_ref().and_then(|p| p.uri_sans.first().cloned()),
+    };
+    Box::new(PendingLog::new(loggers, SystemTime::now(), Instant::now(), parts, info))
+}
+
+/// The request's trace decision (packed into `x-request-id` whether a tracer is set or
+/// not, as Envoy does) and, with a tracer, its span, whose context the upstream sees as
+/// its parent, sampled or not. A route's `tracing` replaces the connection manager's
+/// sampling.
+fn start_trace(
+    tracing: &crate::config::tracing::HcmTracing,
+    route_tracing: Option<&crate::config::tracing::RouteTracing>,
+    exchange: &Exchange<'_>,
+    parts: &mut http::request::Parts,
+    stream: &mut StreamInfo,
+) {
+    let sampling = route_tracing.map_or(&tracing.sampling, |r| &r.sampling);
+    let random = || exchange.context.rng.borrow_mut().random();
+    let reason = request_trace::trace_reason(tracing, sampling, &mut parts.headers, random);
+    if let Some(tracer) = exchange.tracer
+        && let Some(span) = request_trace::start(tracer, tracing, route_tracing, parts, reason, exchange.outbound)
+    {
+        span.inject(&mut parts.headers);
+        stream.span = Some(span);
+    }
+}
+
+/// A request as the HTTP filters leave it: its head and body, and what they asked for on
+/// the way back (header edits, whole-response hooks).
+struct Decoded {
+    parts: http::request::Parts,
+    body: DownstreamBody,
+    edits: Vec<HeaderEdit>,
+    hooks: Vec<Box<dyn ResponseHook>>,
+}
+
+/// Runs the HTTP filters' request side; the reply when one of them answers locally. The
+/// dynamic metadata they set goes to the span's custom tags and to the access log.
+async fn decode_filters(
+    decoded: &mut Decoded,
+    routed: &Routed<'_>,
+    exchange: &Exchange<'_>,
+    client: std::net::IpAddr,
+    stream: &mut StreamInfo,
+    pending: &mut Option<Box<PendingLog>>,
+    is_grpc: bool,
+) -> Option<LocalResponse> {
+    let (manager, context) = (exchange.manager, exchange.context);
+    let mut metadata = DynamicMetadata::default();
+    let callouts = Callouts::new(&context.clusters);
+    let mut request = RequestContext {
+        parts: &mut decoded.parts,
+        connection: exchange.connection,
+        remote_ip: client,
+        route: routed.selection.map(|s| MatchedRoute {
+            config: routed.routes,
+            virtual_host: s.virtual_host,
+            route: s.route,
+        }),
+        is_grpc,
+        metadata: &mut metadata,
+        response_headers: &mut decoded.edits,
+        response_hooks: &mut decoded.hooks,
+        callouts: &callouts,
+        stat_prefix: &manager.stat_prefix,
+        draining: context.draining.is_triggered() || context.health_check_failed.is_failed(),
+        flags: &mut stream.flags,
+        body: &mut decoded.body,
+    };
+    let status = exchange.filters.decode_headers(&mut request).await;
+    if let (Some(span), Some(tracing)) = (&stream.span, &manager.tracing) {
+        let route_tracing = routed.selection.and_then(|s| s.route).and_then(|r| r.tracing.as_deref());
+        for tag in request_trace::metadata_tags(&request_trace::custom_tags(tracing, route_tracing), &metadata) {
+            span.set(tag);
+        }
+    }
+    if let Some(log) = pending.as_mut()
+        && !metadata.0.is_empty()
+    {
+        log.metadata = Some(metadata);
+    }
+    match status {
+        FilterHeadersStatus::LocalReply(reply) => Some(reply),
+        _ => None,
+    }
 }
 
 /// What the filters asked for on the way back: header edits, then whole-response changes

@@ -50,22 +50,7 @@ pub async fn serve<S>(
     if session.as_ref().is_some_and(|s| s.exchanges_downstream()) && downstream.write_all(&frame).await.is_err() {
         return;
     }
-    let cluster_name = match &proxy.cluster {
-        TcpCluster::Cluster(name) => name.clone(),
-        TcpCluster::Weighted(clusters) => {
-            let total: u64 = clusters.iter().map(|(_, w)| u64::from(*w)).sum();
-            let mut point = context.rng.borrow_mut().random_range(0..total.max(1));
-            clusters
-                .iter()
-                .find(|(_, w)| {
-                    let hit = point < u64::from(*w);
-                    point = point.saturating_sub(u64::from(*w));
-                    hit
-                })
-                .map(|(name, _)| name.clone())
-                .unwrap_or_default()
-        }
-    };
+    let cluster_name = choose_cluster(&proxy.cluster, context);
     let snapshot = context.clusters.store.load();
     let Some(local) = context.clusters.get(&snapshot, &cluster_name) else {
         tracing::debug!(cluster = %cluster_name, "tcp proxy: unknown cluster; closing");
@@ -121,48 +106,31 @@ pub async fn serve<S>(
                 copy(&mut downstream, upstream, session.as_deref()).await
             }
             Some(tls) => {
-                let handshake = tokio::time::timeout(
-                    cluster.connect_timeout.saturating_sub(now.elapsed()),
-                    crate::tls::connect(upstream, tls, ClientAlpn::Tcp),
-                );
-                match handshake.await {
-                    Ok(Ok(mut upstream)) => {
-                        context.clusters.tls.stats.upstream.handshake();
-                        stats.ssl.handshake(true);
-                        host.stats.record(Instant::now(), now.elapsed(), true);
-                        // Istio's upstream metadata exchange, when the ALPN says the peer speaks it.
-                        let alpn = upstream.get_ref().1.alpn_protocol();
-                        let exchange = cluster.metadata_exchange.as_ref();
-                        let exchange = exchange.is_some_and(|e| alpn == Some(e.protocol.as_bytes()));
-                        if exchange && upstream.write_all(&frame).await.is_err() {
-                            return;
-                        }
-                        let on_peer = match &session {
-                            Some(session) => {
-                                // The upstream's SPIFFE identity, Istio's client-side principal.
-                                let certificate = upstream.get_ref().1.peer_certificates().and_then(|c| c.first());
-                                let identity = certificate.and_then(|c| crate::tls::PeerIdentity::of(c));
-                                session.set_upstream_san(identity.and_then(|i| i.uri_sans.into_iter().next()));
-                                session.upstream_connected(&cluster_name, exchange)
-                            }
-                            None => exchange.then(|| Rc::new(istio_tcp::IgnorePeer) as Rc<dyn OnPeer>),
-                        };
-                        copy(&mut downstream, PeerReader::new(upstream, on_peer), session.as_deref()).await
-                    }
-                    Ok(Err(refused)) => {
-                        context.clusters.tls.stats.upstream.refused(refused.refusal);
-                        stats.ssl.refused(refused.refusal.stat_name());
-                        tracing::info!(cluster = %cluster_name, %address, reason = %refused, "upstream TLS handshake refused");
-                        host.stats.record(Instant::now(), now.elapsed(), false);
-                        continue;
-                    }
-                    Err(_) => {
-                        context.clusters.tls.stats.upstream.refused(Refusal::Timeout);
-                        stats.ssl.refused(Refusal::Timeout.stat_name());
-                        host.stats.record(Instant::now(), now.elapsed(), false);
-                        continue;
-                    }
+                let remaining = cluster.connect_timeout.saturating_sub(now.elapsed());
+                let Some(mut upstream) = handshake(upstream, tls, remaining, &host, (&cluster_name, context)).await
+                else {
+                    host.stats.record(Instant::now(), now.elapsed(), false);
+                    continue;
+                };
+                host.stats.record(Instant::now(), now.elapsed(), true);
+                // Istio's upstream metadata exchange, when the ALPN says the peer speaks it.
+                let alpn = upstream.get_ref().1.alpn_protocol();
+                let exchange = cluster.metadata_exchange.as_ref();
+                let exchange = exchange.is_some_and(|e| alpn == Some(e.protocol.as_bytes()));
+                if exchange && upstream.write_all(&frame).await.is_err() {
+                    return;
                 }
+                let on_peer = match &session {
+                    Some(session) => {
+                        // The upstream's SPIFFE identity, Istio's client-side principal.
+                        let certificate = upstream.get_ref().1.peer_certificates().and_then(|c| c.first());
+                        let identity = certificate.and_then(|c| crate::tls::PeerIdentity::of(c));
+                        session.set_upstream_san(identity.and_then(|i| i.uri_sans.into_iter().next()));
+                        session.upstream_connected(&cluster_name, exchange)
+                    }
+                    None => exchange.then(|| Rc::new(istio_tcp::IgnorePeer) as Rc<dyn OnPeer>),
+                };
+                copy(&mut downstream, PeerReader::new(upstream, on_peer), session.as_deref()).await
             }
         };
         if let Err(error) = copied {
@@ -175,6 +143,61 @@ pub async fn serve<S>(
 /// Connects from the cluster's `upstream_bind_config` source address when it has one
 /// (Istio binds inbound passthrough connections to 127.0.0.6, which its iptables rules
 /// let through instead of capturing them again).
+/// The cluster of this connection: the one named, or one of the weighted ones drawn by
+/// weight.
+fn choose_cluster(cluster: &TcpCluster, context: &WorkerContext) -> String {
+    match cluster {
+        TcpCluster::Cluster(name) => name.clone(),
+        TcpCluster::Weighted(clusters) => {
+            let total: u64 = clusters.iter().map(|(_, w)| u64::from(*w)).sum();
+            let mut point = context.rng.borrow_mut().random_range(0..total.max(1));
+            clusters
+                .iter()
+                .find(|(_, w)| {
+                    let hit = point < u64::from(*w);
+                    point = point.saturating_sub(u64::from(*w));
+                    hit
+                })
+                .map(|(name, _)| name.clone())
+                .unwrap_or_default()
+        }
+    }
+}
+
+/// The upstream TLS handshake within `remaining` of the connect timeout, counted in the
+/// worker's and the cluster's TLS stats; `None` when it was refused or timed out.
+async fn handshake<IO>(
+    upstream: IO,
+    tls: &crate::tls::ClientTls,
+    remaining: std::time::Duration,
+    host: &crate::lb::Host,
+    (cluster_name, context): (&str, &WorkerContext),
+) -> Option<tokio_rustls::client::TlsStream<IO>>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    let (worker, cluster) = (&context.clusters.tls.stats.upstream, &host.cluster_stats.ssl);
+    match tokio::time::timeout(remaining, crate::tls::connect(upstream, tls, ClientAlpn::Tcp)).await {
+        Ok(Ok(upstream)) => {
+            worker.handshake();
+            cluster.handshake(true);
+            Some(upstream)
+        }
+        Ok(Err(refused)) => {
+            worker.refused(refused.refusal);
+            cluster.refused(refused.refusal.stat_name());
+            let address = host.address();
+            tracing::info!(cluster = %cluster_name, %address, reason = %refused, "upstream TLS handshake refused");
+            None
+        }
+        Err(_) => {
+            worker.refused(Refusal::Timeout);
+            cluster.refused(Refusal::Timeout.stat_name());
+            None
+        }
+    }
+}
+
 async fn connect(address: SocketAddr, bind: Option<SocketAddr>) -> std::io::Result<TcpStream> {
     let socket = if address.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
     if let Some(source) = bind {
