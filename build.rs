@@ -27,6 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 PathBuf::from("proto/istio/stats.proto"),
                 PathBuf::from("proto/istio/peer_metadata.proto"),
                 PathBuf::from("proto/istio/metadata_exchange.proto"),
+                PathBuf::from("proto/envoy_contrib/peak_ewma.proto"),
             ],
             &[PathBuf::from("proto"), well_known],
         )?;
@@ -40,7 +41,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         file.source_code_info = None;
     }
     add_typed_structs(&mut set);
-    add_istio_filter_configs(&mut set, &own_descriptors)?;
+    add_own_extension_configs(&mut set, &own_descriptors)?;
     std::fs::write(out.join("envoy_descriptors.bin"), prost::Message::encode_to_vec(&set))?;
     let raw = std::fs::read(&descriptors)?;
     let resources = closure(&raw, |name| RESOURCE_ROOTS.contains(&name))?;
@@ -198,15 +199,16 @@ fn add_typed_structs(set: &mut prost_types::FileDescriptorSet) {
     }
 }
 
-/// Istio's filter configs (`istio.alpn`, `istio.stats`, peer metadata exchange), so
+/// Istio's filter configs (`istio.alpn`, `istio.stats`, peer metadata exchange) and Envoy's
+/// contrib peak-EWMA policy config, so
 /// `/config_dump` can show the listeners that carry them and their JSON can be read.
-fn add_istio_filter_configs(
+fn add_own_extension_configs(
     set: &mut prost_types::FileDescriptorSet,
     own: &Path,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let own = <prost_types::FileDescriptorSet as prost::Message>::decode(std::fs::read(own)?.as_slice())?;
     for mut file in own.file {
-        if file.name().starts_with("istio/") {
+        if file.name().starts_with("istio/") || file.name().starts_with("envoy_contrib/") {
             file.source_code_info = None;
             set.file.push(file);
         }

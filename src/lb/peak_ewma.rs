@@ -28,12 +28,17 @@ use super::host::Host;
 use super::pick_context::PickContext;
 use crate::config::cluster::lb_policy::PeakEwmaConfig;
 
+const NANOS_PER_MILLI: f64 = 1e6;
+
 #[derive(Debug)]
 pub struct PeakEwma {
     /// Nanoseconds.
     default_rtt: f64,
     /// Nanoseconds per recent error.
     error_penalty: f64,
+    /// Nanoseconds × requests: the cost of an endpoint with requests in flight and no
+    /// sample yet (Envoy's contrib policy; see `PeakEwmaConfig::unmeasured_busy_cost`).
+    unmeasured_busy_cost: Option<f64>,
 }
 
 impl PeakEwma {
@@ -41,6 +46,7 @@ impl PeakEwma {
         Self {
             default_rtt: config.default_rtt.as_nanos() as f64,
             error_penalty: config.error_penalty.as_nanos() as f64,
+            unmeasured_busy_cost: config.unmeasured_busy_cost.map(|ms| ms * NANOS_PER_MILLI),
         }
     }
 
@@ -61,9 +67,18 @@ impl PeakEwma {
     /// The load of `host` at `now` in nanoseconds × requests.
     pub fn cost(&self, host: &Host, now: Instant) -> f64 {
         let stats = &host.stats;
-        let rtt = stats.rtt_estimate(now).map_or(self.default_rtt, |d| d.as_nanos() as f64);
+        let in_flight = f64::from(stats.in_flight());
+        let estimate = stats.rtt_estimate(now);
+        if let (None, Some(busy)) = (estimate, self.unmeasured_busy_cost)
+            && in_flight > 0.0
+        {
+            // Envoy's contrib policy: requests went out and none came back yet, so the
+            // endpoint is taken for a failing one, at a cost that grows with its requests.
+            return busy + in_flight * NANOS_PER_MILLI;
+        }
+        let rtt = estimate.map_or(self.default_rtt, |d| d.as_nanos() as f64);
         let penalty = self.error_penalty * stats.error_penalty_at(now);
-        (rtt + penalty) * (f64::from(stats.in_flight()) + 1.0)
+        (rtt + penalty) * (in_flight + 1.0)
     }
 }
 
@@ -87,6 +102,18 @@ mod tests {
         assert!((lb.cost(&hosts[1], now) - 31e6).abs() < 1.0, "{}", lb.cost(&hosts[1], now));
         let _a = hosts[0].stats.start();
         assert_eq!(lb.cost(&hosts[0], now), 60e6, "in flight doubles the cost");
+    }
+
+    #[test]
+    fn envoys_contrib_costs_take_a_busy_unmeasured_host_for_a_failing_one() {
+        let now = Instant::now();
+        let hosts = hosts(2, now);
+        let lb = PeakEwma::new(&PeakEwmaConfig::envoy_contrib());
+        assert_eq!(lb.cost(&hosts[0], now), 10e6, "Envoy's default RTT, 10 ms");
+        let _a = hosts[0].stats.start();
+        assert_eq!(lb.cost(&hosts[0], now), 1e12 + 1e6, "penalty_value (ms) + in flight");
+        hosts[1].stats.record(now, Duration::from_millis(1), false);
+        assert!((lb.cost(&hosts[1], now) - 1e6).abs() < 1.0, "no error penalty: {}", lb.cost(&hosts[1], now));
     }
 
     #[test]

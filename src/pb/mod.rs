@@ -56,6 +56,19 @@ mod own {
             }
         }
     }
+    pub mod envoy_contrib {
+        pub mod envoy {
+            pub mod extensions {
+                pub mod load_balancing_policies {
+                    pub mod peak_ewma {
+                        pub mod v3alpha {
+                            tonic::include_proto!("envoy.extensions.load_balancing_policies.peak_ewma.v3alpha");
+                        }
+                    }
+                }
+            }
+        }
+    }
     pub mod envoy_tcp {
         pub mod envoy {
             pub mod tcp {
@@ -77,6 +90,9 @@ mod own {
     }
 }
 
+/// `envoy.extensions.load_balancing_policies.peak_ewma.v3alpha`: Envoy's contrib peak-EWMA
+/// policy config.
+pub use own::envoy_contrib::envoy::extensions::load_balancing_policies::peak_ewma::v3alpha as envoy_peak_ewma;
 /// `envoy.tcp.metadataexchange.config`: Istio's TCP metadata exchange filter config.
 pub use own::envoy_tcp::envoy::tcp::metadataexchange::config as istio_tcp_metadata_exchange;
 /// `io.istio.http.peer_metadata`: Istio's HTTP peer metadata exchange filter config.

@@ -163,6 +163,24 @@ pub struct PeakEwmaConfig {
     /// Latency added per recent error (errors count 1 each and decay with `decay`), so a
     /// fast-failing endpoint does not look fast.
     pub error_penalty: Duration,
+    /// Envoy's `penalty_value`: the cost (milliseconds × requests) of an endpoint with
+    /// requests in flight but no latency sample yet, which Envoy takes for a failing one.
+    /// `None` (Outrider's own policy): such an endpoint costs `default_rtt` per request.
+    pub unmeasured_busy_cost: Option<f64>,
+}
+
+impl PeakEwmaConfig {
+    /// Envoy's contrib policy's defaults: 10 ms for an unmeasured endpoint, a million for
+    /// a busy unmeasured one, and no error penalty (Envoy leaves errors to outlier
+    /// detection).
+    pub fn envoy_contrib() -> Self {
+        Self {
+            default_rtt: Duration::from_millis(10),
+            error_penalty: Duration::ZERO,
+            unmeasured_busy_cost: Some(1_000_000.0),
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for PeakEwmaConfig {
@@ -171,6 +189,7 @@ impl Default for PeakEwmaConfig {
             default_rtt: Duration::from_millis(30),
             decay: Duration::from_secs(10),
             error_penalty: Duration::from_millis(30),
+            unmeasured_busy_cost: None,
         }
     }
 }

@@ -5,7 +5,7 @@
 // Exhaustive destructuring names deprecated fields too; several are what Istio still sends.
 #![allow(deprecated)]
 
-use prost::Name;
+use prost::{Message, Name};
 
 use super::lb_policy::{self as shared, Choice, CommonLb};
 use crate::config::cluster::lb_policy::{MIN_WEIGHT_UPDATE_PERIOD, PEAK_EWMA_POLICY_NAME, PeakEwmaConfig};
@@ -21,6 +21,8 @@ use crate::pb::google::protobuf as gpb;
 
 use lbp::common::v3 as lb_common;
 
+/// Envoy's contrib peak-EWMA policy config (see [`envoy_peak_ewma`]).
+const ENVOY_PEAK_EWMA: &str = "envoy.extensions.load_balancing_policies.peak_ewma.v3alpha.PeakEwma";
 const CLUSTER_PROVIDED: &str = "envoy.extensions.load_balancing_policies.cluster_provided.v3.ClusterProvided";
 
 /// The first supported policy of the list. `nested` is set inside `wrr_locality`, where a
@@ -39,7 +41,8 @@ pub(super) fn policy_list(
             return Err(ConfigError::new(at, "is required"));
         };
         if config.name == PEAK_EWMA_POLICY_NAME {
-            return Ok(peak_ewma(config.typed_config.as_ref(), &at, warnings));
+            let at = format!("{at}.typed_config");
+            return peak_ewma(config.typed_config.as_ref()).at_field(&at);
         }
         let Some(any) = config.typed_config else {
             warnings.ignored(at, format!("policy {:?} has no config Outrider knows; trying the next", config.name));
@@ -89,6 +92,8 @@ fn policy(any: &gpb::Any, common: &CommonLb, nested: bool, warnings: &mut Warnin
                 return Err(ConfigError::new("endpoint_picking_policy", "cluster_provided cannot pick endpoints"));
             }
         }
+    } else if name == ENVOY_PEAK_EWMA {
+        Choice::Policy(LbPolicy::PeakEwma(envoy_peak_ewma(any)?), None)
     } else if name == CLUSTER_PROVIDED && !nested {
         Choice::ClusterProvided
     } else {
@@ -97,14 +102,56 @@ fn policy(any: &gpb::Any, common: &CommonLb, nested: bool, warnings: &mut Warnin
     Ok(Some(choice))
 }
 
-/// Outrider's own peak-EWMA policy, chosen by extension name. Its typed config may be of
-/// any type (an empty `google.protobuf.Struct` or `TypedStruct` is usual); settings in it
-/// are not read yet, so Linkerd's defaults apply.
-fn peak_ewma(typed_config: Option<&gpb::Any>, at: &str, warnings: &mut Warnings) -> Choice {
-    if typed_config.is_some_and(|any| !any.value.is_empty()) {
-        warnings.ignored(format!("{at}.typed_config"), "peak_ewma settings are not read; the defaults apply");
+/// Outrider's own peak-EWMA policy, chosen by extension name, with Linkerd's defaults. Its
+/// typed config may be empty (an empty `google.protobuf.Struct` or `TypedStruct` is usual)
+/// or Envoy's contrib `PeakEwma`, whose settings are then read; settings in any other form
+/// are refused rather than ignored.
+fn peak_ewma(typed_config: Option<&gpb::Any>) -> Result<Choice> {
+    let config = match typed_config {
+        Some(any) if common::type_name(&any.type_url) == ENVOY_PEAK_EWMA => envoy_peak_ewma(any)?,
+        Some(any) if !any.value.is_empty() => {
+            let kind = common::type_name(&any.type_url);
+            return Err(ConfigError::new(
+                "",
+                format!("peak_ewma settings are read from {ENVOY_PEAK_EWMA}, not {kind}"),
+            ));
+        }
+        _ => PeakEwmaConfig::default(),
+    };
+    Ok(Choice::Policy(LbPolicy::PeakEwma(config), None))
+}
+
+/// Envoy's contrib peak-EWMA policy (`envoy.load_balancing_policies.peak_ewma`), served by
+/// Outrider's peak-EWMA with Envoy's defaults and cost for an unmeasured busy endpoint.
+/// `aggregation_interval` and `max_samples_per_host` tune how Envoy's workers pool their
+/// samples; Outrider's estimate is one per endpoint that every response updates at once, so
+/// neither has anything to tune (any valid value is accepted). The estimate decays at the
+/// endpoint stats' one rate, 10 s, Envoy's default: another `decay_time` is refused.
+fn envoy_peak_ewma(any: &gpb::Any) -> Result<PeakEwmaConfig> {
+    use crate::pb::envoy_peak_ewma::PeakEwma;
+    let proto = PeakEwma::decode(any.value.as_slice())
+        .map_err(|e| ConfigError::new("", format!("cannot decode {ENVOY_PEAK_EWMA}: {e}")))?;
+    let PeakEwma { decay_time, aggregation_interval, max_samples_per_host: _, default_rtt, penalty_value } = proto;
+    let mut config = PeakEwmaConfig::envoy_contrib();
+    if let Some(decay) = decay_time {
+        let decay = common::duration(&decay).at_field("decay_time")?;
+        if decay != config.decay {
+            return Err(ConfigError::new("decay_time", "only 10s is supported: the latency estimate is per endpoint"));
+        }
     }
-    Choice::Policy(LbPolicy::PeakEwma(PeakEwmaConfig::default()), None)
+    if let Some(interval) = aggregation_interval {
+        common::duration(&interval).at_field("aggregation_interval")?;
+    }
+    if let Some(rtt) = default_rtt {
+        config.default_rtt = common::duration(&rtt).at_field("default_rtt")?;
+    }
+    if let Some(penalty) = penalty_value {
+        if !penalty.value.is_finite() || penalty.value < 0.0 {
+            return Err(ConfigError::new("penalty_value", "must be a finite number, not negative"));
+        }
+        config.unmeasured_busy_cost = Some(penalty.value);
+    }
+    Ok(config)
 }
 
 fn round_robin(proto: lbp::round_robin::v3::RoundRobin, warnings: &mut Warnings) -> Result<Choice> {

@@ -223,8 +223,45 @@ fn peak_ewma_is_chosen_by_extension_name() {
         convert(entry(json!({"@type": "type.googleapis.com/google.protobuf.Struct", "value": {}}))).unwrap();
     assert_eq!(lb.unwrap().policy, LbPolicy::PeakEwma(PeakEwmaConfig::default()));
     assert!(warnings.is_empty(), "{warnings:?}");
+    // Settings Outrider would not read are refused, not ignored.
     let settings = json!({"@type": "type.googleapis.com/google.protobuf.Struct", "value": {"decay": "5s"}});
-    let (lb, warnings) = convert(entry(settings)).unwrap();
-    assert_eq!(lb.unwrap().policy, LbPolicy::PeakEwma(PeakEwmaConfig::default()));
-    assert!(!warnings.is_empty(), "unread settings are reported");
+    let error = convert(entry(settings)).unwrap_err();
+    assert!(error.path().ends_with("typed_config"), "{error:?}");
+    // Envoy's contrib message carries them.
+    let envoys = json!({"@type": ENVOY_PEAK_EWMA, "default_rtt": "0.05s"});
+    let (lb, _) = convert(entry(envoys)).unwrap();
+    let expected = PeakEwmaConfig { default_rtt: Duration::from_millis(50), ..PeakEwmaConfig::envoy_contrib() };
+    assert_eq!(lb.unwrap().policy, LbPolicy::PeakEwma(expected));
+}
+
+const ENVOY_PEAK_EWMA: &str = "type.googleapis.com/envoy.extensions.load_balancing_policies.peak_ewma.v3alpha.PeakEwma";
+
+/// A configuration written for an Envoy contrib build: Envoy's name and type select
+/// Outrider's peak-EWMA with Envoy's defaults and the message's settings.
+#[test]
+fn envoys_contrib_peak_ewma_is_read() {
+    use crate::config::cluster::lb_policy::PeakEwmaConfig;
+    let entry = |typed_config: Value| {
+        json!({"load_balancing_policy": {"policies": [
+            {"typed_extension_config": {"name": "envoy.load_balancing_policies.peak_ewma", "typed_config": typed_config}}
+        ]}})
+    };
+    let (lb, warnings) = convert(entry(json!({"@type": ENVOY_PEAK_EWMA}))).unwrap();
+    assert_eq!(lb.unwrap().policy, LbPolicy::PeakEwma(PeakEwmaConfig::envoy_contrib()));
+    assert!(warnings.is_empty(), "{warnings:?}");
+
+    let settings = json!({"@type": ENVOY_PEAK_EWMA, "decay_time": "10s", "aggregation_interval": "0.2s",
+        "max_samples_per_host": 500, "default_rtt": "0.02s", "penalty_value": 5000.0});
+    let (lb, _) = convert(entry(settings)).unwrap();
+    let expected = PeakEwmaConfig {
+        default_rtt: Duration::from_millis(20),
+        unmeasured_busy_cost: Some(5000.0),
+        ..PeakEwmaConfig::envoy_contrib()
+    };
+    assert_eq!(lb.unwrap().policy, LbPolicy::PeakEwma(expected));
+
+    // What Outrider cannot honour is refused with its path.
+    let path = |settings: Value| convert(entry(settings)).unwrap_err().path().to_owned();
+    assert!(path(json!({"@type": ENVOY_PEAK_EWMA, "decay_time": "5s"})).ends_with("decay_time"));
+    assert!(path(json!({"@type": ENVOY_PEAK_EWMA, "penalty_value": -1.0})).ends_with("penalty_value"));
 }
