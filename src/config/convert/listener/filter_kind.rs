@@ -57,6 +57,9 @@ const OBSERVE_ONLY: &[&str] = &[
     "envoy.extensions.filters.network.mongo_proxy.v3.MongoProxy",
     "envoy.extensions.filters.network.mysql_proxy.v3.MySQLProxy",
     "envoy.extensions.filters.http.grpc_stats.v3.FilterConfig",
+    // Envoy's contrib peak-EWMA filter times requests for its peak-EWMA policy; Outrider's
+    // records every response's latency itself, whatever the policy.
+    "envoy.extensions.filters.http.peak_ewma.v3alpha.PeakEwmaConfig",
 ];
 
 /// Classifies a filter Outrider does not run and records the warning at `path`. Only a

@@ -123,6 +123,19 @@ fn router_must_be_last() {
     assert_eq!(paths, ["filter_chains[0].filters[0].typed_config.http_filters[0]"]);
 }
 
+/// Envoy's contrib peak-EWMA filter only times requests for its policy (Outrider times every
+/// response itself): a configuration written for an Envoy contrib build is accepted.
+#[test]
+fn envoys_peak_ewma_filter_is_skipped_as_harmless() {
+    let timing = json!({"name": "envoy.filters.http.peak_ewma",
+        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.peak_ewma.v3alpha.PeakEwmaConfig"}});
+    let mut warnings = Warnings::new();
+    let config = hcm(json!({"route_config": inline_routes(), "http_filters": [timing, router()]}));
+    let l = convert_with(config, &mut warnings).unwrap();
+    let kinds: Vec<_> = hcm_of(&l).skipped_http_filters.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, [SkippedKind::Harmless]);
+}
+
 #[test]
 fn filter_chain_match_fields() {
     let tcp = json!([{"name": "tcp", "typed_config": {"@type": TCP_PROXY, "stat_prefix": "t", "cluster": "c"}}]);
