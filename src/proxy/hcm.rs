@@ -168,15 +168,15 @@ async fn forward_request(
         }
     }
     let routed = Routed { snapshot: &snapshot, routes, selection };
-    let mut decoded = Decoded { parts, body: DownstreamBody::new(body), edits: Vec::new(), hooks: Vec::new() };
+    let (mut body, mut edits, mut hooks) = (DownstreamBody::new(body), Vec::new(), Vec::new());
     if !exchange.filters.is_empty() {
         let client = classification.client;
-        if let Some(reply) = decode_filters(&mut decoded, &routed, &exchange, client, stream, pending, is_grpc).await {
+        let decoding = Decoding { parts: &mut parts, body: &mut body, edits: &mut edits, hooks: &mut hooks };
+        if let Some(reply) = decode_filters(decoding, &routed, &exchange, client, stream, pending, is_grpc).await {
             let response = filter_reply(manager, stream, reply, is_grpc);
-            return finish_response(response, &decoded.edits, decoded.hooks);
+            return finish_response(response, &edits, hooks);
         }
     }
-    let Decoded { parts, body, edits, hooks } = decoded;
     let response = route_and_forward(parts, body, routed, exchange, stream, pending, is_grpc).await;
     finish_response(response, &edits, hooks)
 }
@@ -228,19 +228,20 @@ fn start_trace(
     }
 }
 
-/// A request as the HTTP filters leave it: its head and body, and what they asked for on
-/// the way back (header edits, whole-response hooks).
-struct Decoded {
-    parts: http::request::Parts,
-    body: DownstreamBody,
-    edits: Vec<HeaderEdit>,
-    hooks: Vec<Box<dyn ResponseHook>>,
+/// What the HTTP filters may change of a request: its head and body, and what they ask for
+/// on the way back (header edits, whole-response hooks). Borrowed: the request's future
+/// holds each once.
+struct Decoding<'d> {
+    parts: &'d mut http::request::Parts,
+    body: &'d mut DownstreamBody,
+    edits: &'d mut Vec<HeaderEdit>,
+    hooks: &'d mut Vec<Box<dyn ResponseHook>>,
 }
 
 /// Runs the HTTP filters' request side; the reply when one of them answers locally. The
 /// dynamic metadata they set goes to the span's custom tags and to the access log.
 async fn decode_filters(
-    decoded: &mut Decoded,
+    decoded: Decoding<'_>,
     routed: &Routed<'_>,
     exchange: &Exchange<'_>,
     client: std::net::IpAddr,
@@ -252,7 +253,7 @@ async fn decode_filters(
     let mut metadata = DynamicMetadata::default();
     let callouts = Callouts::new(&context.clusters);
     let mut request = RequestContext {
-        parts: &mut decoded.parts,
+        parts: decoded.parts,
         connection: exchange.connection,
         remote_ip: client,
         route: routed.selection.map(|s| MatchedRoute {
@@ -262,13 +263,13 @@ async fn decode_filters(
         }),
         is_grpc,
         metadata: &mut metadata,
-        response_headers: &mut decoded.edits,
-        response_hooks: &mut decoded.hooks,
+        response_headers: decoded.edits,
+        response_hooks: decoded.hooks,
         callouts: &callouts,
         stat_prefix: &manager.stat_prefix,
         draining: context.draining.is_triggered() || context.health_check_failed.is_failed(),
         flags: &mut stream.flags,
-        body: &mut decoded.body,
+        body: decoded.body,
     };
     let status = exchange.filters.decode_headers(&mut request).await;
     if let (Some(span), Some(tracing)) = (&stream.span, &manager.tracing) {
@@ -418,52 +419,58 @@ async fn route_and_forward(
         span.set(KeyValue::new("outrider.lb_policy", request_trace::policy(cluster.cluster())));
         span.set(KeyValue::new("route_name", forward.route.name.clone()));
     }
-    let info = DownstreamInfo {
-        remote: Some(downstream.peer),
-        local: Some(downstream.local),
-        protocol: if parts.version == Version::HTTP_2 { "HTTP/2" } else { "HTTP/1.1" },
-    };
-    let options = UpstreamRequestOptions { suppress_envoy_headers: false, downstream: info };
-    let hash = crate::lb::hash_policy::request_hash(forward.hash_policy, &parts, Some(downstream.peer.ip()));
-    let seed = context.rng.borrow_mut().random::<u64>();
-    let retry = RetryState::for_request(forward.retry_policy, &parts, seed);
-    router::apply_request_mutations(&forward, &mut parts, &options);
+    // What the attempts need, made in a block of its own: its locals end with it, so the
+    // request's future does not hold them beside the forwarding they moved into.
+    let mut forwarding = {
+        let info = DownstreamInfo {
+            remote: Some(downstream.peer),
+            local: Some(downstream.local),
+            protocol: if parts.version == Version::HTTP_2 { "HTTP/2" } else { "HTTP/1.1" },
+        };
+        let options = UpstreamRequestOptions { suppress_envoy_headers: false, downstream: info };
+        let hash = crate::lb::hash_policy::request_hash(forward.hash_policy, &parts, Some(downstream.peer.ip()));
+        let seed = context.rng.borrow_mut().random::<u64>();
+        let retry = RetryState::for_request(forward.retry_policy, &parts, seed);
+        router::apply_request_mutations(&forward, &mut parts, &options);
 
-    // The first attempt streams the body as the client sends it; a copy is kept when a
-    // retry may send it again, and a shadow gets it read whole first (see `request_body`).
-    // When the client's body turns out malformed (a broken chunk) while it streams
-    // upstream, the client gets Envoy's 400, not an upstream reset.
-    let needs = request_body::Needs {
-        retry: retry.enabled(),
-        shadow: !forward.action.request_mirror_policies.is_empty(),
-        limit: super::flow_control::retry_buffer(exchange.buffer_limit, RETRY_BUFFER_LIMIT),
+        // The first attempt streams the body as the client sends it; a copy is kept when a
+        // retry may send it again, and a shadow gets it read whole first (see `request_body`).
+        // When the client's body turns out malformed (a broken chunk) while it streams
+        // upstream, the client gets Envoy's 400, not an upstream reset.
+        let needs = request_body::Needs {
+            retry: retry.enabled(),
+            shadow: !forward.action.request_mirror_policies.is_empty(),
+            limit: super::flow_control::retry_buffer(exchange.buffer_limit, RETRY_BUFFER_LIMIT),
+        };
+        let tap = parts.extensions.remove::<RequestBodyTap>();
+        let abandoned = || cluster.stats().map(|stats| stats.retry_or_shadow_abandoned.clone());
+        let bodies = match request_body::prepare(body, &parts.headers, tap, needs, abandoned).await {
+            Ok(bodies) => bodies,
+            Err(()) => return malformed_request(manager, stream, is_grpc),
+        };
+        if !forward.action.request_mirror_policies.is_empty() {
+            mirror(&forward, &parts, bodies.whole(), context, stream.span.is_some(), &cluster);
+        }
+        if let Some(log) = pending.as_mut() {
+            let length = parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+            log.bytes_received = bodies.whole().map_or(length.unwrap_or(0), |b| b.len() as u64);
+        }
+        Forwarding {
+            exchange: &exchange,
+            forward: &forward,
+            cluster: &cluster,
+            snapshot,
+            stream,
+            pending,
+            options,
+            is_grpc,
+            retry,
+            hash,
+            parts: &mut parts,
+            bodies,
+        }
     };
-    let tap = parts.extensions.remove::<RequestBodyTap>();
-    let abandoned = || cluster.stats().map(|stats| stats.retry_or_shadow_abandoned.clone());
-    let bodies = match request_body::prepare(body, &parts.headers, tap, needs, abandoned).await {
-        Ok(bodies) => bodies,
-        Err(()) => return malformed_request(manager, stream, is_grpc),
-    };
-    if !forward.action.request_mirror_policies.is_empty() {
-        mirror(&forward, &parts, bodies.whole(), context, stream.span.is_some(), &cluster);
-    }
-    if let Some(log) = pending.as_mut() {
-        let length = parts.headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
-        log.bytes_received = bodies.whole().map_or(length.unwrap_or(0), |b| b.len() as u64);
-    }
-    let forwarding = Forwarding {
-        exchange,
-        forward: &forward,
-        cluster: &cluster,
-        snapshot,
-        stream,
-        pending,
-        options,
-        is_grpc,
-        retry,
-        hash,
-    };
-    forwarding.run(parts, bodies).await
+    forwarding.run().await
 }
 
 /// Starts the route's shadows of the request whose upstream head is `upstream`, before

@@ -135,16 +135,17 @@ impl ThreadLocalCluster {
 
     /// Sends `request` to `host` on this worker's pool of the cluster, under its circuit
     /// breakers, and feeds the outcome back into the host's stats (see
-    /// [`Upstreams::forward_to`]).
-    pub async fn forward(
-        &self,
-        upstreams: &Upstreams,
-        host: &Host,
+    /// [`Upstreams::forward_to`]). The pool's own future, not wrapped in another: a request
+    /// future holds each layer's arguments for as long as it runs.
+    pub fn forward<'s>(
+        &'s self,
+        upstreams: &'s Upstreams,
+        host: &'s Host,
         downstream_is_h2: bool,
         request: Request<RequestBody>,
         tls: Option<Arc<ClientTls>>,
-    ) -> Result<Response<ResponseBody>, UpstreamError> {
+    ) -> impl Future<Output = Result<Response<ResponseBody>, UpstreamError>> + 's {
         let to = Destination { host, cluster: &self.config.resource, pool: &self.pool, resources: self.resources() };
-        upstreams.forward_to(to, downstream_is_h2, request, tls).await
+        upstreams.forward_to(to, downstream_is_h2, request, tls)
     }
 }

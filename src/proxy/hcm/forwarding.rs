@@ -9,6 +9,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
+use futures::future::Either;
 use http::{HeaderMap, Request, Response, Version};
 use http_body_util::BodyExt;
 
@@ -22,6 +24,7 @@ use super::super::upstream::{BoxError, RequestBody, ResponseBody, UpstreamError}
 use super::local_reply::{attempted, local, malformed_request, overflow, reset_reply};
 use super::observed::StreamInfo;
 use super::request_body::AttemptBodies;
+use super::stream_timer::Elapsed;
 use super::{Exchange, ProxyBody};
 use crate::config::listener::HttpConnectionManager;
 use crate::lb::endpoint::outlier::{OutlierResult, Thresholds};
@@ -33,7 +36,7 @@ use crate::tls::ClientTls;
 
 /// One request on its way to its route's cluster, from the first attempt to the reply.
 pub(super) struct Forwarding<'a, 'f> {
-    pub exchange: Exchange<'a>,
+    pub exchange: &'f Exchange<'a>,
     pub forward: &'f Forward<'a>,
     pub cluster: &'f ThreadLocalCluster,
     pub snapshot: &'a Snapshot,
@@ -44,6 +47,10 @@ pub(super) struct Forwarding<'a, 'f> {
     pub retry: RetryState,
     /// The request's hash, for hash-based balancers.
     pub hash: Option<u64>,
+    /// The request head after the route's mutations, copied into each attempt (or moved
+    /// into the only one).
+    pub parts: &'f mut http::request::Parts,
+    pub bodies: AttemptBodies,
 }
 
 /// The endpoint an attempt goes to, with what it holds for it.
@@ -83,12 +90,12 @@ impl Forwarding<'_, '_> {
     /// Makes attempts until one gives the client its answer. `single_attempt`: no other
     /// attempt can follow (no retry policy, or a body that streams once), so the request
     /// head is moved into the attempt instead of copied.
-    pub(super) async fn run(
-        mut self,
-        mut parts: http::request::Parts,
-        mut bodies: AttemptBodies,
-    ) -> Response<ProxyBody> {
-        let single_attempt = !self.retry.enabled() || bodies.single();
+    ///
+    /// Borrows the forwarding rather than taking it: an async function keeps what it takes
+    /// for as long as it runs, besides the locals made from it, and every request's future
+    /// would carry the request twice.
+    pub(super) async fn run(&mut self) -> Response<ProxyBody> {
+        let single_attempt = !self.retry.enabled() || self.bodies.single();
         let started = Instant::now();
         let deadline = self.forward.timeout.map(|t| started + t);
         let mut attempts = Attempts { started, previous: Vec::new(), retry_slot: None };
@@ -98,17 +105,18 @@ impl Forwarding<'_, '_> {
             if remaining == Some(Duration::ZERO) {
                 return self.reply(LocalReply::UpstreamTimeout);
             }
-            let picked = match self.pick(&attempts, now, &parts.headers) {
+            let picked = match self.pick(&attempts, now) {
                 Ok(picked) => picked,
                 Err(response) => return *response,
             };
-            let Some(body) = bodies.next() else {
+            let Some(body) = self.bodies.next() else {
                 return reset_reply(self.exchange.manager, self.stream, None, true, self.is_grpc);
             };
-            let head = if single_attempt { std::mem::replace(&mut parts, empty_head()) } else { parts.clone() };
-            let request = self.upstream_request(&picked.host, head, body, attempts.started);
-            let outcome = self.attempt(&picked, request, remaining).await;
-            match self.decide(picked, outcome, remaining, &bodies, &mut attempts) {
+            let head = if single_attempt { std::mem::replace(self.parts, empty_head()) } else { self.parts.clone() };
+            let (request, span) = self.upstream_request(&picked.host, head, body, attempts.started);
+            let result = self.attempt(&picked, request, remaining).await;
+            let outcome = attempted_with(result, span);
+            match self.decide(picked, outcome, remaining, &mut attempts) {
                 Next::Retry { backoff } => {
                     if deadline.is_some_and(|d| Instant::now() + backoff >= d) {
                         return self.reply(LocalReply::UpstreamTimeout);
@@ -123,15 +131,10 @@ impl Forwarding<'_, '_> {
     /// The endpoint of the next attempt, its request slot and its TLS; or the reply when
     /// there is none (no healthy upstream), the circuit breaker refuses the attempt
     /// (overflow) or its TLS cannot be set up.
-    fn pick(
-        &mut self,
-        attempts: &Attempts,
-        now: Instant,
-        headers: &HeaderMap,
-    ) -> Result<Picked, Box<Response<ProxyBody>>> {
+    fn pick(&mut self, attempts: &Attempts, now: Instant) -> Result<Picked, Box<Response<ProxyBody>>> {
         let avoid: &[Arc<Host>] = if self.retry.avoid_previous_hosts() { &attempts.previous } else { &[] };
         let ctx = PickContext { hash: self.hash, attempt: 0, previous: avoid, now };
-        let Some(host) = self.cluster.pick(&ctx, self.exchange.original_dst, Some(headers)) else {
+        let Some(host) = self.cluster.pick(&ctx, self.exchange.original_dst, Some(&self.parts.headers)) else {
             if let Some(stats) = self.cluster.stats() {
                 stats.upstream_cx_none_healthy.inc();
             }
@@ -184,13 +187,15 @@ impl Forwarding<'_, '_> {
         (Request::from_parts(head, body), span)
     }
 
-    /// One attempt, under the per-try timeout or what remains of the route's.
-    async fn attempt(
-        &mut self,
-        picked: &Picked,
-        (request, span): (Request<RequestBody>, Option<RequestSpan>),
+    /// One attempt: the request sent to the picked endpoint under the per-try timeout or
+    /// what remains of the route's (`Err` once that fired). A future made here rather than
+    /// an async function's: it holds the send, not a second copy of the request.
+    fn attempt<'s>(
+        &'s self,
+        picked: &'s Picked,
+        request: Request<RequestBody>,
         remaining: Option<Duration>,
-    ) -> Attempted {
+    ) -> impl Future<Output = Result<Result<Response<ResponseBody>, UpstreamError>, Elapsed>> + 's {
         let try_timeout = match (self.forward.per_try_timeout, remaining) {
             (Some(per_try), Some(remaining)) => Some(per_try.min(remaining)),
             (per_try, remaining) => per_try.or(remaining),
@@ -198,20 +203,9 @@ impl Forwarding<'_, '_> {
         let downstream_is_h2 = request.version() == Version::HTTP_2;
         let upstreams = &self.exchange.context.clusters.upstreams;
         let send = self.cluster.forward(upstreams, &picked.host, downstream_is_h2, request, picked.tls.clone());
-        let result = match try_timeout {
-            Some(limit) => {
-                let deadline = tokio::time::Instant::now() + limit;
-                self.exchange.timer.within(deadline, send).await.ok()
-            }
-            None => Some(send.await),
-        };
-        if let Some(span) = span {
-            span.end_upstream(result.as_ref().and_then(|r| r.as_ref().ok()).map(|r| r.status().as_u16()));
-        }
-        match result {
-            Some(Ok(response)) => Attempted::Response(response),
-            Some(Err(error)) => Attempted::Failed(error),
-            None => Attempted::TimedOut,
+        match try_timeout {
+            Some(limit) => Either::Left(self.exchange.timer.within(tokio::time::Instant::now() + limit, send)),
+            None => Either::Right(send.map(Ok)),
         }
     }
 
@@ -222,7 +216,6 @@ impl Forwarding<'_, '_> {
         picked: Picked,
         outcome: Attempted,
         remaining: Option<Duration>,
-        bodies: &AttemptBodies,
         attempts: &mut Attempts,
     ) -> Next {
         let Picked { host, slot: request_slot, .. } = picked;
@@ -249,7 +242,7 @@ impl Forwarding<'_, '_> {
                 self.retry.on_outcome(&Outcome::Timeout)
             }
         };
-        let can_resend = bodies.can_resend();
+        let can_resend = self.bodies.can_resend();
         if matches!(decision, Decision::Retry { .. }) && can_resend {
             let limits = &self.cluster.cluster().circuit_breakers;
             match self.cluster.resources().map(|r| r.try_retry(limits, Priority::Default)) {
@@ -280,7 +273,7 @@ impl Forwarding<'_, '_> {
                     respond(manager, self.forward, response, attempts.started, self.retry.attempts(), &self.options);
                 Next::Reply(hold_until_body_ends(response, request_slot))
             }
-            (_, Attempted::Failed(_)) if bodies.failed() => {
+            (_, Attempted::Failed(_)) if self.bodies.failed() => {
                 Next::Reply(malformed_request(manager, self.stream, is_grpc))
             }
             (_, Attempted::Failed(error)) => {
@@ -331,6 +324,21 @@ fn upstream_span(
     let span = parent.child(format!("router {cluster} egress"), attributes);
     span.inject(headers);
     Some(span)
+}
+
+/// What an attempt's result is, once its upstream span (if any) has ended with it.
+fn attempted_with(
+    result: Result<Result<Response<ResponseBody>, UpstreamError>, Elapsed>,
+    span: Option<RequestSpan>,
+) -> Attempted {
+    if let Some(span) = span {
+        span.end_upstream(result.as_ref().ok().and_then(|r| r.as_ref().ok()).map(|r| r.status().as_u16()));
+    }
+    match result {
+        Ok(Ok(response)) => Attempted::Response(response),
+        Ok(Err(error)) => Attempted::Failed(error),
+        Err(Elapsed) => Attempted::TimedOut,
+    }
 }
 
 /// An empty request head, left in the place of one moved into its only attempt.
