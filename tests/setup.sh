@@ -37,9 +37,7 @@ else
   echo "tests/setup.sh: Go peers not built; the tests that need them will say SKIPPED"
 fi
 
-if ! cargo nextest --version >/dev/null 2>&1; then
-  cargo install --locked cargo-nextest
-fi
+bash tests/install-nextest.sh
 
 OUTRIDER_EXPECT="${OUTRIDER_EXPECT-$(IFS=,; echo "${expect[*]}")}"
 export OUTRIDER_EXPECT

@@ -125,8 +125,8 @@ impl Upstreams {
         Self { spawner: Spawner::Local, ..self }
     }
 
-    /// Sends `request` to `host` in plaintext and feeds the outcome back into the host's
-    /// stats: the request counts as in flight until the returned body ends or is dropped.
+    /// Sends `request` to `host` in plaintext, without circuit breakers, and feeds the
+    /// outcome back into the host's stats (see [`forward_to`](Self::forward_to)).
     pub async fn forward(
         &self,
         host: &Host,
@@ -134,25 +134,9 @@ impl Upstreams {
         downstream_is_h2: bool,
         request: Request<RequestBody>,
     ) -> Result<Response<ResponseBody>, UpstreamError> {
-        self.forward_over(host, cluster, downstream_is_h2, request, None, None).await
-    }
-
-    /// [`forward`](Self::forward) over TLS when `tls` is given (see
-    /// `WorkerTls::upstream` for the endpoint's transport), under the cluster's circuit
-    /// breakers (`max_connections`, `max_pending_requests`) when `resources` holds its
-    /// counts.
-    pub async fn forward_over(
-        &self,
-        host: &Host,
-        cluster: &Cluster,
-        downstream_is_h2: bool,
-        request: Request<RequestBody>,
-        tls: Option<Arc<ClientTls>>,
-        resources: Option<&Arc<ClusterResources>>,
-    ) -> Result<Response<ResponseBody>, UpstreamError> {
         let pool = self.pool(&cluster.name);
-        let to = Destination { host, cluster, pool: &pool, resources };
-        self.forward_to(to, downstream_is_h2, request, tls).await
+        let to = Destination { host, cluster, pool: &pool, resources: None };
+        self.forward_to(to, downstream_is_h2, request, None).await
     }
 
     /// The pool of `cluster`'s connections on this worker (made on first use): a worker's
@@ -161,7 +145,11 @@ impl Upstreams {
         self.pools.cluster(cluster)
     }
 
-    /// [`forward_over`](Self::forward_over) on a pool already resolved.
+    /// Sends `request` to `to.host` on the cluster's pool (over TLS when `tls` is given, see
+    /// `ThreadLocalCluster::tls`), under the cluster's circuit breakers
+    /// (`max_connections`, `max_pending_requests`) when `to.resources` holds its counts, and
+    /// feeds the outcome back into the host's stats: the request counts as in flight until
+    /// the returned body ends or is dropped.
     pub async fn forward_to(
         &self,
         to: Destination<'_>,
@@ -181,7 +169,10 @@ impl Upstreams {
         feedback.observe(result, Instant::now())
     }
 
-    /// Sends `request` to `host` in plaintext; see [`send_over`](Self::send_over).
+    /// Sends `request` to `host` in plaintext on a pooled or new connection, without
+    /// touching the host's stats (see [`forward`](Self::forward) and [`Feedback`]). The
+    /// request URI may be origin-form; the authority comes from it, the `Host` header or
+    /// the address.
     pub async fn send(
         &self,
         host: &Host,
@@ -189,23 +180,8 @@ impl Upstreams {
         downstream_is_h2: bool,
         request: Request<RequestBody>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        self.send_over(host, cluster, downstream_is_h2, request, None).await
-    }
-
-    /// Sends `request` to `host` on a pooled or new connection (TLS when `tls` is given),
-    /// without touching the host's stats (see [`forward`](Self::forward) and
-    /// [`Feedback`]). The request URI may be origin-form; the authority comes from it, the
-    /// `Host` header or the address.
-    pub async fn send_over(
-        &self,
-        host: &Host,
-        cluster: &Cluster,
-        downstream_is_h2: bool,
-        request: Request<RequestBody>,
-        tls: Option<Arc<ClientTls>>,
-    ) -> Result<Response<UpstreamBody>, UpstreamError> {
         let pool = self.pool(&cluster.name);
-        self.send_limited(host, cluster, &pool, (downstream_is_h2, request), tls, None).await
+        self.send_limited(host, cluster, &pool, (downstream_is_h2, request), None, None).await
     }
 
     async fn send_limited(

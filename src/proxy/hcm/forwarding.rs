@@ -147,7 +147,7 @@ impl Forwarding<'_, '_> {
             Some(None) => {
                 host.cluster_stats.upstream_rq_pending_overflow.inc();
                 let response = overflow(self.exchange.manager, self.stream, self.is_grpc);
-                return Err(Box::new(attempted(self.forward, self.retry.attempts(), response)));
+                return Err(Box::new(self.after_attempts(response)));
             }
             Some(slot) => slot,
             None => None,
@@ -166,7 +166,7 @@ impl Forwarding<'_, '_> {
                     UpstreamError::ConnectFailure { address: host.address().to_string(), reason: error.to_string() };
                 let retried = self.retry.attempts() > 1;
                 let response = reset_reply(self.exchange.manager, self.stream, Some(failure), retried, self.is_grpc);
-                Err(Box::new(attempted(self.forward, self.retry.attempts(), response)))
+                Err(Box::new(self.after_attempts(response)))
             }
         }
     }
@@ -222,7 +222,7 @@ impl Forwarding<'_, '_> {
         if let Attempted::Failed(UpstreamError::Overflow) = outcome {
             // max_pending_requests: Envoy never retries an overflow.
             let response = overflow(self.exchange.manager, self.stream, self.is_grpc);
-            return Next::Reply(attempted(self.forward, self.retry.attempts(), response));
+            return Next::Reply(self.after_attempts(response));
         }
         let mut decision = match &outcome {
             Attempted::Response(response) => {
@@ -279,7 +279,7 @@ impl Forwarding<'_, '_> {
             (_, Attempted::Failed(error)) => {
                 let retried = self.retry.attempts() > 1;
                 let response = reset_reply(manager, self.stream, Some(error), retried, is_grpc);
-                Next::Reply(attempted(self.forward, self.retry.attempts(), response))
+                Next::Reply(self.after_attempts(response))
             }
             (_, Attempted::TimedOut) => Next::Reply(self.reply(LocalReply::UpstreamTimeout)),
         }
@@ -296,10 +296,15 @@ impl Forwarding<'_, '_> {
         stats.upstream_rq_completed.inc();
     }
 
-    /// A local reply once the router has tried (or tried to try) the upstream: it carries
-    /// the attempt count when the virtual host asks for it.
+    /// A local reply once the router has tried (or tried to try) the upstream.
     fn reply(&mut self, reply: LocalReply) -> Response<ProxyBody> {
         let response = local(self.exchange.manager, self.stream, reply, self.is_grpc);
+        self.after_attempts(response)
+    }
+
+    /// A reply of the router's own after its attempts: it carries the attempt count when
+    /// the virtual host asks for it.
+    fn after_attempts(&self, response: Response<ProxyBody>) -> Response<ProxyBody> {
         attempted(self.forward, self.retry.attempts(), response)
     }
 }

@@ -3,7 +3,7 @@
 //! direct responses and the resets an upstream failure turns into.
 
 use bytes::Bytes;
-use http::{HeaderValue, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 
 use super::super::filters::LocalResponse;
@@ -21,25 +21,29 @@ pub(super) fn unsupported_transfer_coding(
     stream: &mut StreamInfo,
     is_grpc: bool,
 ) -> Response<ProxyBody> {
-    let mut reply = LocalResponse {
-        flags: ResponseFlags::DOWNSTREAM_PROTOCOL_ERROR,
-        ..LocalResponse::new(StatusCode::NOT_IMPLEMENTED, "Not Implemented", "http1.invalid_transfer_encoding")
-    };
-    reply.headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-    filter_reply(manager, stream, reply, is_grpc)
+    let reply = LocalResponse::new(StatusCode::NOT_IMPLEMENTED, "Not Implemented", "http1.invalid_transfer_encoding");
+    codec_refusal(manager, stream, reply, is_grpc)
 }
 
-/// Envoy's 400 for a request whose framing its codec refuses (a broken chunked body);
-/// the connection closes after it, as Envoy closes it.
+/// Envoy's 400 for a request whose framing its codec refuses (a broken chunked body).
 pub(super) fn malformed_request(
     manager: &HttpConnectionManager,
     stream: &mut StreamInfo,
     is_grpc: bool,
 ) -> Response<ProxyBody> {
-    let mut reply = LocalResponse {
-        flags: ResponseFlags::DOWNSTREAM_PROTOCOL_ERROR,
-        ..LocalResponse::new(StatusCode::BAD_REQUEST, "Bad Request", "http1.codec_error")
-    };
+    let reply = LocalResponse::new(StatusCode::BAD_REQUEST, "Bad Request", "http1.codec_error");
+    codec_refusal(manager, stream, reply, is_grpc)
+}
+
+/// A request the codec refuses: a downstream protocol error, after which the connection
+/// closes, as Envoy closes it.
+fn codec_refusal(
+    manager: &HttpConnectionManager,
+    stream: &mut StreamInfo,
+    mut reply: LocalResponse,
+    is_grpc: bool,
+) -> Response<ProxyBody> {
+    reply.flags = ResponseFlags::DOWNSTREAM_PROTOCOL_ERROR;
     reply.headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
     filter_reply(manager, stream, reply, is_grpc)
 }
@@ -83,11 +87,7 @@ pub(super) fn filter_reply(
     for (name, value) in &reply.headers {
         header_map.append(name.clone(), value.clone());
     }
-    let mut response = Response::new(Full::new(body).map_err(|never| match never {}).boxed_unsync());
-    *response.status_mut() = status;
-    *response.headers_mut() = header_map;
-    headers::set_server(manager, response.headers_mut());
-    response
+    built(manager, status, header_map, body)
 }
 
 /// A reply the router makes itself once it has tried (or tried to try) the upstream: it
@@ -136,22 +136,31 @@ pub(super) fn local(
 ) -> Response<ProxyBody> {
     info.flags.insert(ResponseFlags::for_local_reply(&reply));
     info.details = Some(reply.details().into());
-    let (status, headers, body) =
+    let (status, header_map, body) =
         if is_grpc { headers::grpc_local_reply(reply.status(), &reply.message()) } else { reply.build() };
-    let mut response = Response::new(Full::new(body).map_err(|never| match never {}).boxed_unsync());
-    *response.status_mut() = status;
-    *response.headers_mut() = headers;
-    headers::set_server(manager, response.headers_mut());
-    response
+    built(manager, status, header_map, body)
 }
 
+/// A route's direct response or redirect.
 pub(super) fn direct(manager: &HttpConnectionManager, status: StatusCode, body: Bytes) -> Response<ProxyBody> {
-    let empty = body.is_empty();
+    let mut header_map = HeaderMap::new();
+    if !body.is_empty() {
+        header_map.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    }
+    built(manager, status, header_map, body)
+}
+
+/// A whole response made here: the status, the headers, the body, and the connection
+/// manager's `server` header.
+fn built(
+    manager: &HttpConnectionManager,
+    status: StatusCode,
+    header_map: HeaderMap,
+    body: Bytes,
+) -> Response<ProxyBody> {
     let mut response = Response::new(Full::new(body).map_err(|never| match never {}).boxed_unsync());
     *response.status_mut() = status;
-    if !empty {
-        response.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
-    }
+    *response.headers_mut() = header_map;
     headers::set_server(manager, response.headers_mut());
     response
 }
