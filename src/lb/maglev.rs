@@ -7,7 +7,8 @@
 //! target`, then its target grows by the largest normalised weight — so the heaviest host
 //! claims a slot every round and one of a third its weight every third round. A request
 //! goes to `table[hash mod M]`; the k-th host-selection retry first XORs the hash with
-//! `2⁶⁴ − k` (`~0 − k + 1`), as Envoy does.
+//! `2⁶⁴ − k` (`~0 − k + 1`), as Envoy does. With `hash_balance_factor` the slot's host is
+//! kept only while within its bound ([`super::bounded_load`]).
 
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ use rand::Rng;
 use rand::rngs::SmallRng;
 use xxhash_rust::xxh64::xxh64;
 
+use super::bounded_load::BoundedLoad;
 use super::hashing;
 use super::host::Host;
 use super::pick_context::PickContext;
@@ -33,6 +35,7 @@ pub struct Maglev {
     /// Fewest and most slots a host got (Envoy's `min_entries_per_host` /
     /// `max_entries_per_host` gauges).
     entries_per_host: (u64, u64),
+    bounded: Option<BoundedLoad>,
 }
 
 /// One host's progress through its permutation while the table fills.
@@ -52,9 +55,10 @@ impl Maglev {
         let normalized = hashing::normalize(weights, hosts.len());
         // The converter only accepts primes; two is the smallest table that can be filled.
         let size = config.table_size.max(2);
+        let bounded = config.hash_balance_factor.map(|factor| BoundedLoad::new(factor, &normalized, hosts.len()));
         match normalized.hosts.as_slice() {
             [] => return Self::default(),
-            [only] => return Self { single: Some(only.host), entries_per_host: (1, 1), ..Self::default() },
+            [only] => return Self { single: Some(only.host), entries_per_host: (1, 1), bounded, ..Self::default() },
             _ => {}
         }
         let keys = hashing::keys(hosts, config.hash_key);
@@ -99,16 +103,21 @@ impl Maglev {
         }
         let fewest = fillers.iter().map(|f| f.count).min().unwrap_or(0).min(size);
         let most = fillers.iter().map(|f| f.count).max().unwrap_or(0);
-        Self { table, single: None, entries_per_host: (fewest, most) }
+        Self { table, single: None, entries_per_host: (fewest, most), bounded }
     }
 
-    /// The host for `ctx.hash` (a random one without), or `None` when no host takes traffic.
-    pub fn pick(&self, rng: &mut SmallRng, ctx: &PickContext<'_>) -> Option<usize> {
+    /// The host of `hosts` (the hosts the table was built over) for `ctx.hash` (a random
+    /// one without), or `None` when no host takes traffic.
+    pub fn pick(&self, hosts: &[Arc<Host>], rng: &mut SmallRng, ctx: &PickContext<'_>) -> Option<usize> {
         if self.single.is_none() && self.table.is_empty() {
             return None;
         }
         let hash = ctx.hash.unwrap_or_else(|| rng.random());
-        self.choose(hash, ctx.attempt)
+        let host = self.choose(hash, ctx.attempt)?;
+        Some(match &self.bounded {
+            Some(bounded) => bounded.choose(hosts, hash, host),
+            None => host,
+        })
     }
 
     /// The host at `hash` for host-selection attempt `attempt` (0 = the first try).

@@ -6,6 +6,7 @@
 //! a rebuilt balancer by a pointer comparison. Picking never locks.
 
 pub mod balancer;
+pub mod bounded_load;
 pub mod cswrr;
 pub mod edf;
 pub mod endpoint;

@@ -84,8 +84,8 @@ impl SharedPolicy {
             (Self::RoundRobin(p), Cursor::RoundRobin(c)) => p.pick(hosts, c, ctx),
             (Self::LeastRequest(p), Cursor::LeastRequest(c)) => p.pick(hosts, c, rng, ctx),
             (Self::Random(p), _) => p.pick(hosts, rng),
-            (Self::RingHash(p), _) => p.pick(rng, ctx),
-            (Self::Maglev(p), _) => p.pick(rng, ctx),
+            (Self::RingHash(p), _) => p.pick(hosts, rng, ctx),
+            (Self::Maglev(p), _) => p.pick(hosts, rng, ctx),
             (Self::Cswrr(p), Cursor::Cswrr(c)) => p.pick(hosts, c),
             (Self::PeakEwma(p), _) => p.pick(hosts, rng, ctx),
             // A cursor of another policy: the host set was rebuilt under the worker; the

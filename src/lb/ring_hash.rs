@@ -6,7 +6,9 @@
 //! scale × w`; while `current < target`: one more entry), so fractional shares carry over
 //! to the next host exactly as in Envoy. Entry `i` of a host sits at xxHash64 of
 //! `"<hash_key>_<i>"`. A request goes to the first entry at or after its hash, wrapping
-//! to the start; the k-th host-selection retry takes the entry k places further on.
+//! to the start; the k-th host-selection retry takes the entry k places further on. With
+//! `hash_balance_factor` the entry's host is kept only while within its bound
+//! ([`super::bounded_load`]).
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -14,6 +16,7 @@ use std::sync::Arc;
 use rand::Rng;
 use rand::rngs::SmallRng;
 
+use super::bounded_load::BoundedLoad;
 use super::hashing::{self, xxhash64};
 use super::host::Host;
 use super::pick_context::PickContext;
@@ -29,6 +32,7 @@ pub struct RingHash {
     /// Fewest and most entries a host with a share of the ring got (Envoy's
     /// `min_hashes_per_host` / `max_hashes_per_host` gauges).
     hashes_per_host: (u64, u64),
+    bounded: Option<BoundedLoad>,
 }
 
 impl RingHash {
@@ -72,17 +76,23 @@ impl RingHash {
             most = most.max(i);
         }
         entries.sort_unstable_by_key(|&(hash, _)| hash);
-        let (hashes, hosts) = entries.into_iter().unzip();
-        Self { hashes, hosts, hashes_per_host: (fewest, most) }
+        let (hashes, ring_hosts) = entries.into_iter().unzip();
+        let bounded = config.hash_balance_factor.map(|factor| BoundedLoad::new(factor, &normalized, hosts.len()));
+        Self { hashes, hosts: ring_hosts, hashes_per_host: (fewest, most), bounded }
     }
 
-    /// The host for `ctx.hash` (a random point without one), or `None` on an empty ring.
-    pub fn pick(&self, rng: &mut SmallRng, ctx: &PickContext<'_>) -> Option<usize> {
+    /// The host of `hosts` (the hosts the ring was built over) for `ctx.hash` (a random
+    /// point without one), or `None` on an empty ring.
+    pub fn pick(&self, hosts: &[Arc<Host>], rng: &mut SmallRng, ctx: &PickContext<'_>) -> Option<usize> {
         if self.hashes.is_empty() {
             return None;
         }
         let hash = ctx.hash.unwrap_or_else(|| rng.random());
-        Some(self.host_at(self.position(hash), ctx.attempt))
+        let host = self.host_at(self.position(hash), ctx.attempt);
+        Some(match &self.bounded {
+            Some(bounded) => bounded.choose(hosts, hash, host),
+            None => host,
+        })
     }
 
     /// The host at `hash` for host-selection attempt `attempt` (0 = the first try). A

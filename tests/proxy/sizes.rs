@@ -101,7 +101,7 @@ fn ring_hash_at_envoys_largest_ring() {
     // The ring has exactly the configured entries (12 bytes each), however few hosts.
     let hosts = hosts(3);
     let config =
-        RingHashConfig { minimum_ring_size: MAX_RING, maximum_ring_size: MAX_RING, hash_key: HashKeySource::default() };
+        RingHashConfig { minimum_ring_size: MAX_RING, maximum_ring_size: MAX_RING, ..RingHashConfig::default() };
     let ring = RingHash::new(&hosts, &[1.0; 3], &config);
     assert_eq!(ring.len() as u64, MAX_RING);
     let (fewest, most) = ring.hashes_per_host();
@@ -123,7 +123,7 @@ fn maglev_at_envoys_largest_table() {
     assert!(refused.contains("maglev_lb_config.table_size"), "{refused}");
 
     let hosts = hosts(3);
-    let table = Maglev::new(&hosts, &[1.0; 3], &MaglevConfig { table_size: MAX_MAGLEV, hash_key: Default::default() });
+    let table = Maglev::new(&hosts, &[1.0; 3], &MaglevConfig { table_size: MAX_MAGLEV, ..MaglevConfig::default() });
     // Every slot is one host's: the slots per host add up to the table, no more.
     let (fewest, most) = table.entries_per_host();
     assert!(fewest * 3 <= MAX_MAGLEV && most * 3 >= MAX_MAGLEV && most - fewest <= 1, "{fewest} {most}");

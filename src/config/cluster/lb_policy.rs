@@ -87,6 +87,9 @@ pub struct RingHashConfig {
     pub minimum_ring_size: u64,
     pub maximum_ring_size: u64,
     pub hash_key: HashKeySource,
+    /// `hash_balance_factor`: consistent hashing with bounded loads (see
+    /// [`crate::lb::bounded_load`]); `None` places every request by its hash alone.
+    pub hash_balance_factor: Option<u32>,
 }
 
 impl Default for RingHashConfig {
@@ -95,6 +98,7 @@ impl Default for RingHashConfig {
             minimum_ring_size: DEFAULT_MINIMUM_RING_SIZE,
             maximum_ring_size: DEFAULT_MAXIMUM_RING_SIZE,
             hash_key: HashKeySource::Address,
+            hash_balance_factor: None,
         }
     }
 }
@@ -104,11 +108,13 @@ pub struct MaglevConfig {
     /// A prime, at most [`MAX_MAGLEV_TABLE_SIZE`].
     pub table_size: u64,
     pub hash_key: HashKeySource,
+    /// As [`RingHashConfig::hash_balance_factor`].
+    pub hash_balance_factor: Option<u32>,
 }
 
 impl Default for MaglevConfig {
     fn default() -> Self {
-        Self { table_size: DEFAULT_MAGLEV_TABLE_SIZE, hash_key: HashKeySource::Address }
+        Self { table_size: DEFAULT_MAGLEV_TABLE_SIZE, hash_key: HashKeySource::Address, hash_balance_factor: None }
     }
 }
 

@@ -11,7 +11,7 @@ fn ports(ports: std::ops::Range<u16>) -> Vec<Arc<Host>> {
 }
 
 fn config(table_size: u64) -> MaglevConfig {
-    MaglevConfig { table_size, hash_key: HashKeySource::Address }
+    MaglevConfig { table_size, ..MaglevConfig::default() }
 }
 
 /// Which host hashes 0..M map to (Envoy's tests look the table up this way).
@@ -108,8 +108,8 @@ fn different_locality_weights_match_envoy() {
 fn no_usable_host_picks_nothing() {
     let mut rng = rand::SeedableRng::seed_from_u64(1);
     let ctx = PickContext::at(std::time::Instant::now());
-    assert_eq!(Maglev::new(&ports(90..91), &[0.0], &config(17)).pick(&mut rng, &ctx), None);
-    assert_eq!(Maglev::new(&[], &[], &config(7)).pick(&mut rng, &ctx), None);
+    assert_eq!(Maglev::new(&ports(90..91), &[0.0], &config(17)).pick(&[], &mut rng, &ctx), None);
+    assert_eq!(Maglev::new(&[], &[], &config(7)).pick(&[], &mut rng, &ctx), None);
 }
 
 /// Envoy's `LocalityWeightedLopsided`: one host of locality weight 127, 1023 of locality
@@ -136,7 +136,7 @@ fn no_hash_picks_a_random_host() {
     let ctx = PickContext::at(std::time::Instant::now());
     let mut seen = [false; 6];
     for _ in 0..200 {
-        seen[maglev.pick(&mut rng, &ctx).unwrap()] = true;
+        seen[maglev.pick(&[], &mut rng, &ctx).unwrap()] = true;
     }
     assert!(seen.iter().all(|s| *s));
 }

@@ -12,7 +12,7 @@ fn ports(ports: std::ops::Range<u16>) -> Vec<Arc<Host>> {
 }
 
 fn config(min: u64, max: u64) -> RingHashConfig {
-    RingHashConfig { minimum_ring_size: min, maximum_ring_size: max, hash_key: HashKeySource::Address }
+    RingHashConfig { minimum_ring_size: min, maximum_ring_size: max, ..RingHashConfig::default() }
 }
 
 fn ring(hosts: &[Arc<Host>], weights: &[f64], config: &RingHashConfig) -> RingHash {
@@ -245,7 +245,7 @@ fn no_usable_host_picks_nothing() {
     let mut rng = rand::SeedableRng::seed_from_u64(1);
     let zero = ring(&ports(90..92), &[0.0, 0.0], &RingHashConfig::default());
     assert!(zero.is_empty());
-    assert_eq!(zero.pick(&mut rng, &PickContext::at(std::time::Instant::now())), None);
+    assert_eq!(zero.pick(&[], &mut rng, &PickContext::at(std::time::Instant::now())), None);
     assert!(ring(&[], &[], &RingHashConfig::default()).is_empty());
 }
 
@@ -271,7 +271,7 @@ fn no_hash_picks_a_random_host() {
     let ctx = PickContext::at(std::time::Instant::now());
     let mut seen = [false; 6];
     for _ in 0..200 {
-        seen[ring.pick(&mut rng, &ctx).unwrap()] = true;
+        seen[ring.pick(&[], &mut rng, &ctx).unwrap()] = true;
     }
     assert!(seen.iter().all(|s| *s));
 }

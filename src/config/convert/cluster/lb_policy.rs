@@ -41,7 +41,14 @@ pub(super) enum Choice {
 pub(super) struct CommonLb {
     pub healthy_panic_threshold: f64,
     pub locality_weighted: bool,
+    pub hashing: ConsistentHashing,
+}
+
+/// `consistent_hashing_lb_config`, as ring hash and maglev read it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct ConsistentHashing {
     pub hash_key: HashKeySource,
+    pub hash_balance_factor: Option<u32>,
 }
 
 /// Converts the balancing fields; `None` means `CLUSTER_PROVIDED`.
@@ -138,7 +145,12 @@ fn legacy(lb_policy: i32, lb_config: Option<LbConfig>, common: &CommonLb, warnin
                 _ => (None, None),
             };
             let (minimum_ring_size, maximum_ring_size) = ring_sizes(min, max).at_field("ring_hash_lb_config")?;
-            LbPolicy::RingHash(RingHashConfig { minimum_ring_size, maximum_ring_size, hash_key: common.hash_key })
+            LbPolicy::RingHash(RingHashConfig {
+                minimum_ring_size,
+                maximum_ring_size,
+                hash_key: common.hashing.hash_key,
+                hash_balance_factor: common.hashing.hash_balance_factor,
+            })
         }
         (P::Maglev, config) => {
             let size = match config {
@@ -146,7 +158,11 @@ fn legacy(lb_policy: i32, lb_config: Option<LbConfig>, common: &CommonLb, warnin
                 _ => None,
             };
             let table_size = maglev_table_size(size).at_field("maglev_lb_config")?;
-            LbPolicy::Maglev(MaglevConfig { table_size, hash_key: common.hash_key })
+            LbPolicy::Maglev(MaglevConfig {
+                table_size,
+                hash_key: common.hashing.hash_key,
+                hash_balance_factor: common.hashing.hash_balance_factor,
+            })
         }
         (P::ClusterProvided, _) => return Ok(Choice::ClusterProvided),
         (P::LoadBalancingPolicyConfig, _) => {
@@ -199,13 +215,14 @@ fn common_lb(proto: CommonLbConfig, warnings: &mut Warnings) -> Result<CommonLb>
             false
         }
     };
-    let hash_key = match consistent_hashing_lb_config {
-        None => HashKeySource::Address,
+    let hashing = match consistent_hashing_lb_config {
+        None => ConsistentHashing::default(),
         Some(ConsistentHashingLbConfig { use_hostname_for_hashing, hash_balance_factor }) => {
-            hash_key_of(use_hostname_for_hashing, hash_balance_factor).at_field("consistent_hashing_lb_config")?
+            consistent_hashing_of(use_hostname_for_hashing, hash_balance_factor)
+                .at_field("consistent_hashing_lb_config")?
         }
     };
-    Ok(CommonLb { healthy_panic_threshold, locality_weighted, hash_key })
+    Ok(CommonLb { healthy_panic_threshold, locality_weighted, hashing })
 }
 
 /// Why ignoring zone-aware routing is safe: Envoy itself turns it off without a local
@@ -214,12 +231,24 @@ pub(super) fn zone_aware_why() -> &'static str {
     "zone-aware routing needs a local cluster; Outrider balances across localities as Envoy does without one"
 }
 
-/// `use_hostname_for_hashing` / `hash_balance_factor` of consistent hashing.
-pub(super) fn hash_key_of(use_hostname: bool, balance_factor: Option<gpb::UInt32Value>) -> Result<HashKeySource> {
-    if balance_factor.is_some() {
-        return Err(ConfigError::new("hash_balance_factor", "bounded-load consistent hashing is not supported"));
-    }
-    Ok(if use_hostname { HashKeySource::Hostname } else { HashKeySource::Address })
+/// `use_hostname_for_hashing` / `hash_balance_factor` of consistent hashing. The factor is
+/// a percentage of the average load, at least 100 (Envoy's validation rule).
+pub(super) fn consistent_hashing_of(
+    use_hostname: bool,
+    balance_factor: Option<gpb::UInt32Value>,
+) -> Result<ConsistentHashing> {
+    let hash_balance_factor = match balance_factor.map(|v| v.value) {
+        None => None,
+        Some(factor) if factor < 100 => {
+            return Err(ConfigError::new(
+                "hash_balance_factor",
+                format!("{factor} is below 100 (a host may carry this percentage of the average load)"),
+            ));
+        }
+        Some(factor) => Some(factor),
+    };
+    let hash_key = if use_hostname { HashKeySource::Hostname } else { HashKeySource::Address };
+    Ok(ConsistentHashing { hash_key, hash_balance_factor })
 }
 
 /// Ring bounds: both at most 8M entries, at least 1, minimum ≤ maximum.

@@ -7,11 +7,10 @@
 
 use prost::{Message, Name};
 
-use super::lb_policy::{self as shared, Choice, CommonLb};
+use super::lb_policy::{self as shared, Choice, CommonLb, ConsistentHashing};
 use crate::config::cluster::lb_policy::{MIN_WEIGHT_UPDATE_PERIOD, PEAK_EWMA_POLICY_NAME, PeakEwmaConfig};
 use crate::config::cluster::{
-    CswrrConfig, HashKeySource, LbPolicy, LeastRequestConfig, MaglevConfig, OobReportingConfig, RingHashConfig,
-    RoundRobinConfig,
+    CswrrConfig, LbPolicy, LeastRequestConfig, MaglevConfig, OobReportingConfig, RingHashConfig, RoundRobinConfig,
 };
 use crate::config::convert::common;
 use crate::config::error::{AtField, ConfigError, Result, Warnings};
@@ -207,29 +206,30 @@ fn ring_hash(proto: lbp::ring_hash::v3::RingHash, common: &CommonLb) -> Result<C
     let (minimum_ring_size, maximum_ring_size) =
         shared::ring_sizes(minimum_ring_size.map(|v| v.value), maximum_ring_size.map(|v| v.value))?;
     // The deprecated top-level fields count only without `consistent_hashing_lb_config`.
-    let hash_key = match consistent_hashing_lb_config {
+    let hashing = match consistent_hashing_lb_config {
         Some(config) => consistent_hashing(config)?,
         None if use_hostname_for_hashing || hash_balance_factor.is_some() => {
-            shared::hash_key_of(use_hostname_for_hashing, hash_balance_factor)?
+            shared::consistent_hashing_of(use_hostname_for_hashing, hash_balance_factor)?
         }
-        None => common.hash_key,
+        None => common.hashing,
     };
-    let config = RingHashConfig { minimum_ring_size, maximum_ring_size, hash_key };
+    let ConsistentHashing { hash_key, hash_balance_factor } = hashing;
+    let config = RingHashConfig { minimum_ring_size, maximum_ring_size, hash_key, hash_balance_factor };
     Ok(Choice::Policy(LbPolicy::RingHash(config), locality_weighted_lb_config.map(|_| true)))
 }
 
 fn maglev(proto: lbp::maglev::v3::Maglev, common: &CommonLb) -> Result<Choice> {
     let lbp::maglev::v3::Maglev { table_size, consistent_hashing_lb_config, locality_weighted_lb_config } = proto;
     let table_size = shared::maglev_table_size(table_size.map(|v| v.value))?;
-    let hash_key = match consistent_hashing_lb_config {
+    let ConsistentHashing { hash_key, hash_balance_factor } = match consistent_hashing_lb_config {
         Some(config) => consistent_hashing(config)?,
-        None => common.hash_key,
+        None => common.hashing,
     };
-    let config = MaglevConfig { table_size, hash_key };
+    let config = MaglevConfig { table_size, hash_key, hash_balance_factor };
     Ok(Choice::Policy(LbPolicy::Maglev(config), locality_weighted_lb_config.map(|_| true)))
 }
 
-fn consistent_hashing(proto: lb_common::ConsistentHashingLbConfig) -> Result<HashKeySource> {
+fn consistent_hashing(proto: lb_common::ConsistentHashingLbConfig) -> Result<ConsistentHashing> {
     let lb_common::ConsistentHashingLbConfig { use_hostname_for_hashing, hash_balance_factor, hash_policy } = proto;
     if !hash_policy.is_empty() {
         return Err(ConfigError::new(
@@ -237,7 +237,8 @@ fn consistent_hashing(proto: lb_common::ConsistentHashingLbConfig) -> Result<Has
             "cluster-level hash policies are not supported; set them on the route",
         ));
     }
-    shared::hash_key_of(use_hostname_for_hashing, hash_balance_factor).at_field("consistent_hashing_lb_config")
+    shared::consistent_hashing_of(use_hostname_for_hashing, hash_balance_factor)
+        .at_field("consistent_hashing_lb_config")
 }
 
 fn cswrr(

@@ -79,7 +79,12 @@ fn ring_hash_bounds_are_checked() {
         json!({"lb_policy": "RING_HASH", "ring_hash_lb_config": {"minimum_ring_size": 16, "maximum_ring_size": 64},
         "common_lb_config": {"consistent_hashing_lb_config": {"use_hostname_for_hashing": true}}}),
     );
-    let expected = RingHashConfig { minimum_ring_size: 16, maximum_ring_size: 64, hash_key: HashKeySource::Hostname };
+    let expected = RingHashConfig {
+        minimum_ring_size: 16,
+        maximum_ring_size: 64,
+        hash_key: HashKeySource::Hostname,
+        hash_balance_factor: None,
+    };
     assert_eq!(rh, LbPolicy::RingHash(expected));
     let path = error_path(json!({"lb_policy": "RING_HASH",
             "ring_hash_lb_config": {"minimum_ring_size": 2048, "maximum_ring_size": 1024}}));
@@ -97,7 +102,7 @@ fn ring_hash_bounds_are_checked() {
 #[test]
 fn maglev_table_size_must_be_prime() {
     let maglev = policy(json!({"lb_policy": "MAGLEV", "maglev_lb_config": {"table_size": 251}}));
-    assert_eq!(maglev, LbPolicy::Maglev(MaglevConfig { table_size: 251, hash_key: HashKeySource::Address }));
+    assert_eq!(maglev, LbPolicy::Maglev(MaglevConfig { table_size: 251, ..MaglevConfig::default() }));
     assert_eq!(
         error_path(json!({"lb_policy": "MAGLEV", "maglev_lb_config": {"table_size": 65536}})),
         "maglev_lb_config.table_size"
@@ -264,4 +269,41 @@ fn envoys_contrib_peak_ewma_is_read() {
     let path = |settings: Value| convert(entry(settings)).unwrap_err().path().to_owned();
     assert!(path(json!({"@type": ENVOY_PEAK_EWMA, "decay_time": "5s"})).ends_with("decay_time"));
     assert!(path(json!({"@type": ENVOY_PEAK_EWMA, "penalty_value": -1.0})).ends_with("penalty_value"));
+}
+
+/// `hash_balance_factor` reaches ring hash and maglev from every place Envoy reads it, and a
+/// factor below 100 (Envoy's `gte: 100`) is refused at its path.
+#[test]
+fn hash_balance_factor_is_read_and_checked() {
+    let factor = |policy: LbPolicy| match policy {
+        LbPolicy::RingHash(c) => c.hash_balance_factor,
+        LbPolicy::Maglev(c) => c.hash_balance_factor,
+        other => panic!("{other:?}"),
+    };
+    let common = json!({"consistent_hashing_lb_config": {"hash_balance_factor": 150}});
+    assert_eq!(factor(policy(json!({"lb_policy": "RING_HASH", "common_lb_config": common}))), Some(150));
+    assert_eq!(factor(policy(json!({"lb_policy": "MAGLEV", "common_lb_config": common}))), Some(150));
+    assert_eq!(factor(policy(json!({"lb_policy": "MAGLEV"}))), None);
+    let typed_ring = |extra: Value| {
+        let mut config = json!({"@type": format!("{LBP}.ring_hash.v3.RingHash")});
+        if let (Some(map), Some(extra)) = (config.as_object_mut(), extra.as_object().cloned()) {
+            map.extend(extra);
+        }
+        typed(&[config])
+    };
+    let nested = json!({"consistent_hashing_lb_config": {"hash_balance_factor": 200}});
+    assert_eq!(factor(policy(typed_ring(nested))), Some(200));
+    // The deprecated top-level field counts only without `consistent_hashing_lb_config`.
+    assert_eq!(factor(policy(typed_ring(json!({"hash_balance_factor": 125})))), Some(125));
+    let both = json!({"hash_balance_factor": 125, "consistent_hashing_lb_config": {}});
+    assert_eq!(factor(policy(typed_ring(both))), None);
+    let maglev = typed(&[json!({"@type": format!("{LBP}.maglev.v3.Maglev"),
+        "consistent_hashing_lb_config": {"hash_balance_factor": 101}})]);
+    assert_eq!(factor(policy(maglev)), Some(101));
+
+    let low = json!({"lb_policy": "RING_HASH",
+        "common_lb_config": {"consistent_hashing_lb_config": {"hash_balance_factor": 99}}});
+    assert_eq!(error_path(low), "common_lb_config.consistent_hashing_lb_config.hash_balance_factor");
+    let low = typed_ring(json!({"consistent_hashing_lb_config": {"hash_balance_factor": 0}}));
+    assert_eq!(error_path(low), format!("{TYPED_AT}.consistent_hashing_lb_config.hash_balance_factor"));
 }
