@@ -68,20 +68,30 @@ fn pick(c: &mut Criterion) {
         let weights = vec![1.0; hosts.len()];
         let ring = RingHash::new(&hosts, &weights, &RingHashConfig::default());
         let maglev = Maglev::new(&hosts, &weights, &MaglevConfig::default());
+        // With `hash_balance_factor` and no host over its bound: the bound is checked per pick.
+        let bounded = RingHashConfig { hash_balance_factor: Some(150), ..RingHashConfig::default() };
+        let bounded = RingHash::new(&hosts, &weights, &bounded);
         let mut rng = SmallRng::seed_from_u64(2);
         let mut i = 0;
         group.bench_with_input(BenchmarkId::new("ring", n), &n, |b, _| {
             b.iter(|| {
                 i = (i + 1) & 1023;
                 let ctx = PickContext { hash: Some(keys[i]), attempt: 0, previous: &[], now };
-                ring.pick(&mut rng, black_box(&ctx))
+                ring.pick(&hosts, &mut rng, black_box(&ctx))
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("ring_bounded_load", n), &n, |b, _| {
+            b.iter(|| {
+                i = (i + 1) & 1023;
+                let ctx = PickContext { hash: Some(keys[i]), attempt: 0, previous: &[], now };
+                bounded.pick(&hosts, &mut rng, black_box(&ctx))
             })
         });
         group.bench_with_input(BenchmarkId::new("maglev", n), &n, |b, _| {
             b.iter(|| {
                 i = (i + 1) & 1023;
                 let ctx = PickContext { hash: Some(keys[i]), attempt: 0, previous: &[], now };
-                maglev.pick(&mut rng, black_box(&ctx))
+                maglev.pick(&hosts, &mut rng, black_box(&ctx))
             })
         });
     }

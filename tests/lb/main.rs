@@ -13,5 +13,6 @@ mod grpc_testing;
 mod interop_orca;
 mod lb_core;
 mod lb_hash;
+mod lb_hash_bounded;
 mod lb_load_aware;
 mod orca_oob_app;

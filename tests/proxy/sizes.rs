@@ -14,7 +14,7 @@ use bytes::Bytes;
 use common::lab;
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
-use outrider::config::cluster::{HashKeySource, MaglevConfig, RingHashConfig};
+use outrider::config::cluster::{MaglevConfig, RingHashConfig};
 use outrider::config::convert::decode_resource;
 use outrider::config::endpoint::{ClusterLoadAssignment, HealthStatus, LbEndpoint, Locality, LocalityLbEndpoints};
 use outrider::config::{Address, Resource, ResourceType, Warnings};
