@@ -26,8 +26,16 @@ use crate::telemetry::Stats;
 
 /// Rebuilds balancers on every published snapshot, and recomputes client-side weighted
 /// round robin weights from the endpoints' load reports, until `shutdown`.
-pub async fn keep_balancers(store: Arc<Store>, balancers: Arc<Balancers>, stats: Arc<Stats>, shutdown: Signal) {
-    let (mut keeper, mut health_events) = Keeper::new(BalancerBuilder::new(stats.clone()), Some(stats));
+/// `node_id` is the sidecar's identity, which `random_subsetting` chooses subsets by.
+pub async fn keep_balancers(
+    store: Arc<Store>,
+    balancers: Arc<Balancers>,
+    stats: Arc<Stats>,
+    node_id: String,
+    shutdown: Signal,
+) {
+    let builder = BalancerBuilder::new(stats.clone()).with_identity(&node_id);
+    let (mut keeper, mut health_events) = Keeper::new(builder, Some(stats));
     let mut changes = store.subscribe();
     let outlier_events = keeper.builder.outlier_wake();
     keeper.follow(&store, &balancers, &shutdown);

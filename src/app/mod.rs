@@ -229,7 +229,8 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     tokio::spawn(admin::serve(admin_listener, admin_state, signal.clone()));
     tracing::info!(%admin_address, "admin server listening");
 
-    tokio::spawn(balancing::keep_balancers(store.clone(), balancers.clone(), stats.clone(), signal.clone()));
+    let node_id = bootstrap.node.id.clone();
+    tokio::spawn(balancing::keep_balancers(store.clone(), balancers.clone(), stats.clone(), node_id, signal.clone()));
     crate::tls::provider::install_default();
     let tls = Arc::new(crate::proxy::HandshakeStats::default());
     let supervisor = Supervisor::default();

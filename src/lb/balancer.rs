@@ -90,6 +90,16 @@ impl ClusterLb {
             None => (&default_policy, false, DEFAULT_HEALTHY_PANIC_THRESHOLD),
         };
         let hash_based = SharedPolicy::is_hash_based(policy);
+        // With `random_subsetting` the rest of the endpoints are not this sidecar's at all:
+        // no host, no stats, no health checks, no connections.
+        let subset;
+        let assignment = match cluster.load_balancing.as_ref().and_then(|lb| lb.subset_size) {
+            Some(size) => {
+                subset = super::subset::subset(assignment, size, registry.subset_seed());
+                &subset
+            }
+            None => assignment,
+        };
         let health_checked = !cluster.health_checks.is_empty();
         registry.set_health_checks(cluster.health_checks.len());
         // Not collected in place: that would keep the `Host`-sized buffer for the `Arc`s.

@@ -12,6 +12,7 @@ use xxhash_rust::xxh64::xxh64;
 use super::host::Host;
 use crate::config::Address;
 use crate::config::cluster::HashKeySource;
+use crate::config::endpoint::LbEndpoint;
 
 /// xxHash64 with seed 0, Envoy's `HashUtil::xxHash64`.
 pub fn xxhash64(bytes: &[u8]) -> u64 {
@@ -25,7 +26,11 @@ pub fn xxhash64(bytes: &[u8]) -> u64 {
 /// One deliberate difference: with `Hostname` and an endpoint that has no hostname,
 /// Envoy hashes the empty string (every such host collides); Outrider uses the address.
 pub fn host_key(host: &Host, source: HashKeySource) -> Cow<'_, str> {
-    let endpoint = &host.endpoint;
+    endpoint_key(&host.endpoint, source)
+}
+
+/// [`host_key`] of an endpoint not yet made a host.
+pub fn endpoint_key(endpoint: &LbEndpoint, source: HashKeySource) -> Cow<'_, str> {
     if let Some(key) = endpoint.hash_key.as_deref().filter(|k| !k.is_empty()) {
         return Cow::Borrowed(key);
     }
@@ -92,7 +97,7 @@ pub fn keys(hosts: &[Arc<Host>], source: HashKeySource) -> Vec<Cow<'_, str>> {
 /// A host for tests: `address` like `127.0.0.1:90`, weight 1, healthy.
 #[cfg(test)]
 pub fn test_host(address: &str, hostname: &str, hash_key: Option<&str>) -> Arc<Host> {
-    use crate::config::endpoint::{HealthStatus, LbEndpoint};
+    use crate::config::endpoint::HealthStatus;
     let address = address.parse().map(Address::Socket).unwrap_or(Address::Dns { host: address.into(), port: 0 });
     let endpoint = LbEndpoint {
         address,

@@ -30,6 +30,7 @@ pub mod ring_hash;
 pub mod round_robin;
 pub mod slow_start;
 pub mod stats_registry;
+pub mod subset;
 #[cfg(test)]
 mod test_hosts;
 

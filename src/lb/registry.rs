@@ -134,6 +134,8 @@ pub struct BalancerBuilder {
     compared: usize,
     /// Where cluster stats are registered (`None`: nowhere, for tests).
     stats: Option<Arc<Stats>>,
+    /// The sidecar's identity, for `random_subsetting`.
+    subset_seed: u64,
 }
 
 impl BalancerBuilder {
@@ -142,14 +144,20 @@ impl BalancerBuilder {
         Self { stats: Some(stats), ..Self::default() }
     }
 
+    /// Chooses `random_subsetting` subsets as the sidecar whose node id is `node_id`.
+    pub fn with_identity(mut self, node_id: &str) -> Self {
+        self.subset_seed = super::subset::identity_seed(node_id);
+        self
+    }
+
     fn registry(&mut self, cluster: &str) -> &mut StatsRegistry {
-        let (stats, wake) = (&self.stats, &self.outlier_wake);
+        let (stats, wake, seed) = (&self.stats, &self.outlier_wake, self.subset_seed);
         self.registries.entry(cluster.to_owned()).or_insert_with(|| {
             let registry = match stats {
                 Some(stats) => StatsRegistry::for_cluster(Arc::new(ClusterStats::register(stats, cluster))),
                 None => StatsRegistry::default(),
             };
-            registry.with_outlier_wake(wake.clone())
+            registry.with_outlier_wake(wake.clone()).with_subset_seed(seed)
         })
     }
 
@@ -248,8 +256,13 @@ impl BalancerBuilder {
     /// Rebuilds the balancer of one cluster (its hosts' health or ejection changed);
     /// returns whether it has one.
     pub fn refresh_cluster(&mut self, name: &str, balancers: &Balancers, now: Instant) -> bool {
-        let Some(entry) = self.built.get_mut(name) else { return false };
-        let registry = self.registries.entry(name.to_owned()).or_default();
+        if !self.built.contains_key(name) {
+            return false;
+        }
+        self.registry(name);
+        let (Some(entry), Some(registry)) = (self.built.get_mut(name), self.registries.get_mut(name)) else {
+            return false;
+        };
         entry.rebuild(registry, now);
         self.rebuilds += 1;
         self.published.insert(name.to_owned(), entry.lb.clone());

@@ -30,6 +30,8 @@ pub struct StatsRegistry {
     cluster: Arc<ClusterStats>,
     /// Active health checks of the cluster: new endpoints start failed by each.
     health_checks: usize,
+    /// This sidecar's identity, for `random_subsetting` (see [`super::subset`]).
+    subset_seed: u64,
 }
 
 impl StatsRegistry {
@@ -43,6 +45,17 @@ impl StatsRegistry {
     pub fn with_outlier_wake(mut self, wake: Arc<tokio::sync::Notify>) -> Self {
         self.outlier_wake = Some(wake);
         self
+    }
+
+    /// Chooses `random_subsetting` subsets for the sidecar with this seed
+    /// ([`super::subset::identity_seed`]).
+    pub fn with_subset_seed(mut self, seed: u64) -> Self {
+        self.subset_seed = seed;
+        self
+    }
+
+    pub fn subset_seed(&self) -> u64 {
+        self.subset_seed
     }
 
     /// The number of active health checks the cluster has now (see [`Self::hosts`]).

@@ -15,4 +15,5 @@ mod lb_core;
 mod lb_hash;
 mod lb_hash_bounded;
 mod lb_load_aware;
+mod lb_subset;
 mod orca_oob_app;

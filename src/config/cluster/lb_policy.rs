@@ -30,6 +30,9 @@ pub struct LoadBalancing {
     /// In percent: below this share of healthy endpoints a priority is in panic and all of
     /// its endpoints are used. 0 disables panic.
     pub healthy_panic_threshold: f64,
+    /// `random_subsetting`: each priority level uses at most this many of its endpoints,
+    /// chosen by rendezvous hashing seeded with the sidecar's node id (`lb::subset`).
+    pub subset_size: Option<u32>,
 }
 
 /// The endpoint-picking policy.

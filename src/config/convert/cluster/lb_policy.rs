@@ -35,6 +35,8 @@ pub(super) enum Choice {
     /// A policy, and its own locality setting when it has one (`None`: use
     /// `common_lb_config`'s).
     Policy(LbPolicy, Option<bool>),
+    /// `random_subsetting`: the child policy over a subset of this many endpoints.
+    Subset(u32, LbPolicy, Option<bool>),
 }
 
 /// `common_lb_config`, reduced to what the policies need.
@@ -70,7 +72,9 @@ pub(super) fn load_balancing(fields: LbFields, warnings: &mut Warnings) -> Resul
                 warnings.ignored(lb_config_name(config), "load_balancing_policy takes precedence");
             }
             warnings
-                .within("load_balancing_policy", |w| super::lb_typed::policy_list(list, &common, false, w))
+                .within("load_balancing_policy", |w| {
+                    super::lb_typed::policy_list(list, &common, super::lb_typed::Layer::Cluster, w)
+                })
                 .at_field("load_balancing_policy")?
         }
         None => legacy(lb_policy, lb_config, &common, warnings)?,
@@ -81,6 +85,13 @@ pub(super) fn load_balancing(fields: LbFields, warnings: &mut Warnings) -> Resul
             policy,
             locality_weighted: locality.unwrap_or(common.locality_weighted),
             healthy_panic_threshold: common.healthy_panic_threshold,
+            subset_size: None,
+        }),
+        Choice::Subset(size, policy, locality) => Some(LoadBalancing {
+            policy,
+            locality_weighted: locality.unwrap_or(common.locality_weighted),
+            healthy_panic_threshold: common.healthy_panic_threshold,
+            subset_size: Some(size),
         }),
     })
 }

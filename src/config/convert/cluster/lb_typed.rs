@@ -24,12 +24,22 @@ use lbp::common::v3 as lb_common;
 const ENVOY_PEAK_EWMA: &str = "envoy.extensions.load_balancing_policies.peak_ewma.v3alpha.PeakEwma";
 const CLUSTER_PROVIDED: &str = "envoy.extensions.load_balancing_policies.cluster_provided.v3.ClusterProvided";
 
-/// The first supported policy of the list. `nested` is set inside `wrr_locality`, where a
-/// second locality layer or `CLUSTER_PROVIDED` make no sense.
+/// Where a policy list sits: the layers it is inside decide what it may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Layer {
+    /// The cluster's own `load_balancing_policy`.
+    Cluster,
+    /// `random_subsetting`'s `child_policy`: a policy that picks, or `wrr_locality` over one.
+    Subsetting,
+    /// `wrr_locality`'s `endpoint_picking_policy`: a policy that picks endpoints, nothing more.
+    WrrLocality,
+}
+
+/// The first supported policy of the list at `layer`.
 pub(super) fn policy_list(
     proto: cluster::LoadBalancingPolicy,
     common: &CommonLb,
-    nested: bool,
+    layer: Layer,
     warnings: &mut Warnings,
 ) -> Result<Choice> {
     let cluster::LoadBalancingPolicy { policies } = proto;
@@ -48,7 +58,7 @@ pub(super) fn policy_list(
             continue;
         };
         let at = format!("{at}.typed_config");
-        let choice = warnings.within(&at, |w| policy(&any, common, nested, w)).at_field(&at)?;
+        let choice = warnings.within(&at, |w| policy(&any, common, layer, w)).at_field(&at)?;
         match choice {
             Some(choice) => return Ok(choice),
             None => {
@@ -60,7 +70,7 @@ pub(super) fn policy_list(
 }
 
 /// One typed policy; `None` when Outrider does not know its type.
-fn policy(any: &gpb::Any, common: &CommonLb, nested: bool, warnings: &mut Warnings) -> Result<Option<Choice>> {
+fn policy(any: &gpb::Any, common: &CommonLb, layer: Layer, warnings: &mut Warnings) -> Result<Option<Choice>> {
     let name = common::type_name(&any.type_url);
     let choice = if name == lbp::round_robin::v3::RoundRobin::full_name() {
         round_robin(common::unpack(any)?, warnings)?
@@ -76,29 +86,61 @@ fn policy(any: &gpb::Any, common: &CommonLb, nested: bool, warnings: &mut Warnin
     } else if name == lbp::client_side_weighted_round_robin::v3::ClientSideWeightedRoundRobin::full_name() {
         Choice::Policy(LbPolicy::ClientSideWeightedRoundRobin(cswrr(common::unpack(any)?, warnings)?), None)
     } else if name == lbp::wrr_locality::v3::WrrLocality::full_name() {
-        if nested {
+        if layer == Layer::WrrLocality {
             return Err(ConfigError::new("", "wrr_locality cannot be nested in wrr_locality"));
         }
         let lbp::wrr_locality::v3::WrrLocality { endpoint_picking_policy } = common::unpack(any)?;
         let inner =
             endpoint_picking_policy.ok_or_else(|| ConfigError::new("endpoint_picking_policy", "is required"))?;
         let inner = warnings
-            .within("endpoint_picking_policy", |w| policy_list(inner, common, true, w))
+            .within("endpoint_picking_policy", |w| policy_list(inner, common, Layer::WrrLocality, w))
             .at_field("endpoint_picking_policy")?;
         match inner {
             Choice::Policy(policy, _) => Choice::Policy(policy, Some(true)),
-            Choice::ClusterProvided => {
+            Choice::ClusterProvided | Choice::Subset(..) => {
                 return Err(ConfigError::new("endpoint_picking_policy", "cluster_provided cannot pick endpoints"));
             }
         }
+    } else if name == lbp::random_subsetting::v3::RandomSubsetting::full_name() {
+        if layer != Layer::Cluster {
+            return Err(ConfigError::new("", "random_subsetting must be the cluster's own policy, not a child"));
+        }
+        random_subsetting(common::unpack(any)?, common, warnings)?
     } else if name == ENVOY_PEAK_EWMA {
         Choice::Policy(LbPolicy::PeakEwma(envoy_peak_ewma(any)?), None)
-    } else if name == CLUSTER_PROVIDED && !nested {
+    } else if name == CLUSTER_PROVIDED && layer == Layer::Cluster {
         Choice::ClusterProvided
     } else {
         return Ok(None);
     };
     Ok(Some(choice))
+}
+
+/// `random_subsetting` (gRPC's A68; Envoy 1.40 does not implement it and moves on to the
+/// next policy of the list): the child policy over `subset_size` endpoints per priority.
+/// Which endpoints is `lb::subset`'s business: Outrider seeds the rendezvous hash with the
+/// sidecar's node id where gRPC draws a random salt, so a restarted pod keeps its subset.
+fn random_subsetting(
+    proto: lbp::random_subsetting::v3::RandomSubsetting,
+    common: &CommonLb,
+    warnings: &mut Warnings,
+) -> Result<Choice> {
+    let lbp::random_subsetting::v3::RandomSubsetting { subset_size, child_policy } = proto;
+    let size = match subset_size.map(|v| v.value) {
+        Some(size) if size > 0 => size,
+        Some(_) => return Err(ConfigError::new("subset_size", "must be greater than 0")),
+        None => return Err(ConfigError::new("subset_size", "is required")),
+    };
+    let child = child_policy.ok_or_else(|| ConfigError::new("child_policy", "is required"))?;
+    let child = warnings
+        .within("child_policy", |w| policy_list(child, common, Layer::Subsetting, w))
+        .at_field("child_policy")?;
+    match child {
+        Choice::Policy(policy, locality) => Ok(Choice::Subset(size, policy, locality)),
+        Choice::ClusterProvided | Choice::Subset(..) => {
+            Err(ConfigError::new("child_policy", "must be a policy that picks endpoints"))
+        }
+    }
 }
 
 /// Outrider's own peak-EWMA policy, chosen by extension name, with Linkerd's defaults. Its

@@ -307,3 +307,36 @@ fn hash_balance_factor_is_read_and_checked() {
     let low = typed_ring(json!({"consistent_hashing_lb_config": {"hash_balance_factor": 0}}));
     assert_eq!(error_path(low), format!("{TYPED_AT}.consistent_hashing_lb_config.hash_balance_factor"));
 }
+
+/// `random_subsetting` wraps a child policy (also `wrr_locality`); a bad size, a missing or
+/// non-picking child and nesting are refused at their paths.
+#[test]
+fn random_subsetting_wraps_a_child_policy() {
+    let subsetting = |inner: Value| {
+        json!({"@type": format!("{LBP}.random_subsetting.v3.RandomSubsetting"), "subset_size": 10,
+            "child_policy": {"policies": [{"typed_extension_config": {"name": "child", "typed_config": inner}}]}})
+    };
+    let least = json!({"@type": format!("{LBP}.least_request.v3.LeastRequest")});
+    let (lb, _) = convert(typed(&[subsetting(least.clone())])).unwrap();
+    let lb = lb.unwrap();
+    assert_eq!((lb.subset_size, &lb.policy), (Some(10), &LbPolicy::LeastRequest(LeastRequestConfig::default())));
+    let wrr = json!({"@type": format!("{LBP}.wrr_locality.v3.WrrLocality"),
+        "endpoint_picking_policy": {"policies": [{"typed_extension_config": {"name": "rr", "typed_config": least}}]}});
+    let (lb, _) = convert(typed(&[subsetting(wrr)])).unwrap();
+    assert!(lb.as_ref().is_some_and(|lb| lb.locality_weighted && lb.subset_size == Some(10)), "{lb:?}");
+    assert_eq!(policy(json!({"lb_policy": "LEAST_REQUEST"})), LbPolicy::LeastRequest(LeastRequestConfig::default()));
+
+    let at = format!("{TYPED_AT}.subset_size");
+    let zero = json!({"@type": format!("{LBP}.random_subsetting.v3.RandomSubsetting"), "subset_size": 0,
+        "child_policy": {"policies": []}});
+    assert_eq!(error_path(typed(&[zero])), at);
+    let no_child = json!({"@type": format!("{LBP}.random_subsetting.v3.RandomSubsetting"), "subset_size": 3});
+    assert_eq!(error_path(typed(&[no_child])), format!("{TYPED_AT}.child_policy"));
+    let nested = subsetting(subsetting(json!({"@type": format!("{LBP}.random.v3.Random")})));
+    assert_eq!(
+        error_path(typed(&[nested])),
+        format!("{TYPED_AT}.child_policy.policies[0].typed_extension_config.typed_config")
+    );
+    let provided = subsetting(json!({"@type": format!("{LBP}.cluster_provided.v3.ClusterProvided")}));
+    assert!(error_path(typed(&[provided])).starts_with(&format!("{TYPED_AT}.child_policy")));
+}
