@@ -2,7 +2,7 @@
 # What the tests need, installed before `cargo nextest run` — sourced by the test command
 # (tests/run.sh) and by CI (.ci/run). Each part is best effort: Envoy 1.40 (the other half
 # of the differential tests), iproute2 and iptables (the capture tests, as root),
-# kubernetes-validate, the Go peers built from source, cargo-nextest. It exports
+# kubernetes-validate, the Go peers built from source, Chromium, cargo-nextest. It exports
 # OUTRIDER_EXPECT, the tools present afterwards: a test that skips for want of one of them
 # fails (tests/common/skip.rs). Set OUTRIDER_EXPECT yourself to expect less (or more).
 # Sourced, so it leaves the caller's shell options as they were.
@@ -23,6 +23,17 @@ if [[ "$(id -u)" == 0 ]] && command -v iptables >/dev/null && command -v ip >/de
   expect+=(netns)
 else
   echo "tests/setup.sh: not root, or no iptables/iproute2; the network-namespace tests will say SKIPPED"
+fi
+
+# Chromium draws the admin server's live pages for their test (Debian's package, headless).
+if [[ "$(id -u)" == 0 ]] && ! command -v chromium >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || true
+fi
+if command -v chromium >/dev/null; then
+  expect+=(chromium)
+else
+  echo "tests/setup.sh: chromium not installed; the live balancing page test will say SKIPPED"
 fi
 
 if bash deploy/install-validator.sh; then

@@ -3,6 +3,8 @@
 /// Every endpoint with a one-line description, in the order `/help` lists them.
 pub const ENDPOINTS: &[(&str, &str)] = &[
     ("/", "Admin home page"),
+    ("/balancing", "live balancing: each endpoint's share of picks, latency, errors, utilization"),
+    ("/balancing.json", "the counters /balancing polls"),
     ("/certs", "print certs on machine"),
     ("/clusters", "upstream cluster status (format=json)"),
     ("/config_dump", "dump current Outrider configs"),

@@ -5,6 +5,7 @@
 //! It runs on the control runtime, reads the published snapshot like any other reader,
 //! and never takes a lock the data path could wait on.
 
+mod balancing;
 pub mod certs;
 mod clusters;
 mod config_dump;
@@ -115,6 +116,10 @@ fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Full<Bytes
         },
         (&Method::GET, "/healthz") => text(StatusCode::OK, "OK\n"),
         (&Method::GET, "/config_dump") => json(&config_dump::dump(&snapshot, &state.bootstrap.document())),
+        (&Method::GET, "/balancing") => html(balancing::PAGE.to_owned()),
+        (&Method::GET, "/balancing.json") => {
+            json(&balancing::json(&snapshot, &state.balancers, std::time::Instant::now()))
+        }
         (&Method::GET, "/clusters") if json_format => json(&clusters::json(&snapshot, &state.balancers)),
         (&Method::GET, "/clusters") => text(StatusCode::OK, clusters::text(&snapshot, &state.balancers)),
         (&Method::GET, "/stats") => match stats::StatsQuery::parse(query) {

@@ -18,6 +18,7 @@ mod trailer;
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -39,6 +40,9 @@ use crate::pb::echo::echo_server::{Echo, EchoServer};
 use crate::pb::echo::{EchoRequest, EchoResponse};
 use crate::pb::orca::OrcaLoadReport;
 use crate::pb::orca_service::open_rca_service_server::OpenRcaServiceServer;
+
+/// Where a backend is told to slow down (see `Backend::set_added_latency`).
+pub const ADDED_LATENCY_PATH: &str = "/_backend/latency";
 
 pub use load::Utilization;
 pub use tally::Tally;
@@ -162,6 +166,9 @@ struct Backend {
     timing: timing::Timing,
     observed: Observed,
     grpc: tonic::service::Routes,
+    /// Milliseconds added to every request from now on, set by `POST /_backend/latency?ms=N`:
+    /// the demo's way to slow a backend down while it runs.
+    added_latency_ms: AtomicU64,
 }
 
 impl Backend {
@@ -180,12 +187,16 @@ impl Backend {
             observed,
             grpc,
             behaviour: BackendBehaviour { capacity, ..behaviour },
+            added_latency_ms: AtomicU64::new(0),
         }
     }
 
     async fn handle(&self, request: Request<Incoming>) -> Response<ResponseBody> {
         if request.uri().path().starts_with(oob::PATH_PREFIX) {
             return self.grpc(request).await;
+        }
+        if request.uri().path() == ADDED_LATENCY_PATH && request.method() == http::Method::POST {
+            return self.set_added_latency(request.uri().query().unwrap_or(""));
         }
         self.observed.epoch.since(Instant::now());
         let _inside = self.load.enter();
@@ -197,7 +208,8 @@ impl Backend {
         } else {
             let slot = self.slots.acquire().await;
             let started = Instant::now();
-            let service = self.timing.next(self.observed.epoch.since(started));
+            let added = Duration::from_millis(self.added_latency_ms.load(Ordering::Relaxed));
+            let service = self.timing.next(self.observed.epoch.since(started)).saturating_add(added);
             if !service.is_zero() {
                 tokio::time::sleep(service).await;
             }
@@ -229,6 +241,18 @@ impl Backend {
             }
         }
         response
+    }
+
+    /// `ms=N`: every request from now on takes N ms more (0 restores the configured latency).
+    fn set_added_latency(&self, query: &str) -> Response<ResponseBody> {
+        let ms = query.split('&').find_map(|pair| pair.strip_prefix("ms=")).and_then(|ms| ms.parse::<u64>().ok());
+        match ms {
+            Some(ms) => {
+                self.added_latency_ms.store(ms, Ordering::Relaxed);
+                self.text(StatusCode::OK, &format!("{ms} ms added to every request"))
+            }
+            None => self.text(StatusCode::BAD_REQUEST, "expected ?ms=<milliseconds>"),
+        }
     }
 
     fn text(&self, status: StatusCode, what: &str) -> Response<ResponseBody> {

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use super::backends::ADDED_LATENCY_PATH;
 use super::{AppError, start, terminate};
 use crate::config::bootstrap::Bootstrap;
 use crate::xds::server::XdsServer;
@@ -84,6 +85,8 @@ async fn demo(options: DemoOptions) -> Result<(), AppError> {
     println!("               for i in $(seq 20); do curl -s http://127.0.0.1:10000/; done | sort | uniq -c");
     println!("               curl -s http://{}/config_dump", running.admin_address);
     println!("               curl -s http://{}/clusters", running.admin_address);
+    println!("balancing:     http://{}/balancing   (live; slow a backend down and watch:", running.admin_address);
+    println!("               curl -X POST 'http://127.0.0.1:18081{ADDED_LATENCY_PATH}?ms=200')");
     let mut changes = running.store.subscribe();
     while !running.store.load().ready {
         if changes.changed().await.is_err() {

@@ -204,6 +204,7 @@ pub async fn admin_get(address: std::net::SocketAddr, path: &str) -> (u16, Strin
 
 pub mod acceptance;
 pub mod backends;
+pub mod browser;
 pub mod config_gen;
 pub mod differential;
 pub mod istiod;

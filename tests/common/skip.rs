@@ -1,5 +1,5 @@
 //! The one way a test says it did not run. A test whose tool is missing (Envoy, a Go peer,
-//! the manifest validator, network namespaces) prints `SKIPPED: <what>: <why>` and returns;
+//! the manifest validator, network namespaces, a browser) prints `SKIPPED: <what>: <why>` and returns;
 //! it never passes silently. `tests/setup.sh` installs the tools and lists in `OUTRIDER_EXPECT`
 //! the ones it installed: a test that skips for want of a tool the run expects fails instead,
 //! so a check that could run is never lost to a wrong path.
@@ -15,6 +15,8 @@ pub enum Tool {
     Validator,
     /// root, iproute2 and iptables, for tests in network namespaces.
     Netns,
+    /// Debian's headless Chromium, for the admin pages that draw in the browser.
+    Chromium,
 }
 
 impl Tool {
@@ -25,6 +27,7 @@ impl Tool {
             Tool::Peers => "peers",
             Tool::Validator => "validator",
             Tool::Netns => "netns",
+            Tool::Chromium => "chromium",
         }
     }
 

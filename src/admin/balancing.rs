@@ -1,0 +1,82 @@
+//! `/balancing`: a live page of how each cluster balances — every endpoint's share of the
+//! picks, in-flight requests, latency estimate, error rate, ORCA utilization and ejection
+//! over the last minutes — and `/balancing.json`, the counters it polls every second.
+//!
+//! The JSON holds cumulative counters and the server's monotonic time; the page (one file,
+//! `balancing.html`, nothing loaded from elsewhere) keeps the history and turns differences
+//! between polls into shares and rates, so the proxy keeps no history for it.
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use super::endpoints::EndpointView;
+use crate::config::cluster::{LbPolicy, LoadBalancing};
+use crate::config::endpoint::HealthStatus;
+use crate::lb::Balancers;
+use crate::store::Snapshot;
+
+/// The page, served as it is.
+pub const PAGE: &str = include_str!("balancing.html");
+
+/// Every balanced cluster and its endpoints' counters at `now`.
+pub fn json(snapshot: &Snapshot, balancers: &Balancers, now: Instant) -> Value {
+    let mut clusters: Vec<Value> = balancers
+        .all()
+        .iter()
+        .map(|(name, lb)| {
+            let config = snapshot.clusters.get(name);
+            let health_checked = config.is_some_and(|c| !c.resource.health_checks.is_empty());
+            let policy = config.map_or("", |c| policy_name(c.resource.load_balancing.as_ref()));
+            let endpoints: Vec<Value> = lb
+                .hosts()
+                .iter()
+                .map(|host| {
+                    let view = EndpointView::of(host, now);
+                    let health = match host.coarse_health(now, health_checked) {
+                        HealthStatus::Healthy => "healthy",
+                        HealthStatus::Degraded => "degraded",
+                        HealthStatus::Unhealthy => "unhealthy",
+                    };
+                    json!({
+                        "address": host.address().to_string(),
+                        "weight": host.weight(),
+                        "reported_weight": view.reported_weight,
+                        "requests": view.successes + view.errors,
+                        "errors": view.errors,
+                        "in_flight": view.in_flight,
+                        "latency_ms": view.ewma_latency.map(|d| d.as_secs_f64() * 1e3),
+                        "utilization": view.utilization,
+                        "ejected": view.ejected,
+                        "health": health,
+                    })
+                })
+                .collect();
+            json!({ "name": name, "policy": policy, "endpoints": endpoints })
+        })
+        .collect();
+    clusters.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    json!({ "time_ms": since_start(now), "clusters": clusters })
+}
+
+/// Milliseconds since the first call: a clock that only moves forward, for the page's rates.
+fn since_start(now: Instant) -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    let start = *START.get_or_init(|| now);
+    u64::try_from(now.saturating_duration_since(start).as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The policy as Envoy's `lb_policy` names it (Outrider's own by their extension names).
+fn policy_name(lb: Option<&LoadBalancing>) -> &'static str {
+    let Some(lb) = lb else { return "CLUSTER_PROVIDED" };
+    match &lb.policy {
+        LbPolicy::RoundRobin(_) => "ROUND_ROBIN",
+        LbPolicy::LeastRequest(_) => "LEAST_REQUEST",
+        LbPolicy::Random => "RANDOM",
+        LbPolicy::RingHash(_) => "RING_HASH",
+        LbPolicy::Maglev(_) => "MAGLEV",
+        LbPolicy::ClientSideWeightedRoundRobin(_) => "CLIENT_SIDE_WEIGHTED_ROUND_ROBIN",
+        LbPolicy::PeakEwma(_) => "PEAK_EWMA",
+    }
+}
