@@ -77,6 +77,20 @@ fn weights_are_clamped_to_ten_times_the_mean() {
     assert_eq!(w[0], 66, "{}", w[0]);
 }
 
+/// Why a far weaker endpoint still gets about 0.5 % of the picks (see the module's notes):
+/// weights 1 and 10 000 have a mean of 5 000.5, and 1 % of it, scaled, is 328 of 65 535.
+#[test]
+fn a_far_weaker_endpoint_keeps_the_floor_share() {
+    let now = Instant::now();
+    let hosts = hosts(2, now);
+    let cswrr = Cswrr::new(&hosts, &CswrrConfig::default(), now);
+    cswrr.weights.store(Arc::new(scale(&[1.0, 10_000.0])));
+    let Weights::Stride(w) = &*cswrr.weights() else { panic!("stride expected") };
+    assert_eq!(&w[..], &[328, 65535]);
+    let got = shares(&cswrr, &hosts, 100_000);
+    assert!((got[0] - 328.0 / 65_863.0).abs() < 0.0005, "{got:?}");
+}
+
 #[test]
 fn fewer_than_two_known_weights_or_equal_weights_are_round_robin() {
     assert_eq!(schedule(&[0.0, 0.0, 0.0], |_, w| w), Weights::RoundRobin);
