@@ -28,3 +28,15 @@ pub(crate) fn hosts(n: usize, now: Instant) -> Vec<Arc<Host>> {
         })
         .collect()
 }
+
+/// [`hosts`] of one cluster: they share one `ClusterStats`, so the cluster's
+/// `upstream_rq_active` counts what all of them carry.
+pub(crate) fn cluster_hosts(n: usize, now: Instant) -> Vec<Arc<Host>> {
+    let cluster = Arc::new(crate::telemetry::ClusterStats::default());
+    hosts(n, now).into_iter().map(|host| Arc::new(Host { cluster_stats: cluster.clone(), ..(*host).clone() })).collect()
+}
+
+/// A request in flight on `host`, as the proxy counts it: on the host and on its cluster.
+pub(crate) fn start(host: &Arc<Host>) -> (super::InFlight, crate::telemetry::GaugeGuard) {
+    (host.stats.start(), host.cluster_stats.upstream_rq_active.track())
+}

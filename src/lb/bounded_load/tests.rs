@@ -1,40 +1,20 @@
-//! Golden values from Envoy's `bounded_load_hlb_test.cc` (the expectations, not the code),
-//! and a hot key spilling over a real ring.
+//! Golden values from Envoy's `bounded_load_hlb_test.cc` (the expectations, not the code).
+//! A hot key spilling over a real ring is in `ring_hash`'s tests.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use rand::SeedableRng;
-use rand::rngs::SmallRng;
-
 use super::*;
-use crate::config::cluster::RingHashConfig;
+use crate::lb::InFlight;
 use crate::lb::hashing;
-use crate::lb::pick_context::PickContext;
-use crate::lb::ring_hash::RingHash;
-use crate::lb::{EndpointStats, InFlight};
-use crate::telemetry::ClusterStats;
-use crate::telemetry::GaugeGuard;
+use crate::lb::test_hosts::start;
 
-/// `n` hosts of one cluster (one `upstream_rq_active` between them).
 fn cluster_hosts(n: usize) -> Vec<Arc<Host>> {
-    let cluster = Arc::new(ClusterStats::default());
-    crate::lb::test_hosts::hosts(n, Instant::now())
-        .into_iter()
-        .map(|host| {
-            let stats = Arc::new(EndpointStats::new(Instant::now()));
-            Arc::new(Host { cluster_stats: cluster.clone(), stats, ..(*host).clone() })
-        })
-        .collect()
+    crate::lb::test_hosts::cluster_hosts(n, Instant::now())
 }
 
 fn equal(hosts: &[Arc<Host>], factor: u32) -> BoundedLoad {
     BoundedLoad::new(factor, &hashing::normalize(&vec![1.0; hosts.len()], hosts.len()), hosts.len())
-}
-
-/// A request in flight on `host`, as the proxy counts it: on the host and on its cluster.
-fn start(host: &Arc<Host>) -> (InFlight, GaugeGuard) {
-    (host.stats.start(), host.cluster_stats.upstream_rq_active.track())
 }
 
 /// Only on the host: the cluster's gauge is left where the test sets it.
@@ -109,49 +89,4 @@ fn with_every_host_over_the_least_overloaded_wins() {
 fn no_hosts_keeps_the_first() {
     let bounded = BoundedLoad::new(150, &hashing::normalize(&[], 0), 0);
     assert_eq!(bounded.choose(&[], 9, 0), 0);
-}
-
-/// One hot key on a ring of five: its requests stay on its host up to the bound and the
-/// excess moves; keys placed on the other hosts keep their hosts throughout.
-#[test]
-fn a_hot_keys_excess_moves_while_other_keys_stay_put() {
-    let hosts = cluster_hosts(5);
-    let config = RingHashConfig { hash_balance_factor: Some(150), ..RingHashConfig::default() };
-    let ring = RingHash::new(&hosts, &[1.0; 5], &config);
-    let mut rng = SmallRng::seed_from_u64(1);
-    let now = Instant::now();
-    let pick = |rng: &mut SmallRng, hash: u64| {
-        ring.pick(&hosts, rng, &PickContext { hash: Some(hash), ..PickContext::at(now) }).unwrap()
-    };
-    let keys: Vec<u64> = (0..200).map(|k| hashing::xxhash64(format!("key-{k}").as_bytes())).collect();
-    let placed: Vec<usize> = keys.iter().map(|&k| pick(&mut rng, k)).collect();
-    let hot_key = keys[0];
-    let home = placed[0];
-
-    let mut held = Vec::new();
-    let mut went = [0_usize; 5];
-    for _ in 0..40 {
-        let host = pick(&mut rng, hot_key);
-        went[host] += 1;
-        held.push(start(&hosts[host]));
-    }
-    // The 40th request saw 39 active: the host's bound was ceil(⌊(40 × 150 + 99) / 100⌋ / 5)
-    // = 12 requests besides it.
-    assert_eq!(went[home], 13, "the hot key's host took up to its bound: {went:?}");
-    assert!(went.iter().filter(|&&n| n > 0).count() >= 3, "the excess spread out: {went:?}");
-    assert!(went.iter().all(|&n| n <= 13), "no host above the bound: {went:?}");
-    for (&key, &host) in keys.iter().zip(&placed) {
-        if host != home {
-            assert_eq!(pick(&mut rng, key), host, "a key of another host moved");
-        }
-    }
-    // Keys of the hot host spill while it is over its bound (two more requests put it at 15
-    // of 13), and come back once its load is gone.
-    held.extend([start(&hosts[home]), start(&hosts[home])]);
-    let cold_on_home: Vec<u64> =
-        keys.iter().zip(&placed).skip(1).filter(|(_, h)| **h == home).map(|(k, _)| *k).collect();
-    assert!(!cold_on_home.is_empty());
-    assert!(cold_on_home.iter().all(|&k| pick(&mut rng, k) != home));
-    drop(held);
-    assert!(cold_on_home.iter().all(|&k| pick(&mut rng, k) == home));
 }

@@ -2,6 +2,9 @@
 //! the same hosts and hashes must reach the same host as in Envoy.
 
 use std::sync::Arc;
+use std::time::Instant;
+
+use rand::SeedableRng;
 
 use super::*;
 use crate::config::cluster::HashKeySource;
@@ -274,4 +277,49 @@ fn no_hash_picks_a_random_host() {
         seen[ring.pick(&[], &mut rng, &ctx).unwrap()] = true;
     }
     assert!(seen.iter().all(|s| *s));
+}
+
+/// One hot key on a ring of five: its requests stay on its host up to the bound and the
+/// excess moves; keys placed on the other hosts keep their hosts throughout.
+#[test]
+fn a_hot_keys_excess_moves_while_other_keys_stay_put() {
+    let hosts = crate::lb::test_hosts::cluster_hosts(5, Instant::now());
+    let config = RingHashConfig { hash_balance_factor: Some(150), ..RingHashConfig::default() };
+    let ring = RingHash::new(&hosts, &[1.0; 5], &config);
+    let mut rng = SmallRng::seed_from_u64(1);
+    let now = Instant::now();
+    let pick = |rng: &mut SmallRng, hash: u64| {
+        ring.pick(&hosts, rng, &PickContext { hash: Some(hash), ..PickContext::at(now) }).unwrap()
+    };
+    let keys: Vec<u64> = (0..200).map(|k| hashing::xxhash64(format!("key-{k}").as_bytes())).collect();
+    let placed: Vec<usize> = keys.iter().map(|&k| pick(&mut rng, k)).collect();
+    let hot_key = keys[0];
+    let home = placed[0];
+
+    let mut held = Vec::new();
+    let mut went = [0_usize; 5];
+    for _ in 0..40 {
+        let host = pick(&mut rng, hot_key);
+        went[host] += 1;
+        held.push(crate::lb::test_hosts::start(&hosts[host]));
+    }
+    // The 40th request saw 39 active: the host's bound was ceil(⌊(40 × 150 + 99) / 100⌋ / 5)
+    // = 12 requests besides it.
+    assert_eq!(went[home], 13, "the hot key's host took up to its bound: {went:?}");
+    assert!(went.iter().filter(|&&n| n > 0).count() >= 3, "the excess spread out: {went:?}");
+    assert!(went.iter().all(|&n| n <= 13), "no host above the bound: {went:?}");
+    for (&key, &host) in keys.iter().zip(&placed) {
+        if host != home {
+            assert_eq!(pick(&mut rng, key), host, "a key of another host moved");
+        }
+    }
+    // Keys of the hot host spill while it is over its bound (two more requests put it at 15
+    // of 13), and come back once its load is gone.
+    held.extend([crate::lb::test_hosts::start(&hosts[home]), crate::lb::test_hosts::start(&hosts[home])]);
+    let cold_on_home: Vec<u64> =
+        keys.iter().zip(&placed).skip(1).filter(|(_, h)| **h == home).map(|(k, _)| *k).collect();
+    assert!(!cold_on_home.is_empty());
+    assert!(cold_on_home.iter().all(|&k| pick(&mut rng, k) != home));
+    drop(held);
+    assert!(cold_on_home.iter().all(|&k| pick(&mut rng, k) == home));
 }
