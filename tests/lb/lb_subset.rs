@@ -40,6 +40,7 @@ fn bootstrap(port: u16, node: &str, backends: &[Backend]) -> String {
     let lbp = "type.googleapis.com/envoy.extensions.load_balancing_policies";
     format!(
         r#"node: {{ id: "{node}", cluster: client }}
+admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}
 static_resources:
   listeners:{listener}
   clusters:

@@ -111,6 +111,19 @@ async fn balancing_page_follows_a_slowed_backend(admin: SocketAddr) {
     slow_down(0).await;
     let now = latency(&after);
     assert!(now > was + 100.0, "the page shows {fast} at {now} ms after the slow-down, {was} ms before");
+    let line = |dom: &str| latency_line(dom, fast).unwrap_or_else(|| panic!("no latency line for {fast}:\n{dom}"));
+    let (drawn_before, drawn_after) = (line(&before), line(&after));
+    assert!(!drawn_after.is_empty() && drawn_after != drawn_before, "{drawn_before:?} then {drawn_after:?}");
+}
+
+/// The points of `endpoint`'s line in the latency chart.
+fn latency_line(dom: &str, endpoint: &str) -> Option<String> {
+    let chart = &dom[dom.find("class=\"chart latency\"")?..];
+    let chart = &chart[..chart.find("</svg>")?];
+    let line = &chart[chart.find(&format!("data-endpoint=\"{endpoint}\""))?..];
+    let line = &line[..line.find('>')?];
+    let points = line.split("points=\"").nth(1)?;
+    Some(points[..points.find('"')?].to_owned())
 }
 
 /// The value of `attribute` on the table row of `endpoint` in a serialized DOM.
