@@ -118,7 +118,8 @@ fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Full<Bytes
         (&Method::GET, "/config_dump") => json(&config_dump::dump(&snapshot, &state.bootstrap.document())),
         (&Method::GET, "/balancing") => html(balancing::PAGE.to_owned()),
         (&Method::GET, "/balancing.json") => {
-            json(&balancing::json(&snapshot, &state.balancers, std::time::Instant::now()))
+            let wanted = query::query_param(query, "cluster").filter(|c| !c.is_empty());
+            json(&balancing::json(&snapshot, &state.balancers, wanted.as_deref(), std::time::Instant::now()))
         }
         (&Method::GET, "/clusters") if json_format => json(&clusters::json(&snapshot, &state.balancers)),
         (&Method::GET, "/clusters") => text(StatusCode::OK, clusters::text(&snapshot, &state.balancers)),

@@ -77,6 +77,13 @@ async fn balancing_json_counts_the_picks(admin: SocketAddr) {
     let requests: u64 = endpoints.iter().map(|e| e["requests"].as_u64().unwrap()).sum();
     assert!(requests >= 30, "{body}");
     assert!(endpoints.iter().all(|e| e["latency_ms"].as_f64().is_some() && e["health"] == "healthy"), "{body}");
+    // The control plane's cluster has served no request through the balancer: it is left out
+    // unless the page's filter names it (in any case).
+    assert!(clusters.iter().all(|c| c["name"] != "xds-grpc"), "{body}");
+    let (_, body) = get(admin, "/balancing.json?cluster=XDS").await;
+    let named: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let names: Vec<&str> = named["clusters"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(names, ["xds-grpc"], "{body}");
 }
 
 /// The live balancing page as a browser draws it: the demo's three backends in its table
