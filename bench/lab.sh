@@ -10,13 +10,15 @@
 #                                  (about 40 minutes; for a machine shared with other work)
 #   bench/lab.sh all --quick       every run and scripted time halved
 #   bench/lab.sh S3 --runs 2 --keep   reuse the runs already under bench/out/, add the rest
+#   bench/lab.sh S3 --http2        HTTP/2 from the load generator to the backends, reported
+#                                  as S3-h2 beside the HTTP/1.1 section
 #
 # Installs what it needs: Envoy (bench/install-envoy.sh), oha (cargo install), matplotlib
 # and PyYAML in bench/.venv, nginx, wrk and h2load (apt, for S0 and S6).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
-[[ $# -ge 1 ]] || { sed -n '2,16p' "$0"; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,17p' "$0"; exit 2; }
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need wrk || ! need h2load || ! need nginx || ! need taskset; then

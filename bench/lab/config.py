@@ -100,6 +100,20 @@ static_resources:
 """
 
 
+def upstream_protocol(scenario):
+    """HTTP/2 to the backends when the scenario's load is HTTP/2 (the backends speak both)."""
+    if scenario["load"].get("protocol") != "http2":
+        return {}
+    return {
+        "typed_extension_protocol_options": {
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}},
+            }
+        }
+    }
+
+
 def resources(scenario, policy, joined):
     """The resources file for one run; `joined` includes the backends that join later."""
     cluster_fields = POLICIES[policy][0]
@@ -143,6 +157,7 @@ def resources(scenario, policy, joined):
                     "eds_cluster_config": {"eds_config": {"ads": {}, "resource_api_version": "V3"}},
                 },
                 **cluster_fields,
+                **upstream_protocol(scenario),
             ),
             {
                 "@type": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",

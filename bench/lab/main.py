@@ -64,11 +64,20 @@ def load_scenario(path, scale, out):
     return scenario, backend_file
 
 
-def run_scenario(path, tools, quick, repeat, keep):
+def run_scenario(path, tools, quick, repeat, keep, http2=False):
     scale = 0.5 if quick else 1.0
-    name = os.path.splitext(os.path.basename(path))[0]
+    name = os.path.splitext(os.path.basename(path))[0] + ("-h2" if http2 else "")
     out = os.path.join(BENCH, "out", name)
     scenario, backend_file = load_scenario(path, scale, out)
+    if http2:
+        if "command" in scenario:
+            print(f"== {scenario['id']}: runs its own command; --http2 does not apply", flush=True)
+            return None
+        # Its own section, charts and runs: the HTTP/1.1 results stay beside it.
+        scenario["run_as"] = scenario["id"]
+        scenario["id"] += "-h2"
+        scenario["title"] += " (HTTP/2)"
+        scenario["load"]["protocol"] = "http2"
     sid = scenario["id"]
     print(f"== {sid}: {scenario['title']}", flush=True)
     if "command" in scenario:
@@ -117,19 +126,22 @@ def run_scenario(path, tools, quick, repeat, keep):
     os.makedirs(charts, exist_ok=True)
     report.share_chart(scenario, results, os.path.join(charts, f"{sid}-shares.png"))
     report.latency_chart(scenario, results, os.path.join(charts, f"{sid}-latency.png"))
+    report.error_chart(scenario, results, os.path.join(charts, f"{sid}-errors.png"))
     load = scenario["load"]
     how = (f"open loop, {load['rate']} req/s (oha, latency-corrected)" if load["mode"] == "open"
            else f"closed loop, {load['connections']} connections (oha)")
     loads = [x for r in runs.values() for rs in r.values() for res in rs for x in res["loadavg"]]
     notes = "".join(f"- {p}: {config.POLICIES[p][2]}\n" for p in scenario["policies"])
-    body = (f"Load: {how}, {load['seconds']} s per run, HTTP/1.1.{' (--quick: times halved)' if quick else ''} "
+    protocol = "HTTP/2 from the client to the backends" if http2 else "HTTP/1.1"
+    body = (f"Load: {how}, {load['seconds']} s per run, {protocol}.{' (--quick: times halved)' if quick else ''} "
             f"{repeat} run(s) of each proxy and policy, alternating; the table shows the run with the lower "
             f"p99{' in the window' if scenario.get('window') else ''}, and the last column every run's. "
             f"Machine load average (1 min) at the start and end of the runs: {min(loads):.1f} to {max(loads):.1f} "
             f"on 2 cores.\n\n"
             f"{notes}\n{report.table(scenario, results)}\n\n{report.targets(scenario, results)}\n\n"
-            f"![{sid} shares](charts/{sid}-shares.png)\n![{sid} latency](charts/{sid}-latency.png)")
-    flags = (" --quick" if quick else "") + (f" --runs {repeat}" if repeat > 1 else "")
+            f"![{sid} shares](charts/{sid}-shares.png)\n![{sid} latency](charts/{sid}-latency.png)\n"
+            f"![{sid} errors](charts/{sid}-errors.png)")
+    flags = (" --quick" if quick else "") + (f" --runs {repeat}" if repeat > 1 else "") + (" --http2" if http2 else "")
     return write_section(scenario, body, started, flags)
 
 
@@ -137,7 +149,8 @@ def write_section(scenario, body, started, flags=""):
     sid = scenario["id"]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     section = (f"### {sid}: {scenario['title']}\n\n{scenario['description'].strip()}\n\n"
-               f"Command: `bench/lab.sh {sid}{flags}` — {started:%Y-%m-%d %H:%M}, commit {commit}.\n\n{body}\n")
+               f"Command: `bench/lab.sh {scenario.get('run_as', sid)}{flags}` — {started:%Y-%m-%d %H:%M}, "
+               f"commit {commit}.\n\n{body}\n")
     path = os.path.join(BENCH, "RESULTS.md")
     with open(path) as f:
         text = f.read()
@@ -157,6 +170,9 @@ def main():
     parser.add_argument("--quick", action="store_true", help="halve every run's duration and scripted times")
     parser.add_argument("--runs", type=int, default=1, help="runs of each proxy and policy; the lowest p99 is reported")
     parser.add_argument("--keep", action="store_true", help="reuse runs already measured under bench/out/")
+    parser.add_argument("--http2", action="store_true",
+                        help="HTTP/2 (prior knowledge) from the load generator through the proxy to the backends; "
+                             "reported as its own section, <id>-h2")
     args = parser.parse_args()
     tools = {"envoy": os.environ["LAB_ENVOY"], "outrider": os.environ["LAB_OUTRIDER"], "oha": os.environ["LAB_OHA"]}
     files = sorted(glob.glob(os.path.join(BENCH, "scenarios", "*.yaml")))
@@ -166,7 +182,7 @@ def main():
         if not files:
             sys.exit(f"no scenario {args.scenario!r} under bench/scenarios/")
     for path in files:
-        run_scenario(path, tools, args.quick, args.runs, args.keep)
+        run_scenario(path, tools, args.quick, args.runs, args.keep, args.http2)
 
 
 if __name__ == "__main__":

@@ -142,3 +142,28 @@ def latency_chart(scenario, results, path):
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(path, dpi=70)
     plt.close(fig)
+
+
+def error_chart(scenario, results, path):
+    """Errors per second, as a share of that second's requests, per policy and proxy."""
+    policies = list(results)
+    fig, axes = plt.subplots(len(policies), 1, figsize=(9, 1.4 * len(policies) + 0.6), sharex=True, squeeze=False)
+    for row, policy in enumerate(policies):
+        ax = axes[row][0]
+        ax.set_ylabel(policy, fontsize=7)
+        ax.tick_params(labelsize=7)
+        for proxy, style in (("envoy", "--"), ("outrider", "-")):
+            r = results[policy].get(proxy)
+            if r is None:
+                continue
+            ys = [100.0 * s["errors"] / s["requests"] if s["requests"] else 0.0 for s in r["per_second"]]
+            ax.plot(range(len(ys)), ys, style, label=LABEL[proxy], linewidth=1)
+        if scenario.get("window"):
+            ax.axvspan(scenario["window"]["from"], scenario["window"]["to"], color="grey", alpha=0.15)
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=6, loc="upper right", ncol=2)
+    axes[-1][0].set_xlabel("seconds into the run", fontsize=8)
+    fig.suptitle(f"{scenario['id']}: errors per second (% of that second's requests)", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.savefig(path, dpi=70)
+    plt.close(fig)

@@ -55,6 +55,9 @@ def load_command(tools, load, csv_path):
     url = f"http://127.0.0.1:{config.LISTEN_PORT}/"
     command = [tools["oha"], "--no-tui", "--worker-threads", "1", "-z", f"{load['seconds']}s",
                "--output-format", "csv", "-o", csv_path]
+    if load.get("protocol") == "http2":
+        # h2c with prior knowledge: each connection carries one stream at a time.
+        command += ["--http2"]
     if load["mode"] == "open":
         command += ["-q", str(load["rate"]), "--latency-correction", "-c", str(load.get("connections", 200))]
     else:
