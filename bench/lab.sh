@@ -12,13 +12,14 @@
 #   bench/lab.sh S3 --runs 2 --keep   reuse the runs already under bench/out/, add the rest
 #   bench/lab.sh S3 --http2        HTTP/2 from the load generator to the backends, reported
 #                                  as S3-h2 beside the HTTP/1.1 section
+#   bench/lab.sh S3 --grpc         gRPC unary calls (ghz, built with go install), as S3-grpc
 #
-# Installs what it needs: Envoy (bench/install-envoy.sh), oha (cargo install), matplotlib
-# and PyYAML in bench/.venv, nginx, wrk and h2load (apt, for S0 and S6).
+# Installs what it needs: Envoy (bench/install-envoy.sh), oha (cargo install), ghz for --grpc
+# (go install), matplotlib and PyYAML in bench/.venv, nginx, wrk and h2load (apt, for S0, S6).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
-[[ $# -ge 1 ]] || { sed -n '2,17p' "$0"; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,18p' "$0"; exit 2; }
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need wrk || ! need h2load || ! need nginx || ! need taskset; then
@@ -26,6 +27,11 @@ if ! need wrk || ! need h2load || ! need nginx || ! need taskset; then
 fi
 bash "$here/install-envoy.sh" >/dev/null
 need oha || cargo install oha --locked --quiet
+# ghz, the gRPC load generator, only for --grpc: built from its Go module.
+ghz="$(go env GOPATH 2>/dev/null)/bin/ghz"
+if [[ " $* " == *" --grpc "* ]] && [[ ! -x "$ghz" ]]; then
+    go install github.com/bojand/ghz/cmd/ghz@v0.93.0
+fi
 if [[ ! -x "$here/.venv/bin/python" ]] || ! "$here/.venv/bin/python" -c 'import matplotlib, yaml' 2>/dev/null; then
     python3 -m venv "$here/.venv"
     "$here/.venv/bin/pip" install --quiet matplotlib pyyaml
@@ -41,7 +47,7 @@ if ! "$here/out/bin/outrider" lab-backend --help >/dev/null 2>&1; then
 fi
 export LAB_OUTRIDER="$here/out/bin/outrider" OUTRIDER_BIN="$here/out/bin/outrider"
 export LAB_ENVOY="$here/.envoy/bin/envoy"
-export LAB_OHA="$(command -v oha)"
+export LAB_OHA="$(command -v oha)" LAB_GHZ="$ghz"
 export OUTRIDER_SKIP_BUILD=1
 cd "$root"
 exec "$here/.venv/bin/python" "$here/lab/main.py" "$@"

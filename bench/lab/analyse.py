@@ -1,9 +1,10 @@
 """What one run measured: latency percentiles and errors from the load generator's
-per-request log (oha CSV, latency-corrected), endpoint shares from the backends' own
+per-request log (oha CSV, latency-corrected; ghz JSON for gRPC), endpoint shares from the backends' own
 per-second counts.
 """
 
 import csv
+import datetime
 import json
 
 import numpy as np
@@ -11,6 +12,8 @@ import numpy as np
 
 def read_requests(path):
     """(start s, latency ms, failed) per request."""
+    if path.endswith(".json"):
+        return read_ghz(path)
     starts, latencies, failed = [], [], []
     with open(path) as f:
         for row in csv.DictReader(f):
@@ -18,6 +21,32 @@ def read_requests(path):
             latencies.append(float(row["request-duration"]) * 1000.0)
             failed.append(int(row["status"]) >= 500)
     return np.array(starts), np.array(latencies), np.array(failed, dtype=bool)
+
+
+def read_ghz(path):
+    """ghz's JSON report: each call's timestamp, latency (ns) and status; a call fails when
+    its status is not OK. Starts are seconds from the first call."""
+    with open(path) as f:
+        details = json.load(f).get("details") or []
+    def seconds(stamp):
+        # RFC 3339 with nanoseconds: Python reads microseconds at most.
+        head, _, rest = stamp.partition(".")
+        digits = "".join(ch for ch in rest if ch.isdigit())
+        zone = rest[len(digits):].replace("Z", "+00:00")
+        return datetime.datetime.fromisoformat(f"{head}.{digits[:6].ljust(6, '0')}{zone}").timestamp()
+    stamps = [seconds(d["timestamp"]) for d in details]
+    ends = [s + d["latency"] / 1e9 for s, d in zip(stamps, details)]
+    # ghz ends a run by closing its connections under the calls still in flight: they fail
+    # with "transport is closing" at the very end. They are the generator stopping, not the
+    # proxy failing, and are left out (at most one per worker).
+    last = max(ends, default=0.0)
+    kept = [i for i, d in enumerate(details)
+            if not ("transport is closing" in d.get("error", "") and ends[i] >= last - 0.1)]
+    first = min((stamps[i] for i in kept), default=0.0)
+    starts = np.array([stamps[i] - first for i in kept])
+    latencies = np.array([details[i]["latency"] / 1e6 for i in kept])
+    failed = np.array([details[i].get("status", "OK") != "OK" for i in kept], dtype=bool)
+    return starts, latencies, failed
 
 
 def pct(values, q):
@@ -60,7 +89,8 @@ def converged_at(served, seconds, target, tolerance):
 
 
 def analyse(run_dir, scenario):
-    starts, latencies, failed = read_requests(f"{run_dir}/requests.csv")
+    name = "requests.json" if scenario["load"].get("protocol") == "grpc" else "requests.csv"
+    starts, latencies, failed = read_requests(f"{run_dir}/{name}")
     with open(f"{run_dir}/served.json") as f:
         served = json.load(f)
     seconds = int(scenario["load"]["seconds"])

@@ -101,8 +101,8 @@ static_resources:
 
 
 def upstream_protocol(scenario):
-    """HTTP/2 to the backends when the scenario's load is HTTP/2 (the backends speak both)."""
-    if scenario["load"].get("protocol") != "http2":
+    """HTTP/2 to the backends when the scenario's load is HTTP/2 or gRPC (the backends speak both)."""
+    if scenario["load"].get("protocol") not in ("http2", "grpc"):
         return {}
     return {
         "typed_extension_protocol_options": {

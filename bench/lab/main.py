@@ -64,20 +64,29 @@ def load_scenario(path, scale, out):
     return scenario, backend_file
 
 
-def run_scenario(path, tools, quick, repeat, keep, http2=False):
+# The protocols a scenario's load can take besides HTTP/1.1: (id suffix, title, what the
+# section says).
+PROTOCOLS = {
+    "http2": ("-h2", "HTTP/2", "HTTP/2 from the client to the backends"),
+    "grpc": ("-grpc", "gRPC", "gRPC (unary echo calls, ghz) from the client to the backends"),
+}
+
+
+def run_scenario(path, tools, quick, repeat, keep, protocol=None):
     scale = 0.5 if quick else 1.0
-    name = os.path.splitext(os.path.basename(path))[0] + ("-h2" if http2 else "")
+    suffix, label, described = PROTOCOLS.get(protocol, ("", "HTTP/1.1", "HTTP/1.1"))
+    name = os.path.splitext(os.path.basename(path))[0] + suffix
     out = os.path.join(BENCH, "out", name)
     scenario, backend_file = load_scenario(path, scale, out)
-    if http2:
+    if protocol:
         if "command" in scenario:
-            print(f"== {scenario['id']}: runs its own command; --http2 does not apply", flush=True)
+            print(f"== {scenario['id']}: runs its own command; --{protocol} does not apply", flush=True)
             return None
         # Its own section, charts and runs: the HTTP/1.1 results stay beside it.
         scenario["run_as"] = scenario["id"]
-        scenario["id"] += "-h2"
-        scenario["title"] += " (HTTP/2)"
-        scenario["load"]["protocol"] = "http2"
+        scenario["id"] += suffix
+        scenario["title"] += f" ({label})"
+        scenario["load"]["protocol"] = protocol
     sid = scenario["id"]
     print(f"== {sid}: {scenario['title']}", flush=True)
     if "command" in scenario:
@@ -128,12 +137,16 @@ def run_scenario(path, tools, quick, repeat, keep, http2=False):
     report.latency_chart(scenario, results, os.path.join(charts, f"{sid}-latency.png"))
     report.error_chart(scenario, results, os.path.join(charts, f"{sid}-errors.png"))
     load = scenario["load"]
-    how = (f"open loop, {load['rate']} req/s (oha, latency-corrected)" if load["mode"] == "open"
-           else f"closed loop, {load['connections']} connections (oha)")
+    if protocol == "grpc":
+        how = (f"{load['rate']} calls/s from {load.get('connections', 200)} workers (ghz: a rate limit, not an "
+               f"open loop: a call waits for a free worker, and its wait is not counted)" if load["mode"] == "open"
+               else f"closed loop, {load['connections']} workers (ghz)")
+    else:
+        how = (f"open loop, {load['rate']} req/s (oha, latency-corrected)" if load["mode"] == "open"
+               else f"closed loop, {load['connections']} connections (oha)")
     loads = [x for r in runs.values() for rs in r.values() for res in rs for x in res["loadavg"]]
     notes = "".join(f"- {p}: {config.POLICIES[p][2]}\n" for p in scenario["policies"])
-    protocol = "HTTP/2 from the client to the backends" if http2 else "HTTP/1.1"
-    body = (f"Load: {how}, {load['seconds']} s per run, {protocol}.{' (--quick: times halved)' if quick else ''} "
+    body = (f"Load: {how}, {load['seconds']} s per run, {described}.{' (--quick: times halved)' if quick else ''} "
             f"{repeat} run(s) of each proxy and policy, alternating; the table shows the run with the lower "
             f"p99{' in the window' if scenario.get('window') else ''}, and the last column every run's. "
             f"Machine load average (1 min) at the start and end of the runs: {min(loads):.1f} to {max(loads):.1f} "
@@ -141,7 +154,7 @@ def run_scenario(path, tools, quick, repeat, keep, http2=False):
             f"{notes}\n{report.table(scenario, results)}\n\n{report.targets(scenario, results)}\n\n"
             f"![{sid} shares](charts/{sid}-shares.png)\n![{sid} latency](charts/{sid}-latency.png)\n"
             f"![{sid} errors](charts/{sid}-errors.png)")
-    flags = (" --quick" if quick else "") + (f" --runs {repeat}" if repeat > 1 else "") + (" --http2" if http2 else "")
+    flags = (" --quick" if quick else "") + (f" --runs {repeat}" if repeat > 1 else "") + (f" --{protocol}" if protocol else "")
     return write_section(scenario, body, started, flags)
 
 
@@ -170,11 +183,16 @@ def main():
     parser.add_argument("--quick", action="store_true", help="halve every run's duration and scripted times")
     parser.add_argument("--runs", type=int, default=1, help="runs of each proxy and policy; the lowest p99 is reported")
     parser.add_argument("--keep", action="store_true", help="reuse runs already measured under bench/out/")
-    parser.add_argument("--http2", action="store_true",
-                        help="HTTP/2 (prior knowledge) from the load generator through the proxy to the backends; "
-                             "reported as its own section, <id>-h2")
+    protocol = parser.add_mutually_exclusive_group()
+    protocol.add_argument("--http2", action="store_const", const="http2", dest="protocol",
+                          help="HTTP/2 (prior knowledge) from the load generator through the proxy to the backends; "
+                               "reported as its own section, <id>-h2")
+    protocol.add_argument("--grpc", action="store_const", const="grpc", dest="protocol",
+                          help="gRPC unary calls (ghz) through the proxy to the backends' echo service; "
+                               "reported as its own section, <id>-grpc")
     args = parser.parse_args()
-    tools = {"envoy": os.environ["LAB_ENVOY"], "outrider": os.environ["LAB_OUTRIDER"], "oha": os.environ["LAB_OHA"]}
+    tools = {"envoy": os.environ["LAB_ENVOY"], "outrider": os.environ["LAB_OUTRIDER"], "oha": os.environ["LAB_OHA"],
+             "ghz": os.environ.get("LAB_GHZ", "")}
     files = sorted(glob.glob(os.path.join(BENCH, "scenarios", "*.yaml")))
     if args.scenario != "all":
         wanted = args.scenario.lower()
@@ -182,7 +200,7 @@ def main():
         if not files:
             sys.exit(f"no scenario {args.scenario!r} under bench/scenarios/")
     for path in files:
-        run_scenario(path, tools, args.quick, args.runs, args.keep, args.http2)
+        run_scenario(path, tools, args.quick, args.runs, args.keep, args.protocol)
 
 
 if __name__ == "__main__":

@@ -49,12 +49,30 @@ def proxy_command(proxy, tools, bootstrap_path):
     return [tools["outrider"], "run", "--config", bootstrap_path, "--concurrency", "1"]
 
 
-def load_command(tools, load, csv_path):
+ECHO_PROTO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "proto", "outrider", "echo", "v1",
+                          "echo.proto")
+
+
+def requests_file(load):
+    """Where the load generator logs each request: oha's CSV, or ghz's JSON for gRPC."""
+    return "requests.json" if load.get("protocol") == "grpc" else "requests.csv"
+
+
+def load_command(tools, load, log_path):
     """oha: open loop at a fixed rate with latency correction, or closed loop at a fixed
-    number of connections."""
+    number of connections. For gRPC, ghz: unary echo calls from a fixed number of workers,
+    rate-limited for an open-loop scenario."""
+    if load.get("protocol") == "grpc":
+        workers = int(load.get("connections", 50))
+        command = [tools["ghz"], "--insecure", "--proto", ECHO_PROTO, "--call", "outrider.echo.v1.Echo/Echo",
+                   "-d", '{"payload":"lab"}', "-z", f"{load['seconds']}s", "--concurrency", str(workers),
+                   "--connections", str(min(workers, 50)), "--timeout", "30s", "--format", "json", "-o", log_path]
+        if load["mode"] == "open":
+            command += ["--rps", str(load["rate"])]
+        return command + [f"127.0.0.1:{config.LISTEN_PORT}"]
     url = f"http://127.0.0.1:{config.LISTEN_PORT}/"
     command = [tools["oha"], "--no-tui", "--worker-threads", "1", "-z", f"{load['seconds']}s",
-               "--output-format", "csv", "-o", csv_path]
+               "--output-format", "csv", "-o", log_path]
     if load.get("protocol") == "http2":
         # h2c with prior knowledge: each connection carries one stream at a time.
         command += ["--http2"]
@@ -96,7 +114,8 @@ def run_once(scenario, scenario_path, proxy, policy, tools, out):
             raise RuntimeError(f"{proxy} did not become ready; see {out}/processes.log")
         time.sleep(1)
         before = loadavg()
-        load = subprocess.Popen(cpus(0) + load_command(tools, scenario["load"], os.path.join(out, "requests.csv")),
+        log_path = os.path.join(out, requests_file(scenario["load"]))
+        load = subprocess.Popen(cpus(0) + load_command(tools, scenario["load"], log_path),
                                 stdout=logs, stderr=logs)
         joins = sorted({b["join_at"] for b in scenario["backends"] if "join_at" in b})
         started = time.time()
