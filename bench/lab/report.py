@@ -119,51 +119,43 @@ def share_chart(scenario, results, path):
 
 
 def latency_chart(scenario, results, path):
-    policies = list(results)
     series = scenario.get("series", ["p50", "p99"])
-    fig, axes = plt.subplots(len(policies), 1, figsize=(9, 1.7 * len(policies) + 0.6), sharex=True, squeeze=False)
-    for row, policy in enumerate(policies):
-        ax = axes[row][0]
-        ax.set_ylabel(policy, fontsize=7)
-        ax.tick_params(labelsize=7)
-        ax.set_yscale("log")
-        for proxy, style in (("envoy", "--"), ("outrider", "-")):
-            r = results[policy].get(proxy)
-            if r is None:
-                continue
-            for name in series:
-                ys = [s[name] for s in r["per_second"]]
-                ax.plot(range(len(ys)), ys, style, label=f"{LABEL[proxy]} {name}", linewidth=1)
-        if scenario.get("window"):
-            ax.axvspan(scenario["window"]["from"], scenario["window"]["to"], color="grey", alpha=0.15)
-        ax.legend(fontsize=6, loc="upper right", ncol=2)
-    axes[-1][0].set_xlabel("seconds into the run", fontsize=8)
-    fig.suptitle(f"{scenario['id']}: latency per second (ms, log scale)", fontsize=9)
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
-    fig.savefig(path, dpi=70)
-    plt.close(fig)
+    per_second_chart(scenario, results, path, "latency per second (ms, log scale)", 1.7,
+                     lambda seconds: [(name, [s[name] for s in seconds]) for name in series], log=True)
 
 
 def error_chart(scenario, results, path):
     """Errors per second, as a share of that second's requests, per policy and proxy."""
+    per_second_chart(scenario, results, path, "errors per second (% of that second's requests)", 1.4,
+                     lambda seconds: [("", [100.0 * s["errors"] / s["requests"] if s["requests"] else 0.0
+                                            for s in seconds])])
+
+
+def per_second_chart(scenario, results, path, title, row_height, lines, log=False):
+    """One panel per policy, Envoy dashed and Outrider solid: `lines(per_second)` gives each
+    run's (name, values per second); the scenario's window is shaded."""
     policies = list(results)
-    fig, axes = plt.subplots(len(policies), 1, figsize=(9, 1.4 * len(policies) + 0.6), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(policies), 1, figsize=(9, row_height * len(policies) + 0.6), sharex=True,
+                             squeeze=False)
     for row, policy in enumerate(policies):
         ax = axes[row][0]
         ax.set_ylabel(policy, fontsize=7)
         ax.tick_params(labelsize=7)
+        if log:
+            ax.set_yscale("log")
         for proxy, style in (("envoy", "--"), ("outrider", "-")):
             r = results[policy].get(proxy)
             if r is None:
                 continue
-            ys = [100.0 * s["errors"] / s["requests"] if s["requests"] else 0.0 for s in r["per_second"]]
-            ax.plot(range(len(ys)), ys, style, label=LABEL[proxy], linewidth=1)
+            for name, ys in lines(r["per_second"]):
+                ax.plot(range(len(ys)), ys, style, label=f"{LABEL[proxy]} {name}".strip(), linewidth=1)
         if scenario.get("window"):
             ax.axvspan(scenario["window"]["from"], scenario["window"]["to"], color="grey", alpha=0.15)
-        ax.set_ylim(bottom=0)
+        if not log:
+            ax.set_ylim(bottom=0)
         ax.legend(fontsize=6, loc="upper right", ncol=2)
     axes[-1][0].set_xlabel("seconds into the run", fontsize=8)
-    fig.suptitle(f"{scenario['id']}: errors per second (% of that second's requests)", fontsize=9)
+    fig.suptitle(f"{scenario['id']}: {title}", fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(path, dpi=70)
     plt.close(fig)

@@ -28,8 +28,7 @@ pub const MAX_CLUSTERS: usize = 20;
 
 /// The endpoints' counters at `now` of the clusters worth showing: those whose name contains
 /// `wanted` (the page's filter, in any case) when given, else every cluster that has served
-/// requests; the
-/// [`MAX_CLUSTERS`] busiest of them, in name order.
+/// requests; the [`MAX_CLUSTERS`] busiest of them, in name order.
 pub fn json(snapshot: &Snapshot, balancers: &Balancers, wanted: Option<&str>, now: Instant) -> Value {
     let all = balancers.all();
     let wanted = wanted.map(str::to_lowercase);

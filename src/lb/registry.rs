@@ -116,6 +116,26 @@ impl Built {
     }
 }
 
+/// The state `cluster` keeps across its balancers, made on first use: its stats registered
+/// in `stats`, new endpoints' outlier counters waking `wake`, subsets chosen with `seed`.
+/// A function of the builder's fields, not a method, so that a caller can hold another
+/// field (the built balancer) at the same time.
+fn registry_of<'a>(
+    registries: &'a mut HashMap<String, StatsRegistry>,
+    stats: &Option<Arc<Stats>>,
+    wake: &Arc<tokio::sync::Notify>,
+    seed: u64,
+    cluster: &str,
+) -> &'a mut StatsRegistry {
+    registries.entry(cluster.to_owned()).or_insert_with(|| {
+        let registry = match stats {
+            Some(stats) => StatsRegistry::for_cluster(Arc::new(ClusterStats::register(stats, cluster))),
+            None => StatsRegistry::default(),
+        };
+        registry.with_outlier_wake(wake.clone()).with_subset_seed(seed)
+    })
+}
+
 /// Whether `a` and `b` say the same: the same allocation, or equal values.
 fn same<T: PartialEq + ?Sized>(a: &Shared<T>, b: &Shared<T>) -> bool {
     Arc::ptr_eq(a, b) || (**a).as_ref() == (**b).as_ref()
@@ -151,14 +171,7 @@ impl BalancerBuilder {
     }
 
     fn registry(&mut self, cluster: &str) -> &mut StatsRegistry {
-        let (stats, wake, seed) = (&self.stats, &self.outlier_wake, self.subset_seed);
-        self.registries.entry(cluster.to_owned()).or_insert_with(|| {
-            let registry = match stats {
-                Some(stats) => StatsRegistry::for_cluster(Arc::new(ClusterStats::register(stats, cluster))),
-                None => StatsRegistry::default(),
-            };
-            registry.with_outlier_wake(wake.clone()).with_subset_seed(seed)
-        })
+        registry_of(&mut self.registries, &self.stats, &self.outlier_wake, self.subset_seed, cluster)
     }
 
     /// Brings `balancers` in step with `clusters` (every served cluster with its endpoints).
@@ -256,13 +269,8 @@ impl BalancerBuilder {
     /// Rebuilds the balancer of one cluster (its hosts' health or ejection changed);
     /// returns whether it has one.
     pub fn refresh_cluster(&mut self, name: &str, balancers: &Balancers, now: Instant) -> bool {
-        if !self.built.contains_key(name) {
-            return false;
-        }
-        self.registry(name);
-        let (Some(entry), Some(registry)) = (self.built.get_mut(name), self.registries.get_mut(name)) else {
-            return false;
-        };
+        let Some(entry) = self.built.get_mut(name) else { return false };
+        let registry = registry_of(&mut self.registries, &self.stats, &self.outlier_wake, self.subset_seed, name);
         entry.rebuild(registry, now);
         self.rebuilds += 1;
         self.published.insert(name.to_owned(), entry.lb.clone());

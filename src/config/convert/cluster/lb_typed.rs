@@ -97,8 +97,9 @@ fn policy(any: &gpb::Any, common: &CommonLb, layer: Layer, warnings: &mut Warnin
             .at_field("endpoint_picking_policy")?;
         match inner {
             Choice::Policy(policy, _) => Choice::Policy(policy, Some(true)),
+            // `random_subsetting` is refused inside `wrr_locality` before it gets here.
             Choice::ClusterProvided | Choice::Subset(..) => {
-                return Err(ConfigError::new("endpoint_picking_policy", "cluster_provided cannot pick endpoints"));
+                return Err(ConfigError::new("endpoint_picking_policy", "must be a policy that picks endpoints"));
             }
         }
     } else if name == lbp::random_subsetting::v3::RandomSubsetting::full_name() {
@@ -116,8 +117,8 @@ fn policy(any: &gpb::Any, common: &CommonLb, layer: Layer, warnings: &mut Warnin
     Ok(Some(choice))
 }
 
-/// `random_subsetting` (gRPC's A68; Envoy 1.40 does not implement it and moves on to the
-/// next policy of the list): the child policy over `subset_size` endpoints per priority.
+/// `random_subsetting` (gRPC's A68; Envoy 1.40 does not implement it, nor carry its proto):
+/// the child policy over `subset_size` endpoints per priority.
 /// Which endpoints is `lb::subset`'s business: Outrider seeds the rendezvous hash with the
 /// sidecar's node id where gRPC draws a random salt, so a restarted pod keeps its subset.
 fn random_subsetting(
