@@ -13,13 +13,14 @@
 #   bench/lab.sh S3 --http2        HTTP/2 from the load generator to the backends, reported
 #                                  as S3-h2 beside the HTTP/1.1 section
 #   bench/lab.sh S3 --grpc         gRPC unary calls (ghz, built with go install), as S3-grpc
+#   bench/lab.sh S5 --policies adaptive,cswrr   a trial of some policies: printed, not recorded
 #
 # Installs what it needs: Envoy (bench/install-envoy.sh), oha (cargo install), ghz for --grpc
 # (go install), matplotlib and PyYAML in bench/.venv, nginx, wrk and h2load (apt, for S0, S6).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
-[[ $# -ge 1 ]] || { sed -n '2,18p' "$0"; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,19p' "$0"; exit 2; }
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need wrk || ! need h2load || ! need nginx || ! need taskset; then

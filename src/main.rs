@@ -78,7 +78,8 @@ enum Command {
         /// Resources file to serve (Envoy's file-based xDS format).
         #[arg(long)]
         resources: Option<PathBuf>,
-        /// The demo cluster's policy: round_robin, least_request, random, ring_hash, maglev, cswrr, peak_ewma.
+        /// The demo cluster's policy: adaptive (the default), round_robin, least_request, random, ring_hash,
+        /// maglev, cswrr, peak_ewma.
         #[arg(long)]
         policy: Option<String>,
         /// Do not start the demo backends (when 18081–18083 are taken by your own).

@@ -72,7 +72,7 @@ PROTOCOLS = {
 }
 
 
-def run_scenario(path, tools, quick, repeat, keep, protocol=None):
+def run_scenario(path, tools, quick, repeat, keep, protocol=None, only=None):
     scale = 0.5 if quick else 1.0
     suffix, label, described = PROTOCOLS.get(protocol, ("", "HTTP/1.1", "HTTP/1.1"))
     name = os.path.splitext(os.path.basename(path))[0] + suffix
@@ -100,6 +100,8 @@ def run_scenario(path, tools, quick, repeat, keep, protocol=None):
         return write_section(scenario, body, started)
     started = datetime.datetime.now()
     runs = {}
+    if only:
+        scenario["policies"] = [p for p in scenario["policies"] if p in only]
     for policy in scenario["policies"]:
         runs[policy] = {p: [] for p in report.PROXIES if p in config.POLICIES[policy][1]}
         # Envoy and Outrider alternate, run after run.
@@ -122,6 +124,9 @@ def run_scenario(path, tools, quick, repeat, keep, protocol=None):
                 print(f"{result['throughput']:7.0f} req/s  p99 {lat['p99']:8.2f} ms  errors {result['error_rate']:6.2f} %  "
                       + " ".join(f"{n}={s:.1f}" for n, s in result["shares"].items()), flush=True)
                 runs[policy][proxy].append(result)
+    if only:
+        # A trial of some policies: printed above, not written into RESULTS.md.
+        return None
     # The machine is shared: of each (policy, proxy)'s runs, the one with the lowest p99
     # is reported (the same rule for both proxies); every run's p99 is listed beside it.
     results = {}
@@ -183,6 +188,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="halve every run's duration and scripted times")
     parser.add_argument("--runs", type=int, default=1, help="runs of each proxy and policy; the lowest p99 is reported")
     parser.add_argument("--keep", action="store_true", help="reuse runs already measured under bench/out/")
+    parser.add_argument("--policies", help="a trial: only these policies (comma-separated), printed, RESULTS.md left alone")
     protocol = parser.add_mutually_exclusive_group()
     protocol.add_argument("--http2", action="store_const", const="http2", dest="protocol",
                           help="HTTP/2 (prior knowledge) from the load generator through the proxy to the backends; "
@@ -200,7 +206,8 @@ def main():
         if not files:
             sys.exit(f"no scenario {args.scenario!r} under bench/scenarios/")
     for path in files:
-        run_scenario(path, tools, args.quick, args.runs, args.keep, args.protocol)
+        only = set(args.policies.split(",")) if args.policies else None
+        run_scenario(path, tools, args.quick, args.runs, args.keep, args.protocol, only)
 
 
 if __name__ == "__main__":

@@ -99,5 +99,6 @@ fn policy_name(lb: Option<&LoadBalancing>) -> &'static str {
         LbPolicy::Maglev(_) => "MAGLEV",
         LbPolicy::ClientSideWeightedRoundRobin(_) => "CLIENT_SIDE_WEIGHTED_ROUND_ROBIN",
         LbPolicy::PeakEwma(_) => "PEAK_EWMA",
+        LbPolicy::Adaptive(_) => "ADAPTIVE",
     }
 }

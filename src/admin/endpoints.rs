@@ -9,7 +9,6 @@
 
 use std::time::{Duration, Instant};
 
-use crate::lb::cswrr;
 use crate::lb::load::LoadReport;
 use crate::lb::{Balancers, Host};
 use crate::telemetry::{Sample, Scope, Value};
@@ -42,7 +41,7 @@ impl EndpointView {
             successes: stats.successes(),
             errors: stats.errors(),
             ewma_latency: stats.rtt_estimate(now),
-            utilization: report.as_ref().map(|r| cswrr::utilization(&r.report, &[])),
+            utilization: report.as_ref().map(|r| r.report.utilization(&[])),
             last_report: report.map(|r| (r.report.clone(), now.saturating_duration_since(r.received))),
             reported_weight: stats.weight_state().reported_weight(),
             ejected: stats.is_ejected(now),

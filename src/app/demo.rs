@@ -25,8 +25,8 @@ pub struct DemoOptions {
     /// The resources file to serve and watch; the built-in copy when `None` and
     /// `deploy/demo/resources.yaml` does not exist.
     pub resources: Option<PathBuf>,
-    /// Replaces the demo cluster's balancing policy (`round_robin`, `least_request`,
-    /// `random`, `ring_hash`, `maglev`, `cswrr`, `peak_ewma`).
+    /// Replaces the demo cluster's balancing policy (`adaptive`, `round_robin`,
+    /// `least_request`, `random`, `ring_hash`, `maglev`, `cswrr`, `peak_ewma`).
     pub policy: Option<String>,
     /// Whether to start the three demo backends on 127.0.0.1:18081–18083.
     pub backends: bool,
@@ -155,9 +155,16 @@ fn with_policy(resources: &std::path::Path, policy: &str) -> Result<(PathBuf, te
                 serde_json::json!({ "@type": "type.googleapis.com/google.protobuf.Struct", "value": {} }),
             )),
         ),
+        "adaptive" => (
+            "ROUND_ROBIN",
+            Some((
+                crate::config::cluster::lb_policy::ADAPTIVE_POLICY_NAME,
+                serde_json::json!({ "@type": "type.googleapis.com/google.protobuf.Struct", "value": {} }),
+            )),
+        ),
         other => {
             return Err(AppError::Demo(format!(
-                "unknown policy {other:?}: round_robin, least_request, random, ring_hash, maglev, cswrr or peak_ewma"
+                "unknown policy {other:?}: adaptive, round_robin, least_request, random, ring_hash, maglev, cswrr or peak_ewma"
             )));
         }
     };

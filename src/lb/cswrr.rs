@@ -239,7 +239,7 @@ pub fn report_weight(report: &LoadReport, config: &CswrrConfig) -> Option<f64> {
     if qps <= 0.0 || !qps.is_finite() {
         return None;
     }
-    let utilization = utilization(report, &config.metric_names_for_computing_utilization);
+    let utilization = report.utilization(&config.metric_names_for_computing_utilization);
     let penalty = (report.eps / qps * config.error_utilization_penalty).max(0.0);
     let loaded = utilization + penalty;
     if loaded <= 0.0 || !loaded.is_finite() {
@@ -247,34 +247,6 @@ pub fn report_weight(report: &LoadReport, config: &CswrrConfig) -> Option<f64> {
     }
     let weight = qps / loaded;
     (weight.is_finite() && weight > 0.0).then_some(weight)
-}
-
-/// The maximum of the configured metrics that are > 0; else `application_utilization`
-/// if > 0; else `cpu_utilization`.
-pub fn utilization(report: &LoadReport, metric_names: &[String]) -> f64 {
-    let named = metric_names.iter().filter_map(|name| metric(report, name)).filter(|v| *v > 0.0).fold(0.0, f64::max);
-    if named > 0.0 {
-        named
-    } else if report.application_utilization > 0.0 {
-        report.application_utilization
-    } else {
-        report.cpu_utilization
-    }
-}
-
-fn metric(report: &LoadReport, name: &str) -> Option<f64> {
-    match name {
-        "application_utilization" => Some(report.application_utilization),
-        "cpu_utilization" => Some(report.cpu_utilization),
-        "mem_utilization" => Some(report.mem_utilization),
-        _ => {
-            if let Some(key) = name.strip_prefix("named_metrics.") {
-                report.named_metrics.get(key).copied()
-            } else {
-                name.strip_prefix("utilization.").and_then(|key| report.utilization.get(key).copied())
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! shared by `Arc`; each worker keeps a [`Picker`] with its own cursors and RNG, and notices
 //! a rebuilt balancer by a pointer comparison. Picking never locks.
 
+pub mod adaptive;
 pub mod balancer;
 pub mod bounded_load;
 pub mod cswrr;

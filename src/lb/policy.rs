@@ -12,7 +12,7 @@ use rand::rngs::SmallRng;
 
 use super::host::Host;
 use super::pick_context::PickContext;
-use super::{cswrr, least_request, maglev, peak_ewma, random, ring_hash, round_robin};
+use super::{adaptive, cswrr, least_request, maglev, peak_ewma, random, ring_hash, round_robin};
 use crate::config::cluster::LbPolicy;
 
 /// The shared part of a policy for one host set.
@@ -25,6 +25,7 @@ pub enum SharedPolicy {
     Maglev(maglev::Maglev),
     Cswrr(cswrr::Cswrr),
     PeakEwma(peak_ewma::PeakEwma),
+    Adaptive(adaptive::Adaptive),
 }
 
 /// A worker's cursor for one host set.
@@ -37,6 +38,7 @@ pub enum Cursor {
     Maglev,
     Cswrr(cswrr::Cursor),
     PeakEwma,
+    Adaptive,
 }
 
 impl SharedPolicy {
@@ -54,6 +56,7 @@ impl SharedPolicy {
             LbPolicy::Maglev(config) => Self::Maglev(maglev::Maglev::new(hosts, weights, config)),
             LbPolicy::ClientSideWeightedRoundRobin(config) => Self::Cswrr(cswrr::Cswrr::new(hosts, config, now)),
             LbPolicy::PeakEwma(config) => Self::PeakEwma(peak_ewma::PeakEwma::new(config)),
+            LbPolicy::Adaptive(config) => Self::Adaptive(adaptive::Adaptive::new(hosts, config)),
         }
     }
 
@@ -66,6 +69,7 @@ impl SharedPolicy {
             Self::Maglev(_) => Cursor::Maglev,
             Self::Cswrr(p) => Cursor::Cswrr(p.cursor(rng)),
             Self::PeakEwma(_) => Cursor::PeakEwma,
+            Self::Adaptive(_) => Cursor::Adaptive,
         }
     }
 
@@ -88,6 +92,7 @@ impl SharedPolicy {
             (Self::Maglev(p), _) => p.pick(hosts, rng, ctx),
             (Self::Cswrr(p), Cursor::Cswrr(c)) => p.pick(hosts, c),
             (Self::PeakEwma(p), _) => p.pick(hosts, rng, ctx),
+            (Self::Adaptive(p), _) => p.pick(hosts, rng, ctx),
             // A cursor of another policy: the host set was rebuilt under the worker; the
             // caller refreshes its cursors on the next generation. Pick at random meanwhile.
             _ => random::Random.pick(hosts, rng),

@@ -218,6 +218,7 @@ pub fn policy(cluster: &Cluster) -> &'static str {
         Some(LbPolicy::Maglev(_)) => "MAGLEV",
         Some(LbPolicy::ClientSideWeightedRoundRobin(_)) => "client_side_weighted_round_robin",
         Some(LbPolicy::PeakEwma(_)) => "peak_ewma",
+        Some(LbPolicy::Adaptive(_)) => "adaptive",
     }
 }
 

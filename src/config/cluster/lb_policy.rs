@@ -18,6 +18,8 @@ pub const MIN_WEIGHT_UPDATE_PERIOD: Duration = Duration::from_millis(100);
 /// The `load_balancing_policy` extension name that selects peak-EWMA (there is no Envoy
 /// `lb_policy` value for it).
 pub const PEAK_EWMA_POLICY_NAME: &str = "outrider.load_balancing_policies.peak_ewma";
+/// The `load_balancing_policy` extension name that selects Outrider's adaptive policy.
+pub const ADAPTIVE_POLICY_NAME: &str = "outrider.load_balancing_policies.adaptive";
 
 /// The balancing of one cluster.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +50,9 @@ pub enum LbPolicy {
     ClientSideWeightedRoundRobin(CswrrConfig),
     /// Power of two choices on latency × load (Linkerd's balancer), with an error penalty.
     PeakEwma(PeakEwmaConfig),
+    /// Outrider's own: P2C on the expected latency of the next request, from latency,
+    /// ORCA-reported capacity and errors together (`lb::adaptive`).
+    Adaptive(AdaptiveConfig),
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -199,6 +204,40 @@ impl Default for PeakEwmaConfig {
             decay: Duration::from_secs(10),
             error_penalty: Duration::from_millis(30),
             unmeasured_busy_cost: None,
+        }
+    }
+}
+
+/// The adaptive policy's constants. It has no settings a user must tune; these are its
+/// defaults, named so that the code and `docs/architecture.md` say the same.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdaptiveConfig {
+    /// The latency assumed for an endpoint with no sample yet (Linkerd's default).
+    pub default_rtt: Duration,
+    /// Latency added per recent error, scaled by the share of recent requests that failed
+    /// and doubled for each error in a row after the first.
+    pub error_penalty: Duration,
+    /// The most doublings consecutive errors add (2^6 = 64 times the penalty).
+    pub max_error_doublings: u32,
+    /// How long an endpoint that joins a cluster already serving is costed at its rival's
+    /// latency rather than its own, so that it gets requests to warm up on.
+    pub warmup: Duration,
+    /// Endpoints first seen within this of the cluster's first are its founders, not joiners.
+    pub founding_grace: Duration,
+    /// A load report's capacity is used for this long after it arrived (CSWRR's default
+    /// `weight_expiration_period`).
+    pub report_expiration: Duration,
+}
+
+impl Default for AdaptiveConfig {
+    fn default() -> Self {
+        Self {
+            default_rtt: Duration::from_millis(30),
+            error_penalty: Duration::from_millis(30),
+            max_error_doublings: 6,
+            warmup: Duration::from_secs(30),
+            founding_grace: Duration::from_secs(1),
+            report_expiration: Duration::from_secs(180),
         }
     }
 }

@@ -40,17 +40,17 @@ fn weight_is_qps_over_utilization_plus_error_penalty() {
 #[test]
 fn utilization_prefers_named_metrics_then_application_then_cpu() {
     let mut r = LoadReport { cpu_utilization: 0.3, ..Default::default() };
-    assert_eq!(utilization(&r, &[]), 0.3);
+    assert_eq!(r.utilization(&[]), 0.3);
     r.application_utilization = 0.6;
-    assert_eq!(utilization(&r, &[]), 0.6);
+    assert_eq!(r.utilization(&[]), 0.6);
     r.named_metrics.insert("queue".into(), 0.8);
     r.utilization.insert("disk".into(), 0.9);
     let names = ["named_metrics.queue".to_owned(), "utilization.disk".to_owned(), "named_metrics.absent".to_owned()];
-    assert_eq!(utilization(&r, &names), 0.9, "the maximum of the configured metrics");
+    assert_eq!(r.utilization(&names), 0.9, "the maximum of the configured metrics");
     r.utilization.insert("disk".into(), 0.0);
     r.named_metrics.insert("queue".into(), 0.0);
-    assert_eq!(utilization(&r, &names), 0.6, "configured metrics at 0 fall back to application utilization");
-    assert_eq!(utilization(&r, &["mem_utilization".to_owned()]), 0.6);
+    assert_eq!(r.utilization(&names), 0.6, "configured metrics at 0 fall back to application utilization");
+    assert_eq!(r.utilization(&["mem_utilization".to_owned()]), 0.6);
 }
 
 #[test]

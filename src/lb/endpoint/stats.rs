@@ -19,6 +19,10 @@ use crate::lb::load::{LoadReport, LoadSink};
 
 /// Linkerd's default decay for the peak-EWMA latency estimate.
 pub const RTT_DECAY: Duration = Duration::from_secs(10);
+/// Recent outcomes are decayed at most this often, not on every request: one `exp` per
+/// endpoint every 50 ms instead of one per response. Counts added in between decay from
+/// the next tick, an error of at most 0.5 % of the 10 s decay.
+const OUTCOME_TICK_NANOS: u64 = 50_000_000;
 
 /// A load report and when it arrived.
 #[derive(Debug, Clone)]
@@ -44,6 +48,12 @@ pub struct EndpointStats {
     /// Active health checking's verdicts (set on the control runtime).
     health: HealthFlags,
     load: ArcSwapOption<TimedReport>,
+    /// What the last load report says the endpoint can serve at full utilization,
+    /// `rps_fractional / utilization` (f64 bits, requests per second; 0 = unknown), and when
+    /// it arrived (nanoseconds since `epoch` plus one). The adaptive policy reads these two
+    /// words on every pick instead of the report itself.
+    capacity: AtomicU64,
+    capacity_received: AtomicU64,
     /// CSWRR's weight state, here so that blackout and expiry survive balancer rebuilds.
     weight: WeightState,
     written: Written,
@@ -63,9 +73,13 @@ struct Written {
     rtt_estimate: AtomicU64,
     /// When `rtt_estimate` was last updated, nanoseconds since `epoch`.
     rtt_updated: AtomicU64,
-    /// Decaying error penalty (f64 bits): +1 per error, halving every `RTT_DECAY`.
-    error_penalty: AtomicU64,
-    error_updated: AtomicU64,
+    /// Recent errors and successes (f64 bits): +1 per outcome, both decaying by e every
+    /// `RTT_DECAY`, decayed together when `outcomes_updated` ticks (`OUTCOME_TICK_NANOS`).
+    recent_errors: AtomicU64,
+    recent_successes: AtomicU64,
+    outcomes_updated: AtomicU64,
+    /// Errors since the last success.
+    consecutive_errors: AtomicU32,
     /// Outlier detection's consecutive-failure and success-rate counters.
     outlier: OutlierCounters,
 }
@@ -78,8 +92,10 @@ impl Written {
             errors: AtomicU64::new(0),
             rtt_estimate: AtomicU64::new(0),
             rtt_updated: AtomicU64::new(0),
-            error_penalty: AtomicU64::new(0),
-            error_updated: AtomicU64::new(0),
+            recent_errors: AtomicU64::new(0),
+            recent_successes: AtomicU64::new(0),
+            outcomes_updated: AtomicU64::new(0),
+            consecutive_errors: AtomicU32::new(0),
             outlier,
         }
     }
@@ -109,6 +125,8 @@ impl EndpointStats {
             ejected_until: AtomicU64::new(0),
             health: HealthFlags::default(),
             load: ArcSwapOption::empty(),
+            capacity: AtomicU64::new(0),
+            capacity_received: AtomicU64::new(0),
             weight: WeightState::default(),
             written: Written::new(outlier),
         }
@@ -163,15 +181,40 @@ impl EndpointStats {
 
     /// Records a finished request: its latency (to the first response byte) and outcome.
     pub fn record(&self, now: Instant, latency: Duration, success: bool) {
+        let written = &self.written;
         if success {
-            self.written.successes.fetch_add(1, Ordering::Relaxed);
+            written.successes.fetch_add(1, Ordering::Relaxed);
+            if written.consecutive_errors.load(Ordering::Relaxed) != 0 {
+                written.consecutive_errors.store(0, Ordering::Relaxed);
+            }
         } else {
-            self.written.errors.fetch_add(1, Ordering::Relaxed);
-            let penalty = self.error_penalty_at(now) + 1.0;
-            self.written.error_penalty.store(penalty.to_bits(), Ordering::Relaxed);
-            self.written.error_updated.store(self.nanos(now), Ordering::Relaxed);
+            written.errors.fetch_add(1, Ordering::Relaxed);
+            written.consecutive_errors.fetch_add(1, Ordering::Relaxed);
         }
+        self.count_outcome(now, success);
         self.observe_rtt(now, latency);
+    }
+
+    /// Adds one outcome to the recent counts, first decaying both if a tick has passed.
+    /// The worker that moves `outcomes_updated` forward decays; concurrent adds may lose a
+    /// count, which leaves the counts valid estimates.
+    fn count_outcome(&self, now: Instant, success: bool) {
+        let written = &self.written;
+        let at = self.nanos(now);
+        let updated = written.outcomes_updated.load(Ordering::Relaxed);
+        let elapsed = at.saturating_sub(updated);
+        if elapsed >= OUTCOME_TICK_NANOS
+            && written.outcomes_updated.compare_exchange(updated, at, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            let decay = (-(elapsed as f64) / RTT_DECAY.as_nanos() as f64).exp();
+            for count in [&written.recent_errors, &written.recent_successes] {
+                let decayed = f64::from_bits(count.load(Ordering::Relaxed)) * decay;
+                count.store(decayed.to_bits(), Ordering::Relaxed);
+            }
+        }
+        let count = if success { &written.recent_successes } else { &written.recent_errors };
+        let next = f64::from_bits(count.load(Ordering::Relaxed)) + 1.0;
+        count.store(next.to_bits(), Ordering::Relaxed);
     }
 
     /// Peak-EWMA: a slower sample replaces the estimate at once; faster samples pull it
@@ -205,12 +248,25 @@ impl EndpointStats {
 
     /// Recent errors, each counting 1 and decaying with `RTT_DECAY`.
     pub fn error_penalty_at(&self, now: Instant) -> f64 {
-        let penalty = f64::from_bits(self.written.error_penalty.load(Ordering::Relaxed));
-        if penalty == 0.0 {
+        let errors = f64::from_bits(self.written.recent_errors.load(Ordering::Relaxed));
+        if errors == 0.0 {
             return 0.0;
         }
-        let elapsed = self.nanos(now).saturating_sub(self.written.error_updated.load(Ordering::Relaxed)) as f64;
-        penalty * (-elapsed / RTT_DECAY.as_nanos() as f64).exp()
+        let elapsed = self.nanos(now).saturating_sub(self.written.outcomes_updated.load(Ordering::Relaxed)) as f64;
+        errors * (-elapsed / RTT_DECAY.as_nanos() as f64).exp()
+    }
+
+    /// The share of recent outcomes that were errors, 0 to 1 (0 before any outcome).
+    pub fn recent_error_fraction(&self) -> f64 {
+        let errors = f64::from_bits(self.written.recent_errors.load(Ordering::Relaxed));
+        let successes = f64::from_bits(self.written.recent_successes.load(Ordering::Relaxed));
+        let all = errors + successes;
+        if all > 0.0 { errors / all } else { 0.0 }
+    }
+
+    /// Errors since the last success.
+    pub fn consecutive_errors(&self) -> u32 {
+        self.written.consecutive_errors.load(Ordering::Relaxed)
     }
 
     /// The latest load report, if any.
@@ -220,7 +276,21 @@ impl EndpointStats {
 
     /// Stores a load report received at `now`.
     pub fn record_load(&self, report: LoadReport, now: Instant) {
+        if let Some(capacity) = report.capacity() {
+            self.capacity.store(capacity.to_bits(), Ordering::Relaxed);
+            self.capacity_received.store(self.nanos(now).saturating_add(1), Ordering::Relaxed);
+        }
         self.load.store(Some(Arc::new(TimedReport { report, received: now })));
+    }
+
+    /// Requests per second the endpoint could serve at full utilization, from a load report
+    /// received less than `max_age` before `now`; `None` when no report said.
+    pub fn capacity(&self, now: Instant, max_age: Duration) -> Option<f64> {
+        let received = self.capacity_received.load(Ordering::Relaxed);
+        if received == 0 || self.nanos(now).saturating_sub(received - 1) >= max_age.as_nanos() as u64 {
+            return None;
+        }
+        Some(f64::from_bits(self.capacity.load(Ordering::Relaxed)))
     }
 
     /// CSWRR's per-endpoint weight state (read and written by `cswrr` only).

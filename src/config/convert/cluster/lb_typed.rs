@@ -8,7 +8,9 @@
 use prost::{Message, Name};
 
 use super::lb_policy::{self as shared, Choice, CommonLb, ConsistentHashing};
-use crate::config::cluster::lb_policy::{MIN_WEIGHT_UPDATE_PERIOD, PEAK_EWMA_POLICY_NAME, PeakEwmaConfig};
+use crate::config::cluster::lb_policy::{
+    ADAPTIVE_POLICY_NAME, AdaptiveConfig, MIN_WEIGHT_UPDATE_PERIOD, PEAK_EWMA_POLICY_NAME, PeakEwmaConfig,
+};
 use crate::config::cluster::{
     CswrrConfig, LbPolicy, LeastRequestConfig, MaglevConfig, OobReportingConfig, RingHashConfig, RoundRobinConfig,
 };
@@ -52,6 +54,10 @@ pub(super) fn policy_list(
         if config.name == PEAK_EWMA_POLICY_NAME {
             let at = format!("{at}.typed_config");
             return peak_ewma(config.typed_config.as_ref()).at_field(&at);
+        }
+        if config.name == ADAPTIVE_POLICY_NAME {
+            let at = format!("{at}.typed_config");
+            return adaptive(config.typed_config.as_ref()).at_field(&at);
         }
         let Some(any) = config.typed_config else {
             warnings.ignored(at, format!("policy {:?} has no config Outrider knows; trying the next", config.name));
@@ -161,6 +167,17 @@ fn peak_ewma(typed_config: Option<&gpb::Any>) -> Result<Choice> {
         _ => PeakEwmaConfig::default(),
     };
     Ok(Choice::Policy(LbPolicy::PeakEwma(config), None))
+}
+
+/// Outrider's adaptive policy, chosen by extension name. It has no settings: its typed
+/// config may be absent or empty (an empty `google.protobuf.Struct` or `TypedStruct`), and
+/// anything in it is refused rather than ignored.
+fn adaptive(typed_config: Option<&gpb::Any>) -> Result<Choice> {
+    if let Some(any) = typed_config.filter(|any| !any.value.is_empty()) {
+        let kind = common::type_name(&any.type_url);
+        return Err(ConfigError::new("", format!("the adaptive policy has no settings; {kind} is not empty")));
+    }
+    Ok(Choice::Policy(LbPolicy::Adaptive(AdaptiveConfig::default()), None))
 }
 
 /// Envoy's contrib peak-EWMA policy (`envoy.load_balancing_policies.peak_ewma`), served by

@@ -1,0 +1,222 @@
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use rand::SeedableRng;
+
+use super::*;
+use crate::lb::{EndpointStats, InFlight};
+use crate::lb::load::LoadReport;
+use crate::lb::test_hosts::hosts;
+
+/// How a simulated backend answers.
+#[derive(Clone, Copy)]
+struct Backend {
+    latency: Duration,
+    /// Requests it serves at once; more wait in its queue.
+    slots: usize,
+    /// Fails every `fail_every`-th request (1: all of them) in no time.
+    fail_every: Option<u64>,
+    /// Reports its capacity (`slots / latency` requests per second) over ORCA.
+    reports: bool,
+    /// Its first `warmup` requests take 10 × `latency`.
+    warmup: u64,
+}
+
+impl Backend {
+    fn new(latency_ms: u64, slots: usize) -> Self {
+        Self { latency: Duration::from_millis(latency_ms), slots, fail_every: None, reports: true, warmup: 0 }
+    }
+}
+
+/// A deterministic run: `rate` requests per second for `seconds`, one millisecond a step,
+/// each backend a FIFO queue in front of its slots. Returns each backend's requests and
+/// errors, and the most requests it ever had in flight.
+struct Run {
+    requests: Vec<u64>,
+    errors: Vec<u64>,
+    max_in_flight: Vec<u32>,
+    /// Each backend's requests per second, second by second.
+    per_second: Vec<Vec<u64>>,
+}
+
+fn simulate(backends: &[Backend], joins: &[Duration], rate: u64, seconds: u64, seed: u64) -> Run {
+    let t0 = Instant::now();
+    let n = backends.len();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    // Each host's stats are made when it joins (the registry's first sight of it).
+    let all = hosts(n, t0);
+    let mut present: Vec<Arc<Host>> = Vec::new();
+    let mut lb = Adaptive::new(&present, &AdaptiveConfig::default());
+    // Requests in service: when each ends, how long it took, and its in-flight count.
+    let mut queues: Vec<VecDeque<(Instant, Duration, InFlight)>> = (0..n).map(|_| VecDeque::new()).collect();
+    let mut busy_until: Vec<Vec<Instant>> = backends.iter().map(|b| vec![t0; b.slots]).collect();
+    let mut run = Run {
+        requests: vec![0; n],
+        errors: vec![0; n],
+        max_in_flight: vec![0; n],
+        per_second: vec![vec![0; seconds as usize]; n],
+    };
+    let mut owed = 0.0;
+    for ms in 0..seconds * 1000 {
+        let now = t0 + Duration::from_millis(ms);
+        let mut joined = false;
+        for (i, join) in joins.iter().enumerate() {
+            if t0 + *join == now {
+                let host = Host { stats: Arc::new(EndpointStats::new(now)), ..(*all[i]).clone() };
+                present.push(Arc::new(host));
+                joined = true;
+            }
+        }
+        if joined {
+            lb = Adaptive::new(&present, &AdaptiveConfig::default());
+        }
+        for queue in &mut queues {
+            while queue.front().is_some_and(|(done, _, _)| *done <= now) {
+                if let Some((done, latency, in_flight)) = queue.pop_front() {
+                    in_flight.stats().record(done, latency, true);
+                }
+            }
+        }
+        owed += rate as f64 / 1000.0;
+        while owed >= 1.0 {
+            owed -= 1.0;
+            let Some(picked) = lb.pick(&present, &mut rng, &PickContext::at(now)) else { continue };
+            let host = &present[picked];
+            let i = all.iter().position(|h| h.endpoint == host.endpoint).unwrap_or(0);
+            let backend = backends[i];
+            run.requests[i] += 1;
+            run.per_second[i][(ms / 1000) as usize] += 1;
+            let in_flight = host.stats.start();
+            run.max_in_flight[i] = run.max_in_flight[i].max(host.stats.in_flight());
+            if backend.fail_every.is_some_and(|every| run.requests[i] % every == 0) {
+                run.errors[i] += 1;
+                host.stats.record(now, Duration::from_micros(500), false);
+                continue;
+            }
+            let service =
+                if run.requests[i] <= backend.warmup { backend.latency * 10 } else { backend.latency };
+            // The slot that frees first takes it.
+            let slot = busy_until[i].iter_mut().min().map(|free| {
+                let start = (*free).max(now);
+                *free = start + service;
+                *free
+            });
+            let done = slot.unwrap_or(now + service);
+            if backend.reports {
+                let capacity = backend.slots as f64 / backend.latency.as_secs_f64();
+                let report = LoadReport { rps_fractional: capacity / 2.0, application_utilization: 0.5, ..Default::default() };
+                host.stats.record_load(report, now);
+            }
+            queues[i].push_back((done, done - now, in_flight));
+            queues[i].make_contiguous().sort_by_key(|(done, _, _)| *done);
+        }
+    }
+    run
+}
+
+fn share(run: &Run, i: usize) -> f64 {
+    100.0 * run.requests[i] as f64 / run.requests.iter().sum::<u64>().max(1) as f64
+}
+
+#[test]
+fn without_reports_the_cost_is_linkerds_latency_times_load() {
+    let now = Instant::now();
+    let hosts = hosts(2, now);
+    let lb = Adaptive::new(&hosts, &AdaptiveConfig::default());
+    assert_eq!(lb.cost(&hosts[0], now).total(), 30e6, "the default RTT before a sample");
+    let _a = hosts[0].stats.start();
+    let _b = hosts[0].stats.start();
+    assert_eq!(lb.cost(&hosts[0], now).total(), 90e6, "30 ms × (2 in flight + 1)");
+}
+
+#[test]
+fn a_reported_capacity_charges_in_flight_requests_at_that_rate() {
+    let now = Instant::now();
+    let hosts = hosts(1, now);
+    let lb = Adaptive::new(&hosts, &AdaptiveConfig::default());
+    hosts[0].stats.record(now, Duration::from_millis(10), true);
+    let report = LoadReport { rps_fractional: 100.0, application_utilization: 0.25, ..Default::default() };
+    hosts[0].stats.record_load(report, now);
+    let _a = hosts[0].stats.start();
+    let cost = lb.cost(&hosts[0], now);
+    assert!((cost.latency - 10e6).abs() < 1.0, "{cost:?}");
+    assert!((cost.queue - 2.5e6).abs() < 1.0, "one request at 400/s: 2.5 ms, {cost:?}");
+    let later = now + Duration::from_secs(181);
+    assert!((lb.cost(&hosts[0], later).queue - lb.cost(&hosts[0], later).latency).abs() < 1.0, "expired");
+}
+
+#[test]
+fn a_50x_slower_backend_gets_only_the_first_requests() {
+    // The lab's S1: 5 ms and 55 ms backends, each serving 100 at once, 50 clients' worth.
+    let backends = [Backend::new(5, 100), Backend::new(55, 100)];
+    let run = simulate(&backends, &[Duration::ZERO; 2], 8000, 20, 1);
+    let slow = run.requests[1];
+    assert!(slow < 50, "the slow one got {slow} of {} requests", run.requests.iter().sum::<u64>());
+}
+
+#[test]
+fn without_reports_it_still_sends_a_slower_backend_little() {
+    let mut fast = Backend::new(5, 100);
+    let mut slow = Backend::new(55, 100);
+    (fast.reports, slow.reports) = (false, false);
+    let run = simulate(&[fast, slow], &[Duration::ZERO; 2], 2000, 10, 2);
+    assert!(share(&run, 1) < 5.0, "slow share {:.1} %", share(&run, 1));
+}
+
+#[test]
+fn backends_of_one_speed_fill_in_proportion_to_their_capacity() {
+    // The lab's S5: 2, 4 and 8 slots at 10 ms, 700 requests/s.
+    let backends = [Backend::new(10, 2), Backend::new(10, 4), Backend::new(10, 8)];
+    let run = simulate(&backends, &[Duration::ZERO; 3], 700, 20, 3);
+    for (i, target) in [(0, 100.0 / 7.0), (1, 200.0 / 7.0), (2, 400.0 / 7.0)] {
+        assert!((share(&run, i) - target).abs() < 1.0, "backend {i}: {:.1} % for {target:.1} %", share(&run, i));
+    }
+    // Never more in flight than slots for long: the small one's queue stays short.
+    assert!(run.max_in_flight[0] <= 4, "{:?}", run.max_in_flight);
+}
+
+#[test]
+fn a_black_hole_is_tried_a_few_times_then_backed_off() {
+    // The lab's S3: four 20 ms backends and one failing at once, 500 requests/s for 25 s.
+    let mut hole = Backend::new(20, 20);
+    hole.fail_every = Some(1);
+    let backends = [Backend::new(20, 20), Backend::new(20, 20), Backend::new(20, 20), Backend::new(20, 20), hole];
+    for seed in 0..5 {
+        let run = simulate(&backends, &[Duration::ZERO; 5], 500, 25, seed);
+        assert!(run.errors[4] <= 3, "seed {seed}: {} errors", run.errors[4]);
+    }
+}
+
+#[test]
+fn a_backend_failing_one_request_in_a_hundred_keeps_its_share() {
+    let mut flaky = Backend::new(20, 20);
+    flaky.fail_every = Some(100);
+    let backends = [Backend::new(20, 20), Backend::new(20, 20), flaky];
+    let run = simulate(&backends, &[Duration::ZERO; 3], 500, 20, 4);
+    assert!(share(&run, 2) > 25.0, "flaky share {:.1} %", share(&run, 2));
+}
+
+#[test]
+fn a_cold_backend_that_joins_warms_up_without_a_queue() {
+    // The lab's S4: four warm 10 ms backends of 4 slots carry 600 requests/s; at 10 s a
+    // fifth joins whose first 200 requests take 100 ms.
+    let mut cold = Backend::new(10, 4);
+    cold.warmup = 200;
+    let backends = [Backend::new(10, 4), Backend::new(10, 4), Backend::new(10, 4), Backend::new(10, 4), cold];
+    let joins = [Duration::ZERO, Duration::ZERO, Duration::ZERO, Duration::ZERO, Duration::from_secs(10)];
+    let run = simulate(&backends, &joins, 600, 30, 5);
+    let after_join: u64 = run.per_second[4][10..20].iter().sum();
+    assert!(after_join >= 150, "the cold one served {after_join} requests in the 10 s after it joined");
+    assert!(run.max_in_flight[4] <= 4, "never queued beyond its slots: {:?}", run.max_in_flight);
+}
+
+#[test]
+fn a_slow_backend_there_from_the_start_does_not_warm_up() {
+    let backends = [Backend::new(5, 100), Backend::new(55, 100)];
+    let now = Instant::now();
+    let all = hosts(2, now);
+    let lb = Adaptive::new(&all, &AdaptiveConfig::default());
+    assert!(!lb.cost(&all[1], now + Duration::from_secs(5)).warming, "founders do not warm up");
+    let run = simulate(&backends, &[Duration::ZERO, Duration::from_millis(500)], 2000, 5, 6);
+    assert!(run.requests[1] < 20, "joined within the founding grace: {} requests", run.requests[1]);
+}
