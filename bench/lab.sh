@@ -13,7 +13,7 @@
 #   bench/lab.sh S3 --http2        HTTP/2 from the load generator to the backends, reported
 #                                  as S3-h2 beside the HTTP/1.1 section
 #   bench/lab.sh S3 --grpc         gRPC unary calls (ghz, built with go install), as S3-grpc
-#   bench/lab.sh S5 --policies adaptive,cswrr   a trial of some policies: printed, not recorded
+#   bench/lab.sh S5 --policies adaptive,cswrr   only some of the scenario's policies
 #
 # Installs what it needs: Envoy (bench/install-envoy.sh), oha (cargo install), ghz for --grpc
 # (go install), matplotlib and PyYAML in bench/.venv, nginx, wrk and h2load (apt, for S0, S6).

@@ -124,9 +124,6 @@ def run_scenario(path, tools, quick, repeat, keep, protocol=None, only=None):
                 print(f"{result['throughput']:7.0f} req/s  p99 {lat['p99']:8.2f} ms  errors {result['error_rate']:6.2f} %  "
                       + " ".join(f"{n}={s:.1f}" for n, s in result["shares"].items()), flush=True)
                 runs[policy][proxy].append(result)
-    if only:
-        # A trial of some policies: printed above, not written into RESULTS.md.
-        return None
     # The machine is shared: of each (policy, proxy)'s runs, the one with the lowest p99
     # is reported (the same rule for both proxies); every run's p99 is listed beside it.
     results = {}
@@ -159,7 +156,7 @@ def run_scenario(path, tools, quick, repeat, keep, protocol=None, only=None):
             f"{notes}\n{report.table(scenario, results)}\n\n{report.targets(scenario, results)}\n\n"
             f"![{sid} shares](charts/{sid}-shares.png)\n![{sid} latency](charts/{sid}-latency.png)\n"
             f"![{sid} errors](charts/{sid}-errors.png)")
-    flags = (" --quick" if quick else "") + (f" --runs {repeat}" if repeat > 1 else "") + (f" --{protocol}" if protocol else "")
+    flags = (f" --policies {','.join(scenario['policies'])}" if only else "") + (" --quick" if quick else "") + (f" --runs {repeat}" if repeat > 1 else "") + (f" --{protocol}" if protocol else "")
     return write_section(scenario, body, started, flags)
 
 
@@ -188,7 +185,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="halve every run's duration and scripted times")
     parser.add_argument("--runs", type=int, default=1, help="runs of each proxy and policy; the lowest p99 is reported")
     parser.add_argument("--keep", action="store_true", help="reuse runs already measured under bench/out/")
-    parser.add_argument("--policies", help="a trial: only these policies (comma-separated), printed, RESULTS.md left alone")
+    parser.add_argument("--policies", help="only these of the scenario's policies (comma-separated); the section says which ran")
     protocol = parser.add_mutually_exclusive_group()
     protocol.add_argument("--http2", action="store_const", const="http2", dest="protocol",
                           help="HTTP/2 (prior knowledge) from the load generator through the proxy to the backends; "

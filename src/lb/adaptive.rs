@@ -6,15 +6,16 @@
 //!
 //! - `latency`: the endpoint's peak-EWMA round trip (`EndpointStats`, shared with the
 //!   peak-EWMA policy), `default_rtt` before the first sample.
-//! - `in_flight / capacity`: how long the requests already sent there take to drain.
-//!   `capacity` is what the endpoint's last ORCA report says it serves at full
-//!   utilization (`rps_fractional / utilization`). Without a report the endpoint is taken
-//!   for one that serves a request at a time, `capacity = 1 / latency`, and the cost is
-//!   Linkerd's `latency × (in_flight + 1)`. With one, an endpoint with free capacity is not
-//!   charged for requests it serves in parallel: peak-EWMA alone sends a 50 ms backend a
-//!   share whenever the 5 ms one has enough requests in flight, though those requests wait
-//!   for nothing; and endpoints of one speed fill in proportion to their capacity, which is
-//!   CSWRR's split, without CSWRR's blackout or its round-robin weight during it.
+//! - `queue`: the load already there. With an ORCA report it is `(in_flight + 1) /
+//!   capacity`, the time the endpoint needs for what it has in flight and this request at
+//!   the rate it says it serves at full utilization (`rps_fractional / utilization`).
+//!   Without one the endpoint is taken for one that serves a request at a time: `in_flight
+//!   × latency`, which makes the cost Linkerd's `latency × (in_flight + 1)`. With a report,
+//!   an endpoint with spare capacity is not charged a whole round trip per request it
+//!   serves in parallel: peak-EWMA alone sends a 50 ms backend a share whenever the 5 ms
+//!   one has enough requests in flight, though they wait for nothing there; and endpoints
+//!   of one speed fill in proportion to their capacities, CSWRR's split, without CSWRR's
+//!   blackout or its round robin until the weights come.
 //! - `error_penalty`: `error_penalty × error fraction × min(recent errors, 1) × 2^(errors in
 //!   a row − 1)`: a failure costs the caller about one more round trip (30 ms), weighed by
 //!   how likely it is. The error fraction is of recent outcomes (decaying by e every 10 s),
@@ -25,13 +26,12 @@
 //!   after its first error, the one after that about 15 s later.
 //!
 //! One more rule, for an endpoint that joins a cluster already serving (first seen more
-//! than `founding_grace` after the cluster's first endpoint) during its first `warmup`: its
-//! latency is taken as its rival's when its own is higher. A cold endpoint answers slowly
-//! until it has served its first requests (JIT, caches, connection pools); charged at its
-//! own latency it would never get them, which is how peak-EWMA leaves a scale-up unused.
-//! Its in-flight term still counts at its own speed (or its reported capacity), so it gets
-//! about as many requests as it can serve at once, not a rival's share. Errors are not
-//! forgiven during warm-up.
+//! than `founding_grace` after the cluster's first endpoint): during its first `warmup` it
+//! gets the next request whenever it has none in flight and no recent error. A cold
+//! endpoint answers slowly until it has served its first requests (JIT, caches, connection
+//! pools); costed at its own latency it would never get them, which is how peak-EWMA leaves
+//! a scale-up unused. One request at a time warms it without a queue; it gets more as soon
+//! as its cost is lower than the others', which it is when they are loaded.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -44,9 +44,9 @@ use super::pick_context::PickContext;
 use crate::config::cluster::lb_policy::AdaptiveConfig;
 
 /// Up to this many endpoints every pick compares them all; above it, two drawn at random.
-/// With few endpoints P2C's sampling shows: among 2, 4 and 8 slots it gives the largest
-/// about 52 % where its capacity is 57 %, and a scan of 8 costs less than a connection
-/// look-up. With many, comparing all would send every worker to the same endpoint.
+/// With few endpoints P2C's sampling shows (with 3, a third of the picks cannot choose the
+/// largest), and a scan of 8 costs less than a connection look-up. With many, comparing
+/// all would send every worker to the same endpoint.
 const FULL_SCAN_HOSTS: usize = 8;
 
 #[derive(Debug)]
@@ -63,19 +63,14 @@ pub struct Cost {
     pub latency: f64,
     pub queue: f64,
     pub penalty: f64,
-    /// Joined a serving cluster less than `warmup` ago.
-    pub warming: bool,
+    /// Joined a serving cluster less than `warmup` ago, and has no request in flight and
+    /// no recent error: it gets the next request.
+    pub idle_warming: bool,
 }
 
 impl Cost {
     pub fn total(&self) -> f64 {
-        self.latency + self.queue + self.penalty
-    }
-
-    /// The cost against `rival`: a warming endpoint's latency is its rival's when lower.
-    fn against(&self, rival: &Cost) -> f64 {
-        let latency = if self.warming && !rival.warming { self.latency.min(rival.latency) } else { self.latency };
-        latency + self.queue + self.penalty
+        if self.idle_warming { 0.0 } else { self.latency + self.queue + self.penalty }
     }
 }
 
@@ -98,29 +93,18 @@ impl Adaptive {
         if second >= first {
             second += 1;
         }
-        let a = self.cost(&hosts[first], ctx.now);
-        let b = self.cost(&hosts[second], ctx.now);
         // Ties go to the first drawn, which is random.
-        Some(if b.against(&a) < a.against(&b) { second } else { first })
+        let cost = |i: usize| self.cost(&hosts[i], ctx.now).total();
+        Some(if cost(second) < cost(first) { second } else { first })
     }
 
     /// The cheapest of all `hosts`, looking from `start` on so that ties go to a random one.
-    /// A warming endpoint is compared at the cheapest latency among the others.
     fn cheapest(&self, hosts: &[Arc<Host>], start: usize, now: Instant) -> usize {
-        let none = Cost { latency: 0.0, queue: 0.0, penalty: 0.0, warming: false };
-        let mut costs = [(0, none); FULL_SCAN_HOSTS];
-        for (k, slot) in costs.iter_mut().take(hosts.len()).enumerate() {
-            let i = (start + k) % hosts.len();
-            *slot = (i, self.cost(&hosts[i], now));
-        }
-        let costs = &costs[..hosts.len().min(FULL_SCAN_HOSTS)];
-        let fastest =
-            costs.iter().filter(|(_, c)| !c.warming).map(|(_, c)| c).min_by(|a, b| a.latency.total_cmp(&b.latency));
         let mut best = (start, f64::INFINITY);
-        for (i, cost) in costs {
-            let total = fastest.map_or_else(|| cost.total(), |rival| cost.against(rival));
-            if total < best.1 {
-                best = (*i, total);
+        for i in (0..hosts.len()).map(|k| (start + k) % hosts.len()) {
+            let cost = self.cost(&hosts[i], now).total();
+            if cost < best.1 {
+                best = (i, cost);
             }
         }
         best.0
@@ -133,7 +117,7 @@ impl Adaptive {
         let latency = stats.rtt_estimate(now).unwrap_or(config.default_rtt).as_nanos() as f64;
         let in_flight = f64::from(stats.in_flight());
         let queue = match stats.capacity(now, config.report_expiration) {
-            Some(per_second) => in_flight * 1e9 / per_second,
+            Some(per_second) => (in_flight + 1.0) * 1e9 / per_second,
             None => in_flight * latency,
         };
         let recent_errors = stats.error_penalty_at(now);
@@ -152,7 +136,8 @@ impl Adaptive {
             seen.saturating_duration_since(founded) > config.founding_grace
                 && now.saturating_duration_since(seen) < config.warmup
         });
-        Cost { latency, queue, penalty, warming }
+        let idle = warming && in_flight == 0.0 && penalty == 0.0;
+        Cost { latency, queue, penalty, idle_warming: idle }
     }
 }
 

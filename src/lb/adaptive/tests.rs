@@ -140,7 +140,7 @@ fn a_reported_capacity_charges_in_flight_requests_at_that_rate() {
     let _a = hosts[0].stats.start();
     let cost = lb.cost(&hosts[0], now);
     assert!((cost.latency - 10e6).abs() < 1.0, "{cost:?}");
-    assert!((cost.queue - 2.5e6).abs() < 1.0, "one request at 400/s: 2.5 ms, {cost:?}");
+    assert!((cost.queue - 5e6).abs() < 1.0, "one in flight and this one at 400/s: 5 ms, {cost:?}");
     let later = now + Duration::from_secs(181);
     assert!((lb.cost(&hosts[0], later).queue - lb.cost(&hosts[0], later).latency).abs() < 1.0, "expired");
 }
@@ -206,7 +206,7 @@ fn a_cold_backend_that_joins_warms_up_without_a_queue() {
     let joins = [Duration::ZERO, Duration::ZERO, Duration::ZERO, Duration::ZERO, Duration::from_secs(10)];
     let run = simulate(&backends, &joins, 600, 30, 5);
     let after_join: u64 = run.per_second[4][10..20].iter().sum();
-    assert!(after_join >= 150, "the cold one served {after_join} requests in the 10 s after it joined");
+    assert!(after_join >= 80, "the cold one served {after_join} requests in the 10 s after it joined");
     assert!(run.max_in_flight[4] <= 4, "never queued beyond its slots: {:?}", run.max_in_flight);
 }
 
@@ -216,7 +216,7 @@ fn a_slow_backend_there_from_the_start_does_not_warm_up() {
     let now = Instant::now();
     let all = hosts(2, now);
     let lb = Adaptive::new(&all, &AdaptiveConfig::default());
-    assert!(!lb.cost(&all[1], now + Duration::from_secs(5)).warming, "founders do not warm up");
+    assert!(!lb.cost(&all[1], now + Duration::from_secs(5)).idle_warming, "founders do not warm up");
     let run = simulate(&backends, &[Duration::ZERO, Duration::from_millis(500)], 2000, 5, 6);
     assert!(run.requests[1] < 20, "joined within the founding grace: {} requests", run.requests[1]);
 }

@@ -239,6 +239,31 @@ fn peak_ewma_is_chosen_by_extension_name() {
     assert_eq!(lb.unwrap().policy, LbPolicy::PeakEwma(expected));
 }
 
+#[test]
+fn the_adaptive_policy_is_chosen_by_extension_name_and_has_no_settings() {
+    use crate::config::cluster::lb_policy::{ADAPTIVE_POLICY_NAME, AdaptiveConfig};
+    let entry = |typed_config: Option<Value>| {
+        let mut extension = json!({"name": ADAPTIVE_POLICY_NAME});
+        if let Some(config) = typed_config {
+            extension["typed_config"] = config;
+        }
+        json!({"load_balancing_policy": {"policies": [
+            {"typed_extension_config": extension},
+            {"typed_extension_config": {"name": "envoy.load_balancing_policies.round_robin",
+                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin"}}}
+        ]}})
+    };
+    for config in [None, Some(json!({"@type": "type.googleapis.com/google.protobuf.Struct", "value": {}}))] {
+        let (lb, warnings) = convert(entry(config)).unwrap();
+        assert_eq!(lb.unwrap().policy, LbPolicy::Adaptive(AdaptiveConfig::default()));
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+    // A setting it would not read is refused, with its path, not skipped for the next policy.
+    let settings = json!({"@type": "type.googleapis.com/google.protobuf.Struct", "value": {"warmup": "5s"}});
+    let error = convert(entry(Some(settings))).unwrap_err();
+    assert_eq!(error.path(), "load_balancing_policy.policies[0].typed_extension_config.typed_config", "{error:?}");
+}
+
 const ENVOY_PEAK_EWMA: &str = "type.googleapis.com/envoy.extensions.load_balancing_policies.peak_ewma.v3alpha.PeakEwma";
 
 /// A configuration written for an Envoy contrib build: Envoy's name and type select
