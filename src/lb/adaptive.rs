@@ -4,18 +4,26 @@
 //!
 //! `cost = latency + in_flight / capacity + error_penalty`
 //!
-//! - `latency`: the endpoint's peak-EWMA round trip (`EndpointStats`, shared with the
-//!   peak-EWMA policy), `default_rtt` before the first sample.
-//! - `queue`: the load already there. With an ORCA report it is `(in_flight + 1) /
-//!   capacity`, the time the endpoint needs for what it has in flight and this request at
-//!   the rate it says it serves at full utilization (`rps_fractional / utilization`).
-//!   Without one the endpoint is taken for one that serves a request at a time: `in_flight
-//!   × latency`, which makes the cost Linkerd's `latency × (in_flight + 1)`. With a report,
-//!   an endpoint with spare capacity is not charged a whole round trip per request it
-//!   serves in parallel: peak-EWMA alone sends a 50 ms backend a share whenever the 5 ms
-//!   one has enough requests in flight, though they wait for nothing there; and endpoints
-//!   of one speed fill in proportion to their capacities, CSWRR's split, without CSWRR's
-//!   blackout or its round robin until the weights come.
+//! - `latency`: the endpoint's mean round trip over about the last second (an EWMA kept in
+//!   `EndpointStats`), `default_rtt` before the first sample. A mean, not peak-EWMA's
+//!   peak: the queue term below sees a stall the moment requests pile up, and a peak's
+//!   memory of one slow response would swing the split between equal endpoints for
+//!   seconds. Like the peak, it decays towards zero while the endpoint gets no requests,
+//!   so an endpoint left alone is tried again.
+//! - `queue`: the load already there. With an ORCA report it is `(in_flight + ½) /
+//!   capacity`, where `capacity` is what the endpoint says it serves at full utilization
+//!   (`rps_fractional / utilization`): picking the lowest of these apportions requests the
+//!   way Sainte-Laguë's divisors apportion seats, in proportion to capacity without bias
+//!   between large and small endpoints. `+ 1`, D'Hondt's divisor, favours the large: the
+//!   lab's 2-slot endpoint beside 4- and 8-slot ones got 11 % where its capacity is 14 %;
+//!   `+ 0` favours the small (20 %); `+ ½` gave it 12–13 % (`bench/RESULTS.md`, S5).
+//!   Without a report the endpoint is taken for one that serves a request at a time:
+//!   `in_flight × latency`, which makes the cost Linkerd's `latency × (in_flight + 1)`.
+//!   With a report, an endpoint with spare capacity is not charged a whole round trip per
+//!   request it serves in parallel: peak-EWMA alone sends a 50 ms backend a share whenever
+//!   the 5 ms one has enough requests in flight, though they wait for nothing there; and
+//!   endpoints of one speed fill in proportion to their capacities, CSWRR's split, without
+//!   CSWRR's blackout or its round robin until the weights come.
 //! - `error_penalty`: `error_penalty × error fraction × min(recent errors, 1) × 2^(errors in
 //!   a row − 1)`: a failure costs the caller about one more round trip (30 ms), weighed by
 //!   how likely it is. The error fraction is of recent outcomes (decaying by e every 10 s),
@@ -48,6 +56,9 @@ use crate::config::cluster::lb_policy::AdaptiveConfig;
 /// largest), and a scan of 8 costs less than a connection look-up. With many, comparing
 /// all would send every worker to the same endpoint.
 const FULL_SCAN_HOSTS: usize = 8;
+
+/// What an endpoint's queue term counts the request being placed as (see the module doc).
+const SAINTE_LAGUE: f64 = 0.5;
 
 #[derive(Debug)]
 pub struct Adaptive {
@@ -114,10 +125,10 @@ impl Adaptive {
     pub fn cost(&self, host: &Host, now: Instant) -> Cost {
         let stats = &host.stats;
         let config = &self.config;
-        let latency = stats.rtt_estimate(now).unwrap_or(config.default_rtt).as_nanos() as f64;
+        let latency = stats.rtt_mean(now).unwrap_or(config.default_rtt).as_nanos() as f64;
         let in_flight = f64::from(stats.in_flight());
         let queue = match stats.capacity(now, config.report_expiration) {
-            Some(per_second) => (in_flight + 1.0) * 1e9 / per_second,
+            Some(per_second) => (in_flight + SAINTE_LAGUE) * 1e9 / per_second,
             None => in_flight * latency,
         };
         let recent_errors = stats.error_penalty_at(now);

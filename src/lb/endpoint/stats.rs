@@ -19,6 +19,9 @@ use crate::lb::load::{LoadReport, LoadSink};
 
 /// Linkerd's default decay for the peak-EWMA latency estimate.
 pub const RTT_DECAY: Duration = Duration::from_secs(10);
+/// The mean round trip's decay: each sample weighs `1 − e^(−elapsed/1 s)`, so the mean is
+/// of about the last second's responses.
+const RTT_MEAN_DECAYS_PER_RTT_DECAY: i32 = 10;
 /// Recent outcomes are decayed at most this often, not on every request: one `exp` per
 /// endpoint every 50 ms instead of one per response. Counts added in between decay from
 /// the next tick, an error of at most 0.5 % of the 10 s decay.
@@ -71,7 +74,10 @@ struct Written {
     errors: AtomicU64,
     /// Peak-EWMA round-trip estimate, f64 nanoseconds as bits; 0 = no sample yet.
     rtt_estimate: AtomicU64,
-    /// When `rtt_estimate` was last updated, nanoseconds since `epoch`.
+    /// Mean round trip (f64 nanoseconds as bits), an EWMA over `RTT_MEAN_DECAY`; 0 = no
+    /// sample yet.
+    rtt_mean: AtomicU64,
+    /// When `rtt_estimate` and `rtt_mean` were last updated, nanoseconds since `epoch`.
     rtt_updated: AtomicU64,
     /// Recent errors and successes (f64 bits): +1 per outcome, both decaying by e every
     /// `RTT_DECAY`, decayed together when `outcomes_updated` ticks (`OUTCOME_TICK_NANOS`).
@@ -91,6 +97,7 @@ impl Written {
             successes: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             rtt_estimate: AtomicU64::new(0),
+            rtt_mean: AtomicU64::new(0),
             rtt_updated: AtomicU64::new(0),
             recent_errors: AtomicU64::new(0),
             recent_successes: AtomicU64::new(0),
@@ -218,20 +225,28 @@ impl EndpointStats {
     }
 
     /// Peak-EWMA: a slower sample replaces the estimate at once; faster samples pull it
-    /// down with weight `1 − e^(−elapsed/decay)`. Concurrent updates from two workers may
-    /// lose one sample; the estimate stays a valid estimate, which is all P2C needs.
+    /// down with weight `1 − e^(−elapsed/decay)`. The mean moves towards every sample with
+    /// weight `1 − e^(−elapsed/(decay/10))`. Concurrent updates from two workers may lose
+    /// one sample; the estimates stay valid estimates, which is all the balancers need.
     fn observe_rtt(&self, now: Instant, sample: Duration) {
+        let written = &self.written;
         let sample = sample.as_nanos() as f64;
-        let estimate = f64::from_bits(self.written.rtt_estimate.load(Ordering::Relaxed));
-        let next = if estimate == 0.0 || sample > estimate {
+        let at = self.nanos(now);
+        let elapsed = at.saturating_sub(written.rtt_updated.load(Ordering::Relaxed)) as f64;
+        let decay = (-elapsed / RTT_DECAY.as_nanos() as f64).exp();
+        let estimate = f64::from_bits(written.rtt_estimate.load(Ordering::Relaxed));
+        let peak =
+            if estimate == 0.0 || sample > estimate { sample } else { estimate * decay + sample * (1.0 - decay) };
+        let mean = f64::from_bits(written.rtt_mean.load(Ordering::Relaxed));
+        let mean = if mean == 0.0 {
             sample
         } else {
-            let elapsed = self.nanos(now).saturating_sub(self.written.rtt_updated.load(Ordering::Relaxed)) as f64;
-            let decay = (-elapsed / RTT_DECAY.as_nanos() as f64).exp();
-            estimate * decay + sample * (1.0 - decay)
+            let weight = decay.powi(RTT_MEAN_DECAYS_PER_RTT_DECAY);
+            mean * weight + sample * (1.0 - weight)
         };
-        self.written.rtt_estimate.store(next.to_bits(), Ordering::Relaxed);
-        self.written.rtt_updated.store(self.nanos(now), Ordering::Relaxed);
+        written.rtt_estimate.store(peak.to_bits(), Ordering::Relaxed);
+        written.rtt_mean.store(mean.to_bits(), Ordering::Relaxed);
+        written.rtt_updated.store(at, Ordering::Relaxed);
     }
 
     /// The RTT estimate at `now`, decayed towards zero since the last sample (an idle
@@ -243,6 +258,19 @@ impl EndpointStats {
         }
         let elapsed = self.nanos(now).saturating_sub(self.written.rtt_updated.load(Ordering::Relaxed)) as f64;
         let decayed = estimate * (-elapsed / RTT_DECAY.as_nanos() as f64).exp();
+        Some(Duration::from_nanos(decayed as u64))
+    }
+
+    /// The mean round trip of about the last second's responses at `now`, decayed towards
+    /// zero since the last one as the peak estimate is (an idle endpoint is tried again);
+    /// `None` before the first sample.
+    pub fn rtt_mean(&self, now: Instant) -> Option<Duration> {
+        let mean = f64::from_bits(self.written.rtt_mean.load(Ordering::Relaxed));
+        if mean == 0.0 {
+            return None;
+        }
+        let elapsed = self.nanos(now).saturating_sub(self.written.rtt_updated.load(Ordering::Relaxed)) as f64;
+        let decayed = mean * (-elapsed / RTT_DECAY.as_nanos() as f64).exp();
         Some(Duration::from_nanos(decayed as u64))
     }
 
