@@ -88,7 +88,7 @@ fn simulate(backends: &[Backend], joins: &[Duration], rate: u64, seconds: u64, s
             run.per_second[i][(ms / 1000) as usize] += 1;
             let in_flight = host.stats.start();
             run.max_in_flight[i] = run.max_in_flight[i].max(host.stats.in_flight());
-            if backend.fail_every.is_some_and(|every| run.requests[i] % every == 0) {
+            if backend.fail_every.is_some_and(|every| run.requests[i].is_multiple_of(every)) {
                 run.errors[i] += 1;
                 host.stats.record(now, Duration::from_micros(500), false);
                 continue;
