@@ -1,0 +1,103 @@
+"""Each scenario's key figure, run by run, for every proxy × policy measured under
+bench/out/ (HTTP/1.1 runs), and whether Outrider's adaptive policy beat the best of all the
+others in every run (its worst run against each one's best): `bench/.venv/bin/python bench/lab/key_figures.py`.
+
+Key figures (what the adaptive policy is judged on):
+  S1: throughput (higher is better) and p99.9 (lower)
+  S2: p99 in the stall window (lower; the target is under 100 ms)
+  S3: error rate (lower)
+  S4: p99 in the 10 s after the new backend joins (lower), with the new backend's share of
+      those 10 s beside it: a policy that leaves it unused is not counted as beating one
+      that uses it
+  S5: p99 (lower) and seconds to converge on the capacity split (lower; never counts last)
+"""
+
+import glob
+import json
+import os
+import statistics
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(os.path.dirname(HERE), "out")
+
+SCENARIOS = {
+    "S1": "s1-uneven-speed",
+    "S2": "s2-pause",
+    "S3": "s3-black-hole",
+    "S4": "s4-scale-up",
+    "S5": "s5-uneven-capacity",
+}
+# A new backend counts as used when it served at least this share (%) of the window.
+USED_SHARE = 1.0
+
+
+def runs(directory):
+    """(policy, proxy) → the metrics of each run, in run order."""
+    found = {}
+    for path in sorted(glob.glob(os.path.join(OUT, directory, "*", "metrics.json"))):
+        name = os.path.basename(os.path.dirname(path))
+        run = 1
+        if "-run" in name:
+            name, number = name.rsplit("-run", 1)
+            run = int(number)
+        policy, proxy = name.rsplit("-", 1)
+        with open(path) as f:
+            found.setdefault((policy, proxy), {})[run] = json.load(f)
+    return {key: [by_run[n] for n in sorted(by_run)] for key, by_run in found.items()}
+
+
+def window_share(result, name, first=10, last=20):
+    names, series = result["share_names"], result["share_series"]
+    if name not in names:
+        return 0.0
+    values = series[names.index(name)][first:last]
+    return sum(values) / max(1, len(values))
+
+
+# scenario → [(label, value of a run, lower is better)]
+FIGURES = {
+    "S1": [("req/s", lambda r: r["throughput"], False), ("p99.9 ms", lambda r: r["latency"]["p999"], True)],
+    "S2": [("p99 ms 12–22 s", lambda r: r["window"]["p99"], True)],
+    "S3": [("errors %", lambda r: r["error_rate"], True)],
+    "S4": [("p99 ms 10–20 s", lambda r: r["window"]["p99"], True),
+           ("new backend's share 10–20 s %", lambda r: window_share(r, "cold"), False)],
+    "S5": [("p99 ms", lambda r: r["latency"]["p99"], True),
+           ("converged after s", lambda r: r["converged_at"] if r.get("converged_at") is not None else float("inf"), True)],
+}
+
+
+def fmt(value):
+    if value == float("inf"):
+        return "never"
+    return f"{value:.3f}" if abs(value) < 1 else f"{value:.1f}"
+
+
+def main():
+    print("| scenario | figure | proxy × policy | run by run | median | adaptive's worst run better than its best run |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for sid, directory in SCENARIOS.items():
+        measured = runs(directory)
+        adaptive = measured.get(("adaptive", "outrider"))
+        if not adaptive:
+            continue
+        for label, value, lower in FIGURES[sid]:
+            judged = not (sid == "S4" and not lower)
+            for (policy, proxy), results in sorted(measured.items(), key=lambda kv: (kv[0][0] != "adaptive", kv[0])):
+                values = [value(r) for r in results]
+                cell = ""
+                if judged and policy != "adaptive":
+                    mine = [value(r) for r in adaptive]
+                    # The adaptive policy's worst run against the other's best run.
+                    worst, best = (max(mine), min(values)) if lower else (min(mine), max(values))
+                    beaten = worst < best if lower else worst > best
+                    if sid == "S4" and any(window_share(r, "cold") < USED_SHARE for r in results):
+                        cell = "not compared: leaves the new backend unused"
+                    else:
+                        cell = ("✔" if beaten else "✘") + f" (worst {fmt(worst)} vs best {fmt(best)})"
+                name = "Envoy 1.40" if proxy == "envoy" else "Outrider"
+                print(f"| {sid} | {label} | {name} {policy} | {', '.join(fmt(v) for v in values)} | "
+                      f"{fmt(statistics.median(values))} | {cell} |")
+
+
+if __name__ == "__main__":
+    main()
