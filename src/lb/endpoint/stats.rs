@@ -252,36 +252,32 @@ impl EndpointStats {
     /// The RTT estimate at `now`, decayed towards zero since the last sample (an idle
     /// endpoint becomes attractive again); `None` before the first sample.
     pub fn rtt_estimate(&self, now: Instant) -> Option<Duration> {
-        let estimate = f64::from_bits(self.written.rtt_estimate.load(Ordering::Relaxed));
-        if estimate == 0.0 {
-            return None;
-        }
-        let elapsed = self.nanos(now).saturating_sub(self.written.rtt_updated.load(Ordering::Relaxed)) as f64;
-        let decayed = estimate * (-elapsed / RTT_DECAY.as_nanos() as f64).exp();
-        Some(Duration::from_nanos(decayed as u64))
+        self.round_trip(&self.written.rtt_estimate, now)
     }
 
     /// The mean round trip of about the last second's responses at `now`, decayed towards
     /// zero since the last one as the peak estimate is (an idle endpoint is tried again);
     /// `None` before the first sample.
     pub fn rtt_mean(&self, now: Instant) -> Option<Duration> {
-        let mean = f64::from_bits(self.written.rtt_mean.load(Ordering::Relaxed));
-        if mean == 0.0 {
-            return None;
-        }
-        let elapsed = self.nanos(now).saturating_sub(self.written.rtt_updated.load(Ordering::Relaxed)) as f64;
-        let decayed = mean * (-elapsed / RTT_DECAY.as_nanos() as f64).exp();
-        Some(Duration::from_nanos(decayed as u64))
+        self.round_trip(&self.written.rtt_mean, now)
+    }
+
+    fn round_trip(&self, nanos: &AtomicU64, now: Instant) -> Option<Duration> {
+        let value = f64::from_bits(nanos.load(Ordering::Relaxed));
+        (value != 0.0).then(|| Duration::from_nanos(self.decayed(value, &self.written.rtt_updated, now) as u64))
     }
 
     /// Recent errors, each counting 1 and decaying with `RTT_DECAY`.
     pub fn error_penalty_at(&self, now: Instant) -> f64 {
         let errors = f64::from_bits(self.written.recent_errors.load(Ordering::Relaxed));
-        if errors == 0.0 {
-            return 0.0;
-        }
-        let elapsed = self.nanos(now).saturating_sub(self.written.outcomes_updated.load(Ordering::Relaxed)) as f64;
-        errors * (-elapsed / RTT_DECAY.as_nanos() as f64).exp()
+        if errors == 0.0 { 0.0 } else { self.decayed(errors, &self.written.outcomes_updated, now) }
+    }
+
+    /// `value`, last updated at `updated` (nanoseconds since `epoch`), decayed by e every
+    /// `RTT_DECAY` until `now`.
+    fn decayed(&self, value: f64, updated: &AtomicU64, now: Instant) -> f64 {
+        let elapsed = self.nanos(now).saturating_sub(updated.load(Ordering::Relaxed)) as f64;
+        value * (-elapsed / RTT_DECAY.as_nanos() as f64).exp()
     }
 
     /// The share of recent outcomes that were errors, 0 to 1 (0 before any outcome).
