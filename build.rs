@@ -24,6 +24,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 PathBuf::from("proto/xds/service/orca/v3/orca.proto"),
                 PathBuf::from("proto/outrider/echo/v1/echo.proto"),
                 PathBuf::from("proto/istio/alpn.proto"),
+                PathBuf::from("proto/istio/ca.proto"),
                 PathBuf::from("proto/istio/stats.proto"),
                 PathBuf::from("proto/istio/peer_metadata.proto"),
                 PathBuf::from("proto/istio/metadata_exchange.proto"),

@@ -13,6 +13,8 @@
 #   bench/lab.sh S3 --http2        HTTP/2 from the load generator to the backends, reported
 #                                  as S3-h2 beside the HTTP/1.1 section
 #   bench/lab.sh S3 --grpc         gRPC unary calls (ghz, built with go install), as S3-grpc
+#   bench/lab.sh S5 --grpc-go      the same calls to backends written with grpc-go, reporting
+#                                  ORCA with grpc-go's orca package (tests/peers/grpc-orca), as S5-grpc-go
 #   bench/lab.sh S5 --policies adaptive,cswrr   only some of the scenario's policies
 #
 # Installs what it needs: Envoy (bench/install-envoy.sh), oha (cargo install), ghz for --grpc
@@ -30,8 +32,13 @@ bash "$here/install-envoy.sh" >/dev/null
 need oha || cargo install oha --locked --quiet
 # ghz, the gRPC load generator, only for --grpc: built from its Go module.
 ghz="$(go env GOPATH 2>/dev/null)/bin/ghz"
-if [[ " $* " == *" --grpc "* ]] && [[ ! -x "$ghz" ]]; then
+if [[ " $* " == *" --grpc "* || " $* " == *" --grpc-go "* ]] && [[ ! -x "$ghz" ]]; then
     go install github.com/bojand/ghz/cmd/ghz@v0.93.0
+fi
+# The grpc-go backends, only for --grpc-go: built from their module like the tests' peers.
+if [[ " $* " == *" --grpc-go "* ]]; then
+    bash "$root/tests/peers/build.sh" grpc-orca >/dev/null
+    export LAB_GRPC_GO_BACKEND="${OUTRIDER_PEERS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/outrider/peers}/bin/grpc-orca-backend"
 fi
 if [[ ! -x "$here/.venv/bin/python" ]] || ! "$here/.venv/bin/python" -c 'import matplotlib, yaml' 2>/dev/null; then
     python3 -m venv "$here/.venv"

@@ -2,6 +2,7 @@
 // Denied, not forbidden: `core::allocator` makes the crate's one foreign call, allowed there.
 #![deny(unsafe_code)]
 pub mod admin;
+pub mod agent;
 pub mod app;
 pub mod capture;
 pub mod config;

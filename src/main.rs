@@ -59,6 +59,11 @@ enum Command {
         /// Seconds a drain waits for open connections (Istio's proxy drain duration).
         #[arg(long, default_value_t = 45)]
         drain_time_s: u64,
+        /// Do istio-agent's job in this process: get the workload certificate from istiod's
+        /// CA and relay xDS to istiod, over the sockets the bootstrap names (pilot-agent's
+        /// environment: CA_ADDR, PROXY_CONFIG, SECRET_TTL, …). One process per pod.
+        #[arg(long)]
+        istio_agent: bool,
     },
     /// Check a bootstrap file and list what Outrider would ignore in it.
     Validate {
@@ -148,6 +153,7 @@ fn main() -> ExitCode {
             drain_time: std::time::Duration::from_secs(drain_time_s),
             logging: Some(logging),
             admin_address_path: None,
+            agent: None,
         }) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -175,11 +181,19 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Sidecar { bootstrap, concurrency, drain_time_s } => {
-            if let Err(e) = outrider::inject::write_bootstrap(&outrider::inject::process_env(), &bootstrap) {
+        Command::Sidecar { bootstrap, concurrency, drain_time_s, istio_agent } => {
+            let env = outrider::inject::process_env();
+            if let Err(e) = outrider::inject::write_bootstrap(&env, &bootstrap) {
                 eprintln!("outrider sidecar: {e}");
                 return ExitCode::FAILURE;
             }
+            let agent = match istio_agent.then(|| outrider::agent::AgentSettings::from_env(&env)).transpose() {
+                Ok(agent) => agent,
+                Err(e) => {
+                    eprintln!("outrider sidecar: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let drain_time = std::time::Duration::from_secs(drain_time_s);
             let options = RunOptions {
                 config: bootstrap,
@@ -187,6 +201,7 @@ fn main() -> ExitCode {
                 drain_time,
                 logging: Some(logging),
                 admin_address_path: None,
+                agent,
             };
             match app::run(options) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -61,7 +61,7 @@ POLICIES = {
     "adaptive": (
         typed("outrider.load_balancing_policies.adaptive", {"@type": "type.googleapis.com/google.protobuf.Struct", "value": {}}),
         ("outrider",),
-        "Outrider's adaptive policy: the lowest expected latency from peak-EWMA latency, ORCA capacity and errors",
+        "Outrider's adaptive policy: the lowest expected latency from the mean round trip, ORCA capacity and errors",
     ),
     "round_robin+slow_start": (
         {"lb_policy": "ROUND_ROBIN", "round_robin_lb_config": {"slow_start_config": SLOW_START}},

@@ -69,6 +69,11 @@ def load_scenario(path, scale, out):
 PROTOCOLS = {
     "http2": ("-h2", "HTTP/2", "HTTP/2 from the client to the backends"),
     "grpc": ("-grpc", "gRPC", "gRPC (unary echo calls, ghz) from the client to the backends"),
+    "grpc-go": ("-grpc-go", "gRPC, grpc-go backends",
+                "gRPC (unary echo calls, ghz) to backends written with grpc-go 1.83.1 (tests/peers/grpc-orca), "
+                "which report ORCA through grpc-go's own orca package: per call in the binary trailer and out of "
+                "band, where grpc-go sends the first report when the stream opens and then at most every 30 s "
+                "(its minimum, whatever the proxy asks)"),
 }
 
 
@@ -86,7 +91,9 @@ def run_scenario(path, tools, quick, repeat, keep, protocol=None, only=None):
         scenario["run_as"] = scenario["id"]
         scenario["id"] += suffix
         scenario["title"] += f" ({label})"
-        scenario["load"]["protocol"] = protocol
+        scenario["load"]["protocol"] = "grpc" if protocol == "grpc-go" else protocol
+        if protocol == "grpc-go":
+            scenario["backend_impl"] = "grpc-go"
     sid = scenario["id"]
     print(f"== {sid}: {scenario['title']}", flush=True)
     if "command" in scenario:
@@ -139,7 +146,7 @@ def run_scenario(path, tools, quick, repeat, keep, protocol=None, only=None):
     report.latency_chart(scenario, results, os.path.join(charts, f"{sid}-latency.png"))
     report.error_chart(scenario, results, os.path.join(charts, f"{sid}-errors.png"))
     load = scenario["load"]
-    if protocol == "grpc":
+    if protocol in ("grpc", "grpc-go"):
         how = (f"{load['rate']} calls/s from {load.get('connections', 200)} workers (ghz: a rate limit, not an "
                f"open loop: a call waits for a free worker, and its wait is not counted)" if load["mode"] == "open"
                else f"closed loop, {load['connections']} workers (ghz)")
@@ -193,9 +200,12 @@ def main():
     protocol.add_argument("--grpc", action="store_const", const="grpc", dest="protocol",
                           help="gRPC unary calls (ghz) through the proxy to the backends' echo service; "
                                "reported as its own section, <id>-grpc")
+    protocol.add_argument("--grpc-go", action="store_const", const="grpc-go", dest="protocol",
+                          help="as --grpc, against backends written with grpc-go that report ORCA with grpc-go's "
+                               "orca package (tests/peers/grpc-orca); reported as <id>-grpc-go")
     args = parser.parse_args()
     tools = {"envoy": os.environ["LAB_ENVOY"], "outrider": os.environ["LAB_OUTRIDER"], "oha": os.environ["LAB_OHA"],
-             "ghz": os.environ.get("LAB_GHZ", "")}
+             "ghz": os.environ.get("LAB_GHZ", ""), "grpc-go-backend": os.environ.get("LAB_GRPC_GO_BACKEND", "")}
     files = sorted(glob.glob(os.path.join(BENCH, "scenarios", "*.yaml")))
     if args.scenario != "all":
         wanted = args.scenario.lower()

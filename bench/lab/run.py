@@ -3,6 +3,7 @@ the load, on one machine. The backends and the load generator share CPU 0, the p
 CPU 1 to itself (taskset), when the machine has two CPUs or more.
 """
 
+import json
 import os
 import signal
 import subprocess
@@ -83,6 +84,57 @@ def load_command(tools, load, log_path):
     return command + [url]
 
 
+# What the grpc-go backend (tests/peers/grpc-orca) is told of each scenario backend: its
+# flags, from the scenario's fields. ORCA in any form becomes grpc-go's (the binary trailer
+# per call, and OpenRcaService); utilization is always the busy time it measures.
+GRPC_GO_FIELDS = {"name", "port", "latency", "jitter", "capacity", "error_rate", "error_status", "fail_fast", "orca",
+                  "utilization", "stalls", "warmup", "join_at"}
+
+
+def grpc_go_command(tools, backend, report_path):
+    unknown = set(backend) - GRPC_GO_FIELDS
+    if unknown or backend.get("utilization", "busy") != "busy":
+        raise RuntimeError(f"backend {backend['name']}: the grpc-go backend cannot do {sorted(unknown) or backend['utilization']}")
+    command = [tools["grpc-go-backend"], f"--port={backend['port']}", f"--name={backend['name']}",
+               f"--report={report_path}", f"--orca={'true' if 'orca' in backend else 'false'}"]
+    for field in ("latency", "jitter"):
+        if field in backend:
+            command.append(f"--{field}={backend[field]}")
+    if "capacity" in backend:
+        command.append(f"--capacity={backend['capacity']}")
+    if "error_rate" in backend:
+        command.append(f"--error-rate={backend['error_rate']}")
+    if backend.get("fail_fast"):
+        command.append("--fail-fast")
+    for stall in backend.get("stalls", []):
+        command.append(f"--stall={stall['at']}:{stall['for']}:{stall['latency']}")
+    if "warmup" in backend:
+        command.append(f"--warmup={backend['warmup']['requests']}:{backend['warmup']['factor']}")
+    return command
+
+
+def start_grpc_go_backends(scenario, tools, out, logs):
+    """One grpc-go backend process per scenario backend; returns (process, report path) pairs."""
+    started = []
+    for backend in scenario["backends"]:
+        report_path = os.path.join(out, f"served-{backend['name']}.json")
+        process = subprocess.Popen(cpus(0) + grpc_go_command(tools, backend, report_path),
+                                   stdout=subprocess.PIPE, stderr=logs, text=True)
+        started.append((process, report_path))
+        if not process.stdout.readline().startswith("ready"):
+            raise RuntimeError(f"grpc-go backend {backend['name']} did not start; see {out}/processes.log")
+    return started
+
+
+def merge_served(out, grpc_go):
+    """served.json from the grpc-go backends' own reports."""
+    backends = []
+    for _, report_path in grpc_go:
+        with open(report_path) as f:
+            backends.append(json.load(f))
+    config.write_json(os.path.join(out, "served.json"), {"backends": backends})
+
+
 def loadavg():
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
@@ -98,6 +150,13 @@ def run_once(scenario, scenario_path, proxy, policy, tools, out):
     with open(bootstrap_path, "w") as f:
         f.write(config.bootstrap())
     logs = open(os.path.join(out, "processes.log"), "w")
+    grpc_go = []
+    if scenario.get("backend_impl") == "grpc-go":
+        # The backends are grpc-go processes; lab-backend is only the control plane.
+        grpc_go = start_grpc_go_backends(scenario, tools, out, logs)
+        scenario_path = os.path.join(out, "control-plane-only.yaml")
+        with open(scenario_path, "w") as f:
+            f.write("backends: []\n")
     lab = subprocess.Popen(
         cpus(0) + [tools["outrider"], "lab-backend", "--scenario", scenario_path,
                    "--xds-address", f"127.0.0.1:{config.XDS_PORT}", "--resources", resources,
@@ -128,4 +187,8 @@ def run_once(scenario, scenario_path, proxy, policy, tools, out):
         if proxy_process:
             stop(proxy_process)
         stop(lab)
+        for process, _ in grpc_go:
+            stop(process)
+        if grpc_go:
+            merge_served(out, grpc_go)
         logs.close()

@@ -67,6 +67,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
         drain_time: options.drain_time,
         logging: Some(logging),
         admin_address_path: options.admin_address_path.clone(),
+        agent: None,
     };
     match super::run_bootstrap(bootstrap, run) {
         Ok(()) => ExitCode::SUCCESS,

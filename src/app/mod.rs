@@ -48,6 +48,9 @@ pub struct RunOptions {
     pub logging: Option<LogControl>,
     /// Where to write the admin address once it listens (Envoy's `--admin-address-path`).
     pub admin_address_path: Option<PathBuf>,
+    /// Do pilot-agent's job in this process (`outrider sidecar --istio-agent`): serve the
+    /// bootstrap's SDS and xDS sockets from istiod's CA and discovery.
+    pub agent: Option<crate::agent::AgentSettings>,
 }
 
 /// How an in-process Outrider starts.
@@ -86,6 +89,8 @@ pub enum AppError {
     Supervised(crate::core::supervisor::Failure),
     #[error("lab: {0}")]
     Lab(String),
+    #[error("agent: {0}")]
+    Agent(#[from] crate::agent::AgentError),
 }
 
 /// A started Outrider: what tests and the demo need to reach it.
@@ -379,7 +384,19 @@ pub fn run_bootstrap(bootstrap: Bootstrap, options: RunOptions) -> Result<(), Ap
         .build()
         .map_err(AppError::Runtime)?;
     runtime.block_on(async {
+        // The agent's sockets first: the proxy's first xDS and SDS streams go to them.
+        let agent = match options.agent {
+            Some(settings) => Some(crate::agent::Agent::start(
+                settings,
+                std::path::Path::new(crate::inject::bootstrap::AGENT_SDS_SOCKET),
+                std::path::Path::new(crate::inject::bootstrap::AGENT_XDS_SOCKET),
+            )?),
+            None => None,
+        };
         let running = start_with_options(bootstrap, start).await?;
+        if let Some(agent) = &agent {
+            agent.serve_status(running.admin_address).await?;
+        }
         if let Some(path) = &options.admin_address_path {
             // Written beside and renamed: a reader never sees half an address.
             let staged = path.with_extension("tmp");
@@ -395,6 +412,9 @@ pub fn run_bootstrap(bootstrap: Bootstrap, options: RunOptions) -> Result<(), Ap
             failure = supervisor.failed() => Some(failure),
         };
         running.drain_and_stop().await;
+        if let Some(agent) = agent {
+            agent.stop().await;
+        }
         tracing::info!("drained; exiting");
         // A dead ADS client or worker ends the process with an error, so that Kubernetes
         // restarts the pod instead of keeping a sidecar that no longer updates or serves.

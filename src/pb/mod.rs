@@ -30,6 +30,11 @@ mod own {
         }
     }
     pub mod istio {
+        pub mod v1 {
+            pub mod auth {
+                tonic::include_proto!("istio.v1.auth");
+            }
+        }
         pub mod envoy {
             pub mod config {
                 pub mod filter {
@@ -99,6 +104,8 @@ pub use own::envoy_tcp::envoy::tcp::metadataexchange::config as istio_tcp_metada
 pub use own::io::istio::http::peer_metadata as istio_peer_metadata;
 /// `istio.envoy.config.filter.http.alpn.v2alpha1`: Istio's `istio.alpn` filter config.
 pub use own::istio::envoy::config::filter::http::alpn::v2alpha1 as istio_alpn;
+/// `istio.v1.auth`: istiod's certificate service (`IstioCertificateService`).
+pub use own::istio::v1::auth as istio_ca;
 /// `outrider.echo.v1`: the echo service that tests, the demo and benches use as a backend.
 #[cfg(feature = "testkit")]
 pub use own::outrider::echo::v1 as echo;

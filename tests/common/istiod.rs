@@ -22,7 +22,20 @@ pub struct Istiod {
     pub http: SocketAddr,
     monitoring: SocketAddr,
     webhook: SocketAddr,
+    /// istiod's CA and TLS discovery (`--secureGRPCAddr`, 15012 in a mesh), when started so.
+    pub secure: Option<SocketAddr>,
+    ca: Option<IstiodCa>,
     dir: tempfile::TempDir,
+}
+
+/// istiod as a CA without Kubernetes: its signing CA from `ROOT_CA_DIR` (`ca-cert.pem`,
+/// `ca-key.pem`, `root-cert.pem`, `cert-chain.pem`) and callers authenticated by JWTs
+/// (`JWT_RULE`: issuer, `jwks_uri`, audiences; RS256, `sub` =
+/// `system:serviceaccount:NS:SA`), which also authenticate ADS on the secure port.
+#[derive(Debug, Clone)]
+pub struct IstiodCa {
+    pub root_ca_dir: PathBuf,
+    pub jwt_rule: String,
 }
 
 impl Istiod {
@@ -39,6 +52,11 @@ impl Istiod {
 
     /// As [`Istiod::start`], with `mesh` (MeshConfig YAML; empty for Istio's defaults).
     pub async fn start_with_mesh(binary: &Path, mesh: &str, configs: &[(&str, &str)]) -> Istiod {
+        Self::start_with_ca(binary, mesh, configs, None).await
+    }
+
+    /// As [`Istiod::start_with_mesh`], and with `ca`: its CA and TLS discovery on `secure`.
+    pub async fn start_with_ca(binary: &Path, mesh: &str, configs: &[(&str, &str)], ca: Option<IstiodCa>) -> Istiod {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("config")).unwrap();
         let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
@@ -49,6 +67,8 @@ impl Istiod {
             http: loopback(free_port()),
             monitoring: loopback(free_port()),
             webhook: loopback(free_port()),
+            secure: ca.as_ref().map(|_| loopback(free_port())),
+            ca,
             dir,
         };
         if !mesh.is_empty() {
@@ -92,7 +112,15 @@ impl Istiod {
 
     async fn spawn(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path()).unwrap();
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        // Without a CA the secure port is off: it needs istiod's own certificate, which the
+        // CA makes. The plaintext port serves as a sidecar behind istio-agent effectively sees.
+        let secure = self.secure.map_or_else(String::new, |a| a.to_string());
+        command.arg(format!("--secureGRPCAddr={secure}"));
+        if let Some(ca) = &self.ca {
+            command.env("ENABLE_CA_SERVER", "true").env("ROOT_CA_DIR", &ca.root_ca_dir).env("JWT_RULE", &ca.jwt_rule);
+        }
+        let child = command
             .arg("discovery")
             .arg("--registries=")
             .arg(format!("--configDir={}", self.config_dir().display()))
@@ -100,9 +128,6 @@ impl Istiod {
             .arg(format!("--httpAddr={}", self.http))
             .arg(format!("--monitoringAddr={}", self.monitoring))
             .arg(format!("--httpsAddr={}", self.webhook))
-            // The secure discovery port needs istiod's own certificate for a DNS name; the
-            // tests use the plaintext port, as a sidecar behind istio-agent effectively does.
-            .arg("--secureGRPCAddr=")
             .arg(format!("--meshConfig={}", self.dir.path().join("mesh.yaml").display()))
             .arg("--log_output_level=default:info")
             .current_dir(self.dir.path())
@@ -122,12 +147,15 @@ impl Istiod {
     /// (Its `/ready` also waits for the injection webhook, which file mode never serves.)
     /// Polled: istiod is a separate process.
     async fn wait_ready(&mut self) {
-        let grpc = self.grpc;
+        let (grpc, secure) = (self.grpc, self.secure);
         let ready = wait::within(async || {
             if let Some(child) = self.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
                 panic!("istiod exited ({status}):\n{}", self.log_tail());
+            }
+            if let Some(secure) = secure {
+                tokio::net::TcpStream::connect(secure).await.ok()?;
             }
             tokio::net::TcpStream::connect(grpc).await.ok()
         })

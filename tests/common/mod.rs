@@ -208,6 +208,7 @@ pub mod browser;
 pub mod config_gen;
 pub mod differential;
 pub mod istiod;
+pub mod jwt;
 pub mod lab;
 pub mod load;
 pub mod otlp;

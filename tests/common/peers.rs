@@ -1,5 +1,6 @@
 //! The Go peers `tests/peers/build.sh` builds (istiod, pilot-agent, go-control-plane's test
-//! server, grpc-go's interop server and client), found where that script puts them.
+//! server, grpc-go's interop server and client, grpc-orca-backend), found where that script
+//! puts them.
 #![allow(dead_code)]
 
 use super::skip::{Tool, skipped};

@@ -119,9 +119,16 @@ pub struct InteropServer {
 impl InteropServer {
     /// Starts the server and waits until it accepts connections (bounded).
     pub async fn start(binary: &Path) -> InteropServer {
+        Self::start_with(binary, &[]).await
+    }
+
+    /// Starts a grpc-go server taking `--port=N` (the interop server, grpc-orca-backend)
+    /// with `args` besides.
+    pub async fn start_with(binary: &Path, args: &[&str]) -> InteropServer {
         let port = crate::common::lab::free_port();
         let mut child = Command::new(binary)
             .arg(format!("--port={port}"))
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -250,3 +250,63 @@ async fn oob_reports_with_qps_split_one_to_ten_as_grpc_go_expects() {
     assert!(served(idle).abs_diff(1000) <= 2, "idle (utilization 0.1) takes 10/11: {}", served(idle));
     lab.outrider.stop();
 }
+
+/// The same 1:10 with grpc-go on the serving side: two `grpc-orca-backend`s
+/// (tests/peers/grpc-orca, grpc-go's `orca.ServerMetricsRecorder` with `SetQPS(10)` and
+/// `SetApplicationUtilization(1.0 | 0.1)`, as grpc-go's WRR tests set them). `oob` picks how
+/// the load arrives: per call (`orca.CallMetricsServerOption`, the trailer) or out of band
+/// (`orca.Register`, whose first report is sent when the stream opens; grpc-go then waits
+/// its 30 s minimum, whatever `oob_reporting_period` asks).
+async fn grpc_go_orca_splits_one_to_ten(oob: bool, test: &str) {
+    let Some(binary) = common::peers::peer("grpc-orca-backend", test) else {
+        return;
+    };
+    let loaded = InteropServer::start_with(&binary, &["--qps=10", "--utilization=1.0"]).await;
+    let idle = InteropServer::start_with(&binary, &["--qps=10", "--utilization=0.1"]).await;
+    let extra = if oob { "        enable_oob_load_report: true\n        oob_reporting_period: 1s\n" } else { "" };
+    let lab = lab::start(&[loaded.port, idle.port], &cluster(extra), ROUTE, "GRPC").await;
+    let lb = lab.outrider.balancers.get("backend").unwrap();
+    let mut grpc = grpc_testing::client(lab.proxy_port).await;
+    let echo = async |grpc: &mut _| {
+        let _: outrider::pb::echo::EchoResponse =
+            grpc_testing::unary(grpc, "/outrider.echo.v1.Echo/Echo", outrider::pb::echo::EchoRequest::default()).await;
+    };
+    if !oob {
+        // Round robin until each endpoint has answered once with its trailer.
+        for _ in 0..2 {
+            echo(&mut grpc).await;
+        }
+    }
+    wait::until_sync("a load report from each grpc-go backend", || {
+        lb.hosts().iter().all(|h| h.stats.load_report().is_some())
+    })
+    .await;
+    for (port, (_, report)) in hosts(&lab).await {
+        let report = report.unwrap();
+        let want = if port == loaded.port { 1.0 } else { 0.1 };
+        assert_eq!(report["application_utilization"], want, "port {port}: {report}");
+        assert_eq!(report["rps_fractional"], 10.0, "port {port}: {report}");
+    }
+    assert!(matches!(weights_now(&lab)[..], [Weights::Stride(_)]), "the reports give weights");
+
+    let before = hosts(&lab).await;
+    for _ in 0..1100 {
+        echo(&mut grpc).await;
+    }
+    let after = hosts(&lab).await;
+    let served = |port: u16| after[&port].0 - before[&port].0;
+    println!("{test}: loaded {} : idle {}", served(loaded.port), served(idle.port));
+    assert!(served(loaded.port).abs_diff(100) <= 2, "loaded (utilization 1.0) takes 1/11: {}", served(loaded.port));
+    assert!(served(idle.port).abs_diff(1000) <= 2, "idle (utilization 0.1) takes 10/11: {}", served(idle.port));
+    lab.outrider.stop();
+}
+
+#[tokio::test]
+async fn per_call_reports_from_grpc_go_orca_split_one_to_ten() {
+    grpc_go_orca_splits_one_to_ten(false, "interop_orca grpc-go per_call 1:10").await;
+}
+
+#[tokio::test]
+async fn oob_reports_from_grpc_go_orca_split_one_to_ten() {
+    grpc_go_orca_splits_one_to_ten(true, "interop_orca grpc-go oob 1:10").await;
+}

@@ -104,7 +104,7 @@ spec:
 }
 
 /// Outrider's xDS counters by type: (applied, rejected).
-async fn xds_updates(outrider: &Running) -> BTreeMap<&'static str, (u64, u64)> {
+pub(crate) async fn xds_updates(outrider: &Running) -> BTreeMap<&'static str, (u64, u64)> {
     let (_, body) = admin_get(outrider.admin_address, "/stats").await;
     [
         ("lds", "listener_manager.lds"),
@@ -132,7 +132,7 @@ async fn start_sidecar(istiod: &Istiod, agent: &Agent, api_type: &str, port: u16
     outrider
 }
 
-async fn get(port: u16, host: &str, path: &str) -> (u16, Vec<(String, String)>, String) {
+pub(crate) async fn get(port: u16, host: &str, path: &str) -> (u16, Vec<(String, String)>, String) {
     let request = format!("GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n");
     match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
         Ok(_) => raw_http1(port, &request).await,
@@ -152,7 +152,7 @@ async fn spread(port: u16, host: &str, path: &str, requests: usize) -> BTreeMap<
 
 /// A backend answering with `name`, and the path and headers it was sent as headers
 /// (`x-seen-path`, `x-seen-host`), so a test sees rewrites.
-async fn named_backend(name: &'static str) -> backends::Backend {
+pub(crate) async fn named_backend(name: &'static str) -> backends::Backend {
     backends::http(move |request: http::Request<hyper::body::Incoming>| async move {
         let host = request.headers().get("host").and_then(|h| h.to_str().ok()).unwrap_or("").to_owned();
         http::Response::builder()
@@ -469,7 +469,7 @@ async fn stream_with_request(mut stream: tokio::net::TcpStream) -> tokio::net::T
 /// the inbound listener, labelled as Istio labels injected workloads (`tlsMode: istio`), so
 /// istiod renders mutual TLS for it (auto mTLS, and explicitly `ISTIO_MUTUAL` in the
 /// DestinationRule), with the endpoint's service account as the SAN to check.
-fn mesh_loop_configs(outbound: u16, inbound: u16, app: u16) -> String {
+pub(crate) fn mesh_loop_configs(outbound: u16, inbound: u16, app: u16) -> String {
     format!(
         r#"apiVersion: networking.istio.io/v1
 kind: ServiceEntry

@@ -13,6 +13,8 @@ mod netns;
 #[path = "../tls_support/mod.rs"]
 mod tls_support;
 
+mod agent_ca;
+mod agent_istiod;
 mod capture_netns;
 mod inject;
 mod interop_go_control_plane;

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the Go peers the interoperability tests run against, from the Go module proxy:
 #   istio's pilot-discovery (istiod) and pilot-agent, go-control-plane's integration test
-#   server, grpc-go's interop server and client.
+#   server, grpc-go's interop server and client, and grpc-orca-backend (grpc-orca/main.go:
+#   the scenario lab's backend written with grpc-go and its ORCA package).
+# `build.sh NAME...` builds only those peers (istio, go-control-plane, grpc-interop, grpc-orca).
 # Idempotent: a peer is rebuilt only when its go.mod, go.sum or patch changed. The binaries
 # go to $OUTRIDER_PEERS_DIR/bin (default ~/.cache/outrider/peers/bin), where the tests look.
 # Without Go the script says so and exits 0: the tests that need a peer report SKIPPED.
@@ -10,6 +12,7 @@ shopt -s nullglob
 here="$(cd "$(dirname "$0")" && pwd)"
 peers="${OUTRIDER_PEERS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/outrider/peers}"
 mkdir -p "$peers/bin" "$peers/build"
+only="$*"
 
 if ! command -v go >/dev/null; then
   echo "peers: go not found; the tests that need Go peers will be skipped"
@@ -26,7 +29,10 @@ build() {
   local name="$1" dir="$2"
   shift 2
   local work="$peers/build/$name" want
-  want="$(stamp "$here/$dir"/go.mod "$here/$dir"/go.sum "$here/$dir"/*.patch)"
+  if [[ -n "$only" && " $only " != *" $name "* ]]; then
+    return
+  fi
+  want="$(stamp "$here/$dir"/go.mod "$here/$dir"/go.sum "$here/$dir"/*.patch "$here/$dir"/*.go)"
   if [[ -f "$work/.stamp" && "$(cat "$work/.stamp")" == "$want" ]]; then
     echo "peers: $name up to date"
     return
@@ -34,7 +40,7 @@ build() {
   echo "peers: building $name"
   rm -rf "$work"
   mkdir -p "$work"
-  cp "$here/$dir/go.mod" "$here/$dir/go.sum" "$work/"
+  cp "$here/$dir/go.mod" "$here/$dir/go.sum" "$here/$dir"/*.go "$work/"
   if [[ "$name" == istio ]]; then
     patch_istio "$work"
   fi
@@ -72,6 +78,8 @@ build go-control-plane go-control-plane \
 build grpc-interop grpc-interop \
   grpc-interop-server=google.golang.org/grpc/interop/server \
   grpc-interop-client=google.golang.org/grpc/interop/client
+build grpc-orca grpc-orca \
+  grpc-orca-backend=.
 ls -l "$peers/bin"
 
 # OUTRIDER_PEERS_CLEAN=1 (CI): Go's build and module caches hold gigabytes once istio is

@@ -52,6 +52,25 @@ impl Ca {
         self.leaf_with(spiffe_id, |_| {})
     }
 
+    /// A server certificate for the DNS name `dns` alone (istiod's serving certificate).
+    pub fn dns_leaf(&self, dns: &str) -> Leaf {
+        self.leaf_with("spiffe://unused", |params| {
+            params.subject_alt_names = vec![SanType::DnsName(dns.try_into().unwrap())];
+        })
+    }
+
+    /// Signs a PEM CSR as a CA would: its public key and SANs, valid from now for
+    /// `lifetime`. `Err` when it is not a CSR.
+    pub fn sign_csr(&self, csr_pem: &str, lifetime: std::time::Duration) -> Result<String, String> {
+        let mut csr = rcgen::CertificateSigningRequestParams::from_pem(csr_pem).map_err(|e| e.to_string())?;
+        let now = time::OffsetDateTime::now_utc();
+        csr.params.not_before = now;
+        csr.params.not_after = now + lifetime;
+        csr.params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        csr.params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        csr.signed_by(&self.issuer).map(|cert| cert.pem()).map_err(|e| e.to_string())
+    }
+
     /// A certificate for `spiffe_id` that expired in 2001.
     pub fn expired_leaf(&self, spiffe_id: &str) -> Leaf {
         self.leaf_with(spiffe_id, |params| {
