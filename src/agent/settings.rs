@@ -8,9 +8,10 @@ use std::time::Duration;
 /// Where istiod's CA and discovery listen in a default install.
 pub const DEFAULT_CA_ADDRESS: &str = "istiod.istio-system.svc:15012";
 /// The projected service-account token Istio's injection mounts (audience `istio-ca`).
-pub const DEFAULT_TOKEN_PATH: &str = "/var/run/secrets/tokens/istio-token";
+/// Relative, as pilot-agent's paths are: the proxy runs from `/`.
+pub const DEFAULT_TOKEN_PATH: &str = "./var/run/secrets/tokens/istio-token";
 /// The mesh root, from the `istio-ca-root-cert` ConfigMap Istio's injection mounts.
-pub const DEFAULT_ROOT_CERT_PATH: &str = "/var/run/secrets/istio/root-cert.pem";
+pub const DEFAULT_ROOT_CERT_PATH: &str = "./var/run/secrets/istio/root-cert.pem";
 
 /// What the agent needs to get and rotate the workload certificate.
 #[derive(Debug, Clone, PartialEq)]
