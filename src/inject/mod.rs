@@ -8,6 +8,7 @@
 
 pub mod bootstrap;
 mod error;
+pub mod probes;
 pub mod sidecar;
 pub mod workload;
 
@@ -15,6 +16,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 pub use bootstrap::PodInfo;
+
+mod agent_defaults {
+    /// istiod's TLS port in a default install.
+    pub const DISCOVERY_ADDRESS: &str = "istiod.istio-system.svc:15012";
+}
 pub use error::InjectError;
 pub use sidecar::Settings;
 pub use workload::Outcome;
@@ -33,9 +39,13 @@ pub struct InjectArgs {
     #[arg(long)]
     pub init_image: Option<String>,
     /// A control plane reached directly at `host:port` (plaintext gRPC, e.g.
-    /// `istiod.istio-system.svc:15010`) instead of Istio's agent socket.
+    /// `istiod.istio-system.svc:15010`) instead of doing istio-agent's job.
     #[arg(long)]
     pub xds_address: Option<String>,
+    /// Where the sidecar, doing istio-agent's job (the default), finds istiod's CA and
+    /// discovery over TLS (`PROXY_CONFIG`'s `discoveryAddress`).
+    #[arg(long, default_value = agent_defaults::DISCOVERY_ADDRESS, conflicts_with = "xds_address")]
+    pub discovery_address: String,
     /// `ISTIO_META_CLUSTER_ID`: the cluster's name in the mesh.
     #[arg(long, default_value = "Kubernetes")]
     pub cluster_id: String,
@@ -56,6 +66,7 @@ impl InjectArgs {
             image: self.image.clone(),
             init_image: self.init_image.clone().unwrap_or_else(|| self.image.clone()),
             xds_address: self.xds_address.clone(),
+            discovery_address: self.discovery_address.clone(),
             cluster_id: self.cluster_id.clone(),
             mesh_id: self.mesh_id.clone(),
             agent: self.agent,

@@ -21,8 +21,11 @@ pub struct Settings {
     pub image: String,
     /// The capture init container's image (it needs iptables).
     pub init_image: String,
-    /// `OUTRIDER_XDS_ADDRESS` for the sidecar; `None`: the agent's socket.
+    /// `OUTRIDER_XDS_ADDRESS` for the sidecar; `None`: the sidecar does istio-agent's job
+    /// (`--istio-agent`) against `discovery_address`.
     pub xds_address: Option<String>,
+    /// istiod's TLS address (`PROXY_CONFIG`'s `discoveryAddress`) for `--istio-agent`.
+    pub discovery_address: String,
     pub cluster_id: String,
     pub mesh_id: String,
     /// Leave the proxy to Istio's injection (pilot-agent runs Outrider as its `envoy`).
@@ -40,6 +43,11 @@ pub struct Workload<'a> {
     pub labels: &'a Map<String, Value>,
     pub app_containers: Vec<String>,
     pub ports: Vec<Value>,
+    /// The application's rewritten probes (`ISTIO_KUBE_APP_PROBERS`), when any.
+    pub app_probers: Map<String, Value>,
+    /// The application's own Prometheus annotations, merged on 15020
+    /// (`ISTIO_PROMETHEUS_ANNOTATIONS`).
+    pub app_metrics: Option<Map<String, Value>>,
 }
 
 /// The init container that installs the capture rules, with Istio's `istio-iptables` flags.
@@ -77,9 +85,12 @@ pub fn sidecar_container(settings: &Settings, workload: &Workload) -> Value {
         "name": SIDECAR_NAME,
         "image": settings.image,
         "restartPolicy": "Always",
-        "args": ["sidecar", "--bootstrap", BOOTSTRAP_PATH],
+        "args": args(settings),
         "workingDir": "/",
-        "ports": [{ "containerPort": PROMETHEUS_PORT, "name": "http-envoy-prom", "protocol": "TCP" }],
+        "ports": [
+            { "containerPort": PROMETHEUS_PORT, "name": "http-envoy-prom", "protocol": "TCP" },
+            { "containerPort": super::probes::STATUS_PORT, "name": "http-status", "protocol": "TCP" },
+        ],
         "env": env(settings, workload),
         "startupProbe": probe(1, 600),
         "readinessProbe": probe(15, 4),
@@ -104,6 +115,15 @@ pub fn sidecar_container(settings: &Settings, workload: &Workload) -> Value {
             { "name": "istio-podinfo", "mountPath": "/etc/istio/pod" },
         ],
     })
+}
+
+/// `outrider sidecar`, doing istio-agent's job unless a control plane address is given.
+fn args(settings: &Settings) -> Value {
+    if settings.xds_address.is_some() {
+        json!(["sidecar", "--bootstrap", BOOTSTRAP_PATH])
+    } else {
+        json!(["sidecar", "--bootstrap", BOOTSTRAP_PATH, "--istio-agent"])
+    }
 }
 
 /// Istio's default proxy resources.
@@ -141,8 +161,17 @@ fn env(settings: &Settings, workload: &Workload) -> Value {
         let owner = format!("kubernetes://apis/{group}/namespaces/$(POD_NAMESPACE)/{kind}/{}", workload.name);
         env.push(value("ISTIO_META_OWNER", owner));
     }
-    if let Some(address) = &settings.xds_address {
-        env.push(value("OUTRIDER_XDS_ADDRESS", address.clone()));
+    match &settings.xds_address {
+        Some(address) => env.push(value("OUTRIDER_XDS_ADDRESS", address.clone())),
+        None => {
+            env.push(value("PROXY_CONFIG", json!({ "discoveryAddress": settings.discovery_address }).to_string()));
+            if !workload.app_probers.is_empty() {
+                env.push(value("ISTIO_KUBE_APP_PROBERS", Value::Object(workload.app_probers.clone()).to_string()));
+            }
+            if let Some(metrics) = &workload.app_metrics {
+                env.push(value("ISTIO_PROMETHEUS_ANNOTATIONS", Value::Object(metrics.clone()).to_string()));
+            }
+        }
     }
     Value::Array(env)
 }
@@ -166,11 +195,13 @@ pub fn volumes() -> Vec<Value> {
     ]
 }
 
-/// Pod annotations: Prometheus scrapes the sidecar's 15090.
-pub fn annotations() -> [(&'static str, String); 3] {
+/// Pod annotations: Prometheus scrapes the sidecar's 15090, or, when it does
+/// istio-agent's job, the merged metrics on its status port.
+pub fn annotations(settings: &Settings) -> [(&'static str, String); 3] {
+    let port = if settings.xds_address.is_some() { PROMETHEUS_PORT } else { super::probes::STATUS_PORT };
     [
         ("prometheus.io/scrape", "true".to_owned()),
-        ("prometheus.io/port", PROMETHEUS_PORT.to_string()),
+        ("prometheus.io/port", port.to_string()),
         ("prometheus.io/path", "/stats/prometheus".to_owned()),
     ]
 }

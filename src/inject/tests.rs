@@ -25,6 +25,7 @@ fn settings() -> Settings {
         image: "outrider:test".into(),
         init_image: "outrider-init:test".into(),
         xds_address: None,
+        discovery_address: "istiod.istio-system.svc:15012".into(),
         cluster_id: "Kubernetes".into(),
         mesh_id: "cluster.local".into(),
         agent: false,
@@ -131,8 +132,12 @@ fn workloads_get_the_init_container_and_the_native_sidecar() {
     let owner = proxy["env"].as_array().unwrap().iter().find(|e| e["name"] == "ISTIO_META_OWNER").unwrap();
     assert_eq!(owner["value"], "kubernetes://apis/apps/v1/namespaces/$(POD_NAMESPACE)/deployments/reviews-v1");
 
+    // The sidecar does istio-agent's job: istiod over TLS, the merged metrics on 15020.
+    assert_eq!(proxy["args"], json!(["sidecar", "--bootstrap", sidecar::BOOTSTRAP_PATH, "--istio-agent"]));
+    let proxy_config = proxy["env"].as_array().unwrap().iter().find(|e| e["name"] == "PROXY_CONFIG").unwrap();
+    assert_eq!(proxy_config["value"], r#"{"discoveryAddress":"istiod.istio-system.svc:15012"}"#);
     let metadata = &deployment["metadata"];
-    assert_eq!(metadata["annotations"]["prometheus.io/port"], "15090");
+    assert_eq!(metadata["annotations"]["prometheus.io/port"], "15020");
     assert_eq!(metadata["labels"]["security.istio.io/tlsMode"], "istio");
     assert_eq!(metadata["labels"]["service.istio.io/canonical-revision"], "v1");
     let volumes: Vec<_> =
@@ -184,3 +189,51 @@ fn agent_mode_asks_istios_injection_for_the_outrider_image() {
     assert!(out.contains("sidecar.istio.io/proxyImage: outrider-istio-proxy:test"), "{out}");
     assert!(!out.contains("outrider-init"), "no containers are added: {out}");
 }
+
+/// Doing istio-agent's job, the sidecar answers the application's probes on 15020 and
+/// merges its metrics, as pilot-agent does under Istio's injection.
+#[test]
+fn probes_and_scrape_annotations_move_to_the_sidecars_status_port() {
+    let (out, _) = inject_text(PROBED_POD, &settings()).unwrap();
+    let pod = &parsed(&out)[0];
+    let web = &pod["spec"]["containers"][0];
+    assert_eq!(
+        web["readinessProbe"]["httpGet"],
+        json!({"path": "/app-health/web/readyz", "port": 15020, "scheme": "HTTP"})
+    );
+    assert_eq!(web["readinessProbe"]["periodSeconds"], 5);
+    assert_eq!(web["livenessProbe"], json!({"exec": {"command": ["true"]}}));
+    let proxy = &pod["spec"]["initContainers"][1];
+    let env = |name: &str| -> Value {
+        let found = proxy["env"].as_array().unwrap().iter().find(|e| e["name"] == name).unwrap();
+        serde_json::from_str(found["value"].as_str().unwrap()).unwrap()
+    };
+    assert_eq!(
+        env("ISTIO_KUBE_APP_PROBERS"),
+        json!({"/app-health/web/readyz": {"httpGet": {"path": "/ready", "port": 8080}}})
+    );
+    assert_eq!(env("ISTIO_PROMETHEUS_ANNOTATIONS"), json!({"scrape": "true", "port": "9100", "path": "/m"}));
+    assert_eq!(pod["metadata"]["annotations"]["prometheus.io/port"], "15020");
+
+    // With a control plane address the sidecar is not the agent: nothing is rewritten.
+    let direct = Settings { xds_address: Some("istiod.istio-system.svc:15010".into()), ..settings() };
+    let (out, _) = inject_text(PROBED_POD, &direct).unwrap();
+    let pod = &parsed(&out)[0];
+    assert_eq!(pod["spec"]["containers"][0]["readinessProbe"]["httpGet"]["path"], "/ready");
+    assert!(!out.contains("ISTIO_KUBE_APP_PROBERS"), "{out}");
+}
+
+const PROBED_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+  annotations: { prometheus.io/scrape: "true", prometheus.io/port: "9100", prometheus.io/path: /m }
+spec:
+  containers:
+  - name: web
+    image: web
+    ports: [{ name: http, containerPort: 8080 }]
+    readinessProbe: { httpGet: { path: /ready, port: http }, periodSeconds: 5 }
+    livenessProbe: { exec: { command: ["true"] } }
+"#;

@@ -4,6 +4,7 @@
 
 use serde_json::{Map, Value};
 
+use super::probes;
 use super::sidecar::{self, INIT_NAME, SIDECAR_NAME, Settings, Workload};
 
 /// Containers that mean the pod already has a proxy (Outrider's, or Istio's own).
@@ -94,18 +95,31 @@ fn inject_pod(
     let app_containers =
         containers.iter().filter_map(|c| c.get("name").and_then(Value::as_str)).map(str::to_owned).collect();
     let ports = containers.iter().filter_map(|c| c.get("ports").and_then(Value::as_array)).flatten().cloned().collect();
+    let in_process_agent = settings.xds_address.is_none();
 
     let metadata = object_at(pod, "metadata")?;
     let labels = object_at(metadata, "labels")?;
     add_mesh_labels(labels, name);
     let labels = labels.clone();
     let annotations = object_at(metadata, "annotations")?;
-    for (key, value) in sidecar::annotations() {
-        annotations.entry(key).or_insert(Value::String(value));
+    let rewrite_probes = in_process_agent
+        && annotations.get(probes::REWRITE_ANNOTATION).and_then(Value::as_str).is_none_or(|v| v != "false");
+    // The application's own scrape annotations move to the sidecar, which merges them in.
+    let app_metrics = in_process_agent.then(|| app_prometheus(annotations)).flatten();
+    for (key, value) in sidecar::annotations(settings) {
+        if in_process_agent {
+            annotations.insert(key.into(), Value::String(value));
+        } else {
+            annotations.entry(key).or_insert(Value::String(value));
+        }
     }
 
-    let workload = Workload { owner_kind, name, labels: &labels, app_containers, ports };
     let spec = object_at(pod, "spec")?;
+    let app_probers = match spec.get_mut("containers").and_then(Value::as_array_mut) {
+        Some(containers) if rewrite_probes => probes::rewrite(containers).map_err(|why| format!("{name:?}: {why}"))?,
+        _ => Map::new(),
+    };
+    let workload = Workload { owner_kind, name, labels: &labels, app_containers, ports, app_probers, app_metrics };
     let mut init = vec![sidecar::init_container(settings), sidecar::sidecar_container(settings, &workload)];
     if let Some(Value::Array(existing)) = spec.remove("initContainers") {
         init.extend(existing);
@@ -122,6 +136,22 @@ fn inject_pod(
         }
     }
     Ok(Outcome::Injected)
+}
+
+/// The pod's own `prometheus.io/{scrape,port,path}` when it asks to be scraped, for
+/// `ISTIO_PROMETHEUS_ANNOTATIONS`.
+fn app_prometheus(annotations: &Map<String, Value>) -> Option<Map<String, Value>> {
+    let get = |key: &str| annotations.get(&format!("prometheus.io/{key}")).and_then(Value::as_str);
+    if get("scrape") != Some("true") {
+        return None;
+    }
+    let mut metrics = Map::new();
+    for key in ["scrape", "port", "path"] {
+        if let Some(value) = get(key) {
+            metrics.insert(key.into(), Value::String(value.into()));
+        }
+    }
+    Some(metrics)
 }
 
 /// `sidecar.istio.io/inject: "false"` as a label (Istio's current form) or annotation.

@@ -15,6 +15,7 @@ mod tls_support;
 
 mod agent_ca;
 mod agent_istiod;
+mod agent_status;
 mod capture_netns;
 mod inject;
 mod interop_go_control_plane;

@@ -5,7 +5,8 @@
 // orca.ServerMetricsRecorder: per call in the `endpoint-load-metrics-bin` trailer
 // (orca.CallMetricsServerOption) and out of band (orca.Register, whose reporting interval
 // grpc-go never lets below 30 s). On SIGTERM it writes what it served, per second since its
-// first request, as JSON, in the shape `outrider lab-backend` reports.
+// first request, as JSON, in the shape `outrider lab-backend` reports. It also serves
+// grpc-go's health service, answering SERVING.
 package main
 
 import (
@@ -26,6 +27,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/orca"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -138,6 +141,8 @@ func main() {
 		Methods:     []grpc.MethodDesc{{MethodName: "Echo", Handler: b.handle}},
 		Metadata:    "outrider/echo/v1/echo.proto",
 	}, b)
+	// grpc-go's health service (SERVING), for probes of a gRPC application.
+	healthpb.RegisterHealthServer(server, health.NewServer())
 	if *withOrca {
 		if err := orca.Register(server, orca.ServiceOptions{ServerMetricsProvider: b.metrics}); err != nil {
 			log.Fatalf("orca service: %v", err)
