@@ -56,9 +56,10 @@ enum Command {
         bootstrap: PathBuf,
         #[arg(long)]
         concurrency: Option<usize>,
-        /// Seconds a drain waits for open connections (Istio's proxy drain duration).
-        #[arg(long, default_value_t = 45)]
-        drain_time_s: u64,
+        /// Seconds a drain waits for open connections (default: the agent's termination
+        /// drain duration with --istio-agent, else 45, Istio's proxy drain duration).
+        #[arg(long)]
+        drain_time_s: Option<u64>,
         /// Do istio-agent's job in this process: get the workload certificate from istiod's
         /// CA and relay xDS to istiod, over the sockets the bootstrap names (pilot-agent's
         /// environment: CA_ADDR, PROXY_CONFIG, SECRET_TTL, …). One process per pod.
@@ -194,7 +195,11 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            let drain_time = std::time::Duration::from_secs(drain_time_s);
+            let drain_time = match (drain_time_s, &agent) {
+                (Some(seconds), _) => std::time::Duration::from_secs(seconds),
+                (None, Some(agent)) => agent.termination_drain,
+                (None, None) => std::time::Duration::from_secs(45),
+            };
             let options = RunOptions {
                 config: bootstrap,
                 concurrency,

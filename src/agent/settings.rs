@@ -47,6 +47,10 @@ pub struct AgentSettings {
     pub probes: BTreeMap<String, super::probers::Probe>,
     /// The application's metrics to merge (`ISTIO_PROMETHEUS_ANNOTATIONS`).
     pub app_metrics: Option<super::status::AppMetrics>,
+    /// How long a SIGTERM'd sidecar lets connections finish (`PROXY_CONFIG`'s
+    /// `terminationDrainDuration`, or `TERMINATION_DRAIN_DURATION_SECONDS`; default 5 s, as
+    /// pilot-agent waits before it stops Envoy).
+    pub termination_drain: Duration,
     /// The status server's address (pilot-agent's 15020 on every interface: the kubelet
     /// probes it from outside the pod; `STATUS_PORT` overrides the port).
     pub status_address: std::net::SocketAddr,
@@ -74,14 +78,28 @@ impl AgentSettings {
                 _ => Err(SettingsError { variable: key.into(), why: format!("{text:?} is not a fraction in [0, 1]") }),
             }
         };
-        let discovery_address = match get("PROXY_CONFIG") {
-            None => DEFAULT_CA_ADDRESS.to_owned(),
-            Some(text) => {
-                let config: serde_json::Value = serde_json::from_str(text)
-                    .map_err(|e| SettingsError { variable: "PROXY_CONFIG".into(), why: format!("is not JSON: {e}") })?;
-                config.get("discoveryAddress").and_then(|v| v.as_str()).unwrap_or(DEFAULT_CA_ADDRESS).to_owned()
-            }
+        let proxy_config: serde_json::Value = match get("PROXY_CONFIG") {
+            None => serde_json::Value::Null,
+            Some(text) => serde_json::from_str(text)
+                .map_err(|e| SettingsError { variable: "PROXY_CONFIG".into(), why: format!("is not JSON: {e}") })?,
         };
+        let discovery_address =
+            proxy_config.get("discoveryAddress").and_then(|v| v.as_str()).unwrap_or(DEFAULT_CA_ADDRESS).to_owned();
+        let termination_drain =
+            match (proxy_config.get("terminationDrainDuration"), get("TERMINATION_DRAIN_DURATION_SECONDS")) {
+                (Some(value), _) => {
+                    let text = value.as_str().unwrap_or_default();
+                    humantime::parse_duration(text).map_err(|e| SettingsError {
+                        variable: "PROXY_CONFIG".into(),
+                        why: format!("terminationDrainDuration {value}: {e}"),
+                    })?
+                }
+                (None, Some(text)) => Duration::from_secs(text.parse().map_err(|_| SettingsError {
+                    variable: "TERMINATION_DRAIN_DURATION_SECONDS".into(),
+                    why: format!("{text:?} is not a number of seconds"),
+                })?),
+                (None, None) => Duration::from_secs(5),
+            };
         let ca_address = get("CA_ADDR").unwrap_or(&discovery_address).to_owned();
         let host = ca_address.rsplit_once(':').map_or(ca_address.as_str(), |(host, _)| host);
         let ca_server_name = get("ISTIOD_SAN").unwrap_or(host).trim_matches(['[', ']']).to_owned();
@@ -105,6 +123,7 @@ impl AgentSettings {
             grace_ratio: fraction("SECRET_GRACE_PERIOD_RATIO", 0.5)?,
             grace_jitter: fraction("SECRET_GRACE_PERIOD_RATIO_JITTER", 0.01)?,
             output_dir: get("OUTPUT_CERTS").map(PathBuf::from),
+            termination_drain,
             probes: match get(super::probers::APP_PROBERS_ENV) {
                 Some(text) => super::probers::parse(text)
                     .map_err(|why| SettingsError { variable: super::probers::APP_PROBERS_ENV.into(), why })?,
@@ -148,6 +167,7 @@ mod tests {
         assert_eq!((s.grace_ratio, s.grace_jitter), (0.5, 0.01));
         assert_eq!(s.token, PathBuf::from(DEFAULT_TOKEN_PATH));
         assert_eq!(s.output_dir, None);
+        assert_eq!(s.termination_drain, Duration::from_secs(5));
     }
 
     #[test]
@@ -159,11 +179,15 @@ mod tests {
             ("ISTIOD_SAN", "istiod.istio-system.svc"),
             ("TRUST_DOMAIN", "example.org"),
             ("SECRET_TTL", "90s"),
-            ("PROXY_CONFIG", r#"{"discoveryAddress":"istiod-1-29.istio-system.svc:15012"}"#),
+            (
+                "PROXY_CONFIG",
+                r#"{"discoveryAddress":"istiod-1-29.istio-system.svc:15012","terminationDrainDuration":"20s"}"#,
+            ),
         ]))
         .unwrap();
         assert_eq!(s.discovery_address, "istiod-1-29.istio-system.svc:15012");
         assert_eq!(s.ca_address, "127.0.0.1:15012", "CA_ADDR wins for the CA");
+        assert_eq!(s.termination_drain, Duration::from_secs(20));
         assert_eq!(s.ca_server_name, "istiod.istio-system.svc");
         assert_eq!(s.identity, "spiffe://example.org/ns/ns/sa/sa");
         assert_eq!(s.ttl, Duration::from_secs(90));

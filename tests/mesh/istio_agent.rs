@@ -7,9 +7,9 @@
 //! Istio's sidecar ports (15000, 15001, 15006, 15020, 15021, 15090) are fixed, so each
 //! sidecar runs in a network namespace of its own, made by the test (root and iproute2
 //! needed, else SKIPPED). The workload certificates are made with rcgen and mounted where
-//! the agent looks for them (`./var/run/secrets/workload-spiffe-credentials`): istiod's CA
-//! authenticates callers by a Kubernetes token or a client certificate, neither of which a
-//! file-mode istiod without Kubernetes can check.
+//! the agent looks for them (`./var/run/secrets/workload-spiffe-credentials`), so that this
+//! test is about pilot-agent driving Outrider, not about the CA. (A file-mode istiod can
+//! run its CA with `JWT_RULE`: `tests/mesh/agent_istiod.rs` does, for Outrider's own agent.)
 
 use crate::common;
 use crate::tls_support::pki;
