@@ -6,16 +6,16 @@
 //! it makes of a projected service-account token, minus the Kubernetes lookup. The agent
 //! gets the workload certificate from `CreateCertificate` on istiod's TLS port and relays
 //! ADS there with the same token; the proxy reads both from the agent's Unix sockets, as
-//! under pilot-agent. istiod's config sends the sidecar's outbound traffic back to its own
-//! STRICT inbound port over Istio mTLS, so each request is one mTLS handshake between two
-//! holders of istiod-issued certificates. The certificate lives 20 s: it is renewed while
-//! requests flow, and none fails.
+//! under pilot-agent. In the first test istiod's config sends one sidecar's outbound
+//! traffic back to its own STRICT inbound port over Istio mTLS, with a certificate that
+//! lives 20 s: it is renewed while requests flow, and none fails. In the second, two pods
+//! (two Outriders, two tokens, two identities) call each other over mTLS, and the server's
+//! AuthorizationPolicy admits the client by the identity istiod put in its certificate.
 
 use crate::common;
 use crate::tls_support;
 
 use std::path::Path;
-use std::sync::Arc;
 
 use bytes::Bytes;
 use common::istiod::{Istiod, IstiodCa, sidecar_node_id};
@@ -57,10 +57,20 @@ fn write_ca_dir(dir: &Path) -> String {
     root.pem()
 }
 
+/// One pod: its name, service account (also its `app` label) and loopback address.
+struct Pod {
+    name: &'static str,
+    service_account: &'static str,
+    ip: &'static str,
+}
+
+const LOOP: Pod = Pod { name: "app-1", service_account: "default", ip: "127.0.0.1" };
+
 /// A sidecar's bootstrap whose xDS and SDS are the agent's Unix sockets, as Istio's
 /// template writes it (interception NONE: istiod's listeners bind their ports).
-fn agentless_bootstrap(xds: &Path, sds: &Path) -> Bootstrap {
-    let node = sidecar_node_id("127.0.0.1", "app-1", "default");
+fn agentless_bootstrap(xds: &Path, sds: &Path, pod: &Pod) -> Bootstrap {
+    let Pod { name, service_account, ip } = pod;
+    let node = sidecar_node_id(ip, name, "default");
     let pipe = |name: &str, path: &Path| {
         format!(
             r#"
@@ -82,18 +92,18 @@ fn agentless_bootstrap(xds: &Path, sds: &Path) -> Bootstrap {
         r#"
 node:
   id: "{node}"
-  cluster: app.default
+  cluster: {service_account}.default
   metadata:
     ISTIO_VERSION: "1.29.6"
     CLUSTER_ID: Kubernetes
     NAMESPACE: default
     MESH_ID: cluster.local
-    SERVICE_ACCOUNT: default
-    WORKLOAD_NAME: app
-    NAME: app-1
-    INSTANCE_IPS: 127.0.0.1
+    SERVICE_ACCOUNT: {service_account}
+    WORKLOAD_NAME: {service_account}
+    NAME: {name}
+    INSTANCE_IPS: {ip}
     INTERCEPTION_MODE: NONE
-    LABELS: {{ app: app, version: v1 }}
+    LABELS: {{ app: {service_account}, version: v1 }}
 admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}
 dynamic_resources:
   ads_config:
@@ -142,56 +152,79 @@ fn leaf_identity(pem: &str) -> (Vec<String>, String) {
     (uris, issuer)
 }
 
+/// istiod as the mesh's CA without Kubernetes, and what pods need to reach it.
+struct Mesh {
+    work: tempfile::TempDir,
+    signer: RsaSigner,
+    _keys: backends::Backend,
+    istiod: Istiod,
+    root_pem: String,
+}
+
+impl Mesh {
+    /// istiod with its CA (`ROOT_CA_DIR`) and `JWT_RULE` (keys served here), serving `configs`.
+    async fn start(binary: &Path, configs: &[(&str, &str)]) -> Mesh {
+        let work = tempfile::tempdir().unwrap();
+        let root_pem = write_ca_dir(&work.path().join("cacerts"));
+        let signer = RsaSigner::new("outrider-test-key");
+        let jwks = signer.jwks();
+        let keys = backends::http(move |_request| {
+            let jwks = jwks.clone();
+            async move { http::Response::new(Full::new(Bytes::from(jwks))) }
+        })
+        .await;
+        let jwt_rule = json!({
+            "issuer": ISSUER,
+            "jwks_uri": format!("http://127.0.0.1:{}/jwks.json", keys.port),
+            "audiences": ["istio-ca"],
+        });
+        let ca = IstiodCa { root_ca_dir: work.path().join("cacerts"), jwt_rule: jwt_rule.to_string() };
+        let istiod = Istiod::start_with_ca(binary, "", configs, Some(ca)).await;
+        Mesh { work, signer, _keys: keys, istiod, root_pem }
+    }
+
+    /// `pod`'s agent (its projected token: `sub` its service account, audience istio-ca;
+    /// certificates asked for `ttl`) and its proxy, reading the agent's sockets.
+    async fn pod(&self, pod: &Pod, ttl: &str) -> (Agent, outrider::app::Running) {
+        let secure = self.istiod.secure.unwrap();
+        let dir = self.work.path().join(pod.name);
+        let claims = json!({
+            "iss": ISSUER,
+            "aud": ["istio-ca"],
+            "sub": format!("system:serviceaccount:default:{}", pod.service_account),
+            "iat": now(),
+            "exp": now() + 3600,
+        });
+        std::fs::create_dir_all(&dir).unwrap();
+        let token = dir.join("istio-token");
+        std::fs::write(&token, self.signer.rs256(&claims)).unwrap();
+        let env = [
+            ("POD_NAMESPACE", "default".to_owned()),
+            ("SERVICE_ACCOUNT", pod.service_account.to_owned()),
+            ("CA_ADDR", secure.to_string()),
+            ("PROXY_CONFIG", json!({ "discoveryAddress": secure.to_string() }).to_string()),
+            ("ISTIOD_SAN", "istiod.istio-system.svc".to_owned()),
+            ("OUTRIDER_ROOT_CERT", self.work.path().join("cacerts/root-cert.pem").display().to_string()),
+            ("OUTRIDER_TOKEN_PATH", token.display().to_string()),
+            ("SECRET_TTL", ttl.to_owned()),
+        ];
+        let settings = AgentSettings::from_env(&env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()).unwrap();
+        let (xds, sds) = (dir.join("etc/istio/proxy/XDS"), dir.join("workload-spiffe-uds/socket"));
+        let agent = Agent::start(settings, &sds, &xds).unwrap();
+        let outrider = outrider::app::start(agentless_bootstrap(&xds, &sds, pod)).await.unwrap();
+        (agent, outrider)
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_process_per_pod_certificate_and_xds_from_istiod_over_tls_with_renewal_under_traffic() {
     let Some(binary) = Istiod::binary("one_process_per_pod (agent with istiod's CA)") else { return };
-    let work = tempfile::tempdir().unwrap();
-    let root_pem = write_ca_dir(&work.path().join("cacerts"));
-
-    let signer = Arc::new(RsaSigner::new("outrider-test-key"));
-    let jwks = signer.jwks();
-    let keys = backends::http(move |_request| {
-        let jwks = jwks.clone();
-        async move { http::Response::new(Full::new(Bytes::from(jwks))) }
-    })
-    .await;
-    let jwt_rule = json!({
-        "issuer": ISSUER,
-        "jwks_uri": format!("http://127.0.0.1:{}/jwks.json", keys.port),
-        "audiences": ["istio-ca"],
-    });
     let app = named_backend("app").await;
     let (outbound, inbound) = (tls_support::free_port(), tls_support::free_port());
-    let configs = [("mesh.yaml", mesh_loop_configs(outbound, inbound, app.port))];
-    let configs: Vec<(&str, &str)> = configs.iter().map(|(n, y)| (*n, y.as_str())).collect();
-    let ca = IstiodCa { root_ca_dir: work.path().join("cacerts"), jwt_rule: jwt_rule.to_string() };
-    let istiod = Istiod::start_with_ca(&binary, "", &configs, Some(ca)).await;
-    let secure = istiod.secure.unwrap();
-
-    // The pod's token, as the kubelet projects it (audience istio-ca).
-    let claims = json!({
-        "iss": ISSUER,
-        "aud": ["istio-ca"],
-        "sub": "system:serviceaccount:default:default",
-        "iat": now(),
-        "exp": now() + 3600,
-    });
-    let token = work.path().join("istio-token");
-    std::fs::write(&token, signer.rs256(&claims)).unwrap();
-    let env = [
-        ("POD_NAMESPACE", "default".to_owned()),
-        ("SERVICE_ACCOUNT", "default".to_owned()),
-        ("CA_ADDR", secure.to_string()),
-        ("PROXY_CONFIG", json!({ "discoveryAddress": secure.to_string() }).to_string()),
-        ("ISTIOD_SAN", "istiod.istio-system.svc".to_owned()),
-        ("OUTRIDER_ROOT_CERT", work.path().join("cacerts/root-cert.pem").display().to_string()),
-        ("OUTRIDER_TOKEN_PATH", token.display().to_string()),
-        ("SECRET_TTL", "20s".to_owned()),
-    ];
-    let settings = AgentSettings::from_env(&env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()).unwrap();
-    let (xds, sds) = (work.path().join("etc/istio/proxy/XDS"), work.path().join("workload-spiffe-uds/socket"));
-    let agent = Agent::start(settings, &sds, &xds).unwrap();
-    let outrider = outrider::app::start(agentless_bootstrap(&xds, &sds)).await.unwrap();
+    let loop_configs = mesh_loop_configs(outbound, inbound, app.port);
+    let mesh = Mesh::start(&binary, &[("mesh.yaml", &loop_configs)]).await;
+    let (agent, outrider) = mesh.pod(&LOOP, "20s").await;
+    let root_pem = mesh.root_pem.clone();
 
     wait::until_true("istiod's listener serves, over istiod-issued mTLS", async || {
         get(outbound, HOST, "/ok").await.0 == 200
@@ -240,4 +273,106 @@ async fn one_process_per_pod_certificate_and_xds_from_istiod_over_tls_with_renew
     assert!(updates.values().all(|(applied, _)| *applied > 0), "xDS through the relay: {updates:?}");
     outrider.stop();
     agent.stop().await;
+}
+
+const SLEEP: Pod = Pod { name: "sleep-1", service_account: "sleep", ip: "127.0.0.1" };
+const APP: Pod = Pod { name: "app-1", service_account: "app", ip: "127.0.0.2" };
+
+/// `sleep` calls the service `app`: its endpoint is the app pod's inbound port (STRICT
+/// mTLS), which lets only `sleep`'s identity reach `/ok` and only a service account that
+/// does not exist reach `/nobody`.
+fn two_pods(outbound: u16, inbound: u16, application: u16) -> String {
+    format!(
+        r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{ name: app, namespace: default }}
+spec:
+  hosts: [{HOST}]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports:
+  - {{ number: {outbound}, name: http, protocol: HTTP, targetPort: {inbound} }}
+  endpoints:
+  - address: {ip}
+    serviceAccount: app
+    labels: {{ app: app, version: v1, security.istio.io/tlsMode: istio }}
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {{ name: default, namespace: default }}
+spec:
+  egress:
+  - hosts: ["./*"]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {{ name: app, namespace: default }}
+spec:
+  workloadSelector: {{ labels: {{ app: app }} }}
+  ingress:
+  - port: {{ number: {inbound}, protocol: HTTP, name: http }}
+    defaultEndpoint: 127.0.0.1:{application}
+  egress:
+  - hosts: ["istio-system/*"]
+---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {{ name: app, namespace: default }}
+spec:
+  selector: {{ matchLabels: {{ app: app }} }}
+  mtls: {{ mode: STRICT }}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {{ name: app, namespace: default }}
+spec:
+  selector: {{ matchLabels: {{ app: app }} }}
+  action: ALLOW
+  rules:
+  - from: [{{ source: {{ principals: ["cluster.local/ns/default/sa/sleep"] }} }}]
+    to: [{{ operation: {{ paths: ["/ok"] }} }}]
+  - from: [{{ source: {{ principals: ["cluster.local/ns/default/sa/nobody"] }} }}]
+    to: [{{ operation: {{ paths: ["/nobody"] }} }}]
+"#,
+        ip = APP.ip,
+    )
+}
+
+/// Two pods, each one Outrider doing its own agent's job with its own token: the client's
+/// certificate names `sleep`, the server's `app`, both from istiod; the server's
+/// AuthorizationPolicy admits the client by the identity in its istiod-issued certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_one_process_pods_authenticate_each_other_with_istiod_certificates() {
+    let Some(binary) = Istiod::binary("two one-process pods (agents with istiod's CA)") else { return };
+    let application = named_backend("app").await;
+    let (outbound, inbound) = (tls_support::free_port(), tls_support::free_port());
+    let configs = two_pods(outbound, inbound, application.port);
+    let mesh = Mesh::start(&binary, &[("mesh.yaml", &configs)]).await;
+    let (server_agent, server) = mesh.pod(&APP, "1h").await;
+    let (client_agent, client) = mesh.pod(&SLEEP, "1h").await;
+
+    wait::until_true("sleep reaches app over mTLS", async || get(outbound, HOST, "/ok").await.0 == 200).await;
+    let identity = |outrider: &outrider::app::Running| leaf_identity(&served_certificate(outrider).unwrap()).0;
+    assert_eq!(identity(&client), ["spiffe://cluster.local/ns/default/sa/sleep"]);
+    assert_eq!(identity(&server), ["spiffe://cluster.local/ns/default/sa/app"]);
+    assert_eq!(get(outbound, HOST, "/ok").await.0, 200, "sleep's principal is admitted");
+    let (status, _, body) = get(outbound, HOST, "/nobody").await;
+    assert_eq!((status, body.as_str()), (403, "RBAC: access denied"), "only another principal may");
+    // Plaintext straight to the STRICT inbound port is refused.
+    let mut stream = tokio::net::TcpStream::connect((APP.ip, inbound)).await.unwrap();
+    let _ = tokio::io::AsyncWriteExt::write_all(
+        &mut stream,
+        format!("GET /ok HTTP/1.1\r\nhost: {HOST}\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert!(tls_support::read_until_closed(stream).await.is_empty(), "no plaintext answer");
+    assert!(client.tls.upstream.handshakes() >= 1 && server.tls.downstream.handshakes() >= 1);
+    for (who, outrider) in [("client", &client), ("server", &server)] {
+        let updates = xds_updates(outrider).await;
+        assert!(updates.values().all(|(_, rejected)| *rejected == 0), "{who} rejected: {updates:?}");
+    }
+    client.stop();
+    server.stop();
+    client_agent.stop().await;
+    server_agent.stop().await;
 }
