@@ -29,6 +29,8 @@ pub enum CaError {
     Call(#[from] tonic::Status),
     #[error("CreateCertificate answered {0}")]
     Response(String),
+    #[error("channel to the CA: {0}")]
+    Channel(#[from] super::channel::ChannelError),
 }
 
 /// A workload certificate and what goes with it, all PEM.

@@ -12,33 +12,36 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use tonic::transport::{Channel, Endpoint};
 
-use super::ca_client::CaError;
+/// Why no channel could be made: the roots, the name or the address.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ChannelError(String);
 
 /// A channel to `address` (`host:port`) whose TLS server must prove `server_name` with a
 /// chain to one of the PEM roots in `root_cert`. Lazy: it connects on first use and
 /// reconnects as needed.
-pub fn secure_channel(address: &str, server_name: &str, root_cert: &Path) -> Result<Channel, CaError> {
-    let pem = std::fs::read(root_cert).map_err(|e| CaError::Root(format!("{}: {e}", root_cert.display())))?;
+pub fn secure_channel(address: &str, server_name: &str, root_cert: &Path) -> Result<Channel, ChannelError> {
+    let pem = std::fs::read(root_cert).map_err(|e| ChannelError(format!("{}: {e}", root_cert.display())))?;
     let mut roots = RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|e| CaError::Root(format!("{}: {e}", root_cert.display())))?;
-        roots.add(cert).map_err(|e| CaError::Root(format!("{}: {e}", root_cert.display())))?;
+        let cert = cert.map_err(|e| ChannelError(format!("{}: {e}", root_cert.display())))?;
+        roots.add(cert).map_err(|e| ChannelError(format!("{}: {e}", root_cert.display())))?;
     }
     if roots.is_empty() {
-        return Err(CaError::Root(format!("{}: no certificate", root_cert.display())));
+        return Err(ChannelError(format!("{}: no certificate", root_cert.display())));
     }
     let mut config = rustls::ClientConfig::builder_with_provider(crate::tls::provider::provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| CaError::Root(e.to_string()))?
+        .map_err(|e| ChannelError(e.to_string()))?
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec()];
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let name = ServerName::try_from(server_name.to_owned())
-        .map_err(|e| CaError::Root(format!("server name {server_name:?}: {e}")))?;
+        .map_err(|e| ChannelError(format!("server name {server_name:?}: {e}")))?;
     let address = address.to_owned();
     // The URI only names the authority: the connector below makes the connection.
-    let endpoint = Endpoint::from_shared(format!("http://{address}")).map_err(|e| CaError::Address(e.to_string()))?;
+    let endpoint = Endpoint::from_shared(format!("http://{address}")).map_err(|e| ChannelError(e.to_string()))?;
     Ok(endpoint.connect_with_connector_lazy(tower::service_fn(move |_| {
         let (connector, name, address) = (connector.clone(), name.clone(), address.clone());
         async move {

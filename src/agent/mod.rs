@@ -40,6 +40,8 @@ pub enum AgentError {
     Socket(PathBuf, std::io::Error),
     #[error(transparent)]
     Ca(#[from] CaError),
+    #[error("channel to istiod: {0}")]
+    Channel(#[from] channel::ChannelError),
 }
 
 /// The running agent: its two sockets served and the certificate kept fresh until dropped
