@@ -85,11 +85,12 @@ fn write_out(dir: &Path, issued: &Issued) -> std::io::Result<()> {
 }
 
 /// Keeps a valid certificate published until `shutdown`: issue, publish, sleep until the
-/// renewal time, again. Failures are logged and retried with backoff (1 s up to 30 s),
-/// while the last certificate, if still valid, stays published.
+/// renewal time, again. Failures are logged and retried with backoff (from 250 ms,
+/// doubling up to 10 s: a pod without a certificate serves nothing, so the wait stays
+/// short), while the last certificate, if still valid, stays published.
 pub async fn rotate(client: CaClient, settings: std::sync::Arc<AgentSettings>, sds: XdsServer, shutdown: Signal) {
     let mut rng = rand::rngs::SmallRng::from_os_rng();
-    let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(30), rng.random());
+    let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(10), rng.random());
     let stop = shutdown.triggered();
     tokio::pin!(stop);
     loop {
