@@ -1,6 +1,6 @@
 //! A small xDS control plane: an ADS server (SotW and Delta), and SDS on its own service as
-//! Istio's agent serves it, over the resources it is given,
-//! used by Outrider's tests and by `outrider demo`.
+//! Istio's agent serves it, over the resources it is given: the in-process agent's SDS
+//! socket (`crate::agent`), Outrider's tests and `outrider demo`.
 //!
 //! It follows Envoy's xDS protocol as go-control-plane does, so that Envoy itself and
 //! Outrider's client can be pointed at it: responses carry a version and a fresh nonce, a
@@ -12,6 +12,7 @@
 //! assert ACKs, NACKs and nonces without sleeping: see [`XdsServer::wait_until`].
 
 mod delta;
+#[cfg(feature = "testkit")]
 pub mod files;
 mod requests;
 mod resources;
