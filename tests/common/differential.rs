@@ -40,15 +40,28 @@ pub fn static_cluster(name: &str, port: u16) -> String {
 /// [`static_cluster`] speaking HTTP/2 to its endpoint: a gRPC service (ext_authz, rate
 /// limit, access log service, xDS).
 pub fn grpc_cluster(name: &str, port: u16) -> String {
-    let h2 = r#"
+    cluster_with(name, port, HTTP2)
+}
+
+/// [`grpc_cluster`] whose endpoint is a Unix socket (`pipe`), as Istio's agent serves xDS
+/// and SDS.
+pub fn grpc_pipe_cluster(name: &str, path: &std::path::Path) -> String {
+    let address = format!("{{ pipe: {{ path: \"{}\" }} }}", path.display());
+    cluster_at(name, &address, HTTP2)
+}
+
+/// Cluster options for HTTP/2 to the endpoint.
+const HTTP2: &str = r#"
     typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
         explicit_http_config: { http2_protocol_options: {} }"#;
-    cluster_with(name, port, h2)
-}
 
 fn cluster_with(name: &str, port: u16, options: &str) -> String {
+    cluster_at(name, &format!("{{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}"), options)
+}
+
+fn cluster_at(name: &str, address: &str, options: &str) -> String {
     format!(
         r#"
   - name: {name}
@@ -58,7 +71,7 @@ fn cluster_with(name: &str, port: u16, options: &str) -> String {
       cluster_name: {name}
       endpoints:
       - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}"#
+        - endpoint: {{ address: {address} }}"#
     )
 }
 

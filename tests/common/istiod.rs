@@ -179,3 +179,52 @@ impl Istiod {
 pub fn sidecar_node_id(ip: &str, pod: &str, namespace: &str) -> String {
     format!("sidecar~{ip}~{pod}.{namespace}~{namespace}.svc.cluster.local")
 }
+
+/// Two workloads, `sleep` and `app`: the service `app.default.svc.cluster.local` on
+/// `outbound` whose endpoint is the app pod's inbound port (`app_ip`:`inbound`, labelled as
+/// an injected workload so that istiod renders mutual TLS to it), the client's egress, the
+/// app sidecar's ingress to the application on 127.0.0.1:`application`, and STRICT mutual
+/// TLS for `app`. Documents to add (Telemetry, AuthorizationPolicy) follow a `---`.
+pub fn sleep_to_app_mesh(outbound: u16, inbound: u16, application: u16, app_ip: &str) -> String {
+    format!(
+        r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {{ name: app, namespace: default }}
+spec:
+  hosts: [app.default.svc.cluster.local]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports:
+  - {{ number: {outbound}, name: http, protocol: HTTP, targetPort: {inbound} }}
+  endpoints:
+  - address: {app_ip}
+    serviceAccount: app
+    labels: {{ app: app, version: v1, security.istio.io/tlsMode: istio }}
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {{ name: default, namespace: default }}
+spec:
+  egress:
+  - hosts: ["./*"]
+---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {{ name: app, namespace: default }}
+spec:
+  workloadSelector: {{ labels: {{ app: app }} }}
+  ingress:
+  - port: {{ number: {inbound}, protocol: HTTP, name: http }}
+    defaultEndpoint: 127.0.0.1:{application}
+  egress:
+  - hosts: ["istio-system/*"]
+---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {{ name: app, namespace: default }}
+spec:
+  selector: {{ matchLabels: {{ app: app }} }}
+  mtls: {{ mode: STRICT }}
+"#
+    )
+}

@@ -18,6 +18,7 @@ use crate::tls_support;
 use std::path::Path;
 
 use bytes::Bytes;
+use common::differential::grpc_pipe_cluster;
 use common::istiod::{Istiod, IstiodCa, sidecar_node_id};
 use common::jwt::{RsaSigner, now};
 use common::{backends, wait};
@@ -71,23 +72,7 @@ const LOOP: Pod = Pod { name: "app-1", service_account: "default", ip: "127.0.0.
 fn agentless_bootstrap(xds: &Path, sds: &Path, pod: &Pod) -> Bootstrap {
     let Pod { name, service_account, ip } = pod;
     let node = sidecar_node_id(ip, name, "default");
-    let pipe = |name: &str, path: &Path| {
-        format!(
-            r#"
-  - name: {name}
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{ http2_protocol_options: {{}} }}
-    load_assignment:
-      cluster_name: {name}
-      endpoints: [{{ lb_endpoints: [{{ endpoint: {{ address: {{ pipe: {{ path: "{}" }} }} }} }}] }}]"#,
-            path.display()
-        )
-    };
-    let clusters = pipe("xds-grpc", xds) + &pipe("sds-grpc", sds);
+    let clusters = grpc_pipe_cluster("xds-grpc", xds) + &grpc_pipe_cluster("sds-grpc", sds);
     Bootstrap::parse(&format!(
         r#"
 node:
@@ -282,60 +267,20 @@ const APP: Pod = Pod { name: "app-1", service_account: "app", ip: "127.0.0.2" };
 /// mTLS), which lets only `sleep`'s identity reach `/ok` and only a service account that
 /// does not exist reach `/nobody`.
 fn two_pods(outbound: u16, inbound: u16, application: u16) -> String {
-    format!(
-        r#"apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {{ name: app, namespace: default }}
-spec:
-  hosts: [{HOST}]
-  location: MESH_INTERNAL
-  resolution: STATIC
-  ports:
-  - {{ number: {outbound}, name: http, protocol: HTTP, targetPort: {inbound} }}
-  endpoints:
-  - address: {ip}
-    serviceAccount: app
-    labels: {{ app: app, version: v1, security.istio.io/tlsMode: istio }}
----
-apiVersion: networking.istio.io/v1
-kind: Sidecar
-metadata: {{ name: default, namespace: default }}
-spec:
-  egress:
-  - hosts: ["./*"]
----
-apiVersion: networking.istio.io/v1
-kind: Sidecar
-metadata: {{ name: app, namespace: default }}
-spec:
-  workloadSelector: {{ labels: {{ app: app }} }}
-  ingress:
-  - port: {{ number: {inbound}, protocol: HTTP, name: http }}
-    defaultEndpoint: 127.0.0.1:{application}
-  egress:
-  - hosts: ["istio-system/*"]
----
-apiVersion: security.istio.io/v1
-kind: PeerAuthentication
-metadata: {{ name: app, namespace: default }}
-spec:
-  selector: {{ matchLabels: {{ app: app }} }}
-  mtls: {{ mode: STRICT }}
----
+    common::istiod::sleep_to_app_mesh(outbound, inbound, application, APP.ip)
+        + r#"---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
-metadata: {{ name: app, namespace: default }}
+metadata: { name: app, namespace: default }
 spec:
-  selector: {{ matchLabels: {{ app: app }} }}
+  selector: { matchLabels: { app: app } }
   action: ALLOW
   rules:
-  - from: [{{ source: {{ principals: ["cluster.local/ns/default/sa/sleep"] }} }}]
-    to: [{{ operation: {{ paths: ["/ok"] }} }}]
-  - from: [{{ source: {{ principals: ["cluster.local/ns/default/sa/nobody"] }} }}]
-    to: [{{ operation: {{ paths: ["/nobody"] }} }}]
-"#,
-        ip = APP.ip,
-    )
+  - from: [{ source: { principals: ["cluster.local/ns/default/sa/sleep"] } }]
+    to: [{ operation: { paths: ["/ok"] } }]
+  - from: [{ source: { principals: ["cluster.local/ns/default/sa/nobody"] } }]
+    to: [{ operation: { paths: ["/nobody"] } }]
+"#
 }
 
 /// Two pods, each one Outrider doing its own agent's job with its own token: the client's

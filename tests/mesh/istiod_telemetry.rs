@@ -95,61 +95,21 @@ static_resources:
 /// the client's egress, and a Telemetry resource that keeps Istio's metrics but drops
 /// `istio_request_bytes` and removes `request_protocol` from the duration histogram.
 fn mesh(outbound: u16, inbound: u16, application: u16) -> String {
-    format!(
-        r#"apiVersion: networking.istio.io/v1
-kind: ServiceEntry
-metadata: {{ name: app, namespace: default }}
-spec:
-  hosts: [{HOST}]
-  location: MESH_INTERNAL
-  resolution: STATIC
-  ports:
-  - {{ number: {outbound}, name: http, protocol: HTTP, targetPort: {inbound} }}
-  endpoints:
-  - address: {ip}
-    serviceAccount: app
-    labels: {{ app: app, version: v1, security.istio.io/tlsMode: istio }}
----
-apiVersion: networking.istio.io/v1
-kind: Sidecar
-metadata: {{ name: default, namespace: default }}
-spec:
-  egress:
-  - hosts: ["./*"]
----
-apiVersion: networking.istio.io/v1
-kind: Sidecar
-metadata: {{ name: app, namespace: default }}
-spec:
-  workloadSelector: {{ labels: {{ app: app }} }}
-  ingress:
-  - port: {{ number: {inbound}, protocol: HTTP, name: http }}
-    defaultEndpoint: 127.0.0.1:{application}
-  egress:
-  - hosts: ["istio-system/*"]
----
-apiVersion: security.istio.io/v1
-kind: PeerAuthentication
-metadata: {{ name: app, namespace: default }}
-spec:
-  selector: {{ matchLabels: {{ app: app }} }}
-  mtls: {{ mode: STRICT }}
----
+    common::istiod::sleep_to_app_mesh(outbound, inbound, application, APP.ip)
+        + r#"---
 apiVersion: telemetry.istio.io/v1
 kind: Telemetry
-metadata: {{ name: mesh-default, namespace: istio-system }}
+metadata: { name: mesh-default, namespace: istio-system }
 spec:
   metrics:
-  - providers: [{{ name: prometheus }}]
+  - providers: [{ name: prometheus }]
     overrides:
-    - match: {{ metric: REQUEST_SIZE }}
+    - match: { metric: REQUEST_SIZE }
       disabled: true
-    - match: {{ metric: REQUEST_DURATION }}
+    - match: { metric: REQUEST_DURATION }
       tagOverrides:
-        request_protocol: {{ operation: REMOVE }}
-"#,
-        ip = APP.ip,
-    )
+        request_protocol: { operation: REMOVE }
+"#
 }
 
 async fn get(port: u16, path: &str) -> (u16, String) {
