@@ -321,3 +321,46 @@ async fn two_one_process_pods_authenticate_each_other_with_istiod_certificates()
     client_agent.stop().await;
     server_agent.stop().await;
 }
+
+/// The xDS relay follows istiod: when istiod restarts, the proxy's stream through the agent
+/// ends, it reconnects through the agent to the new istiod (a new TLS connection, the token
+/// again), keeps serving meanwhile, and applies what the new istiod serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_xds_relay_follows_an_istiod_restart() {
+    let Some(binary) = Istiod::binary("the xDS relay follows an istiod restart") else { return };
+    let app = named_backend("app").await;
+    let (outbound, inbound) = (tls_support::free_port(), tls_support::free_port());
+    let loop_configs = mesh_loop_configs(outbound, inbound, app.port);
+    let mut mesh = Mesh::start(&binary, &[("mesh.yaml", &loop_configs)]).await;
+    let (agent, outrider) = mesh.pod(&LOOP, "1h").await;
+    wait::until_true("the loop serves", async || get(outbound, HOST, "/fault").await.0 == 200).await;
+
+    mesh.istiod.restart().await;
+    assert_eq!(get(outbound, HOST, "/ok").await.0, 200, "served from the last good config while istiod restarts");
+    // A change only the restarted istiod knows: an abort on /fault.
+    mesh.istiod.write(
+        "fault.yaml",
+        &format!(
+            r#"apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{ name: app, namespace: default }}
+spec:
+  hosts: [{HOST}]
+  http:
+  - match: [{{ uri: {{ prefix: /fault }} }}]
+    fault: {{ abort: {{ httpStatus: 418, percentage: {{ value: 100 }} }} }}
+    route: [{{ destination: {{ host: {HOST} }} }}]
+  - route: [{{ destination: {{ host: {HOST} }} }}]
+"#
+        ),
+    );
+    wait::until_true("the new istiod's config applied through the relay", async || {
+        get(outbound, HOST, "/fault").await.0 == 418
+    })
+    .await;
+    assert_eq!(get(outbound, HOST, "/ok").await.0, 200);
+    let updates = xds_updates(&outrider).await;
+    assert!(updates.values().all(|(_, rejected)| *rejected == 0), "rejected: {updates:?}");
+    outrider.stop();
+    agent.stop().await;
+}
