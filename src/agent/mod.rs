@@ -16,6 +16,7 @@
 pub mod ca_client;
 pub mod certificates;
 pub mod channel;
+pub mod probe_tls;
 pub mod probers;
 pub mod settings;
 pub mod status;

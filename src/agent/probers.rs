@@ -85,14 +85,14 @@ impl Port {
 /// A probe the agent can run: where and how.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Probe {
-    Http { host: String, port: u16, path: String, headers: Vec<(String, String)>, timeout: Duration },
+    Http { https: bool, host: String, port: u16, path: String, headers: Vec<(String, String)>, timeout: Duration },
     Tcp { host: String, port: u16, timeout: Duration },
     Grpc { port: u16, service: String, timeout: Duration },
 }
 
-/// Reads `ISTIO_KUBE_APP_PROBERS`. Anything the agent could not run faithfully (HTTPS, a
-/// named port, no action or two) is refused with its path, so a probe is never answered
-/// by something other than what it asks.
+/// Reads `ISTIO_KUBE_APP_PROBERS`. Anything the agent could not run faithfully (an unknown
+/// scheme, a named port, no action or two) is refused with its path, so a probe is never
+/// answered by something other than what it asks.
 pub fn parse(text: &str) -> Result<BTreeMap<String, Probe>, String> {
     let probers: BTreeMap<String, Prober> =
         serde_json::from_str(text).map_err(|e| format!("{APP_PROBERS_ENV}: {e}"))?;
@@ -110,16 +110,15 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, Probe>, String> {
                         .port
                         .number()
                         .ok_or_else(|| format!("{}: {:?} is not a number", at("httpGet.port"), get.port))?;
-                    match get.scheme.as_deref() {
-                        None | Some("HTTP" | "http") => {}
-                        Some(other) => {
-                            return Err(format!("{}: {other:?} is not supported (HTTP only)", at("httpGet.scheme")));
-                        }
-                    }
+                    let https = match get.scheme.as_deref() {
+                        None | Some("HTTP" | "http") => false,
+                        Some("HTTPS" | "https") => true,
+                        Some(other) => return Err(format!("{}: {other:?} is not HTTP or HTTPS", at("httpGet.scheme"))),
+                    };
                     let path = get.path.filter(|p| !p.is_empty()).unwrap_or_else(|| "/".into());
                     let path = if path.starts_with('/') { path } else { format!("/{path}") };
                     let headers = get.http_headers.into_iter().map(|h| (h.name, h.value)).collect();
-                    Probe::Http { host: local(get.host), port, path, headers, timeout }
+                    Probe::Http { https, host: local(get.host), port, path, headers, timeout }
                 }
                 (None, Some(tcp), None) => {
                     let port = tcp
@@ -161,6 +160,7 @@ mod tests {
         assert_eq!(
             probes["/app-health/app/readyz"],
             Probe::Http {
+                https: false,
                 host: "127.0.0.1".into(),
                 port: 8080,
                 path: "/ready".into(),
@@ -180,8 +180,10 @@ mod tests {
 
     #[test]
     fn what_cannot_be_run_faithfully_is_refused_with_its_path() {
-        let err = parse(r#"{"/app-health/a/readyz": {"httpGet": {"port": 8443, "scheme": "HTTPS"}}}"#).unwrap_err();
+        let err = parse(r#"{"/app-health/a/readyz": {"httpGet": {"port": 8443, "scheme": "GOPHER"}}}"#).unwrap_err();
         assert!(err.contains(r#"["/app-health/a/readyz"].httpGet.scheme"#), "{err}");
+        let https = parse(r#"{"/app-health/a/readyz": {"httpGet": {"port": 8443, "scheme": "HTTPS"}}}"#).unwrap();
+        assert!(matches!(https["/app-health/a/readyz"], Probe::Http { https: true, port: 8443, .. }));
         let err = parse(r#"{"/app-health/a/readyz": {"httpGet": {"port": "http"}}}"#).unwrap_err();
         assert!(err.contains("httpGet.port"), "{err}");
         let err = parse(r#"{"/app-health/a/readyz": {}}"#).unwrap_err();

@@ -153,10 +153,11 @@ async fn metrics(config: &StatusConfig) -> Response<Full<Bytes>> {
 /// within the probe's timeout.
 pub async fn run(probe: &Probe) -> Result<(), String> {
     match probe {
-        Probe::Http { host, port, path, headers, timeout } => {
+        Probe::Http { https, host, port, path, headers, timeout } => {
             let address = resolve(host, *port).await?;
             let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            let (status, _) = get(address, path, &headers, *timeout).await?;
+            let tls = if *https { Some(host.as_str()) } else { None };
+            let (status, _) = exchange(address, tls, Method::GET, path, &headers, *timeout).await?;
             if (200..400).contains(&status.as_u16()) { Ok(()) } else { Err(format!("HTTP probe answered {status}")) }
         }
         Probe::Tcp { host, port, timeout } => {
@@ -210,7 +211,6 @@ async fn get(
     request_to(address, Method::GET, path, headers, timeout).await
 }
 
-/// One HTTP/1.1 request on a connection of its own.
 async fn request_to(
     address: SocketAddr,
     method: Method,
@@ -218,11 +218,33 @@ async fn request_to(
     headers: &[(&str, &str)],
     timeout: Duration,
 ) -> Result<(StatusCode, Bytes), String> {
+    exchange(address, None, method, path, headers, timeout).await
+}
+
+/// One HTTP/1.1 request on a connection of its own, over TLS (to the server name `tls`)
+/// when given.
+async fn exchange(
+    address: SocketAddr,
+    tls: Option<&str>,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    timeout: Duration,
+) -> Result<(StatusCode, Bytes), String> {
     let exchange = async {
         let stream = tokio::net::TcpStream::connect(address).await.map_err(|e| e.to_string())?;
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
-        tokio::spawn(connection);
+        let mut sender = match tls {
+            None => handshake(stream).await?,
+            Some(name) => {
+                let config = super::probe_tls::client_config().map_err(|e| e.to_string())?;
+                let name = rustls::pki_types::ServerName::try_from(name.to_owned()).map_err(|e| e.to_string())?;
+                let stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| format!("TLS: {e}"))?;
+                handshake(stream).await?
+            }
+        };
         let mut request = Request::builder().method(method).uri(path).header(http::header::HOST, address.to_string());
         for (name, value) in headers {
             request = request.header(*name, *value);
@@ -234,6 +256,16 @@ async fn request_to(
         Ok((status, body))
     };
     tokio::time::timeout(timeout, exchange).await.map_err(|_| format!("{address}{path}: timed out"))?
+}
+
+async fn handshake<S>(stream: S) -> Result<hyper::client::conn::http1::SendRequest<Empty<Bytes>>, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.map_err(|e| e.to_string())?;
+    tokio::spawn(connection);
+    Ok(sender)
 }
 
 fn reply(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {

@@ -1,7 +1,7 @@
 //! The status port pilot-agent serves (15020), served by Outrider's agent
 //! (`outrider::agent::status`) for a running Outrider: its readiness, the application's
-//! probes as Istio's injection hands them over (`ISTIO_KUBE_APP_PROBERS`: HTTP, TCP, gRPC
-//! against real servers on loopback, grpc-go's health service for gRPC), metrics merged
+//! probes as Istio's injection hands them over (`ISTIO_KUBE_APP_PROBERS`: HTTP, HTTPS, TCP,
+//! gRPC against real servers on loopback, grpc-go's health service for gRPC), metrics merged
 //! with the application's (`ISTIO_PROMETHEUS_ANNOTATIONS`), and `/quitquitquit`.
 
 use crate::common;
@@ -36,6 +36,36 @@ impl GrpcGo {
     }
 }
 
+/// An HTTPS application port with a certificate nobody trusts (as probe ports often have):
+/// answers every request with 200 and closes.
+async fn https_app() -> u16 {
+    let ca = crate::tls_support::pki::Ca::new("an application's own CA");
+    let leaf = ca.dns_leaf("app.test");
+    let config = rustls::ServerConfig::builder_with_provider(outrider::tls::provider::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.der()], leaf.key_der())
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                let mut buf = [0u8; 1024];
+                let _ = tls.read(&mut buf).await;
+                let _ = tls.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok").await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    port
+}
+
 /// One GET (or POST) to the status server; (status, body).
 async fn call(port: u16, method: &str, path: &str) -> (u16, String) {
     let request = format!("{method} {path} HTTP/1.1\r\nhost: status\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
@@ -63,6 +93,7 @@ async fn readiness_application_probes_merged_metrics_and_quit() {
     let open = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let open_port = open.local_addr().unwrap().port();
     let closed_port = common::lab::free_port();
+    let https_port = https_app().await;
     let grpc = match common::peers::peer("grpc-orca-backend", "agent_status gRPC probe") {
         Some(binary) => Some(GrpcGo::start(&binary).await),
         None => None,
@@ -72,6 +103,8 @@ async fn readiness_application_probes_merged_metrics_and_quit() {
         "/app-health/app/startupz": { "httpGet": { "path": "/moved", "port": app.port } },
         "/app-health/sick/readyz": { "httpGet": { "path": "/other", "port": app.port, "scheme": "HTTP" } },
         "/app-health/app/livez": { "tcpSocket": { "port": open_port } },
+        "/app-health/secure/readyz": { "httpGet": { "path": "/ready", "port": https_port, "scheme": "HTTPS" } },
+        "/app-health/plain-to-tls/readyz": { "httpGet": { "path": "/ready", "port": https_port } },
         "/app-health/gone/livez": { "tcpSocket": { "port": closed_port } },
         "/app-health/rpc/readyz": { "grpc": { "port": closed_port } },
     });
@@ -97,6 +130,12 @@ async fn readiness_application_probes_merged_metrics_and_quit() {
     let (status, body) = call(port, "GET", "/app-health/sick/readyz").await;
     assert_eq!((status, body.trim()), (500, "HTTP probe answered 503 Service Unavailable"));
     assert_eq!(call(port, "GET", "/app-health/app/livez").await.0, 200, "TCP connects");
+    assert_eq!(
+        call(port, "GET", "/app-health/secure/readyz").await.0,
+        200,
+        "HTTPS, the certificate not verified (kubelet)"
+    );
+    assert_eq!(call(port, "GET", "/app-health/plain-to-tls/readyz").await.0, 500, "plaintext to a TLS port fails");
     assert_eq!(call(port, "GET", "/app-health/gone/livez").await.0, 500, "TCP refused");
     assert_eq!(call(port, "GET", "/app-health/rpc/readyz").await.0, 500, "no gRPC server");
     if grpc.is_some() {
