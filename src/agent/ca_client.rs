@@ -19,9 +19,9 @@ use crate::pb::istio_ca::istio_certificate_service_client::IstioCertificateServi
 pub enum CaError {
     #[error("root certificate {0}")]
     Root(String),
-    #[error("CA address: {0}")]
-    Address(String),
-    #[error("token {0}")]
+    #[error("header {0}")]
+    Header(String),
+    #[error("{0}")]
     Token(String),
     #[error("CSR: {0}")]
     Csr(String),
@@ -77,15 +77,11 @@ impl CaClient {
         let settings = &self.settings;
         let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(|e| CaError::Csr(e.to_string()))?;
         let csr = csr(&key, &settings.identity)?;
-        let token = std::fs::read_to_string(&settings.token)
-            .map_err(|e| CaError::Token(format!("{}: {e}", settings.token.display())))?;
-        let bearer = format!("Bearer {}", token.trim())
-            .parse()
-            .map_err(|_| CaError::Token(format!("{}: not a header value", settings.token.display())))?;
+        let bearer = settings.bearer().map_err(CaError::Token)?;
         let cluster = settings
             .cluster_id
             .parse()
-            .map_err(|_| CaError::Address(format!("cluster id {:?}: not a header value", settings.cluster_id)))?;
+            .map_err(|_| CaError::Header(format!("cluster id {:?}: not a header value", settings.cluster_id)))?;
         let validity = i64::try_from(settings.ttl.as_secs()).unwrap_or(i64::MAX);
         let mut request =
             tonic::Request::new(IstioCertificateRequest { csr, validity_duration: validity, metadata: None });
@@ -112,27 +108,13 @@ fn issued(key: &KeyPair, identity: &str, chain: &[String], root_file: &std::path
     let Some(leaf_pem) = pems.first() else {
         return Err(CaError::Response("an empty chain".into()));
     };
-    let (_, leaf) = x509_parser::pem::parse_x509_pem(leaf_pem.as_bytes())
+    let (_, pem) = x509_parser::pem::parse_x509_pem(leaf_pem.as_bytes())
         .map_err(|e| CaError::Response(format!("a leaf that is not PEM: {e}")))?;
-    let leaf = leaf.parse_x509().map_err(|e| CaError::Response(format!("a leaf that is not X.509: {e}")))?;
+    let leaf = pem.parse_x509().map_err(|e| CaError::Response(format!("a leaf that is not X.509: {e}")))?;
     if leaf.public_key().raw != key.subject_public_key_info().as_slice() {
         return Err(CaError::Response("a certificate for another key".into()));
     }
-    let uris: Vec<String> = leaf
-        .subject_alternative_name()
-        .ok()
-        .flatten()
-        .map(|san| {
-            san.value
-                .general_names
-                .iter()
-                .filter_map(|n| match n {
-                    x509_parser::extensions::GeneralName::URI(uri) => Some((*uri).to_owned()),
-                    _ => None,
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let uris = crate::tls::PeerIdentity::of(&pem.contents).map(|peer| peer.uri_sans).unwrap_or_default();
     if !uris.iter().any(|u| u == identity) {
         return Err(CaError::Response(format!("a certificate for {uris:?}, not {identity}")));
     }

@@ -1,6 +1,6 @@
 //! The workload certificate's life: issued at start, renewed when its grace period begins
-//! (pilot-agent's rule: when `grace_ratio ± jitter` of its lifetime is left), retried with
-//! backoff when the CA cannot answer, and published as the SDS secrets `default` (key and
+//! (pilot-agent's rule: when `grace_ratio ± jitter` of the time it had left on arrival is
+//! left), retried with backoff when the CA cannot answer, and published as the SDS secrets `default` (key and
 //! chain) and `ROOTCA` (the trust anchor) that Istio's bootstrap asks its agent for. A
 //! renewal replaces the secrets in one publication: connections already open keep the
 //! certificate they were made with, new handshakes take the new one, so no request fails.
@@ -87,7 +87,7 @@ fn write_out(dir: &Path, issued: &Issued) -> std::io::Result<()> {
 /// Keeps a valid certificate published until `shutdown`: issue, publish, sleep until the
 /// renewal time, again. Failures are logged and retried with backoff (from 250 ms,
 /// doubling up to 10 s: a pod without a certificate serves nothing, so the wait stays
-/// short), while the last certificate, if still valid, stays published.
+/// short), while the last certificate stays published.
 pub async fn rotate(client: CaClient, settings: std::sync::Arc<AgentSettings>, sds: XdsServer, shutdown: Signal) {
     let mut rng = rand::rngs::SmallRng::from_os_rng();
     let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(10), rng.random());

@@ -6,11 +6,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use hyper_util::rt::TokioIo;
-use rustls::RootCertStore;
 use rustls::pki_types::ServerName;
-use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject;
 use tonic::transport::{Channel, Endpoint};
+
+use crate::config::secret::DataSource;
 
 /// Why no channel could be made: the roots, the name or the address.
 #[derive(Debug, thiserror::Error)]
@@ -21,15 +20,8 @@ pub struct ChannelError(String);
 /// chain to one of the PEM roots in `root_cert`. Lazy: it connects on first use and
 /// reconnects as needed.
 pub fn secure_channel(address: &str, server_name: &str, root_cert: &Path) -> Result<Channel, ChannelError> {
-    let pem = std::fs::read(root_cert).map_err(|e| ChannelError(format!("{}: {e}", root_cert.display())))?;
-    let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|e| ChannelError(format!("{}: {e}", root_cert.display())))?;
-        roots.add(cert).map_err(|e| ChannelError(format!("{}: {e}", root_cert.display())))?;
-    }
-    if roots.is_empty() {
-        return Err(ChannelError(format!("{}: no certificate", root_cert.display())));
-    }
+    let roots =
+        crate::tls::roots(&DataSource::Filename(root_cert.to_owned())).map_err(|e| ChannelError(e.to_string()))?;
     let mut config = rustls::ClientConfig::builder_with_provider(crate::tls::provider::provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| ChannelError(e.to_string()))?

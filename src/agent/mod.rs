@@ -16,7 +16,6 @@
 pub mod ca_client;
 pub mod certificates;
 pub mod channel;
-pub mod probe_tls;
 pub mod probers;
 pub mod settings;
 pub mod status;
@@ -72,7 +71,7 @@ impl Agent {
         tokio::spawn(certificates::rotate(client, settings.clone(), secrets.clone(), signal.clone()));
 
         let channel =
-            channel::secure_channel(&settings.discovery_address, &settings.ca_server_name, &settings.root_cert)?;
+            channel::secure_channel(&settings.discovery_address, &settings.discovery_server_name, &settings.root_cert)?;
         let relay = AggregatedDiscoveryServiceServer::new(xds_proxy::XdsProxy::new(settings.clone(), channel))
             .max_encoding_message_size(usize::MAX);
         let stopped = signal.clone().triggered();

@@ -24,6 +24,9 @@ pub struct AgentSettings {
     /// The name istiod's serving certificate is checked against: the host of `ca_address`
     /// (`ISTIOD_SAN` overrides, as pilot-agent's).
     pub ca_server_name: String,
+    /// The name istiod's certificate is checked against on the discovery address:
+    /// `ISTIOD_SAN`, else the host of `discovery_address`.
+    pub discovery_server_name: String,
     /// The PEM roots istiod's certificate is verified with.
     pub root_cert: PathBuf,
     /// The bearer token sent with each request, read afresh each time (the kubelet rotates it).
@@ -101,8 +104,11 @@ impl AgentSettings {
                 (None, None) => Duration::from_secs(5),
             };
         let ca_address = get("CA_ADDR").unwrap_or(&discovery_address).to_owned();
-        let host = ca_address.rsplit_once(':').map_or(ca_address.as_str(), |(host, _)| host);
-        let ca_server_name = get("ISTIOD_SAN").unwrap_or(host).trim_matches(['[', ']']).to_owned();
+        let server_name = |address: &str| {
+            let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+            get("ISTIOD_SAN").unwrap_or(host).trim_matches(['[', ']']).to_owned()
+        };
+        let (ca_server_name, discovery_server_name) = (server_name(&ca_address), server_name(&discovery_address));
         let ttl = match get("SECRET_TTL") {
             None => Duration::from_secs(24 * 3600),
             Some(text) => humantime::parse_duration(text)
@@ -115,6 +121,7 @@ impl AgentSettings {
             discovery_address,
             ca_address,
             ca_server_name,
+            discovery_server_name,
             root_cert: get("OUTRIDER_ROOT_CERT").map_or_else(|| PathBuf::from(DEFAULT_ROOT_CERT_PATH), PathBuf::from),
             token: get("OUTRIDER_TOKEN_PATH").map_or_else(|| PathBuf::from(DEFAULT_TOKEN_PATH), PathBuf::from),
             cluster_id: get("ISTIO_META_CLUSTER_ID").unwrap_or("Kubernetes").to_owned(),
@@ -148,6 +155,17 @@ impl AgentSettings {
     }
 }
 
+impl AgentSettings {
+    /// `Bearer <token>` for the `authorization` header, the token read afresh (the kubelet
+    /// rotates it in place).
+    pub fn bearer(&self) -> Result<tonic::metadata::MetadataValue<tonic::metadata::Ascii>, String> {
+        let token = std::fs::read_to_string(&self.token).map_err(|e| format!("token {}: {e}", self.token.display()))?;
+        format!("Bearer {}", token.trim())
+            .parse()
+            .map_err(|_| format!("token {}: not a header value", self.token.display()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,6 +180,7 @@ mod tests {
         assert_eq!(s.ca_address, "istiod.istio-system.svc:15012");
         assert_eq!(s.discovery_address, "istiod.istio-system.svc:15012");
         assert_eq!(s.ca_server_name, "istiod.istio-system.svc");
+        assert_eq!(s.discovery_server_name, "istiod.istio-system.svc");
         assert_eq!(s.identity, "spiffe://cluster.local/ns/shop/sa/cart");
         assert_eq!(s.ttl, Duration::from_secs(86400));
         assert_eq!((s.grace_ratio, s.grace_jitter), (0.5, 0.01));

@@ -110,7 +110,7 @@ async fn handle<B>(config: &StatusConfig, request: Request<B>) -> Response<Full<
         },
         (&Method::GET, "/stats/prometheus") => metrics(config).await,
         (&Method::POST, "/quitquitquit") => {
-            match request_to(config.admin, Method::POST, "/quitquitquit", &[], ADMIN_TIMEOUT).await {
+            match exchange(config.admin, None, Method::POST, "/quitquitquit", &[], ADMIN_TIMEOUT).await {
                 Ok((status, body)) => reply(status, body),
                 Err(why) => reply(StatusCode::SERVICE_UNAVAILABLE, Bytes::from(format!("{why}\n"))),
             }
@@ -149,7 +149,8 @@ async fn metrics(config: &StatusConfig) -> Response<Full<Bytes>> {
     response
 }
 
-/// Runs one probe as the kubelet would: HTTP 200–399, a TCP connection, or gRPC `SERVING`,
+/// Runs one probe as the kubelet would: HTTP 200–399 (over HTTPS, the application's
+/// certificate not verified, as the kubelet's is not), a TCP connection, or gRPC `SERVING`,
 /// within the probe's timeout.
 pub async fn run(probe: &Probe) -> Result<(), String> {
     match probe {
@@ -208,17 +209,7 @@ async fn get(
     headers: &[(&str, &str)],
     timeout: Duration,
 ) -> Result<(StatusCode, Bytes), String> {
-    request_to(address, Method::GET, path, headers, timeout).await
-}
-
-async fn request_to(
-    address: SocketAddr,
-    method: Method,
-    path: &str,
-    headers: &[(&str, &str)],
-    timeout: Duration,
-) -> Result<(StatusCode, Bytes), String> {
-    exchange(address, None, method, path, headers, timeout).await
+    exchange(address, None, Method::GET, path, headers, timeout).await
 }
 
 /// One HTTP/1.1 request on a connection of its own, over TLS (to the server name `tls`)
@@ -236,7 +227,8 @@ async fn exchange(
         let mut sender = match tls {
             None => handshake(stream).await?,
             Some(name) => {
-                let config = super::probe_tls::client_config().map_err(|e| e.to_string())?;
+                let mut config = crate::tls::unverified_client_config().map_err(|e| e.to_string())?;
+                config.alpn_protocols = vec![b"http/1.1".to_vec()];
                 let name = rustls::pki_types::ServerName::try_from(name.to_owned()).map_err(|e| e.to_string())?;
                 let stream = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
                     .connect(name, stream)

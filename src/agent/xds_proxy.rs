@@ -42,11 +42,7 @@ impl XdsProxy {
         &self,
         downstream: Streaming<T>,
     ) -> Result<Request<impl Stream<Item = T> + Send + 'static>, Status> {
-        let token = std::fs::read_to_string(&self.settings.token)
-            .map_err(|e| Status::unavailable(format!("token {}: {e}", self.settings.token.display())))?;
-        let bearer = format!("Bearer {}", token.trim())
-            .parse()
-            .map_err(|_| Status::unavailable(format!("token {}: not a header value", self.settings.token.display())))?;
+        let bearer = self.settings.bearer().map_err(Status::unavailable)?;
         let requests =
             downstream.take_while(|r| std::future::ready(r.is_ok())).filter_map(|r| std::future::ready(r.ok()));
         let mut request = Request::new(requests);

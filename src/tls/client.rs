@@ -65,6 +65,18 @@ pub(crate) fn client_config(context: &UpstreamTlsContext, material: &Material<'_
     Ok(config)
 }
 
+/// A client config that trusts any server, as an upstream TLS context without a validation
+/// context does in Envoy (and as the kubelet's HTTPS probes do): only the handshake's own
+/// signatures are checked.
+pub fn unverified_client_config() -> Result<ClientConfig, TlsError> {
+    let crypto = provider::provider();
+    Ok(ClientConfig::builder_with_provider(crypto.clone())
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(ServerVerifier(PeerCheck::none(crypto))))
+        .with_no_client_auth())
+}
+
 /// The client certificate, presented whenever the server asks for one.
 #[derive(Debug)]
 struct OneCertificate(Arc<CertifiedKey>);

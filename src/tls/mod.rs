@@ -26,13 +26,14 @@ mod verifier;
 
 pub use accept::{Accepted, Refused, accept};
 pub use cache::{ClientTls, ServerTls, TlsCache};
-pub use client::ClientAlpn;
+pub use client::{ClientAlpn, unverified_client_config};
 pub use connect::connect;
 pub use error::TlsError;
 pub use inspector::{Inspection, inspect};
 pub use peer::PeerIdentity;
 pub use prefixed::PrefixedStream;
 pub use secrets::{SecretRef, SecretSource};
+pub use source::roots;
 pub use stats::{Refusal, TlsStats};
 
 /// Envoy's ALPN names (`Http::Utility::AlpnNames`).

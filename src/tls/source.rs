@@ -66,7 +66,7 @@ pub(crate) fn certified_key(
 }
 
 /// The trust anchors of a CA bundle.
-pub(crate) fn roots(trusted_ca: &DataSource) -> Result<Arc<RootCertStore>, TlsError> {
+pub fn roots(trusted_ca: &DataSource) -> Result<Arc<RootCertStore>, TlsError> {
     let pem = read(trusted_ca, "trusted_ca")?;
     let mut roots = RootCertStore::empty();
     for cert in certificates(&pem, "trusted_ca")? {
