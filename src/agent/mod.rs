@@ -99,6 +99,7 @@ impl Agent {
             admin,
             probes: self.settings.probes.clone(),
             app_metrics: self.settings.app_metrics.clone(),
+            limits: crate::core::control_server::ServerLimits::default(),
         };
         tokio::spawn(status::serve(listener, config, self.signal.clone()));
         Ok(bound)
