@@ -1,9 +1,13 @@
-//! Names and types of the network and HTTP filters Outrider meets in real configurations,
-//! and what it does with the ones it does not run: skip the ones that only observe traffic
-//! with a warning, skip unknown ones only when the configuration says they are optional,
-//! and refuse the rest — as Envoy refuses a filter it has no factory for unless the filter
-//! is marked `is_optional`. A filter that allows, denies, answers, delays or rewrites
+//! Types of the network and HTTP filters Outrider meets in real configurations, and what
+//! it does with the ones it does not run: skip the ones that only observe traffic with a
+//! warning, skip unknown ones only when the configuration says they are optional, and
+//! refuse the rest — as Envoy refuses a filter it has no factory for unless the filter is
+//! marked `is_optional`. A filter that allows, denies, answers, delays or rewrites
 //! requests is never skipped: until Outrider runs it, a listener that names it is refused.
+//!
+//! A filter is known by its configuration's type only, never by its name: a name is the
+//! configuration's own label (Envoy finds a filter's factory by type), so a filter named
+//! `istio.stats` may be anything, an RBAC filter included.
 
 use super::super::common::type_name;
 use crate::config::error::{ConfigError, Result, Warnings};
@@ -39,19 +43,16 @@ pub fn config_type(any: &Any) -> String {
 
 /// Filters (network or HTTP) that only observe traffic: they count, tag or exchange
 /// telemetry metadata, and never change what a request or connection gets. Matched by
-/// config type, or by filter name when the type says nothing (Wasm, a dropped or missing
-/// config). `docs/istio.md` lists them.
+/// configuration type (looked up through a `TypedStruct`), never by filter name.
+/// `docs/istio.md` lists them.
 const OBSERVE_ONLY: &[&str] = &[
-    // Istio telemetry and peer metadata. (`stats.PluginConfig` and the TCP
-    // `MetadataExchange` run; the names below cover their Wasm forms.)
+    // Istio's peer identity for telemetry, its ALPN override (which offers upstreams the
+    // metadata-exchange protocol) and CONNECT baggage. (`stats.PluginConfig`, the TCP
+    // `MetadataExchange` and the null-VM Wasm forms of `istio.stats` and
+    // `istio.metadata_exchange` are run.)
     "io.istio.network.authn.Config",
     "istio.envoy.config.filter.http.alpn.v2alpha1.FilterConfig",
     "io.istio.http.connect_baggage.Config",
-    "istio.stats",
-    "istio.metadata_exchange",
-    "istio.alpn",
-    "istio_authn",
-    "connect_baggage",
     // Envoy filters that only add statistics. (Istio puts the Mongo and MySQL sniffers
     // before the TCP proxy of such ports.)
     "envoy.extensions.filters.network.mongo_proxy.v3.MongoProxy",
@@ -61,6 +62,23 @@ const OBSERVE_ONLY: &[&str] = &[
     // records every response's latency itself, whatever the policy.
     "envoy.extensions.filters.http.peak_ewma.v3alpha.PeakEwmaConfig",
 ];
+
+/// Types Outrider runs that also only observe: a filter of one of them whose configuration
+/// cannot be had (extension config discovery) may be left out without changing what
+/// requests get.
+const RUN_AND_OBSERVE_ONLY: &[&str] = &["stats.PluginConfig"];
+
+/// Whether a filter of configuration type `type_name` (a message name, no
+/// `type.googleapis.com/`) only observes traffic.
+pub fn observes_only(type_name: &str) -> bool {
+    OBSERVE_ONLY.contains(&type_name) || RUN_AND_OBSERVE_ONLY.contains(&type_name)
+}
+
+/// Whether Envoy itself has a factory for configurations of `type_name`, so that Envoy
+/// would never skip one as unknown, even when it is marked optional.
+pub fn envoys_own(type_name: &str) -> bool {
+    type_name.starts_with("envoy.")
+}
 
 /// Classifies a filter Outrider does not run and records the warning at `path`. Only a
 /// filter that merely observes is skipped, or an unknown one marked `optional` (HTTP
@@ -75,19 +93,45 @@ pub fn skip(
     warnings: &mut Warnings,
 ) -> Result<SkippedFilter> {
     let type_name = config.map(config_type).unwrap_or_default();
-    let observes = OBSERVE_ONLY.contains(&type_name.as_str()) || OBSERVE_ONLY.contains(&name);
-    if observes {
+    if OBSERVE_ONLY.contains(&type_name.as_str()) {
         warnings.ignored(path, format!("filter {name:?} only observes traffic (telemetry, peer metadata); not run"));
         return Ok(SkippedFilter { name: name.to_owned(), kind: SkippedKind::Harmless });
     }
     let what = if type_name.is_empty() { "no typed_config".to_owned() } else { format!("type {type_name}") };
     // A filter Envoy itself runs is never optional to Envoy: skipping it would change
     // what it does. Only a filter neither knows may be skipped when marked optional.
-    if optional && !type_name.starts_with("envoy.") {
+    if optional && !envoys_own(&type_name) {
         warnings.ignored(path, format!("optional filter {name:?} ({what}) is not run"));
         return Ok(SkippedFilter { name: name.to_owned(), kind: SkippedKind::Unknown });
     }
     Err(ConfigError::new(path, format!("filter {name:?} ({what}) is not supported by Outrider")))
+}
+
+/// An HTTP filter from extension config discovery marked `is_optional`: Outrider does not
+/// fetch extension configurations, so the filter is left out only when every type it may
+/// take (`type_urls`) only observes; any other type could be one that denies or rewrites
+/// requests, and is refused at its path (`at` is the `config_discovery` field's).
+pub fn skip_discovered(name: &str, type_urls: &[String], at: &str, warnings: &mut Warnings) -> Result<SkippedFilter> {
+    if type_urls.is_empty() {
+        return Err(ConfigError::new(
+            format!("{at}.type_urls"),
+            format!("filter {name:?}: extension config discovery without type_urls may deliver any filter"),
+        ));
+    }
+    for (i, type_url) in type_urls.iter().enumerate() {
+        let kind = type_name(type_url);
+        if !observes_only(kind) {
+            return Err(ConfigError::new(
+                format!("{at}.type_urls[{i}]"),
+                format!(
+                    "filter {name:?}: extension config discovery is not supported, and a filter of type {kind} \
+                     may change what requests get, so it is not skipped although is_optional"
+                ),
+            ));
+        }
+    }
+    warnings.ignored(at, format!("filter {name:?} from extension config discovery only observes traffic; not run"));
+    Ok(SkippedFilter { name: name.to_owned(), kind: SkippedKind::Harmless })
 }
 
 #[cfg(test)]
@@ -120,6 +164,54 @@ mod tests {
             assert!(error.to_string().contains(kind), "{error}");
             assert!(error.to_string().contains("[2]"), "{error}");
         }
+    }
+
+    /// A filter is what its type says, whatever its name: Istio's filter names given to
+    /// filters Outrider does not run are refused, not skipped as Istio's telemetry.
+    #[test]
+    fn istio_filter_names_do_not_make_a_filter_observe_only() {
+        let ext_proc = Any {
+            type_url: "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor".into(),
+            value: Vec::new(),
+        };
+        let network_ratelimit = Any {
+            type_url: "type.googleapis.com/envoy.extensions.filters.network.ratelimit.v3.RateLimit".into(),
+            value: Vec::new(),
+        };
+        for name in ["istio.stats", "istio.metadata_exchange", "istio.alpn", "istio_authn", "connect_baggage"] {
+            for any in [&ext_proc, &network_ratelimit] {
+                let error = skip(name, Some(any), false, "[0]", &mut Warnings::new()).unwrap_err();
+                assert!(error.to_string().contains("not supported"), "{name}: {error}");
+                // Not even when optional: Envoy runs these types.
+                assert!(skip(name, Some(any), true, "[0]", &mut Warnings::new()).is_err(), "{name}");
+            }
+            // No configuration at all: nothing says what it is.
+            let error = skip(name, None, false, "[3]", &mut Warnings::new()).unwrap_err();
+            assert_eq!(error.path(), "[3]", "{name}");
+        }
+    }
+
+    #[test]
+    fn a_discovered_filter_is_skipped_only_when_every_type_observes() {
+        let url = |t: &str| format!("type.googleapis.com/{t}");
+        let mut warnings = Warnings::new();
+        let observing = [url("envoy.extensions.filters.http.grpc_stats.v3.FilterConfig"), url("stats.PluginConfig")];
+        let skipped = skip_discovered("istio.stats", &observing, "[0].config_discovery", &mut warnings).unwrap();
+        assert_eq!(skipped.kind, SkippedKind::Harmless);
+        assert_eq!(warnings.items()[0].path, "[0].config_discovery");
+
+        let mixed = [url("stats.PluginConfig"), url("envoy.extensions.filters.http.rbac.v3.RBAC")];
+        let error = skip_discovered("istio.stats", &mixed, "[0].config_discovery", &mut Warnings::new()).unwrap_err();
+        assert_eq!(error.path(), "[0].config_discovery.type_urls[1]");
+        assert!(error.to_string().contains("rbac.v3.RBAC"), "{error}");
+
+        // Istio's WasmPlugin resources arrive this way: a Wasm module may do anything.
+        let wasm = [url("envoy.extensions.filters.http.wasm.v3.Wasm")];
+        let error = skip_discovered("acme.wasm", &wasm, "[2].config_discovery", &mut Warnings::new()).unwrap_err();
+        assert_eq!(error.path(), "[2].config_discovery.type_urls[0]");
+
+        let error = skip_discovered("any", &[], "[1].config_discovery", &mut Warnings::new()).unwrap_err();
+        assert_eq!(error.path(), "[1].config_discovery.type_urls");
     }
 
     #[test]

@@ -322,7 +322,8 @@ struct HttpFilters {
 }
 
 /// Converts the filter list: the router must be present and last; every filter before it
-/// is run, skipped because it only observes traffic, or refused with its path.
+/// is run, skipped because its type only observes traffic (or, optional, is unknown to
+/// Envoy too), or refused with its path. Filters are known by type, never by name.
 fn check_http_filters(filters: Vec<proto::HttpFilter>, warnings: &mut Warnings) -> Result<HttpFilters> {
     use proto::http_filter::ConfigType;
     let last = filters.len().checked_sub(1);
@@ -350,17 +351,19 @@ fn check_http_filters(filters: Vec<proto::HttpFilter>, warnings: &mut Warnings) 
             }
             return Ok(out);
         }
-        if matches!(config_type, Some(ConfigType::ConfigDiscovery(_))) {
+        if let Some(ConfigType::ConfigDiscovery(discovery)) = &config_type {
+            let at = format!("{at}.config_discovery");
             if !is_optional {
                 return Err(ConfigError::new(
-                    format!("{at}.config_discovery"),
+                    at,
                     format!(
                         "filter {name:?}: extension config discovery is not supported and the filter is not is_optional"
                     ),
                 ));
             }
-            warnings.ignored(at.clone(), format!("filter {name:?} from extension config discovery is not run"));
-            out.skipped.push(SkippedFilter { name, kind: crate::config::listener::SkippedKind::Unknown });
+            // Optional is not enough: Envoy would fetch and run it. Left out only when
+            // every type it may take only observes.
+            out.skipped.push(filter_kind::skip_discovered(&name, &discovery.type_urls, &at, warnings)?);
             continue;
         }
         if let Some(any) = any {
