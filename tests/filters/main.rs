@@ -15,6 +15,7 @@ mod access_log_grpc;
 mod access_log_otel;
 mod admin;
 mod admin_endpoints;
+mod admin_limits;
 mod filters_compressor;
 mod filters_ext_authz;
 mod filters_http;
