@@ -12,6 +12,10 @@
 use super::super::common::type_name;
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::listener::{SkippedFilter, SkippedKind};
+use crate::pb::envoy::config::core::v3::async_data_source::Specifier as AsyncSpecifier;
+use crate::pb::envoy::config::core::v3::data_source::Specifier;
+use crate::pb::envoy::extensions::filters::network::wasm::v3::Wasm as NetworkWasm;
+use crate::pb::envoy::extensions::wasm::v3::plugin_config::Vm;
 use crate::pb::google::protobuf::Any;
 
 pub const HTTP_CONNECTION_MANAGER: &str =
@@ -27,6 +31,8 @@ pub const ROUTER: &str = "envoy.extensions.filters.http.router.v3.Router";
 struct TypedStruct {
     #[prost(string, tag = "1")]
     type_url: String,
+    #[prost(message, optional, tag = "2")]
+    value: Option<crate::pb::google::protobuf::Struct>,
 }
 
 /// The message name a `typed_config` configures, looking through a `TypedStruct`.
@@ -74,6 +80,41 @@ pub fn observes_only(type_name: &str) -> bool {
     OBSERVE_ONLY.contains(&type_name) || RUN_AND_OBSERVE_ONLY.contains(&type_name)
 }
 
+const NETWORK_WASM: &str = "envoy.extensions.filters.network.wasm.v3.Wasm";
+
+/// Istio's TCP `istio.stats` and `istio.metadata_exchange` as older istiods rendered them:
+/// a network Wasm filter on the null VM, whose code is the name of one of Istio's
+/// telemetry plugins compiled into its proxy. Known by what runs (the null VM loads no
+/// module: the name selects built-in code), never by the filter's name; any other Wasm
+/// configuration may do anything and is not known to only observe.
+fn istio_null_vm_telemetry(any: &Any) -> bool {
+    const NULL_VM: &str = "envoy.wasm.runtime.null";
+    const TELEMETRY_PLUGINS: &[&str] = &["envoy.wasm.stats", "envoy.wasm.metadata_exchange"];
+    let wasm = match type_name(&any.type_url) {
+        NETWORK_WASM => <NetworkWasm as prost::Message>::decode(any.value.as_slice()).ok(),
+        "udpa.type.v1.TypedStruct" | "xds.type.v3.TypedStruct" => {
+            <TypedStruct as prost::Message>::decode(any.value.as_slice()).ok().and_then(|inner| {
+                if type_name(&inner.type_url) != NETWORK_WASM {
+                    return None;
+                }
+                let value = prost::Message::encode_to_vec(&inner.value.unwrap_or_default());
+                let json = crate::pb::json::to_value("google.protobuf.Struct", &value).ok()?;
+                crate::pb::json::from_value::<NetworkWasm>(NETWORK_WASM, json).ok().map(|(wasm, _)| wasm)
+            })
+        }
+        _ => None,
+    };
+    let Some(Vm::VmConfig(vm)) = wasm.and_then(|w| w.config).and_then(|c| c.vm) else { return false };
+    let code = vm.code.and_then(|c| c.specifier).and_then(|s| match s {
+        AsyncSpecifier::Local(local) => match local.specifier {
+            Some(Specifier::InlineString(code)) => Some(code),
+            _ => None,
+        },
+        _ => None,
+    });
+    vm.runtime == NULL_VM && code.is_some_and(|code| TELEMETRY_PLUGINS.contains(&code.as_str()))
+}
+
 /// Whether Envoy itself has a factory for configurations of `type_name`, so that Envoy
 /// would never skip one as unknown, even when it is marked optional.
 pub fn envoys_own(type_name: &str) -> bool {
@@ -93,7 +134,7 @@ pub fn skip(
     warnings: &mut Warnings,
 ) -> Result<SkippedFilter> {
     let type_name = config.map(config_type).unwrap_or_default();
-    if OBSERVE_ONLY.contains(&type_name.as_str()) {
+    if OBSERVE_ONLY.contains(&type_name.as_str()) || config.is_some_and(istio_null_vm_telemetry) {
         warnings.ignored(path, format!("filter {name:?} only observes traffic (telemetry, peer metadata); not run"));
         return Ok(SkippedFilter { name: name.to_owned(), kind: SkippedKind::Harmless });
     }
@@ -140,7 +181,7 @@ mod tests {
 
     #[test]
     fn typed_struct_is_looked_through() {
-        let inner = TypedStruct { type_url: "type.googleapis.com/io.istio.network.authn.Config".into() };
+        let inner = TypedStruct { type_url: "type.googleapis.com/io.istio.network.authn.Config".into(), value: None };
         let any = Any {
             type_url: "type.googleapis.com/udpa.type.v1.TypedStruct".into(),
             value: prost::Message::encode_to_vec(&inner),
@@ -188,6 +229,45 @@ mod tests {
             // No configuration at all: nothing says what it is.
             let error = skip(name, None, false, "[3]", &mut Warnings::new()).unwrap_err();
             assert_eq!(error.path(), "[3]", "{name}");
+        }
+    }
+
+    /// Istio's older TCP telemetry: network Wasm on the null VM naming Istio's built-in
+    /// stats or metadata-exchange plugin is skipped; any other Wasm is refused.
+    #[test]
+    fn network_wasm_observes_only_when_it_is_istios_built_in_telemetry() {
+        let wasm = |runtime: &str, code: &str| {
+            serde_json::json!({"config": {"root_id": "stats_inbound", "vm_config": {
+                "runtime": runtime, "code": {"local": {"inline_string": code}}}}})
+        };
+        let typed = |json: serde_json::Value| {
+            let (message, _) = crate::pb::json::from_value::<NetworkWasm>(NETWORK_WASM, json).unwrap();
+            Any { type_url: format!("type.googleapis.com/{NETWORK_WASM}"), value: prost::Message::encode_to_vec(&message) }
+        };
+        let in_typed_struct = |json: serde_json::Value| {
+            let (value, _) =
+                crate::pb::json::from_value::<crate::pb::google::protobuf::Struct>("google.protobuf.Struct", json)
+                    .unwrap();
+            let inner = TypedStruct { type_url: format!("type.googleapis.com/{NETWORK_WASM}"), value: Some(value) };
+            Any {
+                type_url: "type.googleapis.com/udpa.type.v1.TypedStruct".into(),
+                value: prost::Message::encode_to_vec(&inner),
+            }
+        };
+        for form in [typed, in_typed_struct] {
+            for plugin in ["envoy.wasm.stats", "envoy.wasm.metadata_exchange"] {
+                let any = form(wasm("envoy.wasm.runtime.null", plugin));
+                let skipped = skip("istio.stats", Some(&any), false, "[0]", &mut Warnings::new()).unwrap();
+                assert_eq!(skipped.kind, SkippedKind::Harmless, "{plugin}");
+                // Whatever the filter is called.
+                assert!(skip("acme", Some(&any), false, "[0]", &mut Warnings::new()).is_ok(), "{plugin}");
+            }
+            for (runtime, code) in [("envoy.wasm.runtime.v8", "envoy.wasm.stats"), ("envoy.wasm.runtime.null", "acme.auth")]
+            {
+                let any = form(wasm(runtime, code));
+                let error = skip("istio.stats", Some(&any), false, "[0]", &mut Warnings::new()).unwrap_err();
+                assert!(error.to_string().contains(NETWORK_WASM), "{runtime} {code}: {error}");
+            }
         }
     }
 
