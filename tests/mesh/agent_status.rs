@@ -226,7 +226,11 @@ async fn quitquitquit_only_from_loopback() {
 
     for method in ["POST", "GET", "PUT"] {
         let (status, headers, body) = call_from(outside, from_outside, method, "/quitquitquit").await;
-        assert_eq!((status, body.as_str()), (403, "Only requests from localhost are allowed\n"), "{method} from {outside}");
+        assert_eq!(
+            (status, body.as_str()),
+            (403, "Only requests from localhost are allowed\n"),
+            "{method} from {outside}"
+        );
         assert!(headers.contains(&("content-type".into(), "text/plain; charset=utf-8".into())), "{headers:?}");
         assert!(headers.contains(&("x-content-type-options".into(), "nosniff".into())), "{headers:?}");
     }

@@ -242,7 +242,10 @@ mod tests {
         };
         let typed = |json: serde_json::Value| {
             let (message, _) = crate::pb::json::from_value::<NetworkWasm>(NETWORK_WASM, json).unwrap();
-            Any { type_url: format!("type.googleapis.com/{NETWORK_WASM}"), value: prost::Message::encode_to_vec(&message) }
+            Any {
+                type_url: format!("type.googleapis.com/{NETWORK_WASM}"),
+                value: prost::Message::encode_to_vec(&message),
+            }
         };
         let in_typed_struct = |json: serde_json::Value| {
             let (value, _) =
@@ -262,7 +265,8 @@ mod tests {
                 // Whatever the filter is called.
                 assert!(skip("acme", Some(&any), false, "[0]", &mut Warnings::new()).is_ok(), "{plugin}");
             }
-            for (runtime, code) in [("envoy.wasm.runtime.v8", "envoy.wasm.stats"), ("envoy.wasm.runtime.null", "acme.auth")]
+            for (runtime, code) in
+                [("envoy.wasm.runtime.v8", "envoy.wasm.stats"), ("envoy.wasm.runtime.null", "acme.auth")]
             {
                 let any = form(wasm(runtime, code));
                 let error = skip("istio.stats", Some(&any), false, "[0]", &mut Warnings::new()).unwrap_err();

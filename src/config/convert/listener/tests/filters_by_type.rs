@@ -106,9 +106,13 @@ fn optional(config: Value) -> Value {
 
 #[test]
 fn an_optional_per_route_setting_is_ignored_only_when_envoy_would_ignore_it() {
-    let convert_routes =
-        |per_filter: Value, warnings: &mut Warnings| convert_with(hcm(json!({"route_config": routes_with(per_filter),
-        "http_filters": [router()]})), warnings);
+    let convert_routes = |per_filter: Value, warnings: &mut Warnings| {
+        convert_with(
+            hcm(json!({"route_config": routes_with(per_filter),
+        "http_filters": [router()]})),
+            warnings,
+        )
+    };
     // Envoy has ext_proc and would apply this: refused, optional or not.
     let ext_proc = json!({"@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute",
         "disabled": true});
