@@ -11,6 +11,16 @@
 // Its modules sit in tests/architecture/ (Cargo.toml names this file as the test's root).
 #[path = "architecture/circles.rs"]
 mod circles;
+#[path = "architecture/ledger.rs"]
+mod ledger;
+#[path = "architecture/ledger_data.rs"]
+mod ledger_data;
+#[path = "architecture/ledger_doc.rs"]
+mod ledger_doc;
+#[path = "architecture/ledger_scan.rs"]
+mod ledger_scan;
+#[path = "architecture/ledger_walk.rs"]
+mod ledger_walk;
 #[path = "architecture/references.rs"]
 mod references;
 #[path = "architecture/table.rs"]
