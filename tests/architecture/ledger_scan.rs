@@ -72,7 +72,8 @@ pub fn destructured(pool: &DescriptorPool, dir: &Path) -> Vec<Destructured> {
     files.sort();
     let mut found = Vec::new();
     for file in files {
-        if file.file_stem().is_some_and(|stem| stem == "tests") {
+        let inside = file.strip_prefix(dir).unwrap_or(&file);
+        if inside.components().any(|c| c.as_os_str() == "tests" || c.as_os_str() == "tests.rs") {
             continue;
         }
         let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
