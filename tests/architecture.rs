@@ -11,6 +11,10 @@
 // Its modules sit in tests/architecture/ (Cargo.toml names this file as the test's root).
 #[path = "architecture/circles.rs"]
 mod circles;
+#[path = "architecture/field_reads.rs"]
+mod field_reads;
+#[path = "architecture/field_reads_copy.rs"]
+mod field_reads_copy;
 #[path = "architecture/ledger.rs"]
 mod ledger;
 #[path = "architecture/ledger_data.rs"]
