@@ -36,7 +36,7 @@ fn walk(pool: &DescriptorPool, ledger: &Ledger, destructured: &[Destructured]) -
         .iter()
         .map(|d| {
             let file = d.file.strip_prefix(package()).unwrap_or(&d.file);
-            (d.message.clone(), format!("converted in {}:{}", file.display(), d.line))
+            (d.message.clone(), format!("converted in {}", file.display()))
         })
         .collect();
     roots.extend(ledger_walk::RESOURCES.iter().map(|name| (name.to_string(), "a resource type".to_owned())));

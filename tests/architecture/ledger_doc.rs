@@ -48,7 +48,32 @@ pub fn render(ledger: &Ledger, walk: &Walk) -> String {
         totals[1],
         totals[2]
     );
-    let _ = writeln!(out, "## Counts per message\n");
+    // Fields not yet as Envoy has them: accepted and not acted on where Envoy acts ("Gap"),
+    // or converted and not yet read while a fix is under way ("being fixed").
+    let mut gaps = Vec::new();
+    for (name, (message, _)) in &walk.reached {
+        for field in message.fields() {
+            if let Some(entry) = ledger.get(name).and_then(|rows| rows.get(field.name()))
+                && (entry.reason.starts_with("Gap") || entry.reason.starts_with("being fixed"))
+            {
+                gaps.push(format!("| `{name}.{}` | {} | {} |", field.name(), entry.class, entry.reason.replace('|', "\\|")));
+            }
+        }
+    }
+    let _ = writeln!(
+        out,
+        "## Known gaps\n\n\
+         {} fields are not yet what Envoy makes of them: accepted and not acted on where Envoy acts\n\
+         (reason \"Gap\"; the model fields behind them are listed in `docs/field-ledger-unread.tsv`),\n\
+         or converted and not yet read while the fix is under way (\"being fixed\").\n",
+        gaps.len()
+    );
+    let _ = writeln!(out, "| Field | Class | Reason |");
+    let _ = writeln!(out, "|---|---|---|");
+    for gap in &gaps {
+        let _ = writeln!(out, "{gap}");
+    }
+    let _ = writeln!(out, "\n## Counts per message\n");
     let _ = writeln!(out, "| Message | Honoured | Refused | No effect |");
     let _ = writeln!(out, "|---|---:|---:|---:|");
     for (name, [honoured, refused, none]) in &counts {
