@@ -48,7 +48,8 @@ fn unread_fields() -> BTreeSet<(String, String)> {
         // The struct is the one label that is not primary ("fields in this struct").
         let name_of = |span: &serde_json::Value| {
             let text = &span["text"][0];
-            let (line, start, end) = (text["text"].as_str().unwrap_or_default(), &text["highlight_start"], &text["highlight_end"]);
+            let (line, start, end) =
+                (text["text"].as_str().unwrap_or_default(), &text["highlight_start"], &text["highlight_end"]);
             let (start, end) = (start.as_u64().unwrap_or(1) as usize - 1, end.as_u64().unwrap_or(1) as usize - 1);
             line.get(start..end).unwrap_or_default().to_owned()
         };
@@ -85,8 +86,11 @@ fn listed() -> BTreeMap<(String, String), String> {
 fn no_configuration_field_is_converted_and_never_read() {
     let unread = unread_fields();
     let listed = listed();
-    let new: Vec<String> =
-        unread.iter().filter(|key| !listed.contains_key(*key)).map(|(file, field)| format!("{file}\t{field}")).collect();
+    let new: Vec<String> = unread
+        .iter()
+        .filter(|key| !listed.contains_key(*key))
+        .map(|(file, field)| format!("{file}\t{field}"))
+        .collect();
     let read: Vec<String> =
         listed.keys().filter(|key| !unread.contains(*key)).map(|(file, field)| format!("{file}\t{field}")).collect();
     assert!(

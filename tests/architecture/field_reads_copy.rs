@@ -108,9 +108,11 @@ pub fn rewrite_model(source: &str) -> String {
             inside = Some(indentation(line));
         }
         if let Some(derives) = derive_list(line)
-            && let Some(name) = lines[i + 1..].iter().find(|l| !is_attribute_or_comment(l)).and_then(|l| named_struct(l))
+            && let Some(name) =
+                lines[i + 1..].iter().find(|l| !is_attribute_or_comment(l)).and_then(|l| named_struct(l))
         {
-            let (reading, kept): (Vec<&str>, Vec<&str>) = derives.into_iter().partition(|d| READING_DERIVES.contains(d));
+            let (reading, kept): (Vec<&str>, Vec<&str>) =
+                derives.into_iter().partition(|d| READING_DERIVES.contains(d));
             if !reading.is_empty() {
                 if !kept.is_empty() {
                     out.push(format!("{}#[derive({})]", " ".repeat(indentation(line)), kept.join(", ")));
@@ -181,9 +183,13 @@ mod tests {
 
     #[test]
     fn a_model_struct_loses_its_reading_derives_and_public_fields() {
-        let source = "#[derive(Debug, Clone, PartialEq, Eq)]\npub struct A {\n    pub x: u32,\n    pub(crate) y: u32,\n}\n";
+        let source =
+            "#[derive(Debug, Clone, PartialEq, Eq)]\npub struct A {\n    pub x: u32,\n    pub(crate) y: u32,\n}\n";
         let rewritten = rewrite_model(source);
-        assert!(rewritten.contains("#[derive(Debug, Clone)]\npub struct A {\n    pub(crate) x: u32,\n    pub(crate) y: u32,\n}"));
+        assert!(
+            rewritten
+                .contains("#[derive(Debug, Clone)]\npub struct A {\n    pub(crate) x: u32,\n    pub(crate) y: u32,\n}")
+        );
         assert!(rewritten.contains("impl PartialEq for A { fn eq(&self, _: &Self) -> bool { false } }"));
         assert!(rewritten.contains("impl Eq for A {}"));
     }

@@ -94,7 +94,11 @@ fn a_field_a_converter_discards_has_no_effect_there() {
             }
         }
     }
-    assert!(wrong.is_empty(), "discarded by a converter, yet said to act in docs/field-ledger.tsv:\n{}", wrong.join("\n"));
+    assert!(
+        wrong.is_empty(),
+        "discarded by a converter, yet said to act in docs/field-ledger.tsv:\n{}",
+        wrong.join("\n")
+    );
 }
 
 /// Converters name every field (`let proto::X { a, b: _, c } = x;`), so that a field added by

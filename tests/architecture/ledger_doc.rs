@@ -56,7 +56,12 @@ pub fn render(ledger: &Ledger, walk: &Walk) -> String {
             if let Some(entry) = ledger.get(name).and_then(|rows| rows.get(field.name()))
                 && (entry.reason.starts_with("Gap") || entry.reason.starts_with("being fixed"))
             {
-                gaps.push(format!("| `{name}.{}` | {} | {} |", field.name(), entry.class, entry.reason.replace('|', "\\|")));
+                gaps.push(format!(
+                    "| `{name}.{}` | {} | {} |",
+                    field.name(),
+                    entry.class,
+                    entry.reason.replace('|', "\\|")
+                ));
             }
         }
     }
@@ -97,5 +102,8 @@ pub fn render(ledger: &Ledger, walk: &Walk) -> String {
 
 /// The anchor a Markdown renderer gives the heading `### name`.
 fn anchor(name: &str) -> String {
-    name.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').map(|c| c.to_ascii_lowercase()).collect()
+    name.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_')
+        .map(|c| c.to_ascii_lowercase())
+        .collect()
 }

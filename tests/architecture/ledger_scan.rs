@@ -82,7 +82,8 @@ pub fn destructured(pool: &DescriptorPool, dir: &Path) -> Vec<Destructured> {
             let Some(candidates) = by_name.get(&folded(&pattern.name)) else { continue };
             let named: BTreeSet<String> = pattern.fields.keys().cloned().collect();
             for (message, fields) in candidates {
-                let matches = if pattern.rest { named.is_subset(fields) && !named.is_empty() } else { &named == fields };
+                let matches =
+                    if pattern.rest { named.is_subset(fields) && !named.is_empty() } else { &named == fields };
                 if matches {
                     found.push(Destructured {
                         message: message.full_name().to_owned(),
