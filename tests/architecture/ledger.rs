@@ -39,6 +39,10 @@ fn walk(pool: &DescriptorPool, ledger: &Ledger, destructured: &[Destructured]) -
             (d.message.clone(), format!("converted in {}", file.display()))
         })
         .collect();
+    for (message, file) in ledger_scan::named_types(pool, &package().join("src/config/convert")) {
+        let file = file.strip_prefix(package()).unwrap_or(&file).display().to_string();
+        roots.push((message, format!("read in {file}")));
+    }
     roots.extend(ledger_walk::RESOURCES.iter().map(|name| (name.to_string(), "a resource type".to_owned())));
     ledger_walk::walk(pool, &roots, ledger)
 }

@@ -57,6 +57,26 @@ fn folded(name: &str) -> String {
     name.chars().filter(|c| *c != '_').map(|c| c.to_ascii_lowercase()).collect()
 }
 
+/// The messages a converter names as the type it reads (`pub const TYPE: &str = "…";`):
+/// configs read from JSON by field name (Istio's), which no pattern takes apart.
+pub fn named_types(pool: &DescriptorPool, dir: &Path) -> Vec<(String, PathBuf)> {
+    let mut files = Vec::new();
+    rust_files(dir, &mut files);
+    files.sort();
+    let mut found = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let tokens = without_test_modules(tokenize(&text));
+        for window in tokens.windows(7) {
+            let shape = ["const", "TYPE", ":", "&", "str", "="].iter().zip(window).all(|(text, t)| t.is(text));
+            if shape && window[6].kind == Kind::Str && pool.get_message_by_name(&window[6].text).is_some() {
+                found.push((window[6].text.clone(), file.clone()));
+            }
+        }
+    }
+    found
+}
+
 /// Every message destructured in the `.rs` files under `dir`, tests left out.
 pub fn destructured(pool: &DescriptorPool, dir: &Path) -> Vec<Destructured> {
     let mut by_name: BTreeMap<String, Vec<(MessageDescriptor, BTreeSet<String>)>> = BTreeMap::new();
