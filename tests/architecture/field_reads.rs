@@ -8,9 +8,10 @@
 //! not the fields of enum variants (the lint does not see them) nor tuple structs.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::process::Command;
 
-use crate::field_reads_copy::{copy_package, scratch};
+use crate::field_reads_copy::{copy_package, rewrite_model, scratch};
 use crate::package;
 
 /// `(file, "Struct.field")` of every field the lint finds unread in the copy.
@@ -18,11 +19,17 @@ fn unread_fields() -> BTreeSet<(String, String)> {
     let root = scratch();
     let copy = root.join("package");
     copy_package(package(), &copy);
+    never_read(&copy, &root.join("target"))
+}
+
+/// Runs `cargo check --lib` on the package at `dir` and collects the fields its dead-code
+/// lint reports as never read.
+fn never_read(dir: &Path, target: &Path) -> BTreeSet<(String, String)> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let output = Command::new(cargo)
         .args(["check", "--lib", "--offline", "--message-format=json", "--target-dir"])
-        .arg(root.join("target"))
-        .current_dir(&copy)
+        .arg(target)
+        .current_dir(dir)
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("CARGO_BUILD_TARGET_DIR")
         .env_remove("RUSTFLAGS")
@@ -32,7 +39,7 @@ fn unread_fields() -> BTreeSet<(String, String)> {
     assert!(
         output.status.success(),
         "cargo check of the rewritten copy in {} failed:\n{}\n{}",
-        copy.display(),
+        dir.display(),
         String::from_utf8_lossy(&output.stderr),
         stdout.lines().filter_map(rendered).collect::<Vec<_>>().join("\n")
     );
@@ -46,20 +53,21 @@ fn unread_fields() -> BTreeSet<(String, String)> {
         }
         let spans = diagnostic["spans"].as_array().cloned().unwrap_or_default();
         // The struct is the one label that is not primary ("fields in this struct").
-        let name_of = |span: &serde_json::Value| {
-            let text = &span["text"][0];
-            let (line, start, end) =
-                (text["text"].as_str().unwrap_or_default(), &text["highlight_start"], &text["highlight_end"]);
-            let (start, end) = (start.as_u64().unwrap_or(1) as usize - 1, end.as_u64().unwrap_or(1) as usize - 1);
-            line.get(start..end).unwrap_or_default().to_owned()
-        };
-        let owner = spans.iter().find(|s| s["is_primary"] == false).map(name_of).unwrap_or_default();
+        let owner = spans.iter().find(|s| s["is_primary"] == false).map(highlighted).unwrap_or_default();
         for span in spans.iter().filter(|s| s["is_primary"] == true) {
             let file = span["file_name"].as_str().unwrap_or_default().to_owned();
-            unread.insert((file, format!("{owner}.{}", name_of(span))));
+            unread.insert((file, format!("{owner}.{}", highlighted(span))));
         }
     }
     unread
+}
+
+/// The source text a diagnostic's span points at: a struct's or a field's name.
+fn highlighted(span: &serde_json::Value) -> String {
+    let text = &span["text"][0];
+    let line = text["text"].as_str().unwrap_or_default();
+    let column = |key: &str| text[key].as_u64().and_then(|c| usize::try_from(c).ok()).unwrap_or(1).saturating_sub(1);
+    line.get(column("highlight_start")..column("highlight_end")).unwrap_or_default().to_owned()
 }
 
 fn rendered(line: &str) -> Option<String> {
@@ -100,4 +108,29 @@ fn no_configuration_field_is_converted_and_never_read() {
         new.join("\n")
     );
     assert!(read.is_empty(), "read now; take them off docs/field-ledger-unread.tsv:\n{}", read.join("\n"));
+}
+
+/// The means itself, on a crate of one file: a model struct deriving `PartialEq`, `Eq` and
+/// `Hash`, compared by the crate, with one field nothing reads. As written, the lint reports
+/// nothing; rewritten as the copy is, it reports that field and no other.
+#[test]
+fn the_rewrite_lets_the_lint_see_an_unread_field() {
+    let model = "#[derive(Debug, Clone, PartialEq, Eq, Hash)]\n\
+                 pub struct Model {\n    pub read: u32,\n    pub unread: u32,\n}\n\
+                 pub fn make() -> Model {\n    Model { read: 1, unread: 2 }\n}\n\
+                 pub fn read(model: &Model) -> u32 {\n    model.read\n}\n\
+                 pub fn same(a: &Model, b: &Model) -> bool {\n    a == b\n}\n";
+    let root = scratch().join("proof");
+    let manifest = "[package]\nname = \"proof\"\nversion = \"0.0.0\"\nedition = \"2024\"\n\n[lib]\npath = \"lib.rs\"\n";
+    let check = |name: &str, source: &str| {
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("Cargo.toml"), manifest).unwrap();
+        std::fs::write(dir.join("lib.rs"), source).unwrap();
+        never_read(&dir, &root.join("target"))
+    };
+    assert!(check("as_written", model).is_empty(), "derived PartialEq and pub fields hide every field from the lint");
+    let found = check("rewritten", &rewrite_model(model));
+    let expected = BTreeSet::from([("lib.rs".to_owned(), "Model.unread".to_owned())]);
+    assert_eq!(found, expected);
 }
