@@ -94,7 +94,13 @@ fn a_field_a_converter_discards_has_no_effect_there() {
             let Some(entry) = ledger.get(&d.message).and_then(|rows| rows.get(field.name())) else { continue };
             let stem = d.file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
             if entry.class != Class::NoEffect && d.discarded.contains(&rust) && !entry.reason.contains(&stem) {
-                wrong.push(format!("{}:{}: {}.{} is `_` there", d.file.display(), d.line, d.message, field.name()));
+                wrong.push(format!(
+                    "{}:{}: {}.{} is dropped there (`_`)",
+                    d.file.display(),
+                    d.line,
+                    d.message,
+                    field.name()
+                ));
             }
         }
     }

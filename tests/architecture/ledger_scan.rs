@@ -18,7 +18,8 @@ pub struct Destructured {
     pub message: String,
     pub file: PathBuf,
     pub line: usize,
-    /// Rust fields bound to `_`: taken apart and never looked at.
+    /// Rust fields bound to `_` (or bound and then dropped with `let _ = field;`): taken
+    /// apart and never looked at.
     pub discarded: BTreeSet<String>,
     /// The pattern ends in `..`: fields left unnamed.
     pub rest: bool,
@@ -98,7 +99,16 @@ pub fn destructured(pool: &DescriptorPool, dir: &Path) -> Vec<Destructured> {
         }
         let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let tokens = without_test_modules(tokenize(&text));
-        for pattern in patterns(&tokens) {
+        // `let _ = field;` drops a binding as surely as `field: _` does.
+        let dropped: BTreeSet<String> = tokens
+            .windows(5)
+            .filter(|w| w[0].is("let") && w[1].is("_") && w[2].is("=") && w[3].is_ident() && w[4].is(";"))
+            .map(|w| w[3].text.clone())
+            .collect();
+        for mut pattern in patterns(&tokens) {
+            for (field, discarded) in pattern.fields.iter_mut() {
+                *discarded |= dropped.contains(field);
+            }
             let Some(candidates) = by_name.get(&folded(&pattern.name)) else { continue };
             let named: BTreeSet<String> = pattern.fields.keys().cloned().collect();
             for (message, fields) in candidates {
