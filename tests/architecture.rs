@@ -5,6 +5,10 @@
 //!
 //! Paths are read from the source's tokens (`references`): `crate::…`, grouped `use` lists,
 //! `super::` and `self::`, and names imported or declared; comments are not read.
+//!
+//! Its modules `ledger` and `field_reads` keep the field ledger true (`docs/field-ledger.tsv`:
+//! every configuration field honoured, refused or without effect) and find model fields that
+//! are converted and never read (see `docs/architecture.md`, "The field ledger").
 // Tests stop at the first unexpected value; helpers outside a #[test] fn are tests too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
