@@ -39,7 +39,10 @@ fn walk(pool: &DescriptorPool, ledger: &Ledger, destructured: &[Destructured]) -
             (d.message.clone(), format!("converted in {}", file.display()))
         })
         .collect();
-    for (message, file) in ledger_scan::named_types(pool, &package().join("src/config/convert")) {
+    let convert = package().join("src/config/convert");
+    let by_type =
+        ledger_scan::named_types(pool, &convert).into_iter().chain(ledger_scan::unpacked_types(pool, &convert));
+    for (message, file) in by_type {
         let file = file.strip_prefix(package()).unwrap_or(&file).display().to_string();
         roots.push((message, format!("read in {file}")));
     }

@@ -78,6 +78,54 @@ pub fn named_types(pool: &DescriptorPool, dir: &Path) -> Vec<(String, PathBuf)> 
     found
 }
 
+/// The messages a converter unpacks by type and reads field by field, without a pattern:
+/// `unpack::<Type>(…)` and `let name: Type = …unpack(…)`, the type matched by its name.
+pub fn unpacked_types(pool: &DescriptorPool, dir: &Path) -> Vec<(String, PathBuf)> {
+    let mut files = Vec::new();
+    rust_files(dir, &mut files);
+    files.sort();
+    let mut found = Vec::new();
+    for file in files {
+        let inside = file.strip_prefix(dir).unwrap_or(&file);
+        if inside.components().any(|c| c.as_os_str() == "tests" || c.as_os_str() == "tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let tokens = without_test_modules(tokenize(&text));
+        for (i, token) in tokens.iter().enumerate() {
+            if !token.is("unpack") {
+                continue;
+            }
+            // `unpack::<a::b::Type>`: the last name before `>`.
+            let turbofish =
+                tokens.get(i + 1).is_some_and(|t| t.is("::")) && tokens.get(i + 2).is_some_and(|t| t.is("<"));
+            let name = if turbofish {
+                tokens[i + 3..].iter().take_while(|t| !t.is(">")).filter(|t| t.is_ident()).last()
+            } else {
+                // `let name: a::Type = …unpack(`: the statement's `let`, then its type.
+                let start = tokens[..i].iter().rposition(|t| t.is(";") || t.is("{") || t.is("}")).map_or(0, |p| p + 1);
+                let statement = &tokens[start..i];
+                let annotated =
+                    statement.first().is_some_and(|t| t.is("let")) && statement.get(2).is_some_and(|t| t.is(":"));
+                if annotated {
+                    statement[3..].iter().take_while(|t| !t.is("=")).filter(|t| t.is_ident()).last()
+                } else {
+                    None
+                }
+            };
+            let Some(name) = name else { continue };
+            // Only a name one message has: `RateLimit` or `FilterConfig` could be any of
+            // several (those converters take their message apart, so the scan above has it).
+            let candidates: Vec<_> =
+                pool.all_messages().filter(|m| !m.is_map_entry() && folded(m.name()) == folded(&name.text)).collect();
+            if let [message] = &candidates[..] {
+                found.push((message.full_name().to_owned(), file.clone()));
+            }
+        }
+    }
+    found
+}
+
 /// Every message destructured in the `.rs` files under `dir`, tests left out.
 pub fn destructured(pool: &DescriptorPool, dir: &Path) -> Vec<Destructured> {
     let mut by_name: BTreeMap<String, Vec<(MessageDescriptor, BTreeSet<String>)>> = BTreeMap::new();
