@@ -72,6 +72,9 @@ pub fn set_attempt_headers(
     after_timeout: bool,
     options: &UpstreamRequestOptions,
 ) {
+    // Envoy counts in whole milliseconds and gives the first attempt the whole timeout:
+    // a few microseconds spent before it must not make it one millisecond short.
+    let elapsed = if attempt <= 1 { Duration::ZERO } else { Duration::from_millis(whole_millis(elapsed)) };
     if let Some(expected) = expected_timeout(forward, elapsed) {
         let ms = expected.as_millis().max(1);
         if !options.suppress_envoy_headers {
@@ -91,6 +94,10 @@ pub fn set_attempt_headers(
     if vhost.include_is_timeout_retry_header && attempt > 1 {
         headers.insert(IS_TIMEOUT_RETRY, HeaderValue::from_static(if after_timeout { "true" } else { "false" }));
     }
+}
+
+fn whole_millis(elapsed: Duration) -> u64 {
+    u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Applies the response header mutations of `layers` (a [`Forward`]'s, or a local
