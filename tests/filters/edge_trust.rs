@@ -20,15 +20,14 @@ const FORGED: &str = "x-envoy-max-retries: 3\r\n\
     x-envoy-retry-grpc-on: cancelled\r\n\
     x-envoy-retriable-status-codes: 500\r\n\
     x-envoy-retriable-header-names: x-a\r\n\
-    x-envoy-upstream-rq-timeout-ms: 1\r\n\
-    x-envoy-upstream-rq-per-try-timeout-ms: 1\r\n\
+    x-envoy-upstream-rq-timeout-ms: 9000\r\n\
+    x-envoy-upstream-rq-per-try-timeout-ms: 8000\r\n\
     x-envoy-upstream-rq-timeout-alt-response: 204\r\n\
     x-envoy-expected-rq-timeout-ms: 7\r\n\
     x-envoy-upstream-alt-stat-name: forged\r\n\
     x-envoy-force-trace: true\r\n\
     x-envoy-ip-tags: internal\r\n\
     x-envoy-original-url: http://forged/\r\n\
-    x-envoy-hedge-on-per-try-timeout: true\r\n\
     x-envoy-decorator-operation: forged\r\n\
     x-envoy-downstream-service-cluster: forged\r\n\
     x-envoy-downstream-service-node: forged\r\n\
@@ -36,6 +35,11 @@ const FORGED: &str = "x-envoy-max-retries: 3\r\n\
     x-envoy-internal: true\r\n\
     x-envoy-custom: kept\r\n\
     x-forwarded-proto: https\r\n";
+
+/// Hedging on the per-try timeout, which an internal client may ask Envoy for; Outrider
+/// does not hedge (a route's `hedge_policy` is refused), so only external requests carry it
+/// here, where both proxies remove it.
+const HEDGE: &str = "x-envoy-hedge-on-per-try-timeout: true\r\n";
 
 fn bootstrap(port: u16, backend: u16, hcm: &str) -> String {
     format!(
@@ -79,8 +83,8 @@ fn request(extra: &str) -> String {
 /// replaced, and its own node address (not 127.0.0.1) appended to `x-forwarded-for`.
 #[tokio::test(flavor = "multi_thread")]
 async fn loopback_client_is_external_without_internal_address_config() {
-    let with_xff = request(&format!("{FORGED}x-forwarded-for: 1.2.3.4, 5.6.7.8\r\n"));
-    let without_xff = request(FORGED);
+    let with_xff = request(&format!("{FORGED}{HEDGE}x-forwarded-for: 1.2.3.4, 5.6.7.8\r\n"));
+    let without_xff = request(&format!("{FORGED}{HEDGE}"));
     let heads = compare("\n          use_remote_address: true", &[&with_xff, &without_xff]).await;
     for head in &heads {
         assert!(values(head, "x-envoy-max-retries").is_empty(), "{head:?}");
@@ -104,16 +108,18 @@ async fn internal_address_config_trusts_its_ranges() {
     ] {
         let heads = compare(hcm, &[&request(FORGED), &request(&format!("{FORGED}x-forwarded-for: 10.0.0.1\r\n"))]).await;
         assert_eq!(values(&heads[0], "x-envoy-internal"), ["true"], "{hcm}");
-        assert_eq!(values(&heads[0], "x-envoy-max-retries"), ["3"]);
+        assert_eq!(values(&heads[0], "x-envoy-force-trace"), ["true"]);
+        assert_eq!(values(&heads[0], "x-envoy-expected-rq-timeout-ms"), ["8000"], "its per-try timeout obeyed");
         assert_eq!(values(&heads[0], "x-envoy-external-address"), ["6.6.6.6"], "an internal request's is kept");
         // A client-written XFF makes the request external whatever its address.
         assert!(values(&heads[1], "x-envoy-internal").is_empty());
-        assert!(values(&heads[1], "x-envoy-max-retries").is_empty());
+        assert!(values(&heads[1], "x-envoy-force-trace").is_empty());
+        assert_eq!(values(&heads[1], "x-envoy-expected-rq-timeout-ms"), ["15000"]);
     }
     // Ranges that do not hold loopback: external.
     let hcm = "\n          use_remote_address: true\n          internal_address_config: { cidr_ranges: [{ address_prefix: 10.0.0.0, prefix_len: 8 }] }";
     let heads = compare(hcm, &[&request(FORGED)]).await;
-    assert!(values(&heads[0], "x-envoy-max-retries").is_empty());
+    assert!(values(&heads[0], "x-envoy-force-trace").is_empty());
 }
 
 /// Behind trusted proxies (`xff_num_trusted_hops`), without appending (`skip_xff_append`),
