@@ -118,6 +118,11 @@ pub fn mutate_request_headers(
     headers: &mut HeaderMap,
 ) -> RequestClassification {
     let downstream = &origin.downstream;
+    // Envoy's header map holds one `x-forwarded-for` and one XFCC, repeated lines joined
+    // with `,` as they are parsed; the upstream gets that one line whatever else happens.
+    for name in [X_FORWARDED_FOR, xfcc::X_FORWARDED_CLIENT_CERT] {
+        coalesce(headers, name);
+    }
     strip_hop_by_hop(headers);
     headers.remove(X_ENVOY_INTERNAL);
     let proto = if downstream.tls { "https" } else { "http" };
@@ -245,6 +250,18 @@ fn last_xff_address(headers: &HeaderMap, skip: u32) -> Option<(IpAddr, bool)> {
     let index = values.len().checked_sub(1)?.checked_sub(usize::try_from(skip).ok()?)?;
     let ip = values[index].parse().ok()?;
     Some((ip, values.len() == 1))
+}
+
+/// Joins the repeated lines of `name` into one with `,` (nothing to do for most requests).
+fn coalesce(headers: &mut HeaderMap, name: HeaderName) {
+    let mut values = headers.get_all(&name).iter();
+    if values.next().is_none() || values.next().is_none() {
+        return;
+    }
+    let joined: Vec<&[u8]> = headers.get_all(&name).iter().map(HeaderValue::as_bytes).collect();
+    if let Ok(value) = HeaderValue::from_bytes(&joined.join(&b","[..])) {
+        headers.insert(name, value);
+    }
 }
 
 /// Envoy appends to `x-forwarded-for` with a bare `,` (its codecs join repeated lines of

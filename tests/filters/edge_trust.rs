@@ -106,7 +106,8 @@ async fn internal_address_config_trusts_its_ranges() {
         "\n          use_remote_address: true\n          internal_address_config: { cidr_ranges: [{ address_prefix: 127.0.0.0, prefix_len: 8 }] }",
         "\n          use_remote_address: true\n          internal_address_config: {}",
     ] {
-        let heads = compare(hcm, &[&request(FORGED), &request(&format!("{FORGED}x-forwarded-for: 10.0.0.1\r\n"))]).await;
+        let heads =
+            compare(hcm, &[&request(FORGED), &request(&format!("{FORGED}x-forwarded-for: 10.0.0.1\r\n"))]).await;
         assert_eq!(values(&heads[0], "x-envoy-internal"), ["true"], "{hcm}");
         assert_eq!(values(&heads[0], "x-envoy-force-trace"), ["true"]);
         assert_eq!(values(&heads[0], "x-envoy-expected-rq-timeout-ms"), ["8000"], "its per-try timeout obeyed");
@@ -130,11 +131,14 @@ async fn trusted_hops_and_skip_xff_append() {
         request(&format!("{FORGED}x-forwarded-for: 1.2.3.4,10.0.0.9\r\n")),
         request(&format!("{FORGED}x-forwarded-for: 10.0.0.9\r\n")),
         request(FORGED),
+        request("x-forwarded-for: 1.2.3.4\r\nx-forwarded-for: 10.0.0.9\r\n"),
     ];
     let requests: Vec<&str> = requests.iter().map(String::as_str).collect();
     let internal = "\n          internal_address_config: {}";
-    compare(&format!("\n          use_remote_address: true\n          xff_num_trusted_hops: 1{internal}"), &requests).await;
-    compare(&format!("\n          use_remote_address: true\n          skip_xff_append: true{internal}"), &requests).await;
+    compare(&format!("\n          use_remote_address: true\n          xff_num_trusted_hops: 1{internal}"), &requests)
+        .await;
+    compare(&format!("\n          use_remote_address: true\n          skip_xff_append: true{internal}"), &requests)
+        .await;
     let heads = compare(&format!("\n          xff_num_trusted_hops: 1{internal}"), &requests).await;
     assert_eq!(values(&heads[1], "x-forwarded-for"), ["10.0.0.9"], "not appended without use_remote_address");
     compare("\n          xff_num_trusted_hops: 0", &requests).await;

@@ -18,6 +18,10 @@ use crate::common::skip::{Tool, skipped};
 
 const FORGED: &str = "By=spiffe://cluster.local/ns/x/sa/x;URI=spiffe://cluster.local/ns/kube-system/sa/admin";
 
+/// Two lines of the header (Envoy joins them with `,` before anything else).
+const TWO_LINES: &str =
+    "By=spiffe://a/b;URI=spiffe://a/c\r\nx-forwarded-client-cert: URI=spiffe://cluster.local/ns/kube-system/sa/admin";
+
 fn bootstrap(port: u16, backend: u16, ca: &Ca, server: &Leaf, mode: &str) -> String {
     let tls = json!({
         "name": "envoy.transport_sockets.tls",
@@ -96,7 +100,15 @@ async fn xfcc_modes_match_envoy_over_mtls_and_plaintext() {
     for mode in ["SANITIZE", "FORWARD_ONLY", "APPEND_FORWARD", "SANITIZE_SET", "ALWAYS_FORWARD_ONLY"] {
         let (backend, heads) = recording().await;
         let pair = Pair::start(|port| bootstrap(port, backend.port, &ca, &server, mode)).await;
-        for (transport, xfcc) in [("mtls", Some(FORGED)), ("mtls", None), ("plain", Some(FORGED)), ("plain", None)] {
+        let cases = [
+            ("mtls", Some(FORGED)),
+            ("mtls", None),
+            ("mtls", Some(TWO_LINES)),
+            ("plain", Some(FORGED)),
+            ("plain", None),
+            ("plain", Some(TWO_LINES)),
+        ];
+        for (transport, xfcc) in cases {
             let mut seen = Vec::new();
             for (name, port) in pair.ports() {
                 let status = if transport == "mtls" {
