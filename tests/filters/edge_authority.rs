@@ -94,6 +94,9 @@ async fn authority_tricks_do_not_pass_the_deny_and_upstream_gets_envoys_host() {
         Send::H2 { uri: "http://public.example/x".into(), host: Some("admin.example") },
         Send::H2 { uri: "http://admin.example./x".into(), host: Some("public.example") },
         Send::H2 { uri: "http://admin.example:443/x".into(), host: None },
+        h1("https://public.example/x", "admin.example"),
+        Send::H1("GET http://public.example/x HTTP/1.1\r\nConnection: close\r\n\r\n".into()),
+        h1("http://ADMIN.example/x", "public.example"),
     ];
     let got = compare("strip_any_host_port: true", &cases).await;
     let denied = |i: usize| assert_eq!(got[i], (403, None), "case {i} is denied");
