@@ -284,7 +284,7 @@ pub fn http_connection_manager(
                 return refuse("set_current_client_cert_details.issuer", "adding the issuer to XFCC");
             }
             Some(hcm::SetCurrentClientCertDetails { format, .. }) if format != 0 => {
-                return refuse("set_current_client_cert_details.format", "an XFCC format other than ENVOY");
+                return refuse("set_current_client_cert_details.format", "the JSON format of XFCC");
             }
             Some(hcm::SetCurrentClientCertDetails { subject, cert, chain, dns, uri, .. }) => {
                 ClientCertDetails { subject: common::bool_or(&subject, false), cert, chain, dns, uri }
