@@ -218,8 +218,8 @@ pub enum InternalAddresses {
     #[default]
     None,
     /// Configured. `cidr_ranges` empty: Envoy's old list (RFC 1918, `127.0.0.1`,
-    /// `fd00::/8`, `::1`). (Its `unix_sockets` has nothing to apply to: listeners are IP
-    /// sockets, a pipe address is refused.)
+    /// `fd00::/8`, `::1`). (Its `unix_sockets` has nothing to apply to: Outrider's
+    /// listeners accept on IP sockets only, so no client comes from a Unix socket.)
     Configured { cidr_ranges: Vec<CidrRange> },
 }
 

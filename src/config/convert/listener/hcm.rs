@@ -297,8 +297,8 @@ pub fn http_connection_manager(
 }
 
 /// `internal_address_config`: its CIDR ranges (none: Envoy's private and loopback list).
-/// `unix_sockets` needs nothing: a listener is never a Unix socket (refused), so no client
-/// comes from one.
+/// `unix_sockets` needs nothing: Outrider's listeners accept on IP sockets only, so no
+/// client comes from a Unix socket.
 fn internal_addresses(config: hcm_proto::InternalAddressConfig) -> Result<InternalAddresses> {
     let hcm_proto::InternalAddressConfig { unix_sockets: _, cidr_ranges } = config;
     let cidr_ranges = cidr_ranges
