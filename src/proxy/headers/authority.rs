@@ -25,12 +25,16 @@ pub struct InvalidAuthority;
 /// compares with.
 pub fn normalize(hcm: &HttpConnectionManager, parts: &mut Parts, listener_port: u16) -> Result<(), InvalidAuthority> {
     let from_uri = parts.uri.authority().map(|a| a.as_str().to_owned());
+    let lines = parts.headers.get_all(HOST).iter().count();
     let original = match &from_uri {
         Some(authority) => authority.clone(),
-        None => match parts.headers.get(HOST) {
-            Some(host) => host.to_str().map_err(|_| InvalidAuthority)?.to_owned(),
-            None => return Ok(()),
-        },
+        None if lines == 0 => return Ok(()),
+        // Repeated `Host` lines are one value to Envoy, joined with `,`: what the filters
+        // match and what the upstream gets, as one line.
+        None => {
+            let values: Result<Vec<&str>, _> = parts.headers.get_all(HOST).iter().map(|v| v.to_str()).collect();
+            values.map_err(|_| InvalidAuthority)?.join(",")
+        }
     };
     let mut host = original.clone();
     if hcm.strip_trailing_host_dot {
@@ -47,7 +51,7 @@ pub fn normalize(hcm: &HttpConnectionManager, parts: &mut Parts, listener_port: 
         parts.uri = Uri::from_parts(uri).map_err(|_| InvalidAuthority)?;
     }
     // `Host` always says what the URI says: one value, never the client's other one.
-    if from_uri.is_some() || host != original {
+    if from_uri.is_some() || host != original || lines > 1 {
         let value = HeaderValue::from_str(&host).map_err(|_| InvalidAuthority)?;
         parts.headers.insert(HOST, value);
     }
@@ -112,6 +116,10 @@ mod tests {
         assert_eq!(parts.uri.authority().unwrap(), "public.example");
         let origin = http::Request::get("/x").header("host", "admin.example.:80").body(()).unwrap();
         assert_eq!(host(&run(&hcm(), origin, 80)), "admin.example.:80", "nothing configured: untouched");
+        let twice = http::Request::get("/x").header("host", "a.example").header("host", "b.example").body(()).unwrap();
+        let parts = run(&hcm(), twice, 80);
+        assert_eq!(parts.headers.get_all(HOST).iter().count(), 1);
+        assert_eq!(host(&parts), "a.example,b.example", "one line, as Envoy's header map holds it");
     }
 
     #[test]
