@@ -40,7 +40,11 @@ pub fn normalize(hcm: &HttpConnectionManager, parts: &mut Parts, listener_port: 
     if hcm.strip_trailing_host_dot {
         strip_trailing_host_dot(&mut host);
     }
+    // A CONNECT's authority is where the tunnel goes: Envoy keeps its port for the
+    // upstream (`OriginalConnectPort`), so it is not stripped here.
+    let connect = parts.method == http::Method::CONNECT;
     match hcm.strip_port {
+        _ if connect => {}
         StripPort::None => {}
         StripPort::Any => strip_port(&mut host, None),
         StripPort::Matching => strip_port(&mut host, Some(listener_port)),
