@@ -10,7 +10,7 @@ use crate::common;
 
 use common::differential::{HttpListenerExtra, Pair, ROUTE_TO_BACKEND, http_listener, static_cluster};
 
-use super::edge_echo::{last_head, plain, recording, values};
+use super::edge_echo::{h2, last_head, plain, recording, values};
 use crate::common::skip::{Tool, skipped};
 
 /// Every control header Envoy knows, forged, beside the forwarding headers a client may
@@ -142,4 +142,27 @@ async fn trusted_hops_and_skip_xff_append() {
     let heads = compare(&format!("\n          xff_num_trusted_hops: 1{internal}"), &requests).await;
     assert_eq!(values(&heads[1], "x-forwarded-for"), ["10.0.0.9"], "not appended without use_remote_address");
     compare("\n          xff_num_trusted_hops: 0", &requests).await;
+}
+
+/// The same over HTTP/2 (prior knowledge): the rules do not depend on the codec.
+#[tokio::test(flavor = "multi_thread")]
+async fn http2_requests_get_the_same_treatment() {
+    let (backend, heads) = recording().await;
+    let hcm = "\n          use_remote_address: true\n          xff_num_trusted_hops: 1";
+    let pair = Pair::start(|port| bootstrap(port, backend.port, hcm)).await;
+    let text = format!("{FORGED}{HEDGE}x-forwarded-for: 1.2.3.4\r\nx-forwarded-for: 10.0.0.9\r\n");
+    let forged: Vec<(&str, &str)> = text.split("\r\n").filter_map(|line| line.split_once(": ")).collect();
+    let mut seen = Vec::new();
+    for (name, port) in pair.ports() {
+        assert_eq!(h2(port, "http://app/x", &forged).await, 200, "{name}");
+        let mut head = last_head(&heads);
+        head.sort();
+        seen.push(head);
+    }
+    match seen.as_slice() {
+        [envoy, ours] => assert_eq!(ours, envoy),
+        _ => skipped(Tool::Envoy, "the Envoy half of the HTTP/2 control-header comparison", "envoy not found"),
+    }
+    let ours = seen.last().unwrap();
+    assert!(values(ours, "x-envoy-max-retries").is_empty() && values(ours, "x-envoy-internal").is_empty());
 }
