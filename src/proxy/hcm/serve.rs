@@ -262,12 +262,14 @@ async fn serve_http1<S, Svc>(
     }
     match &error {
         Some(e) if e.is_parse() => {
-            // hyper answered 400 or 431 (too large or too many headers) and closes, as
-            // Envoy's HTTP/1 codec does; counted as the request it was.
+            // A head the codec refuses: Envoy's answer (400, 426, 431 or 501) and the
+            // connection closes, as Envoy's HTTP/1 codec does; counted as the request it was.
+            let status = codec::refusal_status(e, &parts.read_buf, manager.http1.accept_http_10);
             stats.downstream_cx_protocol_error.inc();
             stats.downstream_rq_total.inc();
             stats.downstream_rq_http1_total.inc();
-            stats.charge(if e.is_parse_too_large() { 431 } else { 400 });
+            stats.charge(status.as_u16());
+            let _ = io.write_all(&codec::refusal_response(status, &manager.server_name)).await;
         }
         // request_headers_timeout with a head begun: Envoy's 408. Between requests (no
         // byte of the next one yet) the connection just closes.
