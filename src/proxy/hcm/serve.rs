@@ -101,7 +101,14 @@ pub async fn serve<S>(
             let (tracer, overload_drain) = (tracer.clone(), overload_drain.clone());
             let timer = StreamTimer::default();
             Box::pin(async move {
+                let mut request = request;
                 let http1 = request.version() == http::Version::HTTP_11;
+                let version = request.version();
+                if version == http::Version::HTTP_10 {
+                    http10_host(&mut request, &manager.http1.default_host_for_http_10);
+                }
+                // What follows a CONNECT's head would be its tunnel: never read as a request.
+                let closes = request.method() == http::Method::CONNECT && version != http::Version::HTTP_2;
                 let exchange = Exchange {
                     downstream,
                     connection: &connection,
@@ -118,7 +125,11 @@ pub async fn serve<S>(
                     timer: &timer,
                 };
                 let run = |request| handle(request, exchange, stats.clone(), &access_logs);
-                Ok(stream::limited(request, &timer, &lifetime, &manager, &stats, run).await)
+                let mut response = stream::limited(request, &timer, &lifetime, &manager, &stats, run).await;
+                if closes {
+                    response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+                }
+                Ok(response)
             })
         })
     };
@@ -134,6 +145,19 @@ pub async fn serve<S>(
             let connection = codec::http2(&manager, buffer_limit).serve_connection(io, service);
             Box::pin(serve_http2(connection, &ends)).await
         }
+    }
+}
+
+/// `default_host_for_http_10`: the `Host` an HTTP/1.0 request without one is given (the
+/// codec takes HTTP/1.0 only with `accept_http_10`), as Envoy's codec gives it.
+fn http10_host(request: &mut Request<Incoming>, default_host: &str) {
+    // An absolute-form target names its own authority.
+    if default_host.is_empty() || request.headers().contains_key(http::header::HOST) || request.uri().authority().is_some()
+    {
+        return;
+    }
+    if let Ok(host) = http::HeaderValue::from_str(default_host) {
+        request.headers_mut().insert(http::header::HOST, host);
     }
 }
 

@@ -94,11 +94,21 @@ pub fn http1_options(proto: core::Http1ProtocolOptions, warnings: &mut Warnings)
             (send_fully_qualified_url, "send_fully_qualified_url", "applies to upstream requests only"),
             (use_balsa_parser.is_some(), "use_balsa_parser", "Outrider has its own HTTP/1 parser"),
             (allow_custom_methods, "allow_custom_methods", "Outrider's parser accepts any token as a method"),
-            (!ignore_http_11_upgrade.is_empty(), "ignore_http_11_upgrade", "upgrades are not proxied"),
         ],
     );
+    // Envoy serves an upgrade it matches as a plain request; Outrider would refuse it or
+    // tunnel it instead.
+    if !ignore_http_11_upgrade.is_empty() {
+        return Err(ConfigError::new("ignore_http_11_upgrade", "is not supported"));
+    }
     if !accept_http_10 && !default_host_for_http_10.is_empty() {
         return Err(ConfigError::new("default_host_for_http_10", "requires accept_http_10"));
+    }
+    // Given to requests as their `Host`: it must be one.
+    if http::HeaderValue::from_str(&default_host_for_http_10).is_err()
+        || default_host_for_http_10.parse::<http::uri::Authority>().is_err() && !default_host_for_http_10.is_empty()
+    {
+        return Err(ConfigError::new("default_host_for_http_10", "is not a valid host"));
     }
     Ok(Http1Options { accept_http_10, default_host_for_http_10, enable_trailers, allow_chunked_length })
 }

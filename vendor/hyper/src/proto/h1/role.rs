@@ -382,6 +382,11 @@ impl Http1Transaction for Server {
             && (subject.0 == Method::CONNECT || !only_chunked(&headers))
         {
             debug!("request with a transfer-encoding other than one chunked coding");
+            // Beside a content-length (allowed only to be dropped for chunks), the
+            // framing is invalid rather than a coding not implemented.
+            if is_cl {
+                return Err(Parse::content_length_invalid());
+            }
             return Err(Parse::transfer_encoding_unsupported());
         }
 
@@ -600,7 +605,12 @@ fn normalize_request_head(buf: &mut BytesMut, framing: super::RequestFraming) ->
     }
     let bytes = &buf[..];
     let Some(first_lf) = bytes.iter().position(|b| *b == b'\n') else {
-        return Normalized::Unchanged;
+        // The request line so far ends in spaces: they may be trailing ones.
+        return if trailing && matches!(bytes.last(), Some(b' ' | b'\t')) {
+            Normalized::Incomplete
+        } else {
+            Normalized::Unchanged
+        };
     };
     let line_end = if first_lf > 0 && bytes[first_lf - 1] == b'\r' {
         first_lf - 1
