@@ -126,6 +126,11 @@ pub async fn serve<S>(
                 };
                 let run = |request| handle(request, exchange, stats.clone(), &access_logs);
                 let mut response = stream::limited(request, &timer, &lifetime, &manager, &stats, run).await;
+                if response.status() == http::StatusCode::SWITCHING_PROTOCOLS && upgrades.borrow().is_none() {
+                    // A 101 that no allowed upgrade asked for (an upstream switching on a
+                    // plain request): never a tunnel, Envoy's protocol error instead.
+                    response = upstream_protocol_error(&manager.server_name);
+                }
                 if closes {
                     response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
                 }
@@ -146,6 +151,21 @@ pub async fn serve<S>(
             Box::pin(serve_http2(connection, &ends)).await
         }
     }
+}
+
+/// Envoy's 502 for an upstream response it cannot take as the answer to its request.
+fn upstream_protocol_error(server: &str) -> Response<ProxyBody> {
+    use http_body_util::BodyExt;
+    const BODY: &str = "upstream connect error or disconnect/reset before headers. reset reason: protocol error";
+    let body = http_body_util::Full::new(bytes::Bytes::from_static(BODY.as_bytes())).map_err(|never| match never {}).boxed_unsync();
+    let mut response = Response::new(body);
+    *response.status_mut() = http::StatusCode::BAD_GATEWAY;
+    let headers = response.headers_mut();
+    headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain"));
+    if let Ok(server) = http::HeaderValue::from_str(server) {
+        headers.insert(http::header::SERVER, server);
+    }
+    response
 }
 
 /// `default_host_for_http_10`: the `Host` an HTTP/1.0 request without one is given (the
