@@ -143,7 +143,7 @@ async fn attempt(port: u16, path: &str, kind: &str) -> Seen {
 
 /// Sends `request` on a new connection and reads until the proxy closes it (bounded by
 /// [`WAIT`]: a proxy that keeps it open fails the test).
-async fn until_closed(port: u16, request: &str) -> String {
+pub(crate) async fn until_closed(port: u16, request: &str) -> String {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut read = Vec::new();
@@ -263,7 +263,7 @@ async fn upgrade_lists_are_refused_and_h2c_is_never_an_upgrade() {
 }
 
 /// A backend that records each request head it gets and answers `200`.
-async fn head_recording_backend() -> (u16, Arc<std::sync::Mutex<Vec<String>>>) {
+pub(crate) async fn head_recording_backend() -> (u16, Arc<std::sync::Mutex<Vec<String>>>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let heads: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();

@@ -226,3 +226,46 @@ pub fn http2_options(proto: core::Http2ProtocolOptions, warnings: &mut Warnings)
         keepalive,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http1(proto: core::Http1ProtocolOptions) -> Result<Http1Options> {
+        http1_options(proto, &mut Warnings::new())
+    }
+
+    #[test]
+    fn http10_options_are_kept_and_checked() {
+        let options = http1(core::Http1ProtocolOptions {
+            accept_http_10: true,
+            default_host_for_http_10: "default.example".into(),
+            allow_chunked_length: true,
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(options.accept_http_10 && options.allow_chunked_length);
+        assert_eq!(options.default_host_for_http_10, "default.example");
+        let refused = |proto| http1(proto).unwrap_err().path().to_owned();
+        let without_http10 =
+            core::Http1ProtocolOptions { default_host_for_http_10: "default.example".into(), ..Default::default() };
+        assert_eq!(refused(without_http10), "default_host_for_http_10");
+        let not_a_host = core::Http1ProtocolOptions {
+            accept_http_10: true,
+            default_host_for_http_10: "a b/c".into(),
+            ..Default::default()
+        };
+        assert_eq!(refused(not_a_host), "default_host_for_http_10");
+    }
+
+    /// Envoy would serve a matching upgrade as a plain request; Outrider cannot, so it
+    /// refuses the field rather than refuse or tunnel those upgrades.
+    #[test]
+    fn ignore_http_11_upgrade_is_refused() {
+        let proto = core::Http1ProtocolOptions {
+            ignore_http_11_upgrade: vec![Default::default()],
+            ..Default::default()
+        };
+        assert_eq!(http1(proto).unwrap_err().path(), "ignore_http_11_upgrade");
+    }
+}
