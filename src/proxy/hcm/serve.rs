@@ -107,6 +107,17 @@ pub async fn serve<S>(
                 if version == http::Version::HTTP_10 {
                     http10_host(&mut request, &manager.http1.default_host_for_http_10);
                 }
+                if version != http::Version::HTTP_2
+                    && !request.headers().contains_key(http::header::HOST)
+                    && request.uri().authority().is_none()
+                {
+                    // Envoy's 400 for a request with no authority to route by
+                    // (`missing_host_header`): empty, and the connection closes.
+                    stats.downstream_rq_total.inc();
+                    stats.downstream_rq_http1_total.inc();
+                    stats.charge(400);
+                    return Ok(missing_host(&manager.server_name));
+                }
                 // What follows a CONNECT's head would be its tunnel: never read as a request.
                 let closes = request.method() == http::Method::CONNECT && version != http::Version::HTTP_2;
                 let exchange = Exchange {
@@ -165,6 +176,19 @@ fn upstream_protocol_error(server: &str) -> Response<ProxyBody> {
     if let Ok(server) = http::HeaderValue::from_str(server) {
         headers.insert(http::header::SERVER, server);
     }
+    response
+}
+
+/// Envoy's 400 for an HTTP/1 request without `Host` (and no authority in its target).
+fn missing_host(server: &str) -> Response<ProxyBody> {
+    use http_body_util::BodyExt;
+    let mut response = Response::new(http_body_util::Empty::new().map_err(|never| match never {}).boxed_unsync());
+    *response.status_mut() = http::StatusCode::BAD_REQUEST;
+    let headers = response.headers_mut();
+    if let Ok(server) = http::HeaderValue::from_str(server) {
+        headers.insert(http::header::SERVER, server);
+    }
+    headers.insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
     response
 }
 
