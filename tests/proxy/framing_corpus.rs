@@ -368,7 +368,10 @@ fn compare(table: &[(&'static str, Vec<Row>)], differences: &[&str]) -> Vec<Stri
         println!("{name:40} | {}", cells.join(" | "));
         let [envoy, outrider] = row.as_slice() else { continue };
         if refused(&envoy.statuses) && !refused(&outrider.statuses) {
-            disagreements.push(format!("{name}: Envoy refused ({:?}), Outrider answered {:?}", envoy.statuses, outrider.statuses));
+            disagreements.push(format!(
+                "{name}: Envoy refused ({:?}), Outrider answered {:?}",
+                envoy.statuses, outrider.statuses
+            ));
             continue;
         }
         if differences.contains(name) {
@@ -387,7 +390,10 @@ fn compare(table: &[(&'static str, Vec<Row>)], differences: &[&str]) -> Vec<Stri
                 agree += 1;
             }
         } else if envoy.reached != outrider.reached && !envoy.statuses.is_empty() {
-            disagreements.push(format!("{name}: the backend got {:?} from Envoy, {:?} from Outrider", envoy.reached, outrider.reached));
+            disagreements.push(format!(
+                "{name}: the backend got {:?} from Envoy, {:?} from Outrider",
+                envoy.reached, outrider.reached
+            ));
         } else {
             agree += 1;
         }

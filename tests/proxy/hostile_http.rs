@@ -231,7 +231,12 @@ async fn smuggling_vectors_are_refused_and_reach_no_backend() {
     }
     // Envoy's 501 for a coding it does not implement, and its 426 for HTTP/1.0.
     let other: &[(&str, &str, u16, &str)] = &[
-        ("coding not chunked", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nxx", 501, "Not Implemented"),
+        (
+            "coding not chunked",
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nxx",
+            501,
+            "Not Implemented",
+        ),
         (
             "xchunked",
             "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n",

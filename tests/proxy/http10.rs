@@ -19,7 +19,8 @@ fn bootstrap(port: u16, backend: u16, options: &str) -> String {
 /// (status line of each response, host of each request the backend got).
 async fn exchange(port: u16, request: &str, heads: &std::sync::Mutex<Vec<String>>) -> (Vec<String>, Vec<String>) {
     let response = until_closed(port, request).await;
-    let statuses = response.match_indices("HTTP/1.").map(|(i, _)| response[i..].lines().next().unwrap_or("").to_owned()).collect();
+    let statuses =
+        response.match_indices("HTTP/1.").map(|(i, _)| response[i..].lines().next().unwrap_or("").to_owned()).collect();
     let hosts = std::mem::take(&mut *heads.lock().unwrap())
         .iter()
         .map(|head| head.lines().find_map(|l| l.strip_prefix("host: ")).unwrap_or("none").to_owned())
@@ -38,7 +39,8 @@ async fn compare(options: &str, cases: &[(&str, &str, &[&str], &[&str])]) {
             assert_eq!(got_hosts, *hosts, "{name}: {case}");
         }
         // Still serving.
-        let (status, _, body) = parse_response(&until_closed(port, "GET /after HTTP/1.1\r\nhost: h\r\nconnection: close\r\n\r\n").await);
+        let (status, _, body) =
+            parse_response(&until_closed(port, "GET /after HTTP/1.1\r\nhost: h\r\nconnection: close\r\n\r\n").await);
         assert_eq!((status, body.as_str()), (200, "ok"), "{name}");
         heads.lock().unwrap().clear();
     }

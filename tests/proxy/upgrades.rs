@@ -226,7 +226,11 @@ async fn connect_requests_are_refused_like_envoy_and_their_connection_closed() {
             let (status, headers, _) = parse_response(&response);
             assert_eq!(status, want, "{name}: {authority}: {response:?}");
             assert!(headers.iter().any(|(n, v)| n == "connection" && v == "close"), "{name}: {response:?}");
-            assert_eq!(response.matches("HTTP/1.1").count(), 1, "{name}: the tunnel was read as a request: {response:?}");
+            assert_eq!(
+                response.matches("HTTP/1.1").count(),
+                1,
+                "{name}: the tunnel was read as a request: {response:?}"
+            );
         }
     }
     assert_eq!(seen.load(Ordering::SeqCst), 0);
@@ -239,7 +243,8 @@ async fn connect_requests_are_refused_like_envoy_and_their_connection_closed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn upgrade_lists_are_refused_and_h2c_is_never_an_upgrade() {
     let (backend, seen) = echo_upgrade_backend().await;
-    let pair = Pair::start(|port| bootstrap(port, backend, "{ upgrade_type: websocket }, { upgrade_type: foo }", "")).await;
+    let pair =
+        Pair::start(|port| bootstrap(port, backend, "{ upgrade_type: websocket }, { upgrade_type: foo }", "")).await;
     let settings = "connection: Upgrade, HTTP2-Settings\r\nhttp2-settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n";
     let refused = [
         format!("upgrade: websocket, h2c\r\n{settings}"),
@@ -250,7 +255,9 @@ async fn upgrade_lists_are_refused_and_h2c_is_never_an_upgrade() {
     for (name, port) in pair.ports() {
         for headers in &refused {
             let before = seen.load(Ordering::SeqCst);
-            let request = format!("GET /chat HTTP/1.1\r\nhost: example.com\r\n{headers}\r\nGET /hidden HTTP/1.1\r\nhost: h\r\n\r\n");
+            let request = format!(
+                "GET /chat HTTP/1.1\r\nhost: example.com\r\n{headers}\r\nGET /hidden HTTP/1.1\r\nhost: h\r\n\r\n"
+            );
             let response = until_closed(port, &request).await;
             let (status, response_headers, _) = parse_response(&response);
             assert_eq!(status, 403, "{name}: {headers:?}: {response:?}");
@@ -326,7 +333,8 @@ async fn an_http10_upgrade_never_gets_a_tunnel() {
     assert_eq!(parse_response(&response).0, 403, "{response:?}");
     assert_eq!(seen.load(Ordering::SeqCst), 0);
     // h2c is made a plain request, but this backend answers 101 to anything.
-    let request = "GET /h2c HTTP/1.0\r\nhost: example.com\r\nupgrade: h2c\r\nconnection: upgrade\r\n\r\nPRI * HTTP/2.0\r\n\r\n";
+    let request =
+        "GET /h2c HTTP/1.0\r\nhost: example.com\r\nupgrade: h2c\r\nconnection: upgrade\r\n\r\nPRI * HTTP/2.0\r\n\r\n";
     let response = until_closed(port, request).await;
     let (status, _, body) = parse_response(&response);
     assert_eq!(status, 502, "{response:?}");

@@ -168,7 +168,9 @@ pub async fn serve<S>(
 fn upstream_protocol_error(server: &str) -> Response<ProxyBody> {
     use http_body_util::BodyExt;
     const BODY: &str = "upstream connect error or disconnect/reset before headers. reset reason: protocol error";
-    let body = http_body_util::Full::new(bytes::Bytes::from_static(BODY.as_bytes())).map_err(|never| match never {}).boxed_unsync();
+    let body = http_body_util::Full::new(bytes::Bytes::from_static(BODY.as_bytes()))
+        .map_err(|never| match never {})
+        .boxed_unsync();
     let mut response = Response::new(body);
     *response.status_mut() = http::StatusCode::BAD_GATEWAY;
     let headers = response.headers_mut();
@@ -196,7 +198,9 @@ fn missing_host(server: &str) -> Response<ProxyBody> {
 /// codec takes HTTP/1.0 only with `accept_http_10`), as Envoy's codec gives it.
 fn http10_host(request: &mut Request<Incoming>, default_host: &str) {
     // An absolute-form target names its own authority.
-    if default_host.is_empty() || request.headers().contains_key(http::header::HOST) || request.uri().authority().is_some()
+    if default_host.is_empty()
+        || request.headers().contains_key(http::header::HOST)
+        || request.uri().authority().is_some()
     {
         return;
     }

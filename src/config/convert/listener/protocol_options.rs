@@ -262,10 +262,8 @@ mod tests {
     /// refuses the field rather than refuse or tunnel those upgrades.
     #[test]
     fn ignore_http_11_upgrade_is_refused() {
-        let proto = core::Http1ProtocolOptions {
-            ignore_http_11_upgrade: vec![Default::default()],
-            ..Default::default()
-        };
+        let proto =
+            core::Http1ProtocolOptions { ignore_http_11_upgrade: vec![Default::default()], ..Default::default() };
         assert_eq!(http1(proto).unwrap_err().path(), "ignore_http_11_upgrade");
     }
 }

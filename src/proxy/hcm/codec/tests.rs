@@ -369,7 +369,10 @@ impl tokio::io::AsyncWrite for Bytewise {
         std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
     }
 
-    fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.0).poll_flush(cx)
     }
 
@@ -414,17 +417,26 @@ async fn obs_fold_and_spaces_in_the_request_line_are_normalised() {
     }
 }
 
+/// Which error a refused head ends its connection with.
+type IsError = fn(&hyper::Error) -> bool;
+
 /// The heads Envoy's codec refuses are refused: the connection ends with a parse error
 /// and nothing written (the connection manager answers in Envoy's words).
 #[tokio::test]
 async fn ambiguous_framing_and_other_codings_are_refused_without_an_answer() {
     let manager = hcm();
-    let cases: [(&str, fn(&hyper::Error) -> bool); 6] = [
+    let cases: [(&str, IsError); 6] = [
         ("POST / HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 1\r\n\r\na", |e| e.is_parse()),
         ("POST / HTTP/1.1\r\ncontent-length: 1\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n", |e| e.is_parse()),
         ("POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\ncontent-length: 1\r\n\r\n0\r\n\r\n", |e| e.is_parse()),
-        ("POST / HTTP/1.1\r\ntransfer-encoding: xchunked\r\n\r\n", hyper::Error::is_parse_unsupported_transfer_encoding),
-        ("POST / HTTP/1.1\r\ntransfer-encoding: gzip, chunked\r\n\r\n", hyper::Error::is_parse_unsupported_transfer_encoding),
+        (
+            "POST / HTTP/1.1\r\ntransfer-encoding: xchunked\r\n\r\n",
+            hyper::Error::is_parse_unsupported_transfer_encoding,
+        ),
+        (
+            "POST / HTTP/1.1\r\ntransfer-encoding: gzip, chunked\r\n\r\n",
+            hyper::Error::is_parse_unsupported_transfer_encoding,
+        ),
         ("GET / HTTP/1.0\r\n\r\n", |e| e.is_parse()),
     ];
     for (head, is) in cases {
