@@ -258,6 +258,23 @@ mod tests {
         assert_eq!(refused(not_a_host), "default_host_for_http_10");
     }
 
+    /// CONNECT is never proxied: asking for it, on the connection manager or a route, is
+    /// refused with the field's path.
+    #[test]
+    fn connect_upgrades_are_refused_with_their_path() {
+        use super::super::upgrade::{hcm_upgrades, route_upgrades};
+        use crate::pb::envoy::config::route::v3::route_action::UpgradeConfig as Route;
+        use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::UpgradeConfig as Hcm;
+        let websocket = Hcm { upgrade_type: "websocket".into(), ..Default::default() };
+        let connect = Hcm { upgrade_type: "CONNECT".into(), ..Default::default() };
+        assert_eq!(hcm_upgrades(vec![websocket, connect]).unwrap_err().path(), "upgrade_configs[1].upgrade_type");
+        let route = Route { upgrade_type: "connect".into(), ..Default::default() };
+        assert_eq!(route_upgrades(vec![route]).unwrap_err().path(), "upgrade_configs[0].upgrade_type");
+        let terminated =
+            Route { upgrade_type: "CONNECT".into(), connect_config: Some(Default::default()), ..Default::default() };
+        assert_eq!(route_upgrades(vec![terminated]).unwrap_err().path(), "upgrade_configs[0].connect_config");
+    }
+
     /// Envoy would serve a matching upgrade as a plain request; Outrider cannot, so it
     /// refuses the field rather than refuse or tunnel those upgrades.
     #[test]
