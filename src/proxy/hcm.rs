@@ -434,7 +434,8 @@ async fn route_and_forward(
             local: Some(downstream.local),
             protocol: if parts.version == Version::HTTP_2 { "HTTP/2" } else { "HTTP/1.1" },
         };
-        let options = UpstreamRequestOptions { suppress_envoy_headers: false, downstream: info };
+        let options =
+            UpstreamRequestOptions { suppress_envoy_headers: manager.suppress_envoy_headers, downstream: info };
         let hash = crate::lb::hash_policy::request_hash(forward.hash_policy, &parts, Some(downstream.peer.ip()));
         let seed = context.rng.borrow_mut().random::<u64>();
         let retry = RetryState::for_request(forward.retry_policy, &parts, seed);
@@ -530,7 +531,7 @@ async fn forward_upgrade(
 ) -> Response<ProxyBody> {
     let Exchange { downstream, original_dst, manager, context, .. } = exchange;
     let info = DownstreamInfo { remote: Some(downstream.peer), local: Some(downstream.local), protocol: "HTTP/1.1" };
-    let options = UpstreamRequestOptions { suppress_envoy_headers: false, downstream: info };
+    let options = UpstreamRequestOptions { suppress_envoy_headers: manager.suppress_envoy_headers, downstream: info };
     router::apply_request_mutations(forward, &mut parts, &options);
     let hash = crate::lb::hash_policy::request_hash(forward.hash_policy, &parts, Some(downstream.peer.ip()));
     let ctx = PickContext { hash, attempt: 0, previous: &[], now: Instant::now() };

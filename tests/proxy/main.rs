@@ -28,6 +28,7 @@ mod resilience_e2e;
 mod route_mirror;
 mod route_regex_rewrite;
 mod sizes;
+mod suppress_envoy_headers;
 mod upgrades;
 mod upload_memory;
 mod worker_seeds;
