@@ -13,6 +13,7 @@ mod request_body;
 mod serve;
 mod stream;
 mod stream_timer;
+mod underscores;
 mod upgrade;
 
 use std::net::SocketAddr;

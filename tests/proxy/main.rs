@@ -16,6 +16,7 @@ mod faults_backend;
 mod flow_control;
 mod framing_corpus;
 mod fuzz_smoke;
+mod headers_with_underscores;
 mod health_check;
 mod hostile_http;
 mod http_inspector;

@@ -23,6 +23,7 @@ use super::super::upstream::BoxError;
 use super::ProxyBody;
 use super::lifetime::{Close, Lifetime, StreamGuard};
 use super::stream_timer::{Party, StreamTimer};
+use super::underscores::{self, Underscores};
 use crate::config::listener::HttpConnectionManager;
 use crate::telemetry::HttpStats;
 
@@ -32,13 +33,13 @@ const GRPC_DEADLINE_EXCEEDED: u32 = 4;
 /// Runs `handle` for `request` within the stream limits, on the stream's one `timer`
 /// (which `handle` shares for the attempt's timeout).
 pub(super) async fn limited<F, Fut>(
-    request: Request<Incoming>,
+    mut request: Request<Incoming>,
     timer: &StreamTimer,
     lifetime: &Arc<Lifetime>,
     manager: &HttpConnectionManager,
     stats: &Arc<HttpStats>,
     handle: F,
-) -> Response<ProxyBody>
+) -> Result<Response<ProxyBody>, StreamReset>
 where
     F: FnOnce(Request<Incoming>) -> Fut,
     Fut: Future<Output = Response<ProxyBody>>,
@@ -52,12 +53,29 @@ where
         }
     }
     let grpc = is_grpc(&request);
+    match underscores::apply(manager.common.headers_with_underscores_action, request.headers_mut()) {
+        Underscores::Pass | Underscores::Dropped(_) => {}
+        Underscores::Reject if h2 => {
+            guard.complete();
+            return Err(StreamReset("header name with an underscore"));
+        }
+        Underscores::Reject => {
+            // Envoy's HTTP/1 codec error: 400 `Bad Request`, and the connection closes.
+            stats.downstream_cx_protocol_error.inc();
+            stats.downstream_rq_total.inc();
+            stats.downstream_rq_http1_total.inc();
+            guard.complete();
+            let mut response = reply(manager, stats, StatusCode::BAD_REQUEST, "Bad Request", false, None);
+            response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+            return Ok(response);
+        }
+    }
     if h2 && request.headers().len() > manager.common.max_headers_count as usize {
         // HTTP/1.1's codec counts headers itself; the HTTP/2 one does not.
         stats.downstream_rq_total.inc();
         stats.downstream_rq_http2_total.inc();
         guard.complete();
-        return reply(manager, stats, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "", grpc, None);
+        return Ok(reply(manager, stats, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "", grpc, None));
     }
     let limits = Limits {
         idle: manager.stream_idle_timeout,
@@ -69,7 +87,7 @@ where
         expired = limits.expired(timer, lifetime, guard.started()) => {
             // The request's own stats counted it; its answer is this one.
             guard.complete();
-            return match expired {
+            return Ok(match expired {
                 Expired::Idle => {
                     stats.downstream_rq_idle_timeout.inc();
                     reply(manager, stats, StatusCode::REQUEST_TIMEOUT, "stream timeout", grpc, None)
@@ -79,7 +97,7 @@ where
                     let status = Some(GRPC_DEADLINE_EXCEEDED);
                     reply(manager, stats, StatusCode::REQUEST_TIMEOUT, "downstream duration timeout", grpc, status)
                 }
-            };
+            });
         }
     };
     if last && !h2 {
@@ -88,8 +106,14 @@ where
     }
     let stats = stats.clone();
     let sleep = timer.take_sleep();
-    response.map(|body| LimitedBody::new(body, guard, limits, stats, sleep).boxed_unsync())
+    Ok(response.map(|body| LimitedBody::new(body, guard, limits, stats, sleep).boxed_unsync()))
 }
+
+/// A stream the connection manager resets before answering it (HTTP/2: `RST_STREAM`
+/// `INTERNAL_ERROR`, as Envoy's codec rejects a stream while parsing its headers).
+#[derive(Debug, thiserror::Error)]
+#[error("stream reset: {0}")]
+pub(super) struct StreamReset(&'static str);
 
 fn is_grpc(request: &Request<Incoming>) -> bool {
     request.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("application/grpc"))
