@@ -40,7 +40,7 @@ use super::context::WorkerContext;
 use super::filters::context::{MatchedRoute, RequestBodyTap};
 use super::filters::{
     Callouts, DownstreamBody, DownstreamConnection, DynamicMetadata, FilterHeadersStatus, HeaderEdit, HttpFilterChain,
-    LocalResponse, RequestContext, ResponseHook,
+    LocalResponse, RequestContext, RequestEnd, ResponseHook,
 };
 use super::headers::{self, Downstream, LocalReply};
 use super::path_normalization::{self, Normalized};
@@ -177,6 +177,9 @@ async fn forward_request(
     }
     let routed = Routed { snapshot: &snapshot, routes, selection };
     let (mut body, mut edits, mut hooks) = (DownstreamBody::new(body), Vec::new(), Vec::new());
+    if let Some(end) = parts.extensions.remove::<RequestEnd>() {
+        body.tell_end(end);
+    }
     if !exchange.filters.is_empty() {
         let client = classification.client;
         let decoding = Decoding { parts: &mut parts, body: &mut body, edits: &mut edits, hooks: &mut hooks };

@@ -1,8 +1,9 @@
 //! Per-stream limits around each request: `max_headers_count` on HTTP/2 (HTTP/1.1's is the
 //! codec's), `max_stream_duration`, `stream_idle_timeout`, and the stream's part in its
-//! connection's [`Lifetime`] (`max_requests_per_connection`, premature resets). Envoy's
-//! answers: 431 for too many headers, 408 when a timeout passes before the response
-//! began, a reset stream after.
+//! connection's [`Lifetime`] (`max_requests_per_connection`, premature resets),
+//! `request_timeout` (until the request has been read whole) and
+//! `headers_with_underscores_action`. Envoy's answers: 431 for too many headers, 408 when
+//! a timeout passes before the response began, a reset stream after.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -25,6 +26,7 @@ use super::lifetime::{Close, Lifetime, StreamGuard};
 use super::stream_timer::{Party, StreamTimer};
 use super::underscores::{self, Underscores};
 use crate::config::listener::HttpConnectionManager;
+use crate::proxy::filters::RequestEnd;
 use crate::telemetry::HttpStats;
 
 /// gRPC `DEADLINE_EXCEEDED`, Envoy's status for `max_stream_duration`.
@@ -77,9 +79,17 @@ where
         guard.complete();
         return Ok(reply(manager, stats, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "", grpc, None));
     }
+    // `request_timeout` runs until the whole request has been read from the client; a
+    // request with no body (or one already read) is whole from the start.
+    let request_end = manager.request_timeout.filter(|_| !request.body().is_end_stream()).map(|timeout| {
+        let end = RequestEnd::default();
+        request.extensions_mut().insert(end.clone());
+        (guard.started() + timeout, end)
+    });
     let limits = Limits {
         idle: manager.stream_idle_timeout,
         deadline: manager.common.max_stream_duration.map(|d| guard.started() + d),
+        request: request_end,
     };
     let mut response = tokio::select! {
         biased;
@@ -96,6 +106,16 @@ where
                     stats.downstream_rq_max_duration_reached.inc();
                     let status = Some(GRPC_DEADLINE_EXCEEDED);
                     reply(manager, stats, StatusCode::REQUEST_TIMEOUT, "downstream duration timeout", grpc, status)
+                }
+                Expired::Request => {
+                    stats.downstream_rq_timeout.inc();
+                    let mut response = reply(manager, stats, StatusCode::REQUEST_TIMEOUT, "request timeout", grpc, None);
+                    if !h2 {
+                        // The rest of the request is still coming: HTTP/1.1 cannot go on
+                        // after it, so Envoy closes the connection.
+                        response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+                    }
+                    response
                 }
             });
         }
@@ -141,16 +161,19 @@ fn reply(
     response
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Limits {
     idle: Option<Duration>,
     deadline: Option<Instant>,
+    /// `request_timeout`: when the request must have been read whole, and whether it was.
+    request: Option<(Instant, RequestEnd)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Expired {
     Idle,
     MaxDuration,
+    Request,
 }
 
 impl Limits {
@@ -161,11 +184,15 @@ impl Limits {
         if self.deadline.is_some_and(|d| now >= d) {
             return Err(Expired::MaxDuration);
         }
+        let request_at = self.request.as_ref().filter(|(_, end)| !end.is_marked()).map(|(at, _)| *at);
+        if request_at.is_some_and(|at| now >= at) {
+            return Err(Expired::Request);
+        }
         let idle_at = self.idle.map(|idle| lifetime.last_read().max(last_frame) + idle);
         if idle_at.is_some_and(|at| now >= at) {
             return Err(Expired::Idle);
         }
-        Ok([idle_at, self.deadline].into_iter().flatten().min())
+        Ok([idle_at, self.deadline, request_at].into_iter().flatten().min())
     }
 
     async fn expired(&self, timer: &StreamTimer, lifetime: &Lifetime, started: Instant) -> Expired {
@@ -256,6 +283,7 @@ impl Body for LimitedBody {
                         Expired::MaxDuration => {
                             (&this.stats.downstream_rq_max_duration_reached, "max stream duration reached")
                         }
+                        Expired::Request => (&this.stats.downstream_rq_timeout, "request timeout"),
                     };
                     counter.inc();
                     this.guard.complete();
