@@ -4,6 +4,7 @@
 //! words.
 
 mod codec;
+mod expect_continue;
 mod forwarding;
 mod lifetime;
 mod local_reply;

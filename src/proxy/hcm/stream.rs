@@ -22,6 +22,7 @@ use tokio::time::{Instant, Sleep};
 use super::super::headers;
 use super::super::upstream::BoxError;
 use super::ProxyBody;
+use super::expect_continue;
 use super::lifetime::{Close, Lifetime, StreamGuard};
 use super::stream_timer::{Party, StreamTimer};
 use super::underscores::{self, Underscores};
@@ -79,6 +80,7 @@ where
         guard.complete();
         return Ok(reply(manager, stats, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "", grpc, None));
     }
+    expect_continue::strip(request.headers_mut());
     // `request_timeout` runs until the whole request has been read from the client; a
     // request with no body (or one already read) is whole from the start.
     let request_end = manager.request_timeout.filter(|_| !request.body().is_end_stream()).map(|timeout| {

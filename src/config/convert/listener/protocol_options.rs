@@ -100,7 +100,10 @@ pub fn http1_options(proto: core::Http1ProtocolOptions, warnings: &mut Warnings)
     if !accept_http_10 && !default_host_for_http_10.is_empty() {
         return Err(ConfigError::new("default_host_for_http_10", "requires accept_http_10"));
     }
-    Ok(Http1Options { accept_http_10, default_host_for_http_10, enable_trailers, allow_chunked_length })
+    if enable_trailers {
+        return Err(ConfigError::new("enable_trailers", "proxying HTTP/1.1 trailers is not supported"));
+    }
+    Ok(Http1Options { accept_http_10, default_host_for_http_10, allow_chunked_length })
 }
 
 #[allow(deprecated)]
@@ -129,6 +132,11 @@ pub fn http2_options(proto: core::Http2ProtocolOptions, warnings: &mut Warnings)
         stream_reset_burst,
         stream_reset_rate,
     } = proto;
+    // Extended CONNECT (RFC 8441) and CONNECT itself are not served: Istio asks for them
+    // only on HBONE's CONNECT-terminating listener, refused for its `connect_config`.
+    if allow_connect {
+        return Err(ConfigError::new("allow_connect", "CONNECT over HTTP/2 is not supported"));
+    }
     let flood = "flood protection uses the HTTP/2 library's own limits";
     ignore_all(
         warnings,
@@ -212,7 +220,6 @@ pub fn http2_options(proto: core::Http2ProtocolOptions, warnings: &mut Warnings)
             "initial_connection_window_size",
             65_535,
         )?,
-        allow_connect,
         keepalive,
     })
 }
