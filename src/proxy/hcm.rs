@@ -4,6 +4,7 @@
 //! words.
 
 mod codec;
+mod expect_continue;
 mod forwarding;
 mod lifetime;
 mod local_reply;
@@ -13,6 +14,7 @@ mod request_body;
 mod serve;
 mod stream;
 mod stream_timer;
+mod underscores;
 mod upgrade;
 
 use std::net::SocketAddr;
@@ -39,7 +41,7 @@ use super::context::WorkerContext;
 use super::filters::context::{MatchedRoute, RequestBodyTap};
 use super::filters::{
     Callouts, DownstreamBody, DownstreamConnection, DynamicMetadata, FilterHeadersStatus, HeaderEdit, HttpFilterChain,
-    LocalResponse, RequestContext, ResponseHook,
+    LocalResponse, RequestContext, RequestEnd, ResponseHook,
 };
 use super::headers::{self, Downstream, LocalReply};
 use super::path_normalization::{self, Normalized};
@@ -183,6 +185,9 @@ async fn forward_request(
     }
     let routed = Routed { snapshot: &snapshot, routes, selection };
     let (mut body, mut edits, mut hooks) = (DownstreamBody::new(body), Vec::new(), Vec::new());
+    if let Some(end) = parts.extensions.remove::<RequestEnd>() {
+        body.tell_end(end);
+    }
     if !exchange.filters.is_empty() {
         let client = classification.client;
         let decoding = Decoding { parts: &mut parts, body: &mut body, edits: &mut edits, hooks: &mut hooks };
@@ -441,7 +446,8 @@ async fn route_and_forward(
             local: Some(downstream.local),
             protocol: if parts.version == Version::HTTP_2 { "HTTP/2" } else { "HTTP/1.1" },
         };
-        let options = UpstreamRequestOptions { suppress_envoy_headers: false, downstream: info };
+        let options =
+            UpstreamRequestOptions { suppress_envoy_headers: manager.suppress_envoy_headers, downstream: info };
         let hash = crate::lb::hash_policy::request_hash(forward.hash_policy, &parts, Some(downstream.peer.ip()));
         let seed = context.rng.borrow_mut().random::<u64>();
         let retry = RetryState::for_request(forward.retry_policy, &parts, seed);
@@ -537,7 +543,7 @@ async fn forward_upgrade(
 ) -> Response<ProxyBody> {
     let Exchange { downstream, original_dst, manager, context, .. } = exchange;
     let info = DownstreamInfo { remote: Some(downstream.peer), local: Some(downstream.local), protocol: "HTTP/1.1" };
-    let options = UpstreamRequestOptions { suppress_envoy_headers: false, downstream: info };
+    let options = UpstreamRequestOptions { suppress_envoy_headers: manager.suppress_envoy_headers, downstream: info };
     router::apply_request_mutations(forward, &mut parts, &options);
     let hash = crate::lb::hash_policy::request_hash(forward.hash_policy, &parts, Some(downstream.peer.ip()));
     let ctx = PickContext { hash, attempt: 0, previous: &[], now: Instant::now() };

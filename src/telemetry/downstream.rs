@@ -96,6 +96,8 @@ pub struct HttpStats {
     /// Requests whose headers did not arrive within `request_headers_timeout`.
     pub downstream_rq_header_timeout: Counter,
     pub downstream_rq_idle_timeout: Counter,
+    /// Requests not received whole within `request_timeout`.
+    pub downstream_rq_timeout: Counter,
     pub downstream_rq_max_duration_reached: Counter,
     /// Connections closed because too many of their streams were reset early (HTTP/2
     /// rapid reset).
@@ -149,6 +151,7 @@ impl HttpStats {
             downstream_cx_max_requests_reached: counter("downstream_cx_max_requests_reached"),
             downstream_rq_header_timeout: counter("downstream_rq_header_timeout"),
             downstream_rq_idle_timeout: counter("downstream_rq_idle_timeout"),
+            downstream_rq_timeout: counter("downstream_rq_timeout"),
             downstream_rq_max_duration_reached: counter("downstream_rq_max_duration_reached"),
             downstream_rq_too_many_premature_resets: counter("downstream_rq_too_many_premature_resets"),
             downstream_rq_overload_close: counter("downstream_rq_overload_close"),

@@ -14,9 +14,9 @@ use crate::config::route::RouteConfiguration;
 pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Envoy's default connection `idle_timeout` (`common_http_protocol_options`).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
-/// Envoy's default `drain_timeout`.
+/// Envoy's default `drain_timeout`, the only one accepted.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
-/// Envoy's default `delayed_close_timeout`.
+/// Envoy's default `delayed_close_timeout`, the only one accepted.
 pub const DEFAULT_DELAYED_CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Envoy's default `max_request_headers_kb`.
 pub const DEFAULT_MAX_REQUEST_HEADERS_KB: u32 = 60;
@@ -58,9 +58,6 @@ pub struct HttpConnectionManager {
     /// Whole-request receive timeout; `None` (default) disabled.
     pub request_timeout: Option<Duration>,
     pub request_headers_timeout: Option<Duration>,
-    pub drain_timeout: Duration,
-    /// `None`: disabled.
-    pub delayed_close_timeout: Option<Duration>,
     pub common: CommonHttpOptions,
     pub http1: Http1Options,
     pub http2: Http2Options,
@@ -77,7 +74,6 @@ pub struct HttpConnectionManager {
     pub forward_client_cert_details: ForwardClientCertDetails,
     /// Fields added to `x-forwarded-client-cert` with `SANITIZE_SET` / `APPEND_FORWARD`.
     pub set_current_client_cert_details: ClientCertDetails,
-    pub proxy_100_continue: bool,
     pub append_x_forwarded_port: bool,
     /// Access logs (none by default): one line per request.
     pub access_log: Vec<AccessLog>,
@@ -146,7 +142,6 @@ pub enum HeadersWithUnderscoresAction {
 pub struct Http1Options {
     pub accept_http_10: bool,
     pub default_host_for_http_10: String,
-    pub enable_trailers: bool,
     pub allow_chunked_length: bool,
 }
 
@@ -157,8 +152,6 @@ pub struct Http2Options {
     pub max_concurrent_streams: u32,
     pub initial_stream_window_size: u32,
     pub initial_connection_window_size: u32,
-    /// Accept extended CONNECT (RFC 8441) and CONNECT over HTTP/2.
-    pub allow_connect: bool,
     /// `connection_keepalive`: PING interval and timeout.
     pub keepalive: Option<Http2Keepalive>,
 }
@@ -170,7 +163,6 @@ impl Default for Http2Options {
             max_concurrent_streams: 2_147_483_647,
             initial_stream_window_size: 268_435_456,
             initial_connection_window_size: 268_435_456,
-            allow_connect: false,
             keepalive: None,
         }
     }

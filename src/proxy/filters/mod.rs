@@ -42,7 +42,7 @@ pub mod registry;
 pub mod route_cluster;
 pub mod token_bucket;
 
-pub use body::DownstreamBody;
+pub use body::{DownstreamBody, RequestEnd};
 pub use callout::{CalloutError, Callouts};
 pub use context::{
     DownstreamConnection, DynamicMetadata, HeaderEdit, LocalResponse, ProxyBody, RequestContext, ResponseFlagsSlot,

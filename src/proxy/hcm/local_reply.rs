@@ -120,10 +120,13 @@ pub(super) fn reset_reply(
 }
 
 /// A circuit breaker refused the request: 503 `… reset reason: overflow` with
-/// `x-envoy-overloaded: true`, as Envoy answers (response flag UO).
+/// `x-envoy-overloaded: true` (a router header: not with `suppress_envoy_headers`), as
+/// Envoy answers (response flag UO).
 pub(super) fn overflow(manager: &HttpConnectionManager, stream: &mut StreamInfo, is_grpc: bool) -> Response<ProxyBody> {
     let mut response = local(manager, stream, LocalReply::Overflow, is_grpc);
-    response.headers_mut().insert("x-envoy-overloaded", HeaderValue::from_static("true"));
+    if !manager.suppress_envoy_headers {
+        response.headers_mut().insert("x-envoy-overloaded", HeaderValue::from_static("true"));
+    }
     response
 }
 

@@ -54,8 +54,7 @@ pub(super) async fn prepare(
         return Ok(AttemptBodies::Whole(whole));
     }
     if needs.shadow && body.is_untouched() && small(&body, headers, needs.limit) {
-        let Some(rest) = body.into_rest() else { return Ok(AttemptBodies::Whole(Bytes::new())) };
-        let collected = Limited::new(rest, needs.limit).collect().await.map_err(|_| ())?;
+        let collected = Limited::new(body.into_request_body(), needs.limit).collect().await.map_err(|_| ())?;
         let whole = collected.to_bytes();
         if let Some(RequestBodyTap(tap)) = tap {
             tap(&whole);

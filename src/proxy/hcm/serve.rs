@@ -3,7 +3,6 @@
 //! by one of Envoy's connection limits (see [`super::lifetime`]).
 
 use crate::proxy::byte_count::ByteCounted;
-use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -24,6 +23,7 @@ use super::codec::{self, Protocol};
 use super::lifetime::{Close, Lifetime};
 use super::metered::Metered;
 use super::observed::handle;
+use super::stream::StreamReset;
 use super::stream_timer::StreamTimer;
 use super::upgrade::UpgradeSlot;
 use super::{Exchange, ProxyBody, Secure, stream};
@@ -34,7 +34,7 @@ use crate::proxy::filters::DownstreamConnection;
 use crate::telemetry::HttpStats;
 use crate::tls::PrefixedStream;
 
-type Served = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, Infallible>>>>;
+type Served = Pin<Box<dyn Future<Output = Result<Response<ProxyBody>, StreamReset>>>>;
 
 /// Serves one downstream connection until it closes. The codec type decides the protocol,
 /// or with `AUTO` ALPN over TLS (`h2` → HTTP/2, `http/1.1` → HTTP/1.1), else the first
@@ -136,7 +136,7 @@ pub async fn serve<S>(
                     timer: &timer,
                 };
                 let run = |request| handle(request, exchange, stats.clone(), &access_logs);
-                let mut response = stream::limited(request, &timer, &lifetime, &manager, &stats, run).await;
+                let mut response = stream::limited(request, &timer, &lifetime, &manager, &stats, run).await?;
                 if response.status() == http::StatusCode::SWITCHING_PROTOCOLS && upgrades.borrow().is_none() {
                     // A 101 that no allowed upgrade asked for (an upstream switching on a
                     // plain request): never a tunnel, Envoy's protocol error instead.
@@ -304,7 +304,7 @@ async fn serve_http1<S, Svc>(
     upgrades: &UpgradeSlot,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
-    Svc: HttpService<Incoming, ResBody = ProxyBody, Error = Infallible> + Unpin,
+    Svc: HttpService<Incoming, ResBody = ProxyBody, Error = StreamReset> + Unpin,
     Svc::Future: Unpin,
 {
     let mut watch = ends.watch();
@@ -361,7 +361,7 @@ async fn serve_http1<S, Svc>(
 async fn serve_http2<S, Svc>(connection: hyper::server::conn::http2::Connection<Io<S>, Svc, LocalExec>, ends: &Ends)
 where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
-    Svc: HttpService<Incoming, ResBody = ProxyBody, Error = Infallible>,
+    Svc: HttpService<Incoming, ResBody = ProxyBody, Error = StreamReset>,
     Svc::Future: 'static,
 {
     tokio::pin!(connection);

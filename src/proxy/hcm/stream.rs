@@ -1,8 +1,9 @@
 //! Per-stream limits around each request: `max_headers_count` on HTTP/2 (HTTP/1.1's is the
 //! codec's), `max_stream_duration`, `stream_idle_timeout`, and the stream's part in its
-//! connection's [`Lifetime`] (`max_requests_per_connection`, premature resets). Envoy's
-//! answers: 431 for too many headers, 408 when a timeout passes before the response
-//! began, a reset stream after.
+//! connection's [`Lifetime`] (`max_requests_per_connection`, premature resets),
+//! `request_timeout` (until the request has been read whole) and
+//! `headers_with_underscores_action`. Envoy's answers: 431 for too many headers, 408 when
+//! a timeout passes before the response began, a reset stream after.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,9 +22,12 @@ use tokio::time::{Instant, Sleep};
 use super::super::headers;
 use super::super::upstream::BoxError;
 use super::ProxyBody;
+use super::expect_continue;
 use super::lifetime::{Close, Lifetime, StreamGuard};
 use super::stream_timer::{Party, StreamTimer};
+use super::underscores::{self, Underscores};
 use crate::config::listener::HttpConnectionManager;
+use crate::proxy::filters::RequestEnd;
 use crate::telemetry::HttpStats;
 
 /// gRPC `DEADLINE_EXCEEDED`, Envoy's status for `max_stream_duration`.
@@ -32,13 +36,13 @@ const GRPC_DEADLINE_EXCEEDED: u32 = 4;
 /// Runs `handle` for `request` within the stream limits, on the stream's one `timer`
 /// (which `handle` shares for the attempt's timeout).
 pub(super) async fn limited<F, Fut>(
-    request: Request<Incoming>,
+    mut request: Request<Incoming>,
     timer: &StreamTimer,
     lifetime: &Arc<Lifetime>,
     manager: &HttpConnectionManager,
     stats: &Arc<HttpStats>,
     handle: F,
-) -> Response<ProxyBody>
+) -> Result<Response<ProxyBody>, StreamReset>
 where
     F: FnOnce(Request<Incoming>) -> Fut,
     Fut: Future<Output = Response<ProxyBody>>,
@@ -52,16 +56,42 @@ where
         }
     }
     let grpc = is_grpc(&request);
+    match underscores::apply(manager.common.headers_with_underscores_action, request.headers_mut()) {
+        Underscores::Pass | Underscores::Dropped(_) => {}
+        Underscores::Reject if h2 => {
+            guard.complete();
+            return Err(StreamReset("header name with an underscore"));
+        }
+        Underscores::Reject => {
+            // Envoy's HTTP/1 codec error: 400 `Bad Request`, and the connection closes.
+            stats.downstream_cx_protocol_error.inc();
+            stats.downstream_rq_total.inc();
+            stats.downstream_rq_http1_total.inc();
+            guard.complete();
+            let mut response = reply(manager, stats, StatusCode::BAD_REQUEST, "Bad Request", false, None);
+            response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+            return Ok(response);
+        }
+    }
     if h2 && request.headers().len() > manager.common.max_headers_count as usize {
         // HTTP/1.1's codec counts headers itself; the HTTP/2 one does not.
         stats.downstream_rq_total.inc();
         stats.downstream_rq_http2_total.inc();
         guard.complete();
-        return reply(manager, stats, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "", grpc, None);
+        return Ok(reply(manager, stats, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "", grpc, None));
     }
+    expect_continue::strip(request.headers_mut());
+    // `request_timeout` runs until the whole request has been read from the client; a
+    // request with no body (or one already read) is whole from the start.
+    let request_end = manager.request_timeout.filter(|_| !request.body().is_end_stream()).map(|timeout| {
+        let end = RequestEnd::default();
+        request.extensions_mut().insert(end.clone());
+        (guard.started() + timeout, end)
+    });
     let limits = Limits {
         idle: manager.stream_idle_timeout,
         deadline: manager.common.max_stream_duration.map(|d| guard.started() + d),
+        request: request_end,
     };
     let mut response = tokio::select! {
         biased;
@@ -69,7 +99,7 @@ where
         expired = limits.expired(timer, lifetime, guard.started()) => {
             // The request's own stats counted it; its answer is this one.
             guard.complete();
-            return match expired {
+            return Ok(match expired {
                 Expired::Idle => {
                     stats.downstream_rq_idle_timeout.inc();
                     reply(manager, stats, StatusCode::REQUEST_TIMEOUT, "stream timeout", grpc, None)
@@ -79,7 +109,17 @@ where
                     let status = Some(GRPC_DEADLINE_EXCEEDED);
                     reply(manager, stats, StatusCode::REQUEST_TIMEOUT, "downstream duration timeout", grpc, status)
                 }
-            };
+                Expired::Request => {
+                    stats.downstream_rq_timeout.inc();
+                    let mut response = reply(manager, stats, StatusCode::REQUEST_TIMEOUT, "request timeout", grpc, None);
+                    if !h2 {
+                        // The rest of the request is still coming: HTTP/1.1 cannot go on
+                        // after it, so Envoy closes the connection.
+                        response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
+                    }
+                    response
+                }
+            });
         }
     };
     if last && !h2 {
@@ -88,8 +128,14 @@ where
     }
     let stats = stats.clone();
     let sleep = timer.take_sleep();
-    response.map(|body| LimitedBody::new(body, guard, limits, stats, sleep).boxed_unsync())
+    Ok(response.map(|body| LimitedBody::new(body, guard, limits, stats, sleep).boxed_unsync()))
 }
+
+/// A stream the connection manager resets before answering it (HTTP/2: `RST_STREAM`
+/// `INTERNAL_ERROR`, as Envoy's codec rejects a stream while parsing its headers).
+#[derive(Debug, thiserror::Error)]
+#[error("stream reset: {0}")]
+pub(super) struct StreamReset(&'static str);
 
 fn is_grpc(request: &Request<Incoming>) -> bool {
     request.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("application/grpc"))
@@ -117,16 +163,19 @@ fn reply(
     response
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Limits {
     idle: Option<Duration>,
     deadline: Option<Instant>,
+    /// `request_timeout`: when the request must have been read whole, and whether it was.
+    request: Option<(Instant, RequestEnd)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Expired {
     Idle,
     MaxDuration,
+    Request,
 }
 
 impl Limits {
@@ -137,11 +186,15 @@ impl Limits {
         if self.deadline.is_some_and(|d| now >= d) {
             return Err(Expired::MaxDuration);
         }
+        let request_at = self.request.as_ref().filter(|(_, end)| !end.is_marked()).map(|(at, _)| *at);
+        if request_at.is_some_and(|at| now >= at) {
+            return Err(Expired::Request);
+        }
         let idle_at = self.idle.map(|idle| lifetime.last_read().max(last_frame) + idle);
         if idle_at.is_some_and(|at| now >= at) {
             return Err(Expired::Idle);
         }
-        Ok([idle_at, self.deadline].into_iter().flatten().min())
+        Ok([idle_at, self.deadline, request_at].into_iter().flatten().min())
     }
 
     async fn expired(&self, timer: &StreamTimer, lifetime: &Lifetime, started: Instant) -> Expired {
@@ -232,6 +285,7 @@ impl Body for LimitedBody {
                         Expired::MaxDuration => {
                             (&this.stats.downstream_rq_max_duration_reached, "max stream duration reached")
                         }
+                        Expired::Request => (&this.stats.downstream_rq_timeout, "request timeout"),
                     };
                     counter.inc();
                     this.guard.complete();

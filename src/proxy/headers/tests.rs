@@ -32,8 +32,6 @@ pub(crate) fn hcm() -> HttpConnectionManager {
         stream_idle_timeout: None,
         request_timeout: None,
         request_headers_timeout: None,
-        drain_timeout: Duration::from_secs(5),
-        delayed_close_timeout: None,
         common: CommonHttpOptions::default(),
         http1: Http1Options::default(),
         http2: Http2Options::default(),
@@ -47,7 +45,6 @@ pub(crate) fn hcm() -> HttpConnectionManager {
         strip_trailing_host_dot: false,
         forward_client_cert_details: ForwardClientCertDetails::Sanitize,
         set_current_client_cert_details: ClientCertDetails::default(),
-        proxy_100_continue: false,
         append_x_forwarded_port: false,
     }
 }

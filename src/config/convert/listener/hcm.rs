@@ -103,6 +103,23 @@ pub fn http_connection_manager(
     if local_reply_config.as_ref().is_some_and(|c| !c.mappers.is_empty() || c.body_format.is_some()) {
         return refuse("local_reply_config", "rewriting local replies");
     }
+    // `expect: 100-continue` is answered here and not forwarded (Envoy's default); the
+    // upstream's own 100 is not passed on.
+    if proxy_100_continue {
+        return refuse("proxy_100_continue", "proxying the upstream's 100 Continue");
+    }
+    // A drain is hyper's: GOAWAY, then the final GOAWAY one round trip later (HTTP/2), or
+    // `connection: close` on the next response (HTTP/1.1); a close is at once after the
+    // last write. Other lengths than Envoy's defaults would change when a client's new
+    // requests stop being served and how long a closing connection waits for the client.
+    if common::opt_duration(&drain_timeout, "drain_timeout")?.is_some_and(|d| d != DEFAULT_DRAIN_TIMEOUT) {
+        return refuse("drain_timeout", "a drain_timeout other than 5s");
+    }
+    if common::opt_duration(&delayed_close_timeout, "delayed_close_timeout")?
+        .is_some_and(|d| d != DEFAULT_DELAYED_CLOSE_TIMEOUT)
+    {
+        return refuse("delayed_close_timeout", "a delayed_close_timeout other than 1s");
+    }
     let internal_address = match internal_address_config {
         None => InternalAddresses::None,
         Some(config) => internal_addresses(config).map_err(|e| e.at("internal_address_config"))?,
@@ -226,12 +243,6 @@ pub fn http_connection_manager(
         stream_idle_timeout: timeout(&stream_idle_timeout, "stream_idle_timeout", Some(DEFAULT_STREAM_IDLE_TIMEOUT))?,
         request_timeout: timeout(&request_timeout, "request_timeout", None)?,
         request_headers_timeout: timeout(&request_headers_timeout, "request_headers_timeout", None)?,
-        drain_timeout: common::opt_duration(&drain_timeout, "drain_timeout")?.unwrap_or(DEFAULT_DRAIN_TIMEOUT),
-        delayed_close_timeout: timeout(
-            &delayed_close_timeout,
-            "delayed_close_timeout",
-            Some(DEFAULT_DELAYED_CLOSE_TIMEOUT),
-        )?,
         common: warnings
             .within("common_http_protocol_options", |w| {
                 common_options(common_http_protocol_options.unwrap_or_default(), w)
@@ -280,7 +291,6 @@ pub fn http_connection_manager(
             None => ClientCertDetails::default(),
             Some(details) => client_cert_details(details)?,
         },
-        proxy_100_continue,
         append_x_forwarded_port,
         upgrade_configs,
     })

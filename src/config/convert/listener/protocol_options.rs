@@ -109,13 +109,16 @@ pub fn http1_options(proto: core::Http1ProtocolOptions, warnings: &mut Warnings)
     if !accept_http_10 && !default_host_for_http_10.is_empty() {
         return Err(ConfigError::new("default_host_for_http_10", "requires accept_http_10"));
     }
+    if enable_trailers {
+        return Err(ConfigError::new("enable_trailers", "proxying HTTP/1.1 trailers is not supported"));
+    }
     // Given to requests as their `Host`: it must be one.
     if http::HeaderValue::from_str(&default_host_for_http_10).is_err()
         || default_host_for_http_10.parse::<http::uri::Authority>().is_err() && !default_host_for_http_10.is_empty()
     {
         return Err(ConfigError::new("default_host_for_http_10", "is not a valid host"));
     }
-    Ok(Http1Options { accept_http_10, default_host_for_http_10, enable_trailers, allow_chunked_length })
+    Ok(Http1Options { accept_http_10, default_host_for_http_10, allow_chunked_length })
 }
 
 #[allow(deprecated)]
@@ -144,6 +147,11 @@ pub fn http2_options(proto: core::Http2ProtocolOptions, warnings: &mut Warnings)
         stream_reset_burst,
         stream_reset_rate,
     } = proto;
+    // Extended CONNECT (RFC 8441) and CONNECT itself are not served: Istio asks for them
+    // only on HBONE's CONNECT-terminating listener, refused for its `connect_config`.
+    if allow_connect {
+        return Err(ConfigError::new("allow_connect", "CONNECT over HTTP/2 is not supported"));
+    }
     let flood = "flood protection uses the HTTP/2 library's own limits";
     ignore_all(
         warnings,
@@ -227,7 +235,6 @@ pub fn http2_options(proto: core::Http2ProtocolOptions, warnings: &mut Warnings)
             "initial_connection_window_size",
             65_535,
         )?,
-        allow_connect,
         keepalive,
     })
 }

@@ -1,0 +1,46 @@
+//! Connection manager fields accepted at Envoy's default only: anything else is refused
+//! with the field's path, never accepted and ignored.
+
+use serde_json::{Value, json};
+
+use super::inline_routes;
+use super::{convert, error, hcm, router};
+
+const PATH: &str = "filter_chains[0].filters[0].typed_config";
+
+fn with(field: &str, value: Value) -> Value {
+    let mut config = json!({"route_config": inline_routes(), "http_filters": [router()]});
+    config[field] = value;
+    hcm(config)
+}
+
+#[test]
+fn non_default_values_are_refused_with_their_path() {
+    let refused = [
+        ("proxy_100_continue", json!(true), "proxy_100_continue"),
+        ("drain_timeout", json!("30s"), "drain_timeout"),
+        ("drain_timeout", json!("0s"), "drain_timeout"),
+        ("delayed_close_timeout", json!("0s"), "delayed_close_timeout"),
+        ("delayed_close_timeout", json!("3s"), "delayed_close_timeout"),
+        ("http_protocol_options", json!({"enable_trailers": true}), "http_protocol_options.enable_trailers"),
+        ("http2_protocol_options", json!({"allow_connect": true}), "http2_protocol_options.allow_connect"),
+    ];
+    for (field, value, path) in refused {
+        let err = error(convert(with(field, value.clone())));
+        assert_eq!(err.path(), format!("{PATH}.{path}"), "{field}: {value}");
+    }
+}
+
+#[test]
+fn defaults_spelled_out_are_accepted() {
+    let accepted = [
+        ("proxy_100_continue", json!(false)),
+        ("drain_timeout", json!("5s")),
+        ("delayed_close_timeout", json!("1s")),
+        ("http_protocol_options", json!({"enable_trailers": false})),
+        ("http2_protocol_options", json!({"allow_connect": false})),
+    ];
+    for (field, value) in accepted {
+        assert!(convert(with(field, value.clone())).is_ok(), "{field}: {value}");
+    }
+}
