@@ -1,6 +1,7 @@
-//! `expect: 100-continue` side by side with Envoy 1.40 (`proxy_100_continue` false, its
-//! default): the client gets `100 Continue` from the proxy before it sends the body, and
-//! the backend never sees the expectation.
+//! `expect: 100-continue` side by side with Envoy 1.40. With `proxy_100_continue` false
+//! (its default) the client gets `100 Continue` from the proxy before it sends the body, and
+//! the backend never sees the expectation; with it true (Istio's setting) the backend sees
+//! it and the client still gets its `100 Continue` before sending the body.
 
 use crate::common;
 
@@ -10,8 +11,8 @@ use http::Response;
 use http_body_util::{BodyExt, Full};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-fn bootstrap(port: u16, backend: u16) -> String {
-    let listener = http_listener("l", port, "p", HttpListenerExtra::default(), ROUTE_TO_BACKEND);
+fn bootstrap(port: u16, backend: u16, hcm: &str) -> String {
+    let listener = http_listener("l", port, "p", HttpListenerExtra { hcm, ..Default::default() }, ROUTE_TO_BACKEND);
     let clusters = static_cluster("backend", backend);
     format!("\nstatic_resources:\n  listeners:{listener}\n  clusters:{clusters}\n")
 }
@@ -42,6 +43,17 @@ async fn expect_continue(port: u16) -> (String, u16, String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expect_100_continue_answered_by_the_proxy() {
+    expect_100_continue("", "none").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expect_100_continue_goes_to_the_upstream_with_proxy_100_continue() {
+    expect_100_continue("\n          proxy_100_continue: true", "100-continue").await;
+}
+
+/// One request with `expect: 100-continue` through both proxies with `hcm` added to the
+/// connection manager; `seen` is the `expect` the backend must get (`none`: none).
+async fn expect_100_continue(hcm: &str, seen: &str) {
     // Echoes the body, and the request's `expect` (or `none`) in `x-seen-expect`.
     let backend = backends::http(|request: http::Request<hyper::body::Incoming>| async move {
         let seen = request.headers().get("expect").cloned().unwrap_or_else(|| "none".parse().unwrap());
@@ -51,8 +63,8 @@ async fn expect_100_continue_answered_by_the_proxy() {
         response
     })
     .await;
-    let pair = Pair::start(|port| bootstrap(port, backend.port)).await;
-    let want = ("HTTP/1.1 100 Continue".to_owned(), 200, "none".to_owned(), "data".to_owned());
+    let pair = Pair::start(|port| bootstrap(port, backend.port, hcm)).await;
+    let want = ("HTTP/1.1 100 Continue".to_owned(), 200, seen.to_owned(), "data".to_owned());
     for (name, port) in pair.ports() {
         assert_eq!(expect_continue(port).await, want, "{name}");
     }

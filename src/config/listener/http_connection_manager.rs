@@ -74,6 +74,10 @@ pub struct HttpConnectionManager {
     pub forward_client_cert_details: ForwardClientCertDetails,
     /// Fields added to `x-forwarded-client-cert` with `SANITIZE_SET` / `APPEND_FORWARD`.
     pub set_current_client_cert_details: ClientCertDetails,
+    /// `proxy_100_continue` (Istio sets it): `expect: 100-continue` goes to the upstream
+    /// and the client's `100 Continue` comes when its body is first read for forwarding.
+    /// Unset (Envoy's default): the expectation is answered here and not forwarded.
+    pub proxy_100_continue: bool,
     pub append_x_forwarded_port: bool,
     /// Access logs (none by default): one line per request.
     pub access_log: Vec<AccessLog>,

@@ -1,6 +1,8 @@
-//! `expect: 100-continue`, as Envoy handles it with `proxy_100_continue` false (the only
-//! setting accepted): the client's `100 Continue` comes from here, and the upstream never
-//! sees the expectation. The codec (hyper) writes the `100 Continue` when the body is first
+//! `expect: 100-continue`, as Envoy handles it with `proxy_100_continue` false (its
+//! default): the client's `100 Continue` comes from here, and the upstream never sees the
+//! expectation. With `proxy_100_continue` true (Istio's setting) the expectation goes on to
+//! the upstream; the client's 100 still comes from the codec when the body is first read,
+//! not relayed from the upstream (its 1xx is read and dropped by the upstream codec). The codec (hyper) writes the `100 Continue` when the body is first
 //! read, that is when the request is forwarded; a request answered without reading its
 //! body gets its final response only, which a client waiting for 100 takes as well.
 

@@ -80,7 +80,9 @@ where
         guard.complete();
         return Ok(reply(manager, stats, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE, "", grpc, None));
     }
-    expect_continue::strip(request.headers_mut());
+    if !manager.proxy_100_continue {
+        expect_continue::strip(request.headers_mut());
+    }
     // `request_timeout` runs until the whole request has been read from the client; a
     // request with no body (or one already read) is whole from the start.
     let request_end = manager.request_timeout.filter(|_| !request.body().is_end_stream()).map(|timeout| {

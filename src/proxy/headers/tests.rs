@@ -45,6 +45,7 @@ pub(crate) fn hcm() -> HttpConnectionManager {
         strip_trailing_host_dot: false,
         forward_client_cert_details: ForwardClientCertDetails::Sanitize,
         set_current_client_cert_details: ClientCertDetails::default(),
+        proxy_100_continue: false,
         append_x_forwarded_port: false,
     }
 }

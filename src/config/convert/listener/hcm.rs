@@ -103,11 +103,6 @@ pub fn http_connection_manager(
     if local_reply_config.as_ref().is_some_and(|c| !c.mappers.is_empty() || c.body_format.is_some()) {
         return refuse("local_reply_config", "rewriting local replies");
     }
-    // `expect: 100-continue` is answered here and not forwarded (Envoy's default); the
-    // upstream's own 100 is not passed on.
-    if proxy_100_continue {
-        return refuse("proxy_100_continue", "proxying the upstream's 100 Continue");
-    }
     // A drain is hyper's: GOAWAY, then the final GOAWAY one round trip later (HTTP/2), or
     // `connection: close` on the next response (HTTP/1.1); a close is at once after the
     // last write. Other lengths than Envoy's defaults would change when a client's new
@@ -291,6 +286,7 @@ pub fn http_connection_manager(
             None => ClientCertDetails::default(),
             Some(details) => client_cert_details(details)?,
         },
+        proxy_100_continue,
         append_x_forwarded_port,
         upgrade_configs,
     })

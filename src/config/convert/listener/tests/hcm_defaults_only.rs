@@ -17,7 +17,6 @@ fn with(field: &str, value: Value) -> Value {
 #[test]
 fn non_default_values_are_refused_with_their_path() {
     let refused = [
-        ("proxy_100_continue", json!(true), "proxy_100_continue"),
         ("drain_timeout", json!("30s"), "drain_timeout"),
         ("drain_timeout", json!("0s"), "drain_timeout"),
         ("delayed_close_timeout", json!("0s"), "delayed_close_timeout"),
@@ -35,6 +34,7 @@ fn non_default_values_are_refused_with_their_path() {
 fn defaults_spelled_out_are_accepted() {
     let accepted = [
         ("proxy_100_continue", json!(false)),
+        ("proxy_100_continue", json!(true)),
         ("drain_timeout", json!("5s")),
         ("delayed_close_timeout", json!("1s")),
         ("http_protocol_options", json!({"enable_trailers": false})),
