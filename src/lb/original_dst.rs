@@ -150,6 +150,7 @@ impl DestinationHost {
             hash_key: None,
             transport_socket_match: Default::default(),
             hostname: String::new(),
+            health_check: None,
         };
         let host = Host {
             endpoint: Arc::new(endpoint),

@@ -42,6 +42,7 @@ fn hosts(n: u32) -> Vec<Arc<Host>> {
                 hash_key: None,
                 transport_socket_match: Default::default(),
                 hostname: String::new(),
+                health_check: None,
             })
         })
         .collect();

@@ -15,6 +15,7 @@ fn endpoint(i: usize, health: HealthStatus) -> Arc<LbEndpoint> {
         hash_key: None,
         transport_socket_match: Default::default(),
         hostname: String::new(),
+        health_check: None,
     })
 }
 
