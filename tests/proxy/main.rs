@@ -27,6 +27,7 @@ mod proxy_upstream;
 mod resilience_e2e;
 mod route_mirror;
 mod route_regex_rewrite;
+mod route_stream_limits;
 mod sizes;
 mod upgrades;
 mod upload_memory;
