@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::UnixStream;
 
-use crate::config::cluster::SourceAddresses;
+use crate::config::cluster::{DnsLookupFamily, SourceAddresses};
 use crate::config::endpoint::LbEndpoint;
 use crate::config::{Address, Cluster};
 use crate::store::Snapshot;
@@ -29,6 +29,8 @@ pub(super) struct Target {
     pub tls: Result<Option<Arc<ClientTls>>, String>,
     pub connect_timeout: Duration,
     pub bind: Option<SourceAddresses>,
+    /// The cluster's `dns_lookup_family`, for an endpoint that is a name.
+    pub lookup_family: DnsLookupFamily,
     /// `:authority` when the check names none: the cluster's name, as in Envoy.
     pub cluster: String,
     /// The endpoint's `health_check_config.hostname`: when not empty, the `:authority` of
@@ -61,6 +63,7 @@ impl Target {
             tls,
             connect_timeout: cluster.resource.connect_timeout,
             bind: cluster.resource.upstream_bind,
+            lookup_family: cluster.resource.lookup_family(),
             cluster: cluster.resource.name.clone(),
             hostname,
         }
@@ -94,10 +97,11 @@ impl Target {
                 Box::new(crate::core::net::connect_tcp(*addr, self.bind.map(|b| b.for_peer(*addr))).await?)
             }
             Address::Dns { host, port } => {
-                let addr = tokio::net::lookup_host((host.as_str(), *port))
-                    .await?
-                    .next()
-                    .ok_or_else(|| std::io::Error::other("the name resolved to no address"))?;
+                let resolved = tokio::net::lookup_host((host.as_str(), *port)).await?;
+                let addr = self
+                    .lookup_family
+                    .pick(resolved)
+                    .ok_or_else(|| std::io::Error::other("the name resolved to no address of its family"))?;
                 Box::new(crate::core::net::connect_tcp(addr, self.bind.map(|b| b.for_peer(addr))).await?)
             }
             Address::Pipe(path) => Box::new(UnixStream::connect(path).await?),

@@ -12,6 +12,7 @@ mod common;
 mod accept_exhaustion;
 mod attempt_count;
 mod circuit_breakers;
+mod dns_lookup_family;
 mod faults_backend;
 mod flow_control;
 mod framing_corpus;

@@ -20,7 +20,7 @@ use super::error::UpstreamError;
 use super::limits::ConnectionPermit;
 use crate::config::Address;
 use crate::config::cluster::SourceAddresses;
-use crate::config::cluster::{Cluster, Http2Settings};
+use crate::config::cluster::{Cluster, DnsLookupFamily, Http2Settings};
 use crate::proxy::byte_count::ByteCounted;
 use crate::proxy::exec::Spawner;
 use crate::proxy::flow_control;
@@ -80,6 +80,8 @@ pub(crate) struct Dial {
     pub http2: Http2Settings,
     /// The cluster's `per_connection_buffer_limit_bytes` (see [`flow_control`]).
     pub buffer_limit: u32,
+    /// The cluster's `dns_lookup_family`, for an endpoint that is a name.
+    pub lookup_family: DnsLookupFamily,
     /// TLS to originate, with the counters its handshakes go to; `None` is plaintext.
     pub tls: Option<(Arc<ClientTls>, Arc<HandshakeStats>)>,
     /// `upstream_cx_*` of the cluster.
@@ -138,6 +140,7 @@ impl Dial {
             bind: cluster.upstream_bind,
             http2: cluster.http.http2.clone(),
             buffer_limit: cluster.per_connection_buffer_limit_bytes,
+            lookup_family: cluster.lookup_family(),
             tls,
         }
     }
@@ -329,8 +332,12 @@ impl Dial {
                     crate::core::net::connect_tcp(*addr, self.bind.map(|b| b.for_peer(*addr))).await.map(Socket::Tcp)
                 }
                 Address::Dns { host, port } => {
-                    let addr = tokio::net::lookup_host((host.as_str(), *port)).await?.next().ok_or_else(|| {
-                        std::io::Error::new(std::io::ErrorKind::NotFound, "the name resolved to no address")
+                    let resolved = tokio::net::lookup_host((host.as_str(), *port)).await?;
+                    let addr = self.lookup_family.pick(resolved).ok_or_else(|| {
+                        std::io::Error::new(
+                            std::io::ErrorKind::NotFound,
+                            "the name resolved to no address of its family",
+                        )
                     })?;
                     crate::core::net::connect_tcp(addr, self.bind.map(|b| b.for_peer(addr))).await.map(Socket::Tcp)
                 }
