@@ -59,6 +59,10 @@ pub struct LbEndpoint {
     /// `endpoint.health_check_config`, `None` when it sets nothing (Istio sends it empty).
     /// Boxed: at mesh scale almost no endpoint has one.
     pub health_check: Option<Box<EndpointHealthCheck>>,
+    /// `endpoint.additional_addresses` (IP addresses, as `address` is then): connections go
+    /// to the first of all of them that accepts, by Envoy's happy eyeballs. Istio lists a
+    /// dual-stack pod's other address here.
+    pub additional_addresses: Box<[SocketAddr]>,
 }
 
 /// `endpoint.health_check_config`: where and how the cluster's active health checks probe
@@ -93,6 +97,17 @@ impl EndpointHealthCheck {
 }
 
 impl LbEndpoint {
+    /// Every address to connect to, `address` first, when the endpoint has additional
+    /// addresses; empty otherwise.
+    pub fn connect_addresses(&self) -> Vec<SocketAddr> {
+        match (&self.address, self.additional_addresses.is_empty()) {
+            (Address::Socket(first), false) => {
+                std::iter::once(*first).chain(self.additional_addresses.iter().copied()).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
     /// Whether active health checks probe this endpoint (and may fail it).
     pub fn actively_checked(&self) -> bool {
         !self.health_check.as_ref().is_some_and(|h| h.disabled)

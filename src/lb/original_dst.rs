@@ -151,6 +151,7 @@ impl DestinationHost {
             transport_socket_match: Default::default(),
             hostname: String::new(),
             health_check: None,
+            additional_addresses: Box::default(),
         };
         let host = Host {
             endpoint: Arc::new(endpoint),

@@ -41,6 +41,7 @@ fn endpoint((port, weight, health): Ep) -> Arc<LbEndpoint> {
         transport_socket_match: Default::default(),
         hostname: String::new(),
         health_check: None,
+        additional_addresses: Box::default(),
     })
 }
 

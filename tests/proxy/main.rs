@@ -10,6 +10,7 @@
 mod common;
 
 mod accept_exhaustion;
+mod additional_addresses;
 mod attempt_count;
 mod circuit_breakers;
 mod dns_lookup_family;

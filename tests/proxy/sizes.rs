@@ -43,6 +43,7 @@ fn hosts(n: u32) -> Vec<Arc<Host>> {
                 transport_socket_match: Default::default(),
                 hostname: String::new(),
                 health_check: None,
+                additional_addresses: Box::default(),
             })
         })
         .collect();

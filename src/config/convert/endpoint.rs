@@ -113,10 +113,29 @@ fn lb_endpoint(proto: proto::LbEndpoint) -> Result<LbEndpoint> {
         }
         None => return Err(ConfigError::new("endpoint", "is required")),
     };
-    let proto::Endpoint { address, health_check_config, hostname, additional_addresses: _, observability_name: _ } =
+    let proto::Endpoint { address, health_check_config, hostname, additional_addresses, observability_name: _ } =
         endpoint;
     let address = address.ok_or_else(|| ConfigError::new("endpoint.address", "is required"))?;
     let address = common::address(&address, true).map_err(|e| e.at("endpoint.address"))?;
+    let additional_addresses = additional_addresses
+        .into_iter()
+        .enumerate()
+        .map(|(i, extra)| {
+            let at = format!("endpoint.additional_addresses[{i}].address");
+            let proto = extra.address.ok_or_else(|| ConfigError::new(&at, "is required"))?;
+            match common::address(&proto, false).map_err(|e| e.at(&at))? {
+                Address::Socket(address) => Ok(address),
+                _ => Err(ConfigError::new(&at, "must be an IP address")),
+            }
+        })
+        .collect::<Result<Box<[_]>>>()?;
+    // Happy eyeballs races IP addresses: a name or a pipe has no place among them.
+    if !additional_addresses.is_empty() && !matches!(address, Address::Socket(_)) {
+        return Err(ConfigError::new(
+            "endpoint.additional_addresses",
+            "only an endpoint whose address is an IP address may have additional addresses",
+        ));
+    }
     let health_check = match health_check_config {
         None => None,
         Some(config) => endpoint_health_check(config, &address).map_err(|e| e.at("endpoint.health_check_config"))?,
@@ -137,6 +156,7 @@ fn lb_endpoint(proto: proto::LbEndpoint) -> Result<LbEndpoint> {
         transport_socket_match: transport_socket_match(metadata.as_ref()),
         hostname,
         health_check,
+        additional_addresses,
     })
 }
 
@@ -300,5 +320,35 @@ mod tests {
             with_health_check_config(socket("10.0.0.1", 80), Config { address: Some(pipe()), ..Default::default() })
                 .unwrap_err();
         assert_eq!(error.path(), "endpoints[0].lb_endpoints[0].endpoint.health_check_config.address");
+    }
+
+    #[test]
+    fn additional_addresses_must_be_ip_addresses_of_an_ip_endpoint() {
+        let with_extra = |address: core::Address, extra: core::Address| {
+            let endpoint = proto::Endpoint {
+                address: Some(address),
+                additional_addresses: vec![proto::endpoint::AdditionalAddress { address: Some(extra) }],
+                ..Default::default()
+            };
+            let lb_endpoint = proto::LbEndpoint {
+                host_identifier: Some(proto::lb_endpoint::HostIdentifier::Endpoint(endpoint)),
+                ..Default::default()
+            };
+            let assignment = proto::ClusterLoadAssignment {
+                cluster_name: "c".into(),
+                endpoints: vec![proto::LocalityLbEndpoints { lb_endpoints: vec![lb_endpoint], ..Default::default() }],
+                ..Default::default()
+            };
+            cluster_load_assignment(assignment, &mut Warnings::new())
+        };
+        let assignment = with_extra(socket("10.0.0.1", 80), socket("fd00::1", 80)).unwrap();
+        let endpoint = assignment.endpoints().next().unwrap();
+        assert_eq!(*endpoint.additional_addresses, ["[fd00::1]:80".parse().unwrap()]);
+        let expected: Vec<std::net::SocketAddr> = vec!["10.0.0.1:80".parse().unwrap(), "[fd00::1]:80".parse().unwrap()];
+        assert_eq!(endpoint.connect_addresses(), expected);
+        let error = with_extra(socket("10.0.0.1", 80), pipe()).unwrap_err();
+        assert_eq!(error.path(), "endpoints[0].lb_endpoints[0].endpoint.additional_addresses[0].address");
+        let error = with_extra(pipe(), socket("10.0.0.1", 80)).unwrap_err();
+        assert_eq!(error.path(), "endpoints[0].lb_endpoints[0].endpoint.additional_addresses");
     }
 }

@@ -16,6 +16,7 @@ fn endpoint(i: usize, health: HealthStatus) -> Arc<LbEndpoint> {
         transport_socket_match: Default::default(),
         hostname: String::new(),
         health_check: None,
+        additional_addresses: Box::default(),
     })
 }
 
