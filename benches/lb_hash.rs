@@ -29,6 +29,8 @@ fn hosts(n: u32) -> Vec<Arc<Host>> {
                 hash_key: None,
                 transport_socket_match: Default::default(),
                 hostname: String::new(),
+                health_check: None,
+                additional_addresses: Box::default(),
             })
         })
         .collect();

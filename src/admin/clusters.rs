@@ -41,7 +41,7 @@ pub fn text(snapshot: &Snapshot, balancers: &Balancers) -> String {
                     let _ = writeln!(out, "{host}::rq_error::{}", view.errors);
                     let _ = writeln!(out, "{host}::rq_total::{}", view.successes + view.errors);
                 }
-                let flags = Flags::of(endpoint.health, view.as_ref(), checked);
+                let flags = Flags::of(endpoint.health, view.as_ref(), checked && endpoint.actively_checked());
                 let _ = writeln!(out, "{host}::health_flags::{}", flags.text());
                 let _ = writeln!(out, "{host}::weight::{}", endpoint.weight);
                 let _ = writeln!(out, "{host}::region::{}", locality.locality.region);
@@ -79,7 +79,7 @@ pub fn json(snapshot: &Snapshot, balancers: &Balancers) -> Value {
                 .flat_map(|l| l.endpoints.iter().map(move |e| (l, e)))
                 .map(|(locality, endpoint)| {
                     let view = live.get(&endpoint.address).map(|h| EndpointView::of(h, now));
-                    let flags = Flags::of(endpoint.health, view.as_ref(), checked);
+                    let flags = Flags::of(endpoint.health, view.as_ref(), checked && endpoint.actively_checked());
                     let ejected = flags.failed_outlier_check;
                     let mut host = json!({
                         "address": address(&endpoint.address),

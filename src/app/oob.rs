@@ -13,8 +13,9 @@ use crate::lb::load::LoadSink;
 use crate::lb::{BalancerMap, Balancers, ClusterLb};
 use crate::orca::OobClient;
 
-/// What one stream reports for: an endpoint's address (or its reporting port) and period.
-type Key = (SocketAddr, Duration);
+/// What one stream reports for: an endpoint's address (or its reporting port), period and
+/// `:authority`.
+type Key = (SocketAddr, Duration, String);
 
 /// The running streams, by the address they report for, and which clusters want each.
 #[derive(Default)]
@@ -58,10 +59,12 @@ impl OobStreams {
                 }
             }
             for (key, sink) in &wanted {
-                let running = self.running.entry(*key).or_insert_with(|| {
+                let running = self.running.entry(key.clone()).or_insert_with(|| {
                     let (trigger, stop) = shutdown::channel();
-                    let (address, period) = *key;
-                    OobClient::new(address, period, sink.clone()).spawn(merged(shutdown.clone(), stop));
+                    let (address, period, authority) = key.clone();
+                    OobClient::new(address, period, sink.clone())
+                        .with_authority(authority)
+                        .spawn(merged(shutdown.clone(), stop));
                     Running { _stop: trigger, wanted_by: BTreeSet::new() }
                 });
                 running.wanted_by.insert(name.clone());
@@ -86,8 +89,15 @@ fn wanted(lb: &ClusterLb) -> HashMap<Key, Arc<dyn LoadSink>> {
             if let Some(port) = config.oob_reporting.port {
                 target.set_port(port);
             }
+            // Envoy's `:authority`: the configured one, else the endpoint's hostname, else
+            // the address dialled.
+            let authority = [&config.oob_reporting.authority, &host.endpoint.hostname]
+                .into_iter()
+                .find(|a| !a.is_empty())
+                .cloned()
+                .unwrap_or_else(|| target.to_string());
             let sink: Arc<dyn LoadSink> = host.stats.clone();
-            wanted.insert((target, config.oob_reporting_period), sink);
+            wanted.insert((target, config.oob_reporting_period, authority), sink);
         }
     }
     wanted

@@ -31,8 +31,6 @@ use super::tls::SdsSecretConfig;
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Envoy's `initial_fetch_timeout` of a config source when it is not set.
 pub const DEFAULT_INITIAL_FETCH_TIMEOUT: Duration = Duration::from_secs(15);
-/// Envoy's `dns_refresh_rate` when a DNS cluster does not set one.
-pub const DEFAULT_DNS_REFRESH_RATE: Duration = Duration::from_secs(5);
 /// The header an ORIGINAL_DST cluster reads when `use_http_header` is set and no name is given.
 pub const DEFAULT_ORIGINAL_DST_HEADER: &str = "x-envoy-original-dst-host";
 /// How often an ORIGINAL_DST cluster forgets hosts no connection picked since the last sweep.
@@ -123,13 +121,11 @@ pub struct EdsConfig {
     pub initial_fetch_timeout: Option<Duration>,
 }
 
-/// Name resolution of STRICT_DNS and LOGICAL_DNS clusters.
+/// Name resolution of STRICT_DNS and LOGICAL_DNS clusters. Names are resolved (by the
+/// system resolver) at each new connection, never cached here: `dns_refresh_rate` and
+/// `respect_dns_ttl` have nothing to pace.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DnsSettings {
-    /// `dns_refresh_rate`, 5 s by default.
-    pub refresh_rate: Duration,
-    /// `respect_dns_ttl`: refresh when the record's TTL expires instead of at `refresh_rate`.
-    pub respect_dns_ttl: bool,
     pub lookup_family: DnsLookupFamily,
 }
 
@@ -144,6 +140,30 @@ pub enum DnsLookupFamily {
     V4Preferred,
     /// Both families.
     All,
+}
+
+impl DnsLookupFamily {
+    /// The address a connection goes to among `resolved` (in the resolver's order), as
+    /// Envoy's `dns_lookup_family` chooses: `None` when the family wanted has none.
+    pub fn pick(self, resolved: impl IntoIterator<Item = SocketAddr>) -> Option<SocketAddr> {
+        let resolved: Vec<SocketAddr> = resolved.into_iter().collect();
+        let first = |v6: bool| resolved.iter().copied().find(|a| a.is_ipv6() == v6);
+        match self {
+            Self::Auto => first(true).or_else(|| first(false)),
+            Self::V4Only => first(false),
+            Self::V6Only => first(true),
+            Self::V4Preferred => first(false).or_else(|| first(true)),
+            Self::All => resolved.first().copied(),
+        }
+    }
+}
+
+impl Cluster {
+    /// The `dns_lookup_family` names of this cluster resolve with (Envoy's default `AUTO`
+    /// for clusters that do not resolve names themselves).
+    pub fn lookup_family(&self) -> DnsLookupFamily {
+        self.dns.as_ref().map_or(DnsLookupFamily::Auto, |d| d.lookup_family)
+    }
 }
 
 /// `original_dst_lb_config` of an ORIGINAL_DST cluster.
@@ -210,5 +230,25 @@ impl Cluster {
             }
         }
         configs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lookup_family_picks_the_address_envoy_connects_to() {
+        let (v4, v6): (SocketAddr, SocketAddr) = ("10.0.0.1:80".parse().unwrap(), "[fd00::1]:80".parse().unwrap());
+        let (both, only_v4, only_v6) = (vec![v4, v6], vec![v4], vec![v6]);
+        let pick = |family: DnsLookupFamily, resolved: &Vec<SocketAddr>| family.pick(resolved.iter().copied());
+        assert_eq!(pick(DnsLookupFamily::Auto, &both), Some(v6));
+        assert_eq!(pick(DnsLookupFamily::Auto, &only_v4), Some(v4));
+        assert_eq!(pick(DnsLookupFamily::V4Preferred, &both), Some(v4));
+        assert_eq!(pick(DnsLookupFamily::V4Preferred, &only_v6), Some(v6));
+        assert_eq!(pick(DnsLookupFamily::V4Only, &only_v6), None);
+        assert_eq!(pick(DnsLookupFamily::V6Only, &only_v4), None);
+        assert_eq!(pick(DnsLookupFamily::V6Only, &both), Some(v6));
+        assert_eq!(pick(DnsLookupFamily::All, &both), Some(v4), "the resolver's order");
     }
 }

@@ -1,6 +1,7 @@
 //! Endpoints: where a cluster's traffic goes, grouped by locality and priority.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use super::address::Address;
@@ -55,6 +56,62 @@ pub struct LbEndpoint {
     /// endpoints with `tlsMode: istio`.
     pub transport_socket_match: BTreeMap<String, String>,
     pub hostname: String,
+    /// `endpoint.health_check_config`, `None` when it sets nothing (Istio sends it empty).
+    /// Boxed: at mesh scale almost no endpoint has one.
+    pub health_check: Option<Box<EndpointHealthCheck>>,
+    /// `endpoint.additional_addresses` (IP addresses, as `address` is then): connections go
+    /// to the first of all of them that accepts, by Envoy's happy eyeballs. Istio lists a
+    /// dual-stack pod's other address here.
+    pub additional_addresses: Box<[SocketAddr]>,
+}
+
+/// `endpoint.health_check_config`: where and how the cluster's active health checks probe
+/// this one endpoint, as Envoy's `resolveHealthCheckAddress` and `hostnameForHealthChecks`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct EndpointHealthCheck {
+    /// `address` (an IP address): probes go there instead of to the endpoint.
+    pub address: Option<SocketAddr>,
+    /// `port_value` when not 0: replaces the port of the address probed.
+    pub port: Option<u16>,
+    /// `hostname` when not empty: the `:authority` of HTTP and gRPC probes, over the
+    /// check's own `host` / `authority`.
+    pub hostname: String,
+    /// `disable_active_health_check`: the endpoint is not probed and active checks never
+    /// fail it.
+    pub disabled: bool,
+}
+
+impl EndpointHealthCheck {
+    /// The address to probe for an endpoint at `serving`.
+    pub fn probe_address(&self, serving: &Address) -> Address {
+        let base = match self.address {
+            Some(address) => Address::Socket(address),
+            None => serving.clone(),
+        };
+        match (base, self.port) {
+            (Address::Socket(addr), Some(port)) => Address::Socket(SocketAddr::new(addr.ip(), port)),
+            (Address::Dns { host, .. }, Some(port)) => Address::Dns { host, port },
+            (other, _) => other,
+        }
+    }
+}
+
+impl LbEndpoint {
+    /// Every address to connect to, `address` first, when the endpoint has additional
+    /// addresses; empty otherwise.
+    pub fn connect_addresses(&self) -> Vec<SocketAddr> {
+        match (&self.address, self.additional_addresses.is_empty()) {
+            (Address::Socket(first), false) => {
+                std::iter::once(*first).chain(self.additional_addresses.iter().copied()).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether active health checks probe this endpoint (and may fail it).
+    pub fn actively_checked(&self) -> bool {
+        !self.health_check.as_ref().is_some_and(|h| h.disabled)
+    }
 }
 
 /// EDS health status, as Envoy sorts it.

@@ -10,10 +10,6 @@ use super::matcher::HeaderMatcher;
 pub struct RateLimitPolicy {
     /// `stage`: the entry applies only to rate-limit filters of the same stage.
     pub stage: u32,
-    /// `disable_key`: Envoy turns the entry off with the runtime key
-    /// `ratelimit.<disable_key>.http_filter_enabled`; Outrider has no runtime, so the key's
-    /// default (enabled) always holds. Kept for `config_dump`.
-    pub disable_key: String,
     pub actions: Vec<RateLimitAction>,
 }
 

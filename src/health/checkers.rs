@@ -11,6 +11,7 @@ use tokio::task::JoinHandle;
 use super::HealthEvent;
 use super::session::SessionTask;
 use super::transport::Target;
+use crate::config::endpoint::EndpointHealthCheck;
 use crate::config::{Address, Cluster};
 use crate::lb::endpoint::MAX_CHECKS;
 use crate::lb::health_check::HealthCheckStats;
@@ -43,6 +44,8 @@ struct Tracked {
 #[derive(Debug)]
 struct HostSessions {
     stats: Arc<EndpointStats>,
+    /// The endpoint's `health_check_config` the sessions were started with.
+    config: Option<Box<EndpointHealthCheck>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -140,9 +143,17 @@ fn sync_hosts(
     let checks = &tracked.cluster.resource.health_checks;
     let name = &tracked.cluster.resource.name;
     for host in lb.hosts() {
+        // `disable_active_health_check`: Envoy does not probe the endpoint at all.
+        if !host.endpoint.actively_checked() {
+            continue;
+        }
         let address = host.address();
         match previous.remove(address) {
-            Some(sessions) if Arc::ptr_eq(&sessions.stats, &host.stats) => {
+            // A changed `health_check_config` probes elsewhere: new sessions (as Envoy
+            // makes a new host when the health check address changes).
+            Some(sessions)
+                if Arc::ptr_eq(&sessions.stats, &host.stats) && sessions.config == host.endpoint.health_check =>
+            {
                 tracked.hosts.insert(address.clone(), sessions);
             }
             _ => {
@@ -165,7 +176,8 @@ fn sync_hosts(
                         tokio::spawn(task.run())
                     })
                     .collect();
-                tracked.hosts.insert(address.clone(), HostSessions { stats: host.stats.clone(), tasks });
+                let config = host.endpoint.health_check.clone();
+                tracked.hosts.insert(address.clone(), HostSessions { stats: host.stats.clone(), config, tasks });
             }
         }
     }

@@ -91,7 +91,7 @@ impl GrpcProber {
     }
 
     fn request(&self) -> Result<Request<Full<Bytes>>, http::Error> {
-        let authority = if self.config.authority.is_empty() { &self.target.cluster } else { &self.config.authority };
+        let authority = self.target.authority(&self.config.authority);
         let message = HealthCheckRequest { service: self.config.service_name.clone() }.encode_to_vec();
         let mut frame = BytesMut::with_capacity(5 + message.len());
         frame.put_u8(0);

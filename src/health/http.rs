@@ -1,6 +1,6 @@
 //! The HTTP health checker: `method path` to the host over HTTP/1.1 or HTTP/2, Envoy's
-//! headers (`:authority` from `host` or the cluster's name, `user-agent: Envoy/HC`, the
-//! configured additions and removals), and the answer judged as Envoy judges it: a status
+//! headers (`:authority` from the endpoint's health check hostname, `host` or the cluster's
+//! name, `user-agent: Envoy/HC`, the configured additions and removals), and the answer judged as Envoy judges it: a status
 //! in `expected_statuses` passes (degraded with `x-envoy-degraded`), one in
 //! `retriable_statuses` fails towards the threshold, any other fails the host at once.
 
@@ -119,12 +119,12 @@ impl HttpProber {
     }
 
     fn request(&self, http2: bool) -> Result<Request<Full<Bytes>>, http::Error> {
-        let authority = if self.config.host.is_empty() { &self.target.cluster } else { &self.config.host };
+        let authority = self.target.authority(&self.config.host);
         let mut builder = Request::builder().method(self.config.method.clone());
         builder = if http2 {
             builder.version(Version::HTTP_2).uri(format!("http://{authority}{}", self.config.path))
         } else {
-            builder.uri(self.config.path.as_str()).header(HOST, authority.as_str())
+            builder.uri(self.config.path.as_str()).header(HOST, authority)
         };
         let mut request = builder.header(USER_AGENT, USER_AGENT_VALUE).body(Full::new(Bytes::new()))?;
         add_headers(request.headers_mut(), &self.config.request_headers_to_add)?;

@@ -1,4 +1,5 @@
-//! How a probe reaches its host: the endpoint's address (or the check's `alt_port`), from
+//! How a probe reaches its host: the endpoint's address (or the address and port of its
+//! `health_check_config`, else the check's `alt_port`), from
 //! the cluster's source address, within its `connect_timeout`, over TLS when the endpoint's
 //! transport socket is TLS (as Envoy probes through the host's transport socket).
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::UnixStream;
 
-use crate::config::cluster::SourceAddresses;
+use crate::config::cluster::{DnsLookupFamily, SourceAddresses};
 use crate::config::endpoint::LbEndpoint;
 use crate::config::{Address, Cluster};
 use crate::store::Snapshot;
@@ -28,8 +29,13 @@ pub(super) struct Target {
     pub tls: Result<Option<Arc<ClientTls>>, String>,
     pub connect_timeout: Duration,
     pub bind: Option<SourceAddresses>,
+    /// The cluster's `dns_lookup_family`, for an endpoint that is a name.
+    pub lookup_family: DnsLookupFamily,
     /// `:authority` when the check names none: the cluster's name, as in Envoy.
     pub cluster: String,
+    /// The endpoint's `health_check_config.hostname`: when not empty, the `:authority` of
+    /// HTTP and gRPC probes over the check's own (Envoy's `hostnameForHealthChecks`).
+    pub hostname: String,
 }
 
 impl Target {
@@ -44,12 +50,35 @@ impl Target {
             None => Ok(None),
             Some(context) => cache.client(cluster, context, &Secrets(snapshot)).map(Some).map_err(|e| e.to_string()),
         };
+        let (address, hostname) = match &endpoint.health_check {
+            // Envoy has no `alt_port`; an endpoint's own port or address takes precedence.
+            Some(config) if config.address.is_some() || config.port.is_some() => {
+                (config.probe_address(&endpoint.address), config.hostname.clone())
+            }
+            Some(config) => (with_port(&endpoint.address, alt_port), config.hostname.clone()),
+            None => (with_port(&endpoint.address, alt_port), String::new()),
+        };
         Self {
-            address: with_port(&endpoint.address, alt_port),
+            address,
             tls,
             connect_timeout: cluster.resource.connect_timeout,
             bind: cluster.resource.upstream_bind,
+            lookup_family: cluster.resource.lookup_family(),
             cluster: cluster.resource.name.clone(),
+            hostname,
+        }
+    }
+
+    /// The `:authority` of an HTTP or gRPC probe whose check names `configured` (empty:
+    /// none): the endpoint's health check hostname, else `configured`, else the cluster's
+    /// name, as Envoy's `HealthCheckerImplBase` picks it.
+    pub fn authority<'a>(&'a self, configured: &'a str) -> &'a str {
+        if !self.hostname.is_empty() {
+            &self.hostname
+        } else if !configured.is_empty() {
+            configured
+        } else {
+            &self.cluster
         }
     }
 
@@ -68,10 +97,11 @@ impl Target {
                 Box::new(crate::core::net::connect_tcp(*addr, self.bind.map(|b| b.for_peer(*addr))).await?)
             }
             Address::Dns { host, port } => {
-                let addr = tokio::net::lookup_host((host.as_str(), *port))
-                    .await?
-                    .next()
-                    .ok_or_else(|| std::io::Error::other("the name resolved to no address"))?;
+                let resolved = tokio::net::lookup_host((host.as_str(), *port)).await?;
+                let addr = self
+                    .lookup_family
+                    .pick(resolved)
+                    .ok_or_else(|| std::io::Error::other("the name resolved to no address of its family"))?;
                 Box::new(crate::core::net::connect_tcp(addr, self.bind.map(|b| b.for_peer(addr))).await?)
             }
             Address::Pipe(path) => Box::new(UnixStream::connect(path).await?),

@@ -106,6 +106,8 @@ pub fn test_host(address: &str, hostname: &str, hash_key: Option<&str>) -> Arc<H
         hash_key: hash_key.map(str::to_string),
         transport_socket_match: Default::default(),
         hostname: hostname.to_string(),
+        health_check: None,
+        additional_addresses: Box::default(),
     };
     let stats = Arc::new(super::endpoint::EndpointStats::new(std::time::Instant::now()));
     Arc::new(Host { endpoint: Arc::new(endpoint), stats, priority: 0, locality: 0, cluster_stats: Default::default() })

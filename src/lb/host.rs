@@ -35,9 +35,11 @@ impl Host {
     }
 
     /// Envoy's `coarseHealth`: unhealthy when EDS says so, an active health check failed
-    /// it (`health_checked`: its cluster has checks) or outlier detection ejected it at
-    /// `now`; degraded when EDS or an active check says so; else healthy.
+    /// it (`health_checked`: its cluster has checks, and the endpoint does not disable
+    /// them) or outlier detection ejected it at `now`; degraded when EDS or an active check
+    /// says so; else healthy.
     pub fn coarse_health(&self, now: Instant, health_checked: bool) -> HealthStatus {
+        let health_checked = health_checked && self.endpoint.actively_checked();
         let active = self.stats.health();
         if self.endpoint.health == HealthStatus::Unhealthy
             || (health_checked && active.failed())

@@ -150,6 +150,8 @@ impl DestinationHost {
             hash_key: None,
             transport_socket_match: Default::default(),
             hostname: String::new(),
+            health_check: None,
+            additional_addresses: Box::default(),
         };
         let host = Host {
             endpoint: Arc::new(endpoint),

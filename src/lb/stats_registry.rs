@@ -82,7 +82,10 @@ impl StatsRegistry {
             for endpoint in &group.endpoints {
                 let stats = match self.known(&endpoint.address) {
                     Some(stats) => stats.clone(),
-                    None => made.entry(&endpoint.address).or_insert_with(|| Arc::new(self.new_stats(now))).clone(),
+                    None => made
+                        .entry(&endpoint.address)
+                        .or_insert_with(|| Arc::new(self.new_stats(now, endpoint.actively_checked())))
+                        .clone(),
                 };
                 next.push((endpoint.address.clone(), stats.clone()));
                 hosts.push(Host {
@@ -115,12 +118,14 @@ impl StatsRegistry {
         self.resources.clone()
     }
 
-    fn new_stats(&self, now: Instant) -> EndpointStats {
+    /// `checked`: the endpoint does not disable active health checks (those that do are
+    /// never probed, so never start failed).
+    fn new_stats(&self, now: Instant, checked: bool) -> EndpointStats {
         let stats = match &self.outlier_wake {
             Some(wake) => EndpointStats::with_outlier_wake(now, wake.clone()),
             None => EndpointStats::new(now),
         };
-        if self.health_checks > 0 { stats.failed_by_health_checks(self.health_checks) } else { stats }
+        if self.health_checks > 0 && checked { stats.failed_by_health_checks(self.health_checks) } else { stats }
     }
 
     /// The on-demand hosts of an ORIGINAL_DST cluster, the same across rebuilds.

@@ -17,6 +17,8 @@ pub(crate) fn hosts(n: usize, now: Instant) -> Vec<Arc<Host>> {
                 hash_key: None,
                 transport_socket_match: Default::default(),
                 hostname: String::new(),
+                health_check: None,
+                additional_addresses: Box::default(),
             };
             Arc::new(Host {
                 endpoint: Arc::new(endpoint),

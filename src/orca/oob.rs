@@ -36,6 +36,8 @@ pub enum OobExit {
 /// The out-of-band stream client for one endpoint.
 pub struct OobClient {
     endpoint: SocketAddr,
+    /// The stream's `:authority`; `None`: the address dialled.
+    authority: Option<String>,
     report_interval: Duration,
     sink: Arc<dyn LoadSink>,
     backoff: Backoff,
@@ -65,7 +67,14 @@ impl OobClient {
     /// (gRPC's default minimum is 30 s).
     pub fn new(endpoint: SocketAddr, report_interval: Duration, sink: Arc<dyn LoadSink>) -> Self {
         let backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60), rand::random());
-        Self { endpoint, report_interval, sink, backoff }
+        Self { endpoint, authority: None, report_interval, sink, backoff }
+    }
+
+    /// Sends `authority` as the stream's `:authority` (`oob_reporting_config.authority`,
+    /// else the endpoint's hostname) instead of the address dialled.
+    pub fn with_authority(mut self, authority: String) -> Self {
+        self.authority = Some(authority);
+        self
     }
 
     /// Replaces Envoy's 1 s–60 s backoff; tests use milliseconds.
@@ -109,7 +118,7 @@ impl OobClient {
 
     /// Connects, opens the stream and forwards reports until the stream ends.
     async fn stream_once(&mut self) -> StreamEnd {
-        let channel = match connect(self.endpoint).await {
+        let channel = match connect(self.endpoint, self.authority.as_deref()).await {
             Ok(channel) => channel,
             Err(e) => return StreamEnd::Retry(format!("connect: {e:?}")),
         };
@@ -141,8 +150,14 @@ impl OobClient {
 /// The one place that knows how to reach an endpoint: plaintext HTTP/2 over TCP. TLS to
 /// the backend goes here when it is added. Keep-alive pings detect a silent peer, because a
 /// server-streaming call has no deadline (Envoy sets none either).
-async fn connect(endpoint: SocketAddr) -> Result<Channel, tonic::transport::Error> {
-    Endpoint::from_shared(format!("http://{endpoint}"))?
+async fn connect(endpoint: SocketAddr, authority: Option<&str>) -> Result<Channel, tonic::transport::Error> {
+    let mut channel = Endpoint::from_shared(format!("http://{endpoint}"))?;
+    // The origin is what requests carry as `:authority`; an authority that is not valid
+    // in a URI (a hostname from EDS can be anything) leaves the address dialled.
+    if let Some(origin) = authority.and_then(|a| format!("http://{a}").parse::<http::Uri>().ok()) {
+        channel = channel.origin(origin);
+    }
+    channel
         .connect_timeout(Duration::from_secs(5))
         .http2_keep_alive_interval(Duration::from_secs(30))
         .keep_alive_timeout(Duration::from_secs(10))

@@ -417,6 +417,7 @@ async fn route_and_forward(
             return response;
         }
     };
+    exchange.timer.set_route_limits(router::stream_limits(forward.action, &parts));
     // The worker's view of the cluster, resolved once per publication: its balancer,
     // breakers, pool and TLS need no further look-up by name.
     let Some(cluster) = context.clusters.get(snapshot, forward.cluster.as_ref()) else {

@@ -33,7 +33,7 @@ pub use mutations::{
     set_response_attempt_count,
 };
 pub use substitution::DownstreamInfo;
-pub use timeout::expected_timeout;
+pub use timeout::{StreamLimits, expected_timeout, stream_limits};
 
 /// The outcome of routing one request.
 #[derive(Debug, Clone, PartialEq)]

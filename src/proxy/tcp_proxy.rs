@@ -75,7 +75,7 @@ pub async fn serve<S>(
         let stats = &host.cluster_stats;
         let connect = tokio::time::timeout(
             cluster.connect_timeout,
-            connect(address, cluster.upstream_bind.map(|b| b.for_peer(address))),
+            connect(address, &host.endpoint.additional_addresses, cluster.upstream_bind),
         )
         .await;
         let upstream = match connect {
@@ -198,7 +198,17 @@ where
     }
 }
 
-async fn connect(address: SocketAddr, bind: Option<SocketAddr>) -> std::io::Result<TcpStream> {
+async fn connect(
+    address: SocketAddr,
+    additional: &[SocketAddr],
+    bind: Option<crate::config::cluster::SourceAddresses>,
+) -> std::io::Result<TcpStream> {
+    // `additional_addresses`: Envoy's happy eyeballs over all of the endpoint's addresses.
+    if !additional.is_empty() {
+        let addresses: Vec<SocketAddr> = std::iter::once(address).chain(additional.iter().copied()).collect();
+        return crate::core::net::connect_any(&addresses, |peer| bind.map(|b| b.for_peer(peer))).await;
+    }
+    let bind = bind.map(|b| b.for_peer(address));
     let socket = if address.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
     if let Some(source) = bind {
         socket.bind(source)?;

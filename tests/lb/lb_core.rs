@@ -40,6 +40,8 @@ fn endpoint((port, weight, health): Ep) -> Arc<LbEndpoint> {
         hash_key: None,
         transport_socket_match: Default::default(),
         hostname: String::new(),
+        health_check: None,
+        additional_addresses: Box::default(),
     })
 }
 

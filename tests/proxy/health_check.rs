@@ -7,8 +7,8 @@ use crate::common;
 
 use std::collections::BTreeSet;
 use std::convert::Infallible;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crate::common::lab::free_port;
@@ -30,6 +30,8 @@ struct HttpBackend {
     health: Arc<AtomicU16>,
     /// What every other path answers.
     serve: Arc<AtomicU16>,
+    /// The `host` headers of the `/healthz` requests received.
+    probed_as: Arc<Mutex<BTreeSet<String>>>,
 }
 
 async fn http_backend(name: &'static str) -> HttpBackend {
@@ -37,12 +39,18 @@ async fn http_backend(name: &'static str) -> HttpBackend {
     let port = listener.local_addr().unwrap().port();
     let (health, serve) = (Arc::new(AtomicU16::new(200)), Arc::new(AtomicU16::new(200)));
     let (status, serving) = (health.clone(), serve.clone());
+    let probed_as = Arc::new(Mutex::new(BTreeSet::new()));
+    let seen = probed_as.clone();
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else { return };
-            let (status, serving) = (status.clone(), serving.clone());
+            let (status, serving, seen) = (status.clone(), serving.clone(), seen.clone());
             let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-                let answer = if request.uri().path() == "/healthz" { &status } else { &serving };
+                let probe = request.uri().path() == "/healthz";
+                if probe && let Some(host) = request.headers().get("host").and_then(|h| h.to_str().ok()) {
+                    seen.lock().unwrap().insert(host.to_owned());
+                }
+                let answer = if probe { &status } else { &serving };
                 let code = answer.load(Ordering::Relaxed);
                 let response = Response::builder().status(code).body(Full::new(Bytes::from(name))).unwrap();
                 async move { Ok::<_, Infallible>(response) }
@@ -53,7 +61,7 @@ async fn http_backend(name: &'static str) -> HttpBackend {
             });
         }
     });
-    HttpBackend { port, health, serve }
+    HttpBackend { port, health, serve, probed_as }
 }
 
 /// A gRPC backend implementing `grpc.health.v1.Health/Check` with the serving status the
@@ -300,5 +308,60 @@ async fn a_passing_check_returns_a_host_outlier_detection_ejected() {
     bad.health.store(200, Ordering::Relaxed);
     wait_balancer(&lab.outrider, |lb| ejected(lb) == 0 && picked_ports(lb) == both).await;
     assert_eq!(flags(&lab, bad.port).await, "healthy");
+    lab.outrider.stop();
+}
+
+/// `endpoint.health_check_config`, as Envoy applies it: `port_value` and `address` move the
+/// probes of one endpoint elsewhere, `hostname` becomes their `:authority`, and
+/// `disable_active_health_check` leaves an endpoint unprobed and in rotation.
+#[tokio::test]
+async fn an_endpoints_health_check_config_decides_where_and_whether_it_is_probed() {
+    // Every backend's own /healthz fails: only a probe sent elsewhere can pass it.
+    let (by_port, by_address, unchecked, checked) = (
+        http_backend("by_port").await,
+        http_backend("by_address").await,
+        http_backend("unchecked").await,
+        http_backend("checked").await,
+    );
+    for backend in [&by_port, &by_address, &unchecked, &checked] {
+        backend.health.store(503, Ordering::Relaxed);
+    }
+    let health_port = http_backend("health").await; // answers 200 to /healthz
+    let check = format!(
+        "health_checks: [{{ {FAST}, unhealthy_threshold: 1, healthy_threshold: 1, http_health_check: {{ path: /healthz }} }}]"
+    );
+    let endpoint = |port: u16, health_check_config: &str| {
+        format!(
+            "  - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}, \
+             health_check_config: {{ {health_check_config} }} }}\n"
+        )
+    };
+    let assignment = format!(
+        "cluster_name: backend\nendpoints:\n- lb_endpoints:\n{}{}{}{}",
+        endpoint(by_port.port, &format!("port_value: {}, hostname: hc.by-port.example", health_port.port)),
+        endpoint(
+            by_address.port,
+            &format!("address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }}", health_port.port)
+        ),
+        endpoint(unchecked.port, "disable_active_health_check: true"),
+        endpoint(checked.port, ""),
+    );
+    let lab = lab(&format!("\n{check}\n"), &assignment).await;
+    let in_rotation = BTreeSet::from([by_port.port, by_address.port, unchecked.port]);
+    wait_balancer(&lab.outrider, |lb| picked_ports(lb) == in_rotation).await;
+    assert_eq!(flags(&lab, by_port.port).await, "healthy");
+    assert_eq!(flags(&lab, by_address.port).await, "healthy");
+    assert_eq!(flags(&lab, unchecked.port).await, "healthy");
+    assert_eq!(flags(&lab, checked.port).await, "/failed_active_hc");
+    let names = ["by_address", "by_port", "unchecked"].map(str::to_owned);
+    assert_eq!(reached(lab.proxy_port, 12).await, BTreeSet::from(names));
+    // The moved probes never reached their endpoints; the disabled one was never probed.
+    for backend in [&by_port, &by_address, &unchecked] {
+        assert!(backend.probed_as.lock().unwrap().is_empty());
+    }
+    // `hostname` is the `:authority` of its endpoint's probes; others use the cluster's name.
+    let authorities = health_port.probed_as.lock().unwrap().clone();
+    assert_eq!(authorities, BTreeSet::from(["backend".to_owned(), "hc.by-port.example".to_owned()]));
+    assert_eq!(*checked.probed_as.lock().unwrap(), BTreeSet::from(["backend".to_owned()]));
     lab.outrider.stop();
 }

@@ -10,8 +10,10 @@
 mod common;
 
 mod accept_exhaustion;
+mod additional_addresses;
 mod attempt_count;
 mod circuit_breakers;
+mod dns_lookup_family;
 mod expect_continue;
 mod faults_backend;
 mod flow_control;
@@ -31,6 +33,7 @@ mod request_timeout;
 mod resilience_e2e;
 mod route_mirror;
 mod route_regex_rewrite;
+mod route_stream_limits;
 mod sizes;
 mod suppress_envoy_headers;
 mod upgrades;

@@ -106,6 +106,8 @@ fn host(address: SocketAddr) -> Host {
             hash_key: None,
             transport_socket_match: BTreeMap::new(),
             hostname: String::new(),
+            health_check: None,
+            additional_addresses: Box::default(),
         }),
         stats: Arc::new(EndpointStats::new(Instant::now())),
         cluster_stats: Default::default(),

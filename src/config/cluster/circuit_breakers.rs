@@ -1,7 +1,5 @@
 //! Circuit breakers: per-priority limits on what one cluster may have outstanding.
 
-use std::time::Duration;
-
 /// The limits of the two routing priorities. Envoy applies its defaults to a priority that
 /// has no `thresholds` entry.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -20,8 +18,6 @@ pub struct Thresholds {
     /// Concurrent retries; replaced by the budget when `retry_budget` is set.
     pub max_retries: u32,
     pub retry_budget: Option<RetryBudget>,
-    /// Connection pools the cluster may hold at once; `None` is unlimited.
-    pub max_connection_pools: Option<u32>,
 }
 
 impl Default for Thresholds {
@@ -32,18 +28,16 @@ impl Default for Thresholds {
             max_requests: 1024,
             max_retries: 3,
             retry_budget: None,
-            max_connection_pools: None,
         }
     }
 }
 
-/// Retries limited to a share of active requests, with a floor.
+/// Retries limited to a share of active requests, with a floor (Envoy's default
+/// `budget_interval` of 0 s; another interval is refused).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RetryBudget {
     /// In percent of active requests (default 20).
     pub budget_percent: f64,
     /// Retries always allowed (default 3).
     pub min_retry_concurrency: u32,
-    /// The window requests are counted over; `None` counts what is active now.
-    pub budget_interval: Option<Duration>,
 }

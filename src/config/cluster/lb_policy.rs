@@ -247,7 +247,7 @@ impl Default for AdaptiveConfig {
 pub struct OobReportingConfig {
     /// Replaces the endpoint's port.
     pub port: Option<u16>,
-    /// `:authority` of the stream; empty means the endpoint's address.
+    /// `:authority` of the stream; empty means the endpoint's hostname, else its address.
     pub authority: String,
 }
 

@@ -4,8 +4,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::common;
+use crate::config::Address;
 use crate::config::endpoint::{
-    ClusterLoadAssignment, DEFAULT_OVERPROVISIONING_FACTOR, HealthStatus, LbEndpoint, Locality, LocalityLbEndpoints,
+    ClusterLoadAssignment, DEFAULT_OVERPROVISIONING_FACTOR, EndpointHealthCheck, HealthStatus, LbEndpoint, Locality,
+    LocalityLbEndpoints,
 };
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::pb::envoy::config::core::v3 as core;
@@ -111,10 +113,33 @@ fn lb_endpoint(proto: proto::LbEndpoint) -> Result<LbEndpoint> {
         }
         None => return Err(ConfigError::new("endpoint", "is required")),
     };
-    let proto::Endpoint { address, health_check_config: _, hostname, additional_addresses: _, observability_name: _ } =
+    let proto::Endpoint { address, health_check_config, hostname, additional_addresses, observability_name: _ } =
         endpoint;
     let address = address.ok_or_else(|| ConfigError::new("endpoint.address", "is required"))?;
     let address = common::address(&address, true).map_err(|e| e.at("endpoint.address"))?;
+    let additional_addresses = additional_addresses
+        .into_iter()
+        .enumerate()
+        .map(|(i, extra)| {
+            let at = format!("endpoint.additional_addresses[{i}].address");
+            let proto = extra.address.ok_or_else(|| ConfigError::new(&at, "is required"))?;
+            match common::address(&proto, false).map_err(|e| e.at(&at))? {
+                Address::Socket(address) => Ok(address),
+                _ => Err(ConfigError::new(&at, "must be an IP address")),
+            }
+        })
+        .collect::<Result<Box<[_]>>>()?;
+    // Happy eyeballs races IP addresses: a name or a pipe has no place among them.
+    if !additional_addresses.is_empty() && !matches!(address, Address::Socket(_)) {
+        return Err(ConfigError::new(
+            "endpoint.additional_addresses",
+            "only an endpoint whose address is an IP address may have additional addresses",
+        ));
+    }
+    let health_check = match health_check_config {
+        None => None,
+        Some(config) => endpoint_health_check(config, &address).map_err(|e| e.at("endpoint.health_check_config"))?,
+    };
     let weight = match load_balancing_weight {
         None => 1,
         Some(gpb::UInt32Value { value: 0 }) => {
@@ -130,7 +155,34 @@ fn lb_endpoint(proto: proto::LbEndpoint) -> Result<LbEndpoint> {
         hash_key: hash_key(metadata.as_ref()),
         transport_socket_match: transport_socket_match(metadata.as_ref()),
         hostname,
+        health_check,
+        additional_addresses,
     })
+}
+
+/// `Endpoint.HealthCheckConfig`; `None` when it sets nothing.
+fn endpoint_health_check(
+    proto: proto::endpoint::HealthCheckConfig,
+    serving: &Address,
+) -> Result<Option<Box<EndpointHealthCheck>>> {
+    let proto::endpoint::HealthCheckConfig { port_value, hostname, address, disable_active_health_check } = proto;
+    let port = match port_value {
+        0 => None,
+        port => Some(u16::try_from(port).map_err(|_| ConfigError::new("port_value", format!("{port} is not a port")))?),
+    };
+    // Envoy refuses a health check port on a pipe endpoint ("non-zero port for non-IP address").
+    if port.is_some() && matches!(serving, Address::Pipe(_)) {
+        return Err(ConfigError::new("port_value", "must be 0 for an endpoint that is not an IP address"));
+    }
+    let address = match address {
+        None => None,
+        Some(address) => match common::address(&address, false).map_err(|e| e.at("address"))? {
+            Address::Socket(address) => Some(address),
+            _ => return Err(ConfigError::new("address", "must be an IP address")),
+        },
+    };
+    let config = EndpointHealthCheck { address, port, hostname, disabled: disable_active_health_check };
+    Ok((config != EndpointHealthCheck::default()).then(|| Box::new(config)))
 }
 
 fn health_status_of(value: i32) -> Result<HealthStatus> {
@@ -191,5 +243,112 @@ mod tests {
             let error = cluster_load_assignment(with_priority(priority), &mut warnings).unwrap_err();
             assert_eq!(error.path(), "endpoints[0].priority");
         }
+    }
+
+    fn with_health_check_config(
+        address: core::Address,
+        config: proto::endpoint::HealthCheckConfig,
+    ) -> Result<ClusterLoadAssignment> {
+        let endpoint =
+            proto::Endpoint { address: Some(address), health_check_config: Some(config), ..Default::default() };
+        let lb_endpoint = proto::LbEndpoint {
+            host_identifier: Some(proto::lb_endpoint::HostIdentifier::Endpoint(endpoint)),
+            ..Default::default()
+        };
+        let assignment = proto::ClusterLoadAssignment {
+            cluster_name: "c".into(),
+            endpoints: vec![proto::LocalityLbEndpoints { lb_endpoints: vec![lb_endpoint], ..Default::default() }],
+            ..Default::default()
+        };
+        cluster_load_assignment(assignment, &mut Warnings::new())
+    }
+
+    fn socket(ip: &str, port: u32) -> core::Address {
+        core::Address {
+            address: Some(core::address::Address::SocketAddress(core::SocketAddress {
+                address: ip.into(),
+                port_specifier: Some(core::socket_address::PortSpecifier::PortValue(port)),
+                ..Default::default()
+            })),
+        }
+    }
+
+    fn pipe() -> core::Address {
+        core::Address { address: Some(core::address::Address::Pipe(core::Pipe { path: "/tmp/p".into(), mode: 0 })) }
+    }
+
+    fn converted_health_check(config: proto::endpoint::HealthCheckConfig) -> Option<Box<EndpointHealthCheck>> {
+        let assignment = with_health_check_config(socket("10.0.0.1", 80), config).unwrap();
+        assignment.endpoints().next().unwrap().health_check.clone()
+    }
+
+    #[test]
+    fn an_endpoints_health_check_config_is_kept_and_an_empty_one_dropped() {
+        type Config = proto::endpoint::HealthCheckConfig;
+        // Istio sends `health_check_config: {}` on every endpoint.
+        assert_eq!(converted_health_check(Config::default()), None);
+        let config = Config {
+            port_value: 8081,
+            hostname: "hc.example".into(),
+            address: Some(socket("10.0.0.9", 9000)),
+            disable_active_health_check: true,
+        };
+        let expected = EndpointHealthCheck {
+            address: Some("10.0.0.9:9000".parse().unwrap()),
+            port: Some(8081),
+            hostname: "hc.example".into(),
+            disabled: true,
+        };
+        assert_eq!(converted_health_check(config).as_deref(), Some(&expected));
+        let serving = Address::Socket("10.0.0.1:80".parse().unwrap());
+        assert_eq!(expected.probe_address(&serving), Address::Socket("10.0.0.9:8081".parse().unwrap()));
+        let port_only = EndpointHealthCheck { port: Some(8081), ..Default::default() };
+        assert_eq!(port_only.probe_address(&serving), Address::Socket("10.0.0.1:8081".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_health_check_port_or_address_envoy_refuses_is_refused() {
+        type Config = proto::endpoint::HealthCheckConfig;
+        let error =
+            with_health_check_config(socket("10.0.0.1", 80), Config { port_value: 70_000, ..Default::default() })
+                .unwrap_err();
+        assert_eq!(error.path(), "endpoints[0].lb_endpoints[0].endpoint.health_check_config.port_value");
+        // Envoy: "non-zero port for non-IP address".
+        let error = with_health_check_config(pipe(), Config { port_value: 8081, ..Default::default() }).unwrap_err();
+        assert_eq!(error.path(), "endpoints[0].lb_endpoints[0].endpoint.health_check_config.port_value");
+        let error =
+            with_health_check_config(socket("10.0.0.1", 80), Config { address: Some(pipe()), ..Default::default() })
+                .unwrap_err();
+        assert_eq!(error.path(), "endpoints[0].lb_endpoints[0].endpoint.health_check_config.address");
+    }
+
+    #[test]
+    fn additional_addresses_must_be_ip_addresses_of_an_ip_endpoint() {
+        let with_extra = |address: core::Address, extra: core::Address| {
+            let endpoint = proto::Endpoint {
+                address: Some(address),
+                additional_addresses: vec![proto::endpoint::AdditionalAddress { address: Some(extra) }],
+                ..Default::default()
+            };
+            let lb_endpoint = proto::LbEndpoint {
+                host_identifier: Some(proto::lb_endpoint::HostIdentifier::Endpoint(endpoint)),
+                ..Default::default()
+            };
+            let assignment = proto::ClusterLoadAssignment {
+                cluster_name: "c".into(),
+                endpoints: vec![proto::LocalityLbEndpoints { lb_endpoints: vec![lb_endpoint], ..Default::default() }],
+                ..Default::default()
+            };
+            cluster_load_assignment(assignment, &mut Warnings::new())
+        };
+        let assignment = with_extra(socket("10.0.0.1", 80), socket("fd00::1", 80)).unwrap();
+        let endpoint = assignment.endpoints().next().unwrap();
+        assert_eq!(*endpoint.additional_addresses, ["[fd00::1]:80".parse().unwrap()]);
+        let expected: Vec<std::net::SocketAddr> = vec!["10.0.0.1:80".parse().unwrap(), "[fd00::1]:80".parse().unwrap()];
+        assert_eq!(endpoint.connect_addresses(), expected);
+        let error = with_extra(socket("10.0.0.1", 80), pipe()).unwrap_err();
+        assert_eq!(error.path(), "endpoints[0].lb_endpoints[0].endpoint.additional_addresses[0].address");
+        let error = with_extra(pipe(), socket("10.0.0.1", 80)).unwrap_err();
+        assert_eq!(error.path(), "endpoints[0].lb_endpoints[0].endpoint.additional_addresses");
     }
 }

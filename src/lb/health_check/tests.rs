@@ -207,6 +207,8 @@ fn the_balancer_takes_out_hosts_failed_by_a_check_but_not_without_checks() {
         hash_key: None,
         transport_socket_match: Default::default(),
         hostname: String::new(),
+        health_check: None,
+        additional_addresses: Box::default(),
     };
     let now = Instant::now();
     let host = crate::lb::Host {

@@ -19,8 +19,7 @@ fn the_retry_budget_replaces_max_retries() {
     let mut limits = CircuitBreakers::default();
     limits.default.max_retries = 0;
     assert!(resources.try_retry(&limits, Priority::Default).is_none());
-    limits.default.retry_budget =
-        Some(RetryBudget { budget_percent: 20.0, min_retry_concurrency: 1, budget_interval: None });
+    limits.default.retry_budget = Some(RetryBudget { budget_percent: 20.0, min_retry_concurrency: 1 });
     let requests: Vec<_> = (0..10).map(|_| resources.try_request(&limits, Priority::Default).unwrap()).collect();
     // 20 % of 10 active requests: two retries.
     let retries: Vec<_> = (0..3).filter_map(|_| resources.try_retry(&limits, Priority::Default)).collect();

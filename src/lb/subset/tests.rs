@@ -15,6 +15,8 @@ fn endpoint(i: usize, health: HealthStatus) -> Arc<LbEndpoint> {
         hash_key: None,
         transport_socket_match: Default::default(),
         hostname: String::new(),
+        health_check: None,
+        additional_addresses: Box::default(),
     })
 }
 

@@ -175,3 +175,47 @@ fn only_unimplemented_is_final() {
     }
     assert!(matches!(classify(Status::unimplemented("")), StreamEnd::Final(_)));
 }
+
+/// A backend without the ORCA service that records each stream's `:authority`.
+fn serve_recording_authority(listener: TcpListener) -> Arc<Mutex<Vec<String>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorded = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { return };
+            let recorded = recorded.clone();
+            let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                let authority = request.uri().authority().map(ToString::to_string).unwrap_or_default();
+                recorded.lock().unwrap().push(authority);
+                let response = http::Response::builder()
+                    .header("content-type", "application/grpc")
+                    .header("grpc-status", "12")
+                    .body(http_body_util::Empty::<bytes::Bytes>::new())
+                    .unwrap();
+                async move { Ok::<_, std::convert::Infallible>(response) }
+            });
+            tokio::spawn(
+                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service),
+            );
+        }
+    });
+    seen
+}
+
+#[tokio::test]
+async fn the_stream_carries_the_configured_authority_else_the_address() {
+    for authority in [Some("orca.backend.example:8080"), None] {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let (listener, address) = listener().await;
+        let seen = serve_recording_authority(listener);
+        let mut client = OobClient::new(address, Duration::from_secs(10), Arc::new(ChannelSink(tx)));
+        if let Some(authority) = authority {
+            client = client.with_authority(authority.to_owned());
+        }
+        let (_trigger, signal) = shutdown::channel();
+        assert_eq!(timeout(WAIT, client.spawn(signal)).await.unwrap().unwrap(), OobExit::Unimplemented);
+        let expected = authority.map_or_else(|| address.to_string(), str::to_owned);
+        assert_eq!(*seen.lock().unwrap(), vec![expected]);
+    }
+}

@@ -28,6 +28,7 @@ use super::stream_timer::{Party, StreamTimer};
 use super::underscores::{self, Underscores};
 use crate::config::listener::HttpConnectionManager;
 use crate::proxy::filters::RequestEnd;
+use crate::proxy::router::StreamLimits;
 use crate::telemetry::HttpStats;
 
 /// gRPC `DEADLINE_EXCEEDED`, Envoy's status for `max_stream_duration`.
@@ -129,6 +130,7 @@ where
         response.headers_mut().insert(CONNECTION, HeaderValue::from_static("close"));
     }
     let stats = stats.clone();
+    let limits = limits.with_route(timer.route_limits(), guard.started());
     let sleep = timer.take_sleep();
     Ok(response.map(|body| LimitedBody::new(body, guard, limits, stats, sleep).boxed_unsync()))
 }
@@ -181,6 +183,17 @@ enum Expired {
 }
 
 impl Limits {
+    /// With the matched route's overrides (`Some(ZERO)` disables a limit); the route's
+    /// duration counts from the stream's start, as Envoy's `refreshDurationTimeout`.
+    fn with_route(&self, route: StreamLimits, started: Instant) -> Self {
+        let nonzero = |d: Duration| (!d.is_zero()).then_some(d);
+        Self {
+            idle: route.idle.map_or(self.idle, nonzero),
+            deadline: route.max_duration.map_or(self.deadline, |d| nonzero(d).map(|d| started + d)),
+            request: self.request.clone(),
+        }
+    }
+
     /// When the stream has nothing to wait for any more: the deadline passed, or nothing
     /// happened for the idle timeout. Activity is bytes from the client on the connection
     /// (on HTTP/2, any stream's) or the stream's own response frames (`last_frame`).
@@ -201,13 +214,14 @@ impl Limits {
 
     async fn expired(&self, timer: &StreamTimer, lifetime: &Lifetime, started: Instant) -> Expired {
         loop {
-            match self.check(lifetime, started, Instant::now()) {
+            // The route, once chosen, may change the limits (it makes them due at once).
+            let limits = self.with_route(timer.route_limits(), started);
+            match limits.check(lifetime, started, Instant::now()) {
                 Err(expired) => return expired,
-                Ok(Some(at)) => {
-                    timer.set(Party::Limits, Some(at));
+                Ok(at) => {
+                    timer.set(Party::Limits, at);
                     timer.passed(Party::Limits).await;
                 }
-                Ok(None) => std::future::pending().await,
             }
         }
     }

@@ -16,6 +16,8 @@ use std::task::{Context, Poll};
 
 use tokio::time::{Instant, Sleep};
 
+use crate::proxy::router::StreamLimits;
+
 /// Who set a deadline on the stream's timer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Party {
@@ -36,6 +38,9 @@ pub(super) struct StreamTimer {
     sleep: RefCell<Option<Pin<Box<Sleep>>>>,
     limits: Cell<Option<Instant>>,
     attempt: Cell<Option<Instant>>,
+    /// The matched route's overrides of the stream limits (`RouteAction.idle_timeout`,
+    /// `max_stream_duration`), which the limits read from here.
+    route: Cell<StreamLimits>,
 }
 
 impl StreamTimer {
@@ -95,6 +100,18 @@ impl StreamTimer {
         // The timer fired but the clock says `own` is still ahead: look again soon.
         cx.waker().wake_by_ref();
         Poll::Pending
+    }
+
+    /// The route's overrides of the stream limits, set once the route is chosen. The limits
+    /// are due at once, so that they look again with these (in the same wake: they share
+    /// the stream's task).
+    pub(super) fn set_route_limits(&self, limits: StreamLimits) {
+        self.route.set(limits);
+        self.limits.set(Some(Instant::now()));
+    }
+
+    pub(super) fn route_limits(&self) -> StreamLimits {
+        self.route.get()
     }
 
     /// Runs `future` until `deadline` (the attempt's timeout); `Err(Elapsed)` when the

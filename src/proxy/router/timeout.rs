@@ -12,7 +12,7 @@ use http::request::Parts;
 
 use super::Forward;
 use super::matching::is_grpc;
-use crate::config::route::{RetryPolicy, RouteAction};
+use crate::config::route::{MaxStreamDuration, RetryPolicy, RouteAction};
 
 /// The client's (internal clients only) overrides of the route's timeouts.
 pub(super) const UPSTREAM_RQ_TIMEOUT_MS: HeaderName = HeaderName::from_static("x-envoy-upstream-rq-timeout-ms");
@@ -110,9 +110,48 @@ pub fn expected_timeout(forward: &Forward<'_>, elapsed: Duration) -> Option<Dura
     })
 }
 
+/// The route's overrides of the connection manager's stream limits, as Envoy's
+/// `refreshIdleTimeout` and `refreshDurationTimeout` take them once the route is chosen:
+/// `RouteAction.idle_timeout` replaces `stream_idle_timeout` and
+/// `max_stream_duration.max_stream_duration` replaces `max_stream_duration` (`Some(ZERO)`
+/// disables either). A gRPC request whose `grpc-timeout` the route honours
+/// (`grpc_timeout_header_max`) keeps the connection manager's duration: that timeout is
+/// the route's `timeout` here.
+pub fn stream_limits(action: &RouteAction, parts: &Parts) -> StreamLimits {
+    limits_of(action.idle_timeout, &action.max_stream_duration, parts)
+}
+
+fn limits_of(idle: Option<Duration>, max: &MaxStreamDuration, parts: &Parts) -> StreamLimits {
+    let grpc_timeout = max.grpc_timeout_header_max.is_some()
+        && parts.headers.get("grpc-timeout").and_then(|v| v.to_str().ok()).and_then(parse_grpc_timeout).is_some();
+    StreamLimits { idle, max_duration: if grpc_timeout { None } else { max.max_stream_duration } }
+}
+
+/// Overrides of the stream limits; `None` keeps the connection manager's, `Some(ZERO)`
+/// disables.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamLimits {
+    pub idle: Option<Duration>,
+    pub max_duration: Option<Duration>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_route_overrides_the_stream_limits_unless_a_honoured_grpc_timeout_decides() {
+        let (plain, _) = http::Request::get("/").body(()).unwrap().into_parts();
+        let mut max = MaxStreamDuration::default();
+        assert_eq!(limits_of(None, &max, &plain), StreamLimits::default());
+        max.max_stream_duration = Some(Duration::from_secs(3));
+        let expected = StreamLimits { idle: Some(Duration::ZERO), max_duration: Some(Duration::from_secs(3)) };
+        assert_eq!(limits_of(Some(Duration::ZERO), &max, &plain), expected);
+        let (grpc, _) = http::Request::post("/").header("grpc-timeout", "5S").body(()).unwrap().into_parts();
+        assert_eq!(limits_of(Some(Duration::ZERO), &max, &grpc), expected, "grpc-timeout not honoured by the route");
+        max.grpc_timeout_header_max = Some(Duration::ZERO);
+        assert_eq!(limits_of(None, &max, &grpc).max_duration, None);
+    }
 
     #[test]
     fn grpc_timeout_units() {

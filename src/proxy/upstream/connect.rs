@@ -4,6 +4,7 @@
 //! HTTP/1.1 or HTTP/2 handshake, and the task that drives the connection until it fails,
 //! is dropped by the pool, or stays idle too long.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ use super::error::UpstreamError;
 use super::limits::ConnectionPermit;
 use crate::config::Address;
 use crate::config::cluster::SourceAddresses;
-use crate::config::cluster::{Cluster, Http2Settings};
+use crate::config::cluster::{Cluster, DnsLookupFamily, Http2Settings};
 use crate::proxy::byte_count::ByteCounted;
 use crate::proxy::exec::Spawner;
 use crate::proxy::flow_control;
@@ -35,6 +36,8 @@ use crate::tls::{ClientAlpn, ClientTls, Refusal};
 #[derive(Clone, Copy)]
 pub(crate) struct Target<'a> {
     pub address: &'a Address,
+    /// The endpoint's `additional_addresses`, tried by happy eyeballs with `address`.
+    additional: &'a [SocketAddr],
     cluster: &'a Cluster,
     stats: &'a Arc<ClusterStats>,
     tls: Option<(&'a Arc<ClientTls>, &'a Arc<HandshakeStats>)>,
@@ -44,12 +47,13 @@ pub(crate) struct Target<'a> {
 impl<'a> Target<'a> {
     pub(crate) fn new(
         address: &'a Address,
+        additional: &'a [SocketAddr],
         cluster: &'a Cluster,
         stats: &'a Arc<ClusterStats>,
         tls: Option<(&'a Arc<ClientTls>, &'a Arc<HandshakeStats>)>,
         spawner: Spawner,
     ) -> Self {
-        Self { address, cluster, stats, tls, spawner }
+        Self { address, additional, cluster, stats, tls, spawner }
     }
 
     /// Which transport a pooled connection must have been made with (see
@@ -66,7 +70,7 @@ impl<'a> Target<'a> {
     /// The owned settings to open a connection with.
     pub(crate) fn dial(&self) -> Dial {
         let tls = self.tls.map(|(tls, stats)| (tls.clone(), stats.clone()));
-        Dial::new(self.address, self.cluster, self.stats, tls, self.spawner)
+        Dial::new(self.address, self.additional, self.cluster, self.stats, tls, self.spawner)
     }
 }
 
@@ -74,12 +78,16 @@ impl<'a> Target<'a> {
 #[derive(Debug, Clone)]
 pub(crate) struct Dial {
     pub address: Address,
+    /// The endpoint's `additional_addresses` (see [`crate::core::net::connect_any`]).
+    pub additional: Box<[SocketAddr]>,
     pub connect_timeout: Duration,
     pub idle_timeout: Option<Duration>,
     pub bind: Option<SourceAddresses>,
     pub http2: Http2Settings,
     /// The cluster's `per_connection_buffer_limit_bytes` (see [`flow_control`]).
     pub buffer_limit: u32,
+    /// The cluster's `dns_lookup_family`, for an endpoint that is a name.
+    pub lookup_family: DnsLookupFamily,
     /// TLS to originate, with the counters its handshakes go to; `None` is plaintext.
     pub tls: Option<(Arc<ClientTls>, Arc<HandshakeStats>)>,
     /// `upstream_cx_*` of the cluster.
@@ -124,6 +132,7 @@ fn peer_uri_san(session: &rustls::ClientConnection) -> Option<String> {
 impl Dial {
     pub(crate) fn new(
         address: &Address,
+        additional: &[SocketAddr],
         cluster: &Cluster,
         stats: &Arc<ClusterStats>,
         tls: Option<(Arc<ClientTls>, Arc<HandshakeStats>)>,
@@ -133,11 +142,13 @@ impl Dial {
             spawner,
             stats: stats.clone(),
             address: address.clone(),
+            additional: additional.into(),
             connect_timeout: cluster.connect_timeout,
             idle_timeout: cluster.http.idle_timeout,
             bind: cluster.upstream_bind,
             http2: cluster.http.http2.clone(),
             buffer_limit: cluster.per_connection_buffer_limit_bytes,
+            lookup_family: cluster.lookup_family(),
             tls,
         }
     }
@@ -325,12 +336,22 @@ impl Dial {
     async fn socket(&self) -> Result<Socket, UpstreamError> {
         let connect = async {
             match &self.address {
+                Address::Socket(addr) if !self.additional.is_empty() => {
+                    let addresses: Vec<SocketAddr> =
+                        std::iter::once(*addr).chain(self.additional.iter().copied()).collect();
+                    let bind = |peer| self.bind.map(|b| b.for_peer(peer));
+                    crate::core::net::connect_any(&addresses, bind).await.map(Socket::Tcp)
+                }
                 Address::Socket(addr) => {
                     crate::core::net::connect_tcp(*addr, self.bind.map(|b| b.for_peer(*addr))).await.map(Socket::Tcp)
                 }
                 Address::Dns { host, port } => {
-                    let addr = tokio::net::lookup_host((host.as_str(), *port)).await?.next().ok_or_else(|| {
-                        std::io::Error::new(std::io::ErrorKind::NotFound, "the name resolved to no address")
+                    let resolved = tokio::net::lookup_host((host.as_str(), *port)).await?;
+                    let addr = self.lookup_family.pick(resolved).ok_or_else(|| {
+                        std::io::Error::new(
+                            std::io::ErrorKind::NotFound,
+                            "the name resolved to no address of its family",
+                        )
                     })?;
                     crate::core::net::connect_tcp(addr, self.bind.map(|b| b.for_peer(addr))).await.map(Socket::Tcp)
                 }

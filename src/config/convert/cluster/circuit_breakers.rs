@@ -68,6 +68,15 @@ fn thresholds_of(proto: cb::Thresholds, warnings: &mut Warnings) -> Result<Thres
     if track_remaining {
         warnings.ignored("track_remaining", "remaining-capacity stats are not published");
     }
+    // Envoy caps how many connection pools (one per host, protocol and socket options) the
+    // cluster holds; Outrider does not count its pools, so a cap would not hold. Istio
+    // never sets it.
+    if let Some(pools) = max_connection_pools {
+        return Err(ConfigError::new(
+            "max_connection_pools",
+            format!("{} is not supported: connection pools are not limited", pools.value),
+        ));
+    }
     let d = Thresholds::default();
     Ok(Thresholds {
         max_connections: common::u32_or(&max_connections, d.max_connections),
@@ -75,16 +84,24 @@ fn thresholds_of(proto: cb::Thresholds, warnings: &mut Warnings) -> Result<Thres
         max_requests: common::u32_or(&max_requests, d.max_requests),
         max_retries: common::u32_or(&max_retries, d.max_retries),
         retry_budget: retry_budget.map(retry_budget_of).transpose().at_field("retry_budget")?,
-        max_connection_pools: max_connection_pools.map(|v| v.value),
     })
 }
 
 fn retry_budget_of(proto: RetryBudgetProto) -> Result<RetryBudget> {
     let RetryBudgetProto { budget_percent, budget_interval, min_retry_concurrency } = proto;
+    // A non-zero interval counts requests that started within it, finished or not; the
+    // budget here counts the requests active now (Envoy's 0 s default). Istio never sets it.
+    if let Some(interval) = common::opt_duration(&budget_interval, "budget_interval")?
+        && !interval.is_zero()
+    {
+        return Err(ConfigError::new(
+            "budget_interval",
+            format!("{interval:?} is not supported: the budget counts the requests active now"),
+        ));
+    }
     Ok(RetryBudget {
         budget_percent: common::percent_or(&budget_percent, 20.0, "budget_percent")?,
         min_retry_concurrency: common::u32_or(&min_retry_concurrency, 3),
-        budget_interval: common::opt_duration(&budget_interval, "budget_interval")?,
     })
 }
 
@@ -118,5 +135,15 @@ mod tests {
         assert_eq!((budget.budget_percent, budget.min_retry_concurrency), (20.0, 3));
         let err = convert(json!({"thresholds": [{}, {"priority": "DEFAULT"}]})).unwrap_err();
         assert_eq!(err.path(), "thresholds[1].priority");
+    }
+
+    #[test]
+    fn limits_that_would_not_hold_are_refused() {
+        let err = convert(json!({"thresholds": [{"max_connection_pools": 10}]})).unwrap_err();
+        assert_eq!(err.path(), "thresholds[0].max_connection_pools");
+        let err = convert(json!({"thresholds": [{"retry_budget": {"budget_interval": "1s"}}]})).unwrap_err();
+        assert_eq!(err.path(), "thresholds[0].retry_budget.budget_interval");
+        // Envoy's default interval (0 s: the requests active now) is what the budget does.
+        assert!(convert(json!({"thresholds": [{"retry_budget": {"budget_interval": "0s"}}]})).is_ok());
     }
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use crate::config::address::Address;
 use crate::config::cluster::{
-    DEFAULT_DNS_REFRESH_RATE, DEFAULT_INITIAL_FETCH_TIMEOUT, DEFAULT_ORIGINAL_DST_CLEANUP_INTERVAL,
-    DEFAULT_ORIGINAL_DST_HEADER, DnsLookupFamily, DnsSettings, EdsConfig, OriginalDstConfig, SourceAddresses,
+    DEFAULT_INITIAL_FETCH_TIMEOUT, DEFAULT_ORIGINAL_DST_CLEANUP_INTERVAL, DEFAULT_ORIGINAL_DST_HEADER, DnsLookupFamily,
+    DnsSettings, EdsConfig, OriginalDstConfig, SourceAddresses,
 };
 use crate::config::convert::common;
 use crate::config::endpoint::ClusterLoadAssignment;
@@ -113,19 +113,20 @@ pub(super) fn dns_settings(kind: D, fields: DnsFields, warnings: &mut Warnings) 
     if let Some((field, _)) = resolver.iter().find(|(_, set)| *set) {
         return Err(ConfigError::new(*field, "custom DNS resolvers are not supported; the system resolver is used"));
     }
+    // Outrider resolves an endpoint's name at each new connection (and health check
+    // connection) and keeps no answers: there is no refresh for the refresh rate, its jitter,
+    // its failure rate or the records' TTL (`respect_dns_ttl`) to pace, and no answer older
+    // than the resolver's own.
     if dns_jitter.is_some() {
-        warnings.ignored("dns_jitter", "refreshes happen at dns_refresh_rate exactly");
+        warnings.ignored("dns_jitter", "names are resolved at each new connection");
     }
     if dns_failure_refresh_rate.is_some() {
-        warnings.ignored("dns_failure_refresh_rate", "failed resolutions are retried at dns_refresh_rate");
+        warnings.ignored("dns_failure_refresh_rate", "names are resolved at each new connection");
     }
-    let refresh_rate = match common::opt_duration(&dns_refresh_rate, "dns_refresh_rate")? {
-        None => DEFAULT_DNS_REFRESH_RATE,
-        Some(d) if d < Duration::from_millis(1) => {
-            return Err(ConfigError::new("dns_refresh_rate", "must be at least 1ms"));
-        }
-        Some(d) => d,
-    };
+    // Envoy's proto constraint (`gt: 1ms`) still refuses what Envoy refuses.
+    if common::opt_duration(&dns_refresh_rate, "dns_refresh_rate")?.is_some_and(|d| d < Duration::from_millis(1)) {
+        return Err(ConfigError::new("dns_refresh_rate", "must be at least 1ms"));
+    }
     use c::DnsLookupFamily as F;
     let lookup_family = match F::try_from(dns_lookup_family) {
         Ok(F::Auto) => DnsLookupFamily::Auto,
@@ -135,7 +136,7 @@ pub(super) fn dns_settings(kind: D, fields: DnsFields, warnings: &mut Warnings) 
         Ok(F::All) => DnsLookupFamily::All,
         Err(_) => return Err(ConfigError::new("dns_lookup_family", format!("unknown family {dns_lookup_family}"))),
     };
-    Ok(Some(DnsSettings { refresh_rate, respect_dns_ttl, lookup_family }))
+    Ok(Some(DnsSettings { lookup_family }))
 }
 
 /// The inline endpoints each discovery type allows.

@@ -370,6 +370,10 @@ fn oob_reporting(proto: Option<lb_common::OrcaOobReportingConfig>) -> Result<Oob
         0 => None,
         p => Some(u16::try_from(p).map_err(|_| ConfigError::new("port_value", format!("{p} is not a port")))?),
     };
+    // Sent as the stream's `:authority`: it must be one.
+    if !authority.is_empty() && authority.parse::<http::uri::Authority>().is_err() {
+        return Err(ConfigError::new("authority", format!("{authority:?} is not a valid :authority")));
+    }
     Ok(OobReportingConfig { port, authority })
 }
 

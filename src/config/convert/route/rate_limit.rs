@@ -25,8 +25,18 @@ pub fn uses_destination_cluster(policies: &[RateLimitPolicy]) -> bool {
 }
 
 fn rate_limit(proto: proto::RateLimit, warnings: &mut Warnings) -> Result<RateLimitPolicy> {
-    let proto::RateLimit { stage, disable_key, actions, limit, hits_addend, apply_on_stream_done, x_ratelimit_option } =
-        proto;
+    // `disable_key`: Envoy turns the entry off only when the runtime sets the key
+    // `ratelimit.<disable_key>.http_filter_enabled` below 100 %; Outrider has no runtime, so
+    // the key's default (enabled) always holds.
+    let proto::RateLimit {
+        stage,
+        disable_key: _,
+        actions,
+        limit,
+        hits_addend,
+        apply_on_stream_done,
+        x_ratelimit_option,
+    } = proto;
     if limit.is_some() {
         return Err(ConfigError::new("limit", "overriding the limit from dynamic metadata is not supported"));
     }
@@ -54,7 +64,7 @@ fn rate_limit(proto: proto::RateLimit, warnings: &mut Warnings) -> Result<RateLi
             warnings.within(&at, |w| action(a, w)).map_err(|e| e.at(&at))
         })
         .collect::<Result<_>>()?;
-    Ok(RateLimitPolicy { stage, disable_key, actions })
+    Ok(RateLimitPolicy { stage, actions })
 }
 
 fn action(proto: proto::rate_limit::Action, warnings: &mut Warnings) -> Result<RateLimitAction> {

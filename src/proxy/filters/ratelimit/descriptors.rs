@@ -104,7 +104,7 @@ mod tests {
     }
 
     fn policy(actions: Vec<RateLimitAction>) -> RateLimitPolicy {
-        RateLimitPolicy { stage: 0, disable_key: String::new(), actions }
+        RateLimitPolicy { stage: 0, actions }
     }
 
     fn header(name: &str, skip_if_absent: bool) -> RateLimitAction {
