@@ -13,6 +13,7 @@ mod accept_exhaustion;
 mod attempt_count;
 mod circuit_breakers;
 mod faults_backend;
+mod filter_chain_match;
 mod flow_control;
 mod framing_corpus;
 mod fuzz_smoke;
