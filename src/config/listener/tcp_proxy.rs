@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use crate::config::header_value::HeaderValueOption;
-
 /// Envoy's default TCP proxy `idle_timeout`.
 pub const DEFAULT_TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -20,8 +18,6 @@ pub struct TcpProxy {
     pub max_downstream_connection_duration: Option<Duration>,
     /// Hash the downstream source IP for ring hash / maglev clusters.
     pub hash_source_ip: bool,
-    /// Tunnel the bytes through an HTTP CONNECT (or POST) to the cluster.
-    pub tunneling: Option<Tunneling>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,18 +25,4 @@ pub enum TcpCluster {
     Cluster(String),
     /// Weights are at least 1.
     Weighted(Vec<(String, u32)>),
-}
-
-/// `tunneling_config`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Tunneling {
-    /// `:authority` of the CONNECT; may contain `%DOWNSTREAM_LOCAL_ADDRESS%`-style
-    /// substitutions, kept verbatim.
-    pub hostname: String,
-    /// POST to `post_path` instead of CONNECT.
-    pub use_post: bool,
-    pub post_path: String,
-    pub headers_to_add: Vec<HeaderValueOption>,
-    pub propagate_response_headers: bool,
-    pub propagate_response_trailers: bool,
 }

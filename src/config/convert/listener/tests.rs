@@ -4,6 +4,8 @@ mod edge;
 mod istio;
 // Filters are known by type, never by name; optional ones skipped only as Envoy would.
 mod filters_by_type;
+// The TCP proxy's timeouts and refusals.
+mod tcp_proxy;
 
 use std::net::IpAddr;
 use std::time::Duration;
