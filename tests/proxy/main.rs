@@ -25,6 +25,7 @@ mod overload_manager;
 mod proxy_e2e;
 mod proxy_router;
 mod proxy_upstream;
+mod tcp_proxy_timeouts;
 mod resilience_e2e;
 mod route_mirror;
 mod route_regex_rewrite;

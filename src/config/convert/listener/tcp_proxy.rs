@@ -65,10 +65,17 @@ pub fn tcp_proxy(proto: proto::TcpProxy, warnings: &mut Warnings) -> Result<TcpP
                 "access logs are written by Outrider's own telemetry",
             ),
             (backoff_options.is_some(), "backoff_options", "connect attempts are retried without back-off"),
+            // Not implemented by Envoy either (`not-implemented-hide` in its protos): only
+            // `idle_timeout` bounds an idle connection.
             (
-                max_downstream_connection_duration_jitter_percentage.is_some(),
-                "max_downstream_connection_duration_jitter_percentage",
-                "no jitter is applied",
+                downstream_idle_timeout.is_some(),
+                "downstream_idle_timeout",
+                "not implemented (Envoy ignores it too); idle_timeout applies",
+            ),
+            (
+                upstream_idle_timeout.is_some(),
+                "upstream_idle_timeout",
+                "not implemented (Envoy ignores it too); idle_timeout applies",
             ),
             (max_early_data_bytes.is_some(), "max_early_data_bytes", "no early data is read before connecting"),
             (check_drain_close.is_some(), "check_drain_close", "connections are closed when the listener drains"),
@@ -113,7 +120,12 @@ pub fn tcp_proxy(proto: proto::TcpProxy, warnings: &mut Warnings) -> Result<TcpP
             _ => return Err(ConfigError::new(format!("hash_policy[{i}]"), "only source_ip hashing is supported")),
         }
     }
-    let opt = |value, field: &str| -> Result<_> { Ok(common::opt_duration(value, field)?.filter(|d| !d.is_zero())) };
+    let max_downstream_connection_duration =
+        common::opt_duration(&max_downstream_connection_duration, "max_downstream_connection_duration")?;
+    // Envoy's validation: at least 1 ms.
+    if max_downstream_connection_duration.is_some_and(|d| d < std::time::Duration::from_millis(1)) {
+        return Err(ConfigError::new("max_downstream_connection_duration", "must be at least 1ms"));
+    }
     let max_connect_attempts = common::u32_or(&max_connect_attempts, 1);
     if max_connect_attempts == 0 {
         return Err(ConfigError::new("max_connect_attempts", "must be at least 1"));
@@ -123,14 +135,15 @@ pub fn tcp_proxy(proto: proto::TcpProxy, warnings: &mut Warnings) -> Result<TcpP
         cluster,
         idle_timeout: match common::opt_duration(&idle_timeout, "idle_timeout")? {
             None => Some(DEFAULT_TCP_IDLE_TIMEOUT),
-            Some(d) => Some(d).filter(|d| !d.is_zero()),
+            // Envoy keeps whole milliseconds: under 1 ms is 0, which disables it.
+            Some(d) => Some(d).filter(|d| d.as_millis() > 0),
         },
-        downstream_idle_timeout: opt(&downstream_idle_timeout, "downstream_idle_timeout")?,
-        upstream_idle_timeout: opt(&upstream_idle_timeout, "upstream_idle_timeout")?,
         max_connect_attempts,
-        max_downstream_connection_duration: opt(
-            &max_downstream_connection_duration,
-            "max_downstream_connection_duration",
+        max_downstream_connection_duration,
+        max_downstream_connection_duration_jitter: common::percent_or(
+            &max_downstream_connection_duration_jitter_percentage,
+            0.0,
+            "max_downstream_connection_duration_jitter_percentage",
         )?,
         hash_source_ip,
     })
