@@ -95,7 +95,7 @@ impl ListenerManager {
                 continue;
             }
             if addresses.is_empty() {
-                // Not bound (bind_to_port false, pipes, internal): reached through others.
+                // Not bound (bind_to_port false, internal): reached through others.
                 self.active.remove(name);
                 continue;
             }
