@@ -33,6 +33,10 @@ pub struct ConnectionInfo {
     pub outbound: bool,
     /// The overload manager's actions apply (the listener does not bypass it).
     pub overloadable: bool,
+    /// The serving listener's `drain_type` is DEFAULT: while the server fails health checks
+    /// (`/healthcheck/fail`) its connections drain, as Envoy drains them. MODIFY_ONLY
+    /// listeners drain only when changed or removed, or when the whole server drains.
+    pub drains_on_health_check_failure: bool,
     /// The serving listener's `per_connection_buffer_limit_bytes` (see
     /// [`super::flow_control`]).
     pub buffer_limit: u32,

@@ -95,8 +95,11 @@ pub(super) struct Exchange<'a> {
     pub outbound: bool,
     /// The overload manager's actions apply (the listener does not bypass it).
     pub overloadable: bool,
-    /// `disable_http_keepalive` is configured and applies: told to drain the connection.
+    /// `disable_http_keepalive` is configured and applies, or the listener drains on
+    /// failing health checks: told to drain the connection.
     pub overload_drain: Option<&'a tokio::sync::Notify>,
+    /// The listener's `drain_type` is DEFAULT (see `ConnectionInfo`).
+    pub health_check_drain: bool,
     /// The listener's `per_connection_buffer_limit_bytes`.
     pub buffer_limit: u32,
     /// The stream's one timer: the attempt's timeout shares it with the stream limits.

@@ -21,6 +21,7 @@ mod health_check;
 mod hostile_http;
 mod http_inspector;
 mod lifecycle;
+mod listener_drain_type;
 mod listener_sockets;
 mod overload_manager;
 mod proxy_e2e;
