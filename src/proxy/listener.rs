@@ -100,7 +100,8 @@ impl ListenerManager {
                 continue;
             }
             // Every address or none, as Envoy: a listener is not served half bound.
-            let bound: std::io::Result<Vec<TcpListener>> = addresses.iter().map(|a| socket::bind(*a, options)).collect();
+            let bound: std::io::Result<Vec<TcpListener>> =
+                addresses.iter().map(|a| socket::bind(*a, options)).collect();
             match bound {
                 Ok(sockets) => {
                     let (stop, stopped) = shutdown::channel();

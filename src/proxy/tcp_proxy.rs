@@ -18,7 +18,6 @@ use tokio::net::{TcpSocket, TcpStream};
 
 use super::context::WorkerContext;
 use super::filter_chain::ConnectionInfo;
-use timeouts::{Active, Activity};
 use crate::config::Address;
 use crate::config::listener::TcpProxy;
 use crate::config::listener::tcp_proxy::TcpCluster;
@@ -26,6 +25,7 @@ use crate::lb::PickContext;
 use crate::proxy::filters::istio_tcp::stream::{Counted, OnPeer, PeerReader};
 use crate::proxy::filters::istio_tcp::{self, TcpSession};
 use crate::tls::{ClientAlpn, Refusal};
+use timeouts::{Active, Activity};
 
 /// Reports the connection's Istio TCP metrics however `serve` ends.
 struct ReportOnClose(Rc<TcpSession>);

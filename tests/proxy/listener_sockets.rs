@@ -5,8 +5,8 @@
 
 use crate::common;
 
-use common::skip::{Tool, skipped};
 use common::differential::Pair;
+use common::skip::{Tool, skipped};
 
 fn listener(name: &str, address: &str, port: u16, options: &str) -> String {
     format!(
@@ -25,7 +25,8 @@ fn listener(name: &str, address: &str, port: u16, options: &str) -> String {
 }
 
 fn bootstrap(port: u16, listeners: &[(&str, &str, &str)]) -> String {
-    let listeners: String = listeners.iter().map(|(name, address, options)| listener(name, address, port, options)).collect();
+    let listeners: String =
+        listeners.iter().map(|(name, address, options)| listener(name, address, port, options)).collect();
     format!(
         r#"
 static_resources:
