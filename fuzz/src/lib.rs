@@ -15,7 +15,9 @@ use outrider::config::convert::{decode_resource, resource_name};
 use outrider::config::listener::{HttpConnectionManager, RouteSource, TerminalFilter};
 use outrider::config::route::RouteConfiguration;
 use outrider::config::{ResourceType, Warnings};
-use outrider::proxy::headers::{Downstream, RequestOrigin, authority, mutate_request_headers, mutate_response_headers};
+use outrider::proxy::headers::{
+    Downstream, LocalNodeNames, RequestOrigin, authority, mutate_request_headers, mutate_response_headers,
+};
 use outrider::proxy::router::{
     DownstreamInfo, Routing, UpstreamRequestOptions, apply_request_mutations, apply_response_mutations, route,
 };
@@ -83,6 +85,10 @@ pub fn http_headers(data: &[u8]) {
         node_address: local.ip(),
         peer_certificate: peer_certificate.as_ref(),
         local_uri_san: Some("spiffe://cluster.local/ns/default/sa/server"),
+        local_node: LocalNodeNames {
+            cluster: "server",
+            id: "sidecar~10.0.0.100~server.default~default.svc.cluster.local",
+        },
     };
     mutate_request_headers(hcm, &fixture.internal_only_headers, &origin, &mut parts.headers);
 

@@ -18,7 +18,7 @@ use super::hcm::Secure;
 use super::transport::SnapshotSecrets;
 use super::{hcm, original_dst, tcp_proxy};
 use crate::config::Listener;
-use crate::config::listener::{FilterChain, ListenerFilterKind, TerminalFilter, TrafficDirection};
+use crate::config::listener::{DrainType, FilterChain, ListenerFilterKind, TerminalFilter, TrafficDirection};
 use crate::config::tls::DownstreamTlsContext;
 use crate::store::Versioned;
 use crate::tls::{self, Inspection, PrefixedStream, Refusal};
@@ -52,6 +52,7 @@ pub async fn serve(
         inbound: listener.resource.traffic_direction == TrafficDirection::Inbound,
         outbound: listener.resource.traffic_direction == TrafficDirection::Outbound,
         overloadable: !listener.resource.bypass_overload_manager,
+        drains_on_health_check_failure: listener.resource.drain_type == DrainType::Default,
         buffer_limit: listener.resource.per_connection_buffer_limit_bytes,
     };
     // The listener filters of the listener that serves the connection (after a hand-off,

@@ -1,6 +1,7 @@
 //! Choosing a listener's filter chain for a connection, in Envoy's order of criteria:
 //! destination port, destination IP (longest prefix), server name, transport protocol,
-//! application protocols, source type, source IP (longest prefix), source port. At each
+//! application protocols, direct source IP (longest prefix), source type, source IP
+//! (longest prefix), source port. At each
 //! step the chains that match most specifically survive; a chain that does not constrain a
 //! criterion matches any value but loses to one that names it.
 
@@ -32,6 +33,10 @@ pub struct ConnectionInfo {
     pub outbound: bool,
     /// The overload manager's actions apply (the listener does not bypass it).
     pub overloadable: bool,
+    /// The serving listener's `drain_type` is DEFAULT: while the server fails health checks
+    /// (`/healthcheck/fail`) its connections drain, as Envoy drains them. MODIFY_ONLY
+    /// listeners drain only when changed or removed, or when the whole server drains.
+    pub drains_on_health_check_failure: bool,
     /// The serving listener's `per_connection_buffer_limit_bytes` (see
     /// [`super::flow_control`]).
     pub buffer_limit: u32,
@@ -69,6 +74,11 @@ pub fn select<'a>(listener: &'a Listener, connection: &ConnectionInfo) -> Option
             None
         }
     });
+    // The direct source is the peer of the socket itself. Outrider has no listener filter
+    // that rewrites the source (no PROXY protocol), so it is the same address the source IP
+    // step looks at; the step still comes here, before source type, as in Envoy, so a chain
+    // naming the direct source beats one naming only the source type.
+    narrow(&mut candidates, |m| prefix_score(&m.direct_source_prefix_ranges, connection.peer));
     narrow(&mut candidates, |m| {
         let local = connection.peer.ip().is_loopback() || connection.peer.ip() == connection.local.ip();
         match m.source_type {

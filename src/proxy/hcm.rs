@@ -97,8 +97,11 @@ pub(super) struct Exchange<'a> {
     pub outbound: bool,
     /// The overload manager's actions apply (the listener does not bypass it).
     pub overloadable: bool,
-    /// `disable_http_keepalive` is configured and applies: told to drain the connection.
+    /// `disable_http_keepalive` is configured and applies, or the listener drains on
+    /// failing health checks: told to drain the connection.
     pub overload_drain: Option<&'a tokio::sync::Notify>,
+    /// The listener's `drain_type` is DEFAULT (see `ConnectionInfo`).
+    pub health_check_drain: bool,
     /// The listener's `per_connection_buffer_limit_bytes`.
     pub buffer_limit: u32,
     /// The stream's one timer: the attempt's timeout shares it with the stream limits.
@@ -143,6 +146,7 @@ async fn forward_request(
         node_address: super::shadow::local_address(),
         peer_certificate: connection.peer_identity.as_ref(),
         local_uri_san: connection.local_uri_san.as_deref(),
+        local_node: context.telemetry.local_node(),
     };
     let classification =
         headers::mutate_request_headers(manager, &routes.internal_only_headers, &origin, &mut parts.headers);

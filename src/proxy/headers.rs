@@ -70,9 +70,11 @@ const EXTERNAL_STRIPPED: [HeaderName; 14] = [
 /// Removed from edge requests only (the first hop into the mesh).
 const EDGE_STRIPPED: [HeaderName; 3] = [
     HeaderName::from_static("x-envoy-decorator-operation"),
-    HeaderName::from_static("x-envoy-downstream-service-cluster"),
-    HeaderName::from_static("x-envoy-downstream-service-node"),
+    X_ENVOY_DOWNSTREAM_SERVICE_CLUSTER,
+    X_ENVOY_DOWNSTREAM_SERVICE_NODE,
 ];
+const X_ENVOY_DOWNSTREAM_SERVICE_CLUSTER: HeaderName = HeaderName::from_static("x-envoy-downstream-service-cluster");
+const X_ENVOY_DOWNSTREAM_SERVICE_NODE: HeaderName = HeaderName::from_static("x-envoy-downstream-service-node");
 
 /// The downstream connection a request came on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,6 +107,16 @@ pub struct RequestOrigin<'a> {
     pub peer_certificate: Option<&'a PeerIdentity>,
     /// The first URI SAN of the certificate this side presented (`By=` of XFCC).
     pub local_uri_san: Option<&'a str>,
+    /// This proxy's node: its cluster and id (for `add_user_agent`).
+    pub local_node: LocalNodeNames<'a>,
+}
+
+/// A node's cluster and id, as the bootstrap's `node` (or `--service-cluster` and
+/// `--service-node`) gives them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LocalNodeNames<'a> {
+    pub cluster: &'a str,
+    pub id: &'a str,
 }
 
 /// Applies the connection manager's request header rules before routing, in Envoy's
@@ -169,6 +181,9 @@ pub fn mutate_request_headers(
         }
         internal_only_headers.iter().for_each(|h| drop(headers.remove(h)));
     }
+    if hcm.add_user_agent {
+        add_user_agent(headers, origin.local_node);
+    }
     append_via(headers, &hcm.via);
     // Set (replacing whatever the client wrote) on every edge request: the first hop into
     // the trusted network says who the client is.
@@ -183,6 +198,23 @@ pub fn mutate_request_headers(
     }
     xfcc::mutate(hcm, origin.downstream.tls, origin.peer_certificate, origin.local_uri_san, headers);
     RequestClassification { client, internal, edge }
+}
+
+/// `add_user_agent`, in Envoy's order (after the external request's `x-envoy-*` headers
+/// are removed, so these replace whatever the client sent): the node's cluster as
+/// `x-envoy-downstream-service-cluster` (even when empty) and as `user-agent` when the
+/// request has none or an empty one, its id as `x-envoy-downstream-service-node` when set.
+fn add_user_agent(headers: &mut HeaderMap, node: LocalNodeNames<'_>) {
+    let Ok(cluster) = HeaderValue::from_str(node.cluster) else { return };
+    headers.insert(X_ENVOY_DOWNSTREAM_SERVICE_CLUSTER, cluster.clone());
+    if headers.get(http::header::USER_AGENT).is_none_or(|v| v.is_empty()) {
+        headers.insert(http::header::USER_AGENT, cluster);
+    }
+    if !node.id.is_empty()
+        && let Ok(id) = HeaderValue::from_str(node.id)
+    {
+        headers.insert(X_ENVOY_DOWNSTREAM_SERVICE_NODE, id);
+    }
 }
 
 /// A random (version 4) UUID, as Envoy's default request id extension makes. Drawn from

@@ -10,10 +10,12 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
+mod socket;
+
 use rand::Rng;
-use socket2::{Domain, Socket, Type};
 use tokio::net::TcpListener;
 
+use self::socket::SocketOptions;
 use super::accept_backoff::AcceptBackoff;
 use super::connection;
 use super::context::WorkerContext;
@@ -24,12 +26,11 @@ use crate::config::{Address, Listener};
 use crate::core::shutdown::{self, Trigger};
 use crate::store::{Snapshot, Versioned};
 
-/// Listen backlog, as Envoy's default.
-const BACKLOG: i32 = 1024;
-
 struct Active {
     config: Arc<Versioned<Listener>>,
     addresses: Vec<SocketAddr>,
+    /// What the sockets were made with: a change binds new ones.
+    options: SocketOptions,
     /// The configuration the accept loops hand to each new connection.
     current: Current,
     _stop: Trigger,
@@ -78,9 +79,11 @@ impl ListenerManager {
                 continue;
             }
             let addresses = bind_addresses(&listener.resource);
+            let options = SocketOptions::of(&listener.resource);
             if let Some(active) = self.active.get_mut(name)
                 && !addresses.is_empty()
                 && active.addresses == addresses
+                && active.options == options
             {
                 // Same addresses: the bound sockets stay and take the new configuration for
                 // new connections, as Envoy passes a listener's socket to its replacement.
@@ -92,12 +95,13 @@ impl ListenerManager {
                 continue;
             }
             if addresses.is_empty() {
-                // Not bound (bind_to_port false, pipes, internal): reached through others.
+                // Not bound (bind_to_port false, internal): reached through others.
                 self.active.remove(name);
                 continue;
             }
             // Every address or none, as Envoy: a listener is not served half bound.
-            let bound: std::io::Result<Vec<TcpListener>> = addresses.iter().map(|a| bind(*a)).collect();
+            let bound: std::io::Result<Vec<TcpListener>> =
+                addresses.iter().map(|a| socket::bind(*a, options)).collect();
             match bound {
                 Ok(sockets) => {
                     let (stop, stopped) = shutdown::channel();
@@ -111,7 +115,8 @@ impl ListenerManager {
                         .collect();
                     // Replacing the entry drops the old trigger: the old sockets stop accepting.
                     let bound = addresses.clone();
-                    let active = Active { config: listener.clone(), addresses: bound, current, _stop: stop, accepting };
+                    let active =
+                        Active { config: listener.clone(), addresses: bound, options, current, _stop: stop, accepting };
                     self.active.insert(name.clone(), active);
                     tracing::debug!(worker = context.id, listener = %name, ?addresses, "listening");
                 }
@@ -174,21 +179,6 @@ fn bind_addresses(listener: &Listener) -> Vec<SocketAddr> {
 fn rejected_by_overload(overload: &OverloadState, context: &WorkerContext) -> bool {
     let draw = || context.rng.borrow_mut().random::<f32>();
     overload.rejects_connection(draw) || overload.sheds(LoadShedKind::TcpListenerAccept, draw)
-}
-
-/// A non-blocking listening socket with SO_REUSEADDR and SO_REUSEPORT. IPv6 sockets accept
-/// IPv6 only (Envoy's default), so `[::]:p` and `0.0.0.0:p` can both be bound.
-fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
-    if address.is_ipv6() {
-        socket.set_only_v6(true)?;
-    }
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&address.into())?;
-    socket.listen(BACKLOG)?;
-    TcpListener::from_std(socket.into())
 }
 
 async fn accept_loop(socket: TcpListener, current: Current, context: Rc<WorkerContext>, stopped: shutdown::Signal) {

@@ -73,6 +73,12 @@ impl WorkerTelemetry {
         Self { shared, ..Self::default() }
     }
 
+    /// This proxy's node cluster and id.
+    pub fn local_node(&self) -> super::headers::LocalNodeNames<'_> {
+        let labels = &self.shared.node_labels;
+        super::headers::LocalNodeNames { cluster: &labels.cluster_name, id: &labels.node_name }
+    }
+
     /// The tracer of a connection manager with a `tracing` block: its own provider's,
     /// else the bootstrap's. Found once per connection.
     pub fn tracer(&self, manager: &HttpConnectionManager, store: &Arc<Store>) -> Option<Tracing> {

@@ -4,6 +4,8 @@
 //! exchange frames at the front of each direction, and the connection's metrics
 //! ([`crate::proxy::filters::istio_tcp`]).
 
+mod timeouts;
+
 use crate::proxy::byte_count::ByteCounted;
 use crate::telemetry::ConnectionLife;
 use std::net::SocketAddr;
@@ -23,6 +25,7 @@ use crate::lb::PickContext;
 use crate::proxy::filters::istio_tcp::stream::{Counted, OnPeer, PeerReader};
 use crate::proxy::filters::istio_tcp::{self, TcpSession};
 use crate::tls::{ClientAlpn, Refusal};
+use timeouts::{Active, Activity};
 
 /// Reports the connection's Istio TCP metrics however `serve` ends.
 struct ReportOnClose(Rc<TcpSession>);
@@ -39,6 +42,28 @@ pub async fn serve<S>(
     proxy: &TcpProxy,
     context: &Rc<WorkerContext>,
     session: Option<Rc<TcpSession>>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let activity = Activity::new();
+    let max_duration = proxy.max_downstream_connection_duration.map(|limit| {
+        timeouts::with_jitter(limit, proxy.max_downstream_connection_duration_jitter, &mut *context.rng.borrow_mut())
+    });
+    let downstream = Active::new(downstream, activity.clone());
+    let proxied = proxy_connection(downstream, info, proxy, context, session, &activity);
+    if let Err(limit) = timeouts::bounded(proxied, &activity, proxy.idle_timeout, max_duration).await {
+        tracing::debug!(?limit, "tcp proxy: connection limit reached; closing both connections");
+    }
+}
+
+/// The proxied connection, with `activity` marked by every byte that moves upstream.
+async fn proxy_connection<S>(
+    downstream: S,
+    info: ConnectionInfo,
+    proxy: &TcpProxy,
+    context: &Rc<WorkerContext>,
+    session: Option<Rc<TcpSession>>,
+    activity: &Activity,
 ) where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -97,6 +122,7 @@ pub async fn serve<S>(
         );
         let _ = upstream.set_nodelay(true);
         let upstream = ByteCounted::new(upstream, &stats.upstream_cx_rx_bytes_total, &stats.upstream_cx_tx_bytes_total);
+        let upstream = Active::new(upstream, activity.clone());
         let copied = match &tls {
             None => {
                 host.stats.record(Instant::now(), now.elapsed(), true);

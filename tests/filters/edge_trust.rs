@@ -42,8 +42,13 @@ const FORGED: &str = "x-envoy-max-retries: 3\r\n\
 const HEDGE: &str = "x-envoy-hedge-on-per-try-timeout: true\r\n";
 
 fn bootstrap(port: u16, backend: u16, hcm: &str) -> String {
+    bootstrap_of("", port, backend, hcm)
+}
+
+/// `node` is the bootstrap's `node` block, or empty.
+fn bootstrap_of(node: &str, port: u16, backend: u16, hcm: &str) -> String {
     format!(
-        "static_resources:\n  listeners:{}\n  clusters:{}\n",
+        "{node}static_resources:\n  listeners:{}\n  clusters:{}\n",
         http_listener("edge", port, "edge", HttpListenerExtra { hcm, ..Default::default() }, ROUTE_TO_BACKEND),
         static_cluster("backend", backend),
     )
@@ -52,8 +57,13 @@ fn bootstrap(port: u16, backend: u16, hcm: &str) -> String {
 /// Sends each request to both proxies and compares the heads their upstream received;
 /// returns Outrider's, by request.
 async fn compare(hcm: &str, requests: &[&str]) -> Vec<Vec<(String, String)>> {
+    compare_on("", hcm, requests).await
+}
+
+/// `compare` with the bootstrap's `node` block `node`.
+async fn compare_on(node: &str, hcm: &str, requests: &[&str]) -> Vec<Vec<(String, String)>> {
     let (backend, heads) = recording().await;
-    let pair = Pair::start(|port| bootstrap(port, backend.port, hcm)).await;
+    let pair = Pair::start(|port| bootstrap_of(node, port, backend.port, hcm)).await;
     let mut outrider = Vec::new();
     for request in requests {
         let mut seen = Vec::new();
@@ -96,6 +106,36 @@ async fn loopback_client_is_external_without_internal_address_config() {
     let node = outrider::proxy::shadow::local_address().to_string();
     assert_eq!(values(&heads[0], "x-forwarded-for"), [format!("1.2.3.4, 5.6.7.8,{node}")]);
     assert_eq!(values(&heads[1], "x-forwarded-for"), [node]);
+}
+
+/// `add_user_agent`: the node's cluster and id replace the downstream-service headers a
+/// client wrote, and name a request without a `user-agent`; internal or not, with a node
+/// or without one (Envoy then sets both headers empty and adds no node header).
+#[tokio::test(flavor = "multi_thread")]
+async fn add_user_agent_names_the_node() {
+    let requests = [
+        request(FORGED),
+        request("user-agent: curl/8\r\n"),
+        request("user-agent: \r\n"),
+        request(&format!("{FORGED}x-forwarded-for: 10.0.0.1\r\n")),
+    ];
+    let requests: Vec<&str> = requests.iter().map(String::as_str).collect();
+    let node =
+        "node:\n  id: sidecar~10.0.0.1~reviews-v1.default~default.svc.cluster.local\n  cluster: reviews.default\n";
+    for hcm in [
+        "\n          add_user_agent: true\n          use_remote_address: true",
+        "\n          add_user_agent: true\n          internal_address_config: {}",
+    ] {
+        let heads = compare_on(node, hcm, &requests).await;
+        assert_eq!(values(&heads[0], "x-envoy-downstream-service-cluster"), ["reviews.default"], "{hcm}");
+        assert_eq!(values(&heads[0], "user-agent"), ["reviews.default"]);
+        assert_eq!(
+            values(&heads[0], "x-envoy-downstream-service-node"),
+            ["sidecar~10.0.0.1~reviews-v1.default~default.svc.cluster.local"]
+        );
+        assert_eq!(values(&heads[1], "user-agent"), ["curl/8"]);
+    }
+    compare("\n          add_user_agent: true", &requests).await;
 }
 
 /// Internal clients keep their control headers: `internal_address_config` with loopback

@@ -34,6 +34,7 @@ pub fn socket_address(proto: &core::SocketAddress, resolve_dns: bool) -> Result<
         protocol,
         address,
         resolver_name,
+        // Only a listening socket uses it; the listener converter refuses it first.
         ipv4_compat: _,
         network_namespace_filepath,
         port_specifier,

@@ -134,7 +134,7 @@ pub fn listener(proto: proto::Listener, warnings: &mut Warnings) -> Result<Liste
     let address = match (address, internal) {
         (Some(_), true) => return Err(ConfigError::new("address", "must not be set on an internal listener")),
         (None, true) => Address::Socket(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0)),
-        (Some(a), false) => common::address(&a, false).map_err(|e| e.at("address"))?,
+        (Some(a), false) => listener_address(&a).map_err(|e| e.at("address"))?,
         (None, false) => return Err(ConfigError::new("address", "is required")),
     };
     let additional_addresses = additional_addresses
@@ -147,7 +147,7 @@ pub fn listener(proto: proto::Listener, warnings: &mut Warnings) -> Result<Liste
                 warnings.ignored(at.clone(), "per-address socket options are not applied");
             }
             let address = address.ok_or_else(|| ConfigError::new(format!("{at}.address"), "is required"))?;
-            common::address(&address, false).map_err(|e| e.at(format!("{at}.address")))
+            listener_address(&address).map_err(|e| e.at(format!("{at}.address")))
         })
         .collect::<Result<Vec<_>>>()?;
     let mut filters = Vec::new();
@@ -200,6 +200,22 @@ pub fn listener(proto: proto::Listener, warnings: &mut Warnings) -> Result<Liste
     })
 }
 
+/// An address a listener binds. Refused where Outrider would not serve it as Envoy does:
+/// a Unix socket (`pipe`; Outrider binds TCP sockets only, and a listener accepted but
+/// never bound would serve nothing without saying so), and `ipv4_compat` (Envoy accepts
+/// IPv4 on such an IPv6 socket and sees its peers as IPv4; Outrider's IPv6 sockets are
+/// IPv6-only, and Istio binds IPv4 through `additional_addresses` instead).
+fn listener_address(proto: &core::Address) -> Result<Address> {
+    use core::address::Address as A;
+    match &proto.address {
+        Some(A::Pipe(_)) => Err(ConfigError::new("pipe", "Unix socket (pipe) listeners are not supported")),
+        Some(A::SocketAddress(socket)) if socket.ipv4_compat => {
+            Err(ConfigError::new("socket_address.ipv4_compat", "IPv4 on an IPv6 listener socket is not supported"))
+        }
+        _ => common::address(proto, false),
+    }
+}
+
 /// A listener filter Outrider implements, `None` for one it skips (with a warning at `at`).
 fn listener_filter(proto: proto::ListenerFilter, at: &str, warnings: &mut Warnings) -> Result<Option<ListenerFilter>> {
     use proto::listener_filter::ConfigType;
@@ -239,9 +255,18 @@ fn tls_inspector(any: &crate::pb::google::protobuf::Any, warnings: &mut Warnings
         enable_ja3_fingerprinting,
         enable_ja4_fingerprinting,
         initial_read_buffer_size,
-        close_connection_on_client_hello_parsing_errors: _,
+        close_connection_on_client_hello_parsing_errors,
         max_client_hello_size,
     } = common::unpack::<TlsInspector>(any)?;
+    // Outrider's inspector matches a ClientHello that does not parse as plain text (Envoy's
+    // default); closing such connections instead is not done, so asking for it is refused
+    // rather than letting them reach a plaintext chain.
+    if close_connection_on_client_hello_parsing_errors {
+        return Err(ConfigError::new(
+            "close_connection_on_client_hello_parsing_errors",
+            "closing connections on a ClientHello that does not parse is not supported",
+        ));
+    }
     ignore_all(
         warnings,
         &[

@@ -40,18 +40,9 @@ pub struct NetworkRbac {
     /// `stat_prefix`: `<prefix>.rbac.allowed` (without a trailing `.`).
     pub stat_prefix: String,
     pub shadow_rules_stat_prefix: String,
-    /// `enforcement_type`. Outrider decides once per connection either way (see
-    /// `proxy::filters::rbac::network`).
-    pub enforcement: Enforcement,
     /// `delay_deny`: how long a denied connection is held (reading nothing) before it is
     /// closed.
     pub delay_deny: Option<Duration>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Enforcement {
-    OneTimeOnFirstByte,
-    Continuous,
 }
 
 /// `envoy.config.rbac.v3.RBAC`: the action and the policies, sorted by name — the order

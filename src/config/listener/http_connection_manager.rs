@@ -79,6 +79,10 @@ pub struct HttpConnectionManager {
     /// Unset (Envoy's default): the expectation is answered here and not forwarded.
     pub proxy_100_continue: bool,
     pub append_x_forwarded_port: bool,
+    /// `add_user_agent`: requests get `x-envoy-downstream-service-cluster` (this node's
+    /// cluster), `x-envoy-downstream-service-node` (its id, when set) and, when they have
+    /// none, `user-agent` (the cluster).
+    pub add_user_agent: bool,
     /// Access logs (none by default): one line per request.
     pub access_log: Vec<AccessLog>,
     /// `upgrade_configs`: the `Upgrade:` types requests may ask for.

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use crate::config::header_value::HeaderValueOption;
-
 /// Envoy's default TCP proxy `idle_timeout`.
 pub const DEFAULT_TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -11,17 +9,19 @@ pub const DEFAULT_TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 pub struct TcpProxy {
     pub stat_prefix: String,
     pub cluster: TcpCluster,
+    /// Closes both connections when no byte has moved either way for this long, counted
+    /// from the connection's start (before the upstream connects, as in Envoy 1.36+).
     /// Default 1 h; `None` disabled (configured 0).
     pub idle_timeout: Option<Duration>,
-    pub downstream_idle_timeout: Option<Duration>,
-    pub upstream_idle_timeout: Option<Duration>,
     /// Connection attempts before giving up (default 1).
     pub max_connect_attempts: u32,
+    /// Closes both connections this long after the downstream one was handed to the proxy.
     pub max_downstream_connection_duration: Option<Duration>,
+    /// `max_downstream_connection_duration_jitter_percentage`: each connection's limit is
+    /// lengthened by a random part of up to this percentage of it (0 to 100).
+    pub max_downstream_connection_duration_jitter: f64,
     /// Hash the downstream source IP for ring hash / maglev clusters.
     pub hash_source_ip: bool,
-    /// Tunnel the bytes through an HTTP CONNECT (or POST) to the cluster.
-    pub tunneling: Option<Tunneling>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,18 +29,4 @@ pub enum TcpCluster {
     Cluster(String),
     /// Weights are at least 1.
     Weighted(Vec<(String, u32)>),
-}
-
-/// `tunneling_config`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Tunneling {
-    /// `:authority` of the CONNECT; may contain `%DOWNSTREAM_LOCAL_ADDRESS%`-style
-    /// substitutions, kept verbatim.
-    pub hostname: String,
-    /// POST to `post_path` instead of CONNECT.
-    pub use_post: bool,
-    pub post_path: String,
-    pub headers_to_add: Vec<HeaderValueOption>,
-    pub propagate_response_headers: bool,
-    pub propagate_response_trailers: bool,
 }

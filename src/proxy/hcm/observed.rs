@@ -39,17 +39,23 @@ pub(super) async fn handle(
     let mut pending = None;
     let http1 = request.version() != Version::HTTP_2;
     let mut response = forward_request(request, exchange, &mut stream, &mut pending).await;
+    // Envoy's drain decision for a DEFAULT-drain listener while health checks fail.
+    let unhealthy = exchange.health_check_drain && exchange.context.health_check_failed.is_failed();
     if let Some(drain) = exchange.overload_drain
-        && exchange
-            .context
-            .overload
-            .applies(ActionKind::DisableHttpKeepalive, || exchange.context.rng.borrow_mut().random())
+        && (unhealthy
+            || exchange.overloadable
+                && exchange
+                    .context
+                    .overload
+                    .applies(ActionKind::DisableHttpKeepalive, || exchange.context.rng.borrow_mut().random()))
     {
-        // Envoy's `disable_http_keepalive`: this response is the connection's last on
-        // HTTP/1, and HTTP/2 connections drain.
+        // Envoy's `disable_http_keepalive` and its drain close: this response is the
+        // connection's last on HTTP/1, and HTTP/2 connections drain.
         if http1 {
             response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
-            completion.stats().downstream_cx_overload_disable_keepalive.inc();
+            if !unhealthy {
+                completion.stats().downstream_cx_overload_disable_keepalive.inc();
+            }
         }
         drain.notify_one();
     }

@@ -63,8 +63,10 @@ pub async fn serve<S>(
     let outbound = info.outbound;
     let overloadable = info.overloadable;
     let keepalive = context.overload.config().actions.iter().any(|a| a.kind == ActionKind::DisableHttpKeepalive);
-    // Told by a request answered while `disable_http_keepalive` is in force.
-    let overload_drain = (overloadable && keepalive).then(|| Rc::new(Notify::new()));
+    // Told by a request answered while `disable_http_keepalive` is in force, or while the
+    // server fails health checks on a DEFAULT-drain listener.
+    let health_check_drain = info.drains_on_health_check_failure;
+    let overload_drain = ((overloadable && keepalive) || health_check_drain).then(|| Rc::new(Notify::new()));
     let buffer_limit = info.buffer_limit;
     let _connection = stats.connection();
     // An inbound-only drain closes inbound connections; a full drain closes them all.
@@ -132,6 +134,7 @@ pub async fn serve<S>(
                     outbound,
                     overloadable,
                     overload_drain: overload_drain.as_deref(),
+                    health_check_drain,
                     buffer_limit,
                     timer: &timer,
                 };

@@ -47,6 +47,7 @@ pub(crate) fn hcm() -> HttpConnectionManager {
         set_current_client_cert_details: ClientCertDetails::default(),
         proxy_100_continue: false,
         append_x_forwarded_port: false,
+        add_user_agent: false,
     }
 }
 
@@ -56,6 +57,10 @@ fn conn(peer: &str) -> RequestOrigin<'static> {
         node_address: "192.0.2.9".parse().unwrap(),
         peer_certificate: None,
         local_uri_san: None,
+        local_node: LocalNodeNames {
+            cluster: "reviews",
+            id: "sidecar~10.0.0.1~reviews-v1.default~default.svc.cluster.local",
+        },
     }
 }
 
@@ -238,6 +243,35 @@ fn via_and_forwarded_port_when_configured() {
     let mut h = HeaderMap::new();
     mutate_request_headers(&hcm(), &[], &conn("8.8.8.8:1"), &mut h);
     assert!(!h.contains_key("via"));
+}
+
+#[test]
+fn add_user_agent_names_this_node_in_place_of_what_the_client_sent() {
+    let mut config = hcm();
+    config.add_user_agent = true;
+    let node = "sidecar~10.0.0.1~reviews-v1.default~default.svc.cluster.local";
+    // The client's own names are replaced; its user-agent is kept.
+    let mut h = headers(&[
+        ("user-agent", "curl/8"),
+        ("x-envoy-downstream-service-cluster", "admin"),
+        ("x-envoy-downstream-service-node", "forged"),
+    ]);
+    mutate_request_headers(&config, &[], &conn("8.8.8.8:1"), &mut h);
+    assert_eq!(get(&h, "user-agent"), Some("curl/8"));
+    assert_eq!(get(&h, "x-envoy-downstream-service-cluster"), Some("reviews"));
+    assert_eq!(get(&h, "x-envoy-downstream-service-node"), Some(node));
+    // No user-agent, or an empty one: the cluster's name.
+    for list in [&[][..], &[("user-agent", "")][..]] {
+        let mut h = headers(list);
+        mutate_request_headers(&config, &[], &conn("8.8.8.8:1"), &mut h);
+        assert_eq!(get(&h, "user-agent"), Some("reviews"));
+    }
+    // Off (the default): nothing added, and what a client sends is Envoy's business only
+    // on an edge (use_remote_address) request.
+    let mut h = headers(&[("x-envoy-downstream-service-cluster", "admin")]);
+    mutate_request_headers(&hcm(), &[], &conn("8.8.8.8:1"), &mut h);
+    assert_eq!(get(&h, "user-agent"), None);
+    assert_eq!(get(&h, "x-envoy-downstream-service-cluster"), Some("admin"));
 }
 
 #[test]

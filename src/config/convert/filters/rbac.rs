@@ -5,7 +5,7 @@ pub(crate) mod policy;
 
 use super::super::common;
 use crate::config::error::{ConfigError, Result, Warnings};
-use crate::config::filters::rbac::{Enforcement, HttpRbac, NetworkRbac, Policies, RbacPerRoute};
+use crate::config::filters::rbac::{HttpRbac, NetworkRbac, Policies, RbacPerRoute};
 use crate::pb::envoy::extensions::filters::http::rbac::v3 as http_proto;
 use crate::pb::envoy::extensions::filters::network::rbac::v3 as network_proto;
 use crate::pb::google::protobuf::Any;
@@ -72,19 +72,18 @@ pub fn network_rbac(any: &Any, warnings: &mut Warnings) -> Result<NetworkRbac> {
     if stat_prefix.is_empty() {
         return Err(ConfigError::new("stat_prefix", "must not be empty"));
     }
-    use network_proto::rbac::EnforcementType as E;
-    let enforcement = match E::try_from(enforcement_type) {
-        Ok(E::OneTimeOnFirstByte) => Enforcement::OneTimeOnFirstByte,
-        Ok(E::Continuous) => Enforcement::Continuous,
-        Err(_) => return Err(ConfigError::new("enforcement_type", format!("unknown type {enforcement_type}"))),
-    };
+    // Either type gets the same verdict: every attribute the policies read is fixed once the
+    // connection is handed to the filters (see `proxy::filters::rbac::network`), so the
+    // type is only checked to be one Envoy knows.
+    if network_proto::rbac::EnforcementType::try_from(enforcement_type).is_err() {
+        return Err(ConfigError::new("enforcement_type", format!("unknown type {enforcement_type}")));
+    }
     let delay_deny = common::opt_duration(&delay_deny, "delay_deny")?.filter(|d| !d.is_zero());
     Ok(NetworkRbac {
         rules: rules_of(rules, "rules", warnings)?,
         shadow_rules: rules_of(shadow_rules, "shadow_rules", warnings)?,
         stat_prefix: stat_segment(&stat_prefix).to_owned(),
         shadow_rules_stat_prefix,
-        enforcement,
         delay_deny,
     })
 }

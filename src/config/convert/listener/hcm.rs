@@ -115,6 +115,11 @@ pub fn http_connection_manager(
     {
         return refuse("delayed_close_timeout", "a delayed_close_timeout other than 1s");
     }
+    // Envoy's proxy-status header on local replies (RFC 9209) names each reply's details
+    // in its own vocabulary; Outrider adds none, so asking for it is refused.
+    if proxy_status_config.is_some() {
+        return refuse("proxy_status_config", "the proxy-status header");
+    }
     let internal_address = match internal_address_config {
         None => InternalAddresses::None,
         Some(config) => internal_addresses(config).map_err(|e| e.at("internal_address_config"))?,
@@ -126,7 +131,6 @@ pub fn http_connection_manager(
     ignore_all(
         warnings,
         &[
-            (add_user_agent.is_some(), "add_user_agent", "user agent headers are not added"),
             (
                 http1_safe_max_connection_duration,
                 "http1_safe_max_connection_duration",
@@ -153,7 +157,6 @@ pub fn http_connection_manager(
                 "stream_error_on_invalid_http_message",
                 "invalid messages close the connection",
             ),
-            (proxy_status_config.is_some(), "proxy_status_config", "no proxy-status header is added"),
             (
                 typed_header_validation_config.is_some(),
                 "typed_header_validation_config",
@@ -288,6 +291,7 @@ pub fn http_connection_manager(
         },
         proxy_100_continue,
         append_x_forwarded_port,
+        add_user_agent: add_user_agent.is_some_and(|v| v.value),
         upgrade_configs,
     })
 }

@@ -1,9 +1,9 @@
 //! `envoy.filters.network.tcp_proxy` → [`TcpProxy`].
 
-use super::super::{common, route};
+use super::super::common;
 use super::protocol_options::ignore_all;
 use crate::config::error::{ConfigError, Result, Warnings};
-use crate::config::listener::tcp_proxy::{DEFAULT_TCP_IDLE_TIMEOUT, TcpCluster, TcpProxy, Tunneling};
+use crate::config::listener::tcp_proxy::{DEFAULT_TCP_IDLE_TIMEOUT, TcpCluster, TcpProxy};
 use crate::pb::envoy::extensions::filters::network::tcp_proxy::v3 as proto;
 use crate::pb::envoy::r#type::v3 as types;
 
@@ -44,6 +44,12 @@ pub fn tcp_proxy(proto: proto::TcpProxy, warnings: &mut Warnings) -> Result<TcpP
     if !proxy_protocol_tlvs.is_empty() {
         return refuse("proxy_protocol_tlvs", "PROXY protocol");
     }
+    // Tunnelling (Istio's HBONE `connect_originate`) is refused rather than proxied as plain
+    // TCP: the peer expects an HTTP CONNECT (or POST) and its headers, and the bytes alone
+    // would reach it without the identity and metadata the tunnel carries.
+    if tunneling_config.is_some() {
+        return refuse("tunneling_config", "tunnelling TCP over HTTP (CONNECT or POST)");
+    }
     if upstream_connect_mode != proto::UpstreamConnectMode::Immediate as i32 {
         return refuse("upstream_connect_mode", "delaying the upstream connection");
     }
@@ -59,10 +65,17 @@ pub fn tcp_proxy(proto: proto::TcpProxy, warnings: &mut Warnings) -> Result<TcpP
                 "access logs are written by Outrider's own telemetry",
             ),
             (backoff_options.is_some(), "backoff_options", "connect attempts are retried without back-off"),
+            // Not implemented by Envoy either (`not-implemented-hide` in its protos): only
+            // `idle_timeout` bounds an idle connection.
             (
-                max_downstream_connection_duration_jitter_percentage.is_some(),
-                "max_downstream_connection_duration_jitter_percentage",
-                "no jitter is applied",
+                downstream_idle_timeout.is_some(),
+                "downstream_idle_timeout",
+                "not implemented (Envoy ignores it too); idle_timeout applies",
+            ),
+            (
+                upstream_idle_timeout.is_some(),
+                "upstream_idle_timeout",
+                "not implemented (Envoy ignores it too); idle_timeout applies",
             ),
             (max_early_data_bytes.is_some(), "max_early_data_bytes", "no early data is read before connecting"),
             (check_drain_close.is_some(), "check_drain_close", "connections are closed when the listener drains"),
@@ -107,9 +120,12 @@ pub fn tcp_proxy(proto: proto::TcpProxy, warnings: &mut Warnings) -> Result<TcpP
             _ => return Err(ConfigError::new(format!("hash_policy[{i}]"), "only source_ip hashing is supported")),
         }
     }
-    let tunneling =
-        tunneling_config.map(|t| tunneling(t, warnings).map_err(|e| e.at("tunneling_config"))).transpose()?;
-    let opt = |value, field: &str| -> Result<_> { Ok(common::opt_duration(value, field)?.filter(|d| !d.is_zero())) };
+    let max_downstream_connection_duration =
+        common::opt_duration(&max_downstream_connection_duration, "max_downstream_connection_duration")?;
+    // Envoy's validation: at least 1 ms.
+    if max_downstream_connection_duration.is_some_and(|d| d < std::time::Duration::from_millis(1)) {
+        return Err(ConfigError::new("max_downstream_connection_duration", "must be at least 1ms"));
+    }
     let max_connect_attempts = common::u32_or(&max_connect_attempts, 1);
     if max_connect_attempts == 0 {
         return Err(ConfigError::new("max_connect_attempts", "must be at least 1"));
@@ -119,61 +135,16 @@ pub fn tcp_proxy(proto: proto::TcpProxy, warnings: &mut Warnings) -> Result<TcpP
         cluster,
         idle_timeout: match common::opt_duration(&idle_timeout, "idle_timeout")? {
             None => Some(DEFAULT_TCP_IDLE_TIMEOUT),
-            Some(d) => Some(d).filter(|d| !d.is_zero()),
+            // Envoy keeps whole milliseconds: under 1 ms is 0, which disables it.
+            Some(d) => Some(d).filter(|d| d.as_millis() > 0),
         },
-        downstream_idle_timeout: opt(&downstream_idle_timeout, "downstream_idle_timeout")?,
-        upstream_idle_timeout: opt(&upstream_idle_timeout, "upstream_idle_timeout")?,
         max_connect_attempts,
-        max_downstream_connection_duration: opt(
-            &max_downstream_connection_duration,
-            "max_downstream_connection_duration",
+        max_downstream_connection_duration,
+        max_downstream_connection_duration_jitter: common::percent_or(
+            &max_downstream_connection_duration_jitter_percentage,
+            0.0,
+            "max_downstream_connection_duration_jitter_percentage",
         )?,
         hash_source_ip,
-        tunneling,
-    })
-}
-
-fn tunneling(proto: proto::tcp_proxy::TunnelingConfig, warnings: &mut Warnings) -> Result<Tunneling> {
-    let proto::tcp_proxy::TunnelingConfig {
-        hostname,
-        use_post,
-        headers_to_add,
-        propagate_response_headers,
-        post_path,
-        propagate_response_trailers,
-        request_id_extension,
-        request_id_header,
-        request_id_metadata_key,
-        formatters,
-    } = proto;
-    if hostname.is_empty() {
-        return Err(ConfigError::new("hostname", "must not be empty"));
-    }
-    if !use_post && !post_path.is_empty() {
-        return Err(ConfigError::new("post_path", "requires use_post"));
-    }
-    if !formatters.is_empty() {
-        return Err(ConfigError::new("formatters", "custom formatters are not supported"));
-    }
-    ignore_all(
-        warnings,
-        &[(
-            request_id_extension.is_some() || !request_id_header.is_empty() || !request_id_metadata_key.is_empty(),
-            "request_id_extension",
-            "tunnel requests carry no request ID",
-        )],
-    );
-    let headers_to_add = headers_to_add
-        .into_iter()
-        .enumerate()
-        .map(|(i, h)| route::header_value_option(h, true).map_err(|e| e.at(format!("headers_to_add[{i}]"))))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(Tunneling {
-        hostname,
-        use_post,
-        post_path: if use_post && post_path.is_empty() { "/".to_owned() } else { post_path },
-        headers_to_add,
-        propagate_response_headers,
-        propagate_response_trailers,
     })
 }

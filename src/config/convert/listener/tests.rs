@@ -6,6 +6,10 @@ mod istio;
 mod filters_by_type;
 // Fields accepted at Envoy's default only.
 mod hcm_defaults_only;
+// The TCP proxy's timeouts and refusals.
+mod tcp_proxy;
+// What a listener binds; listener filter options refused.
+mod addresses;
 
 use std::net::IpAddr;
 use std::time::Duration;

@@ -157,7 +157,8 @@ fn network_rbac_needs_a_stat_prefix() {
         convert(json!({ "stat_prefix": "tcp.", "rules": {}, "enforcement_type": "CONTINUOUS", "delay_deny": "2s" }))
             .unwrap();
     assert_eq!(rbac.stat_prefix, "tcp");
-    assert_eq!(rbac.enforcement, Enforcement::Continuous);
     assert_eq!(rbac.delay_deny, Some(std::time::Duration::from_secs(2)));
     assert!(rbac.rules.unwrap().policies.is_empty());
+    let unknown = convert(json!({ "stat_prefix": "tcp.", "enforcement_type": 7 })).unwrap_err();
+    assert_eq!(unknown.path(), "enforcement_type");
 }

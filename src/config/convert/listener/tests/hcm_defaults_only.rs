@@ -23,6 +23,7 @@ fn non_default_values_are_refused_with_their_path() {
         ("delayed_close_timeout", json!("3s"), "delayed_close_timeout"),
         ("http_protocol_options", json!({"enable_trailers": true}), "http_protocol_options.enable_trailers"),
         ("http2_protocol_options", json!({"allow_connect": true}), "http2_protocol_options.allow_connect"),
+        ("proxy_status_config", json!({}), "proxy_status_config"),
     ];
     for (field, value, path) in refused {
         let err = error(convert(with(field, value.clone())));
@@ -39,6 +40,8 @@ fn defaults_spelled_out_are_accepted() {
         ("delayed_close_timeout", json!("1s")),
         ("http_protocol_options", json!({"enable_trailers": false})),
         ("http2_protocol_options", json!({"allow_connect": false})),
+        ("add_user_agent", json!(false)),
+        ("add_user_agent", json!(true)),
     ];
     for (field, value) in accepted {
         assert!(convert(with(field, value.clone())).is_ok(), "{field}: {value}");

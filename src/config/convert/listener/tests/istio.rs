@@ -104,13 +104,17 @@ fn by_name<'a>(listeners: &'a [Listener], name: &str) -> &'a Listener {
 
 #[test]
 fn sidecar_listeners_convert() {
-    // HBONE's `connect_terminate` (CONNECT termination) is refused; every other listener,
-    // RBAC, ext_authz, JWT and fault filters included, converts.
+    // HBONE's `connect_terminate` (CONNECT termination) and `connect_originate` (a TCP
+    // proxy tunnelling over CONNECT) are refused; every other listener, RBAC, ext_authz, JWT
+    // and fault filters included, converts.
     let listeners = convert_listeners_refusing(
         "sidecar-listeners.config_dump.json",
-        &[("connect_terminate", "CONNECT termination is not supported")],
+        &[
+            ("connect_terminate", "CONNECT termination is not supported"),
+            ("connect_originate", "tunnelling TCP over HTTP (CONNECT or POST) is not supported"),
+        ],
     );
-    assert_eq!(listeners.len(), 2 + 27 - 1);
+    assert_eq!(listeners.len(), 2 + 27 - 2);
 
     let inbound = by_name(&listeners, "virtualInbound");
     // The original_dst listener filter restores the destination for chain matching; only
