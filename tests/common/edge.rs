@@ -400,10 +400,10 @@ pub async fn h2_raw<S: AsyncRead + AsyncWrite + Unpin>(mut io: S, fields: &[(&st
                 let stream = u32::from_be_bytes([buffer[5], buffer[6], buffer[7], buffer[8]]) & 0x7fff_ffff;
                 let payload: Vec<u8> = buffer[9..9 + length].to_vec();
                 buffer.drain(..9 + length);
+                // The server's SETTINGS go unacknowledged: an acknowledgement written after
+                // a server has closed would make its kernel reset the connection, and the
+                // reset can discard the GOAWAY this client has yet to read.
                 match kind {
-                    4 if flags & 1 == 0 => {
-                        let _ = io.write_all(&frame(4, 1, 0, &[])).await;
-                    }
                     1 if stream == 1 => return status_of(&payload, flags),
                     3 if stream == 1 => return RawH2::Reset(code(&payload, 0)),
                     7 => return RawH2::GoAway(code(&payload, 4)),
