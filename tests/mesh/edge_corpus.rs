@@ -43,6 +43,8 @@ const LISTENERS: &[&str] = &[
     "hops_xff",
     "strip",
     "http10",
+    "xfcc_cert",
+    "skip_xff",
 ];
 
 /// The filters of Istio's inbound HTTP chain that Envoy 1.40 has (not Istio's own Wasm and
@@ -90,6 +92,9 @@ fn istio_hcm(stat_prefix: &str, route_config: Value, http_filters: Value) -> Val
             "use_request_id_for_trace_sampling": true,
         } },
         "path_with_escaped_slashes_action": "KEEP_UNCHANGED",
+        // Not in the rendered configs above; set so that both proxies run with it (a client
+        // that sends its head at once never meets it).
+        "request_headers_timeout": "10s",
     })
 }
 
@@ -291,6 +296,15 @@ fn bootstrap(ports: &BTreeMap<&'static str, u16>, backend: u16, server: &Leaf, c
                 json!({ "http_protocol_options": { "accept_http_10": true, "default_host_for_http_10": "app.default" } }),
             ),
         ),
+        permissive(
+            "xfcc_cert",
+            port("xfcc_cert"),
+            inbound_hcm(
+                "APPEND_FORWARD",
+                json!({ "set_current_client_cert_details": { "subject": true, "cert": true, "chain": true, "dns": true, "uri": true } }),
+            ),
+        ),
+        permissive("skip_xff", port("skip_xff"), edge(json!({ "skip_xff_append": true }))),
     ];
     let clusters = vec![
         cluster(INBOUND_CLUSTER, backend),
@@ -381,6 +395,13 @@ fn corpus() -> Vec<Case> {
         Client::Mtls,
         get("/", "public.example", &format!("x-forwarded-client-cert: {FORGED_XFCC}\r\nx-forwarded-client-cert: URI=spiffe://x\r\n")),
     );
+    h1(
+        "xfcc APPEND_FORWARD with cert and chain, mTLS",
+        "xfcc_cert",
+        Client::Mtls,
+        get("/", "public.example", &format!("x-forwarded-client-cert: {FORGED_XFCC}\r\n")),
+    );
+    h1("xfcc APPEND_FORWARD with cert and chain, plaintext", "xfcc_cert", Client::Plaintext, get("/", "public.example", ""));
 
     // Istio's inbound, PERMISSIVE and STRICT.
     h1("inbound: plaintext GET", "inbound", Client::Plaintext, get("/", "public.example", ""));
@@ -480,6 +501,7 @@ fn corpus() -> Vec<Case> {
     h1("xff: trusted hops 1, from xff, two", "hops_xff", Client::Plaintext, get("/", "public.example", "x-forwarded-for: 1.2.3.4, 5.6.7.8\r\n"));
     h1("xff: trusted hops 1, from xff, one", "hops_xff", Client::Plaintext, get("/", "public.example", "x-forwarded-for: 1.2.3.4\r\n"));
     h1("xff: inbound, two", "inbound", Client::Plaintext, get("/", "public.example", "x-forwarded-for: 1.2.3.4, 5.6.7.8\r\n"));
+    h1("xff: skip_xff_append, one", "skip_xff", Client::Plaintext, get("/", "public.example", "x-forwarded-for: 1.2.3.4\r\n"));
     h1("xff: two headers", "edge", Client::Plaintext, get("/", "public.example", "x-forwarded-for: 1.2.3.4\r\nx-forwarded-for: 5.6.7.8\r\n"));
     h1("x-forwarded-proto forged, edge", "edge", Client::Plaintext, get("/", "public.example", "x-forwarded-proto: https\r\n"));
     h1("x-forwarded-proto forged, inbound", "inbound", Client::Plaintext, get("/", "public.example", "x-forwarded-proto: https\r\n"));
@@ -677,6 +699,7 @@ const KNOWN: &[(&str, Known)] = &[
     ("xfcc SANITIZE_SET: forged, mTLS", XFCC),
     ("xfcc SANITIZE_SET: none, mTLS", XFCC),
     ("xfcc APPEND_FORWARD: two forged headers, mTLS", XFCC),
+    ("xfcc APPEND_FORWARD with cert and chain, mTLS", XFCC),
     ("strict: mTLS GET", XFCC),
     ("upgrade: websocket, mTLS", XFCC),
     ("x-envoy control headers, inbound mTLS", XFCC),
