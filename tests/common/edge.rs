@@ -35,7 +35,10 @@ pub struct Proxies {
 impl Proxies {
     /// Starts both from `bootstrap(ports)` (listener name → port); `None` when no Envoy is
     /// installed (the caller says SKIPPED).
-    pub async fn start(listeners: &[&'static str], bootstrap: impl Fn(&BTreeMap<&'static str, u16>) -> String) -> Option<Proxies> {
+    pub async fn start(
+        listeners: &[&'static str],
+        bootstrap: impl Fn(&BTreeMap<&'static str, u16>) -> String,
+    ) -> Option<Proxies> {
         let binary = envoy_binary()?;
         let envoy_ports: BTreeMap<_, _> = listeners.iter().map(|name| (*name, free_port())).collect();
         let outrider_ports: BTreeMap<_, _> = listeners.iter().map(|name| (*name, free_port())).collect();
@@ -43,7 +46,8 @@ impl Proxies {
             format!("{text}\nadmin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}\n")
         };
         let envoy = Envoy::start(&binary, &with_admin(bootstrap(&envoy_ports))).await;
-        let outrider = app::start_with(Bootstrap::parse(&with_admin(bootstrap(&outrider_ports))).unwrap(), 1).await.unwrap();
+        let outrider =
+            app::start_with(Bootstrap::parse(&with_admin(bootstrap(&outrider_ports))).unwrap(), 1).await.unwrap();
         outrider.listeners_ready().await;
         let ports = listeners.iter().map(|name| (*name, (envoy_ports[name], outrider_ports[name]))).collect();
         Some(Proxies { envoy, outrider, ports })
@@ -99,8 +103,11 @@ async fn serve_backend(mut stream: tokio::net::TcpStream, seen: Recorder) {
             let _ = stream.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await;
             return;
         }
-        if connection.contains("upgrade") && parsed.get("upgrade").is_some_and(|u| u.eq_ignore_ascii_case("websocket")) {
-            let _ = stream.write_all(b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n").await;
+        if connection.contains("upgrade") && parsed.get("upgrade").is_some_and(|u| u.eq_ignore_ascii_case("websocket"))
+        {
+            let _ = stream
+                .write_all(b"HTTP/1.1 101 Switching Protocols\r\nconnection: upgrade\r\nupgrade: websocket\r\n\r\n")
+                .await;
             return;
         }
         if !read_body(&mut stream, &mut buffer, &parsed).await {

@@ -279,7 +279,9 @@ fn bootstrap(ports: &BTreeMap<&'static str, u16>, backend: u16, server: &Leaf, c
         permissive(
             "edge_internal",
             port("edge_internal"),
-            edge(json!({ "internal_address_config": { "cidr_ranges": [{ "address_prefix": "127.0.0.0", "prefix_len": 8 }] } })),
+            edge(
+                json!({ "internal_address_config": { "cidr_ranges": [{ "address_prefix": "127.0.0.0", "prefix_len": 8 }] } }),
+            ),
         ),
         permissive("hops", port("hops"), edge(json!({ "xff_num_trusted_hops": 1 }))),
         permissive("hops_xff", port("hops_xff"), inbound_hcm("APPEND_FORWARD", json!({ "xff_num_trusted_hops": 1 }))),
@@ -355,7 +357,8 @@ struct Case {
 }
 
 /// A client's identity forged in `x-forwarded-client-cert`.
-const FORGED_XFCC: &str = "By=spiffe://cluster.local/ns/default/sa/app;URI=spiffe://cluster.local/ns/kube-system/sa/admin";
+const FORGED_XFCC: &str =
+    "By=spiffe://cluster.local/ns/default/sa/app;URI=spiffe://cluster.local/ns/kube-system/sa/admin";
 
 /// The control headers a client may try to set.
 const ENVOY_CONTROL: &str = "x-envoy-max-retries: 3\r\nx-envoy-retry-on: 5xx\r\nx-envoy-upstream-rq-timeout-ms: 30000\r\nx-envoy-upstream-rq-per-try-timeout-ms: 30000\r\nx-envoy-retriable-status-codes: 200\r\nx-envoy-hedge-on-per-try-timeout: true\r\n";
@@ -385,7 +388,12 @@ fn corpus() -> Vec<Case> {
         ("always_forward_only", "ALWAYS_FORWARD_ONLY"),
     ] {
         let forged = format!("x-forwarded-client-cert: {FORGED_XFCC}\r\n");
-        h1(&format!("xfcc {mode}: forged, plaintext"), listener, Client::Plaintext, get("/", "public.example", &forged));
+        h1(
+            &format!("xfcc {mode}: forged, plaintext"),
+            listener,
+            Client::Plaintext,
+            get("/", "public.example", &forged),
+        );
         h1(&format!("xfcc {mode}: forged, mTLS"), listener, Client::Mtls, get("/", "public.example", &forged));
         h1(&format!("xfcc {mode}: none, mTLS"), listener, Client::Mtls, get("/", "public.example", ""));
     }
@@ -393,7 +401,11 @@ fn corpus() -> Vec<Case> {
         "xfcc APPEND_FORWARD: two forged headers, mTLS",
         "inbound",
         Client::Mtls,
-        get("/", "public.example", &format!("x-forwarded-client-cert: {FORGED_XFCC}\r\nx-forwarded-client-cert: URI=spiffe://x\r\n")),
+        get(
+            "/",
+            "public.example",
+            &format!("x-forwarded-client-cert: {FORGED_XFCC}\r\nx-forwarded-client-cert: URI=spiffe://x\r\n"),
+        ),
     );
     h1(
         "xfcc APPEND_FORWARD with cert and chain, mTLS",
@@ -401,7 +413,12 @@ fn corpus() -> Vec<Case> {
         Client::Mtls,
         get("/", "public.example", &format!("x-forwarded-client-cert: {FORGED_XFCC}\r\n")),
     );
-    h1("xfcc APPEND_FORWARD with cert and chain, plaintext", "xfcc_cert", Client::Plaintext, get("/", "public.example", ""));
+    h1(
+        "xfcc APPEND_FORWARD with cert and chain, plaintext",
+        "xfcc_cert",
+        Client::Plaintext,
+        get("/", "public.example", ""),
+    );
 
     // Istio's inbound, PERMISSIVE and STRICT.
     h1("inbound: plaintext GET", "inbound", Client::Plaintext, get("/", "public.example", ""));
@@ -413,15 +430,32 @@ fn corpus() -> Vec<Case> {
 
     // Upgrades.
     let upgrade = |version: &str, upgrade: &str, connection: &str, extra: &str| {
-        format!("GET /ws {version}\r\nhost: public.example\r\nconnection: {connection}\r\nupgrade: {upgrade}\r\n{extra}\r\n")
+        format!(
+            "GET /ws {version}\r\nhost: public.example\r\nconnection: {connection}\r\nupgrade: {upgrade}\r\n{extra}\r\n"
+        )
     };
     let settings = "http2-settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n";
     h1("upgrade: websocket", "inbound", Client::Plaintext, upgrade("HTTP/1.1", "websocket", "upgrade", ""));
     h1("upgrade: websocket, mTLS", "inbound", Client::Mtls, upgrade("HTTP/1.1", "websocket", "upgrade", ""));
-    h1("upgrade: websocket, outbound", "outbound", Client::Plaintext, upgrade("HTTP/1.1", "websocket", "Upgrade", "").replace("public.example", SERVICE));
+    h1(
+        "upgrade: websocket, outbound",
+        "outbound",
+        Client::Plaintext,
+        upgrade("HTTP/1.1", "websocket", "Upgrade", "").replace("public.example", SERVICE),
+    );
     h1("upgrade: WebSocket (case)", "inbound", Client::Plaintext, upgrade("HTTP/1.1", "WebSocket", "Upgrade", ""));
-    h1("upgrade: h2c with HTTP2-Settings", "inbound", Client::Plaintext, upgrade("HTTP/1.1", "h2c", "Upgrade, HTTP2-Settings", settings));
-    h1("upgrade: h2c, outbound", "outbound", Client::Plaintext, upgrade("HTTP/1.1", "h2c", "Upgrade, HTTP2-Settings", settings).replace("public.example", SERVICE));
+    h1(
+        "upgrade: h2c with HTTP2-Settings",
+        "inbound",
+        Client::Plaintext,
+        upgrade("HTTP/1.1", "h2c", "Upgrade, HTTP2-Settings", settings),
+    );
+    h1(
+        "upgrade: h2c, outbound",
+        "outbound",
+        Client::Plaintext,
+        upgrade("HTTP/1.1", "h2c", "Upgrade, HTTP2-Settings", settings).replace("public.example", SERVICE),
+    );
     h1(
         "upgrade: websocket, h2c with HTTP2-Settings",
         "inbound",
@@ -438,7 +472,12 @@ fn corpus() -> Vec<Case> {
     );
     h1("HTTP2-Settings without upgrade", "inbound", Client::Plaintext, get("/", "public.example", settings));
     h1("upgrade: websocket on HTTP/1.0", "inbound", Client::Plaintext, upgrade("HTTP/1.0", "websocket", "Upgrade", ""));
-    h1("upgrade: h2c on HTTP/1.0", "inbound", Client::Plaintext, upgrade("HTTP/1.0", "h2c", "Upgrade, HTTP2-Settings", settings));
+    h1(
+        "upgrade: h2c on HTTP/1.0",
+        "inbound",
+        Client::Plaintext,
+        upgrade("HTTP/1.0", "h2c", "Upgrade, HTTP2-Settings", settings),
+    );
     h1(
         "upgrade: websocket on HTTP/1.0, accept_http_10",
         "http10",
@@ -455,9 +494,24 @@ fn corpus() -> Vec<Case> {
     // HTTP/1.0.
     h1("HTTP/1.0 with Host", "inbound", Client::Plaintext, "GET /ten HTTP/1.0\r\nhost: public.example\r\n\r\n".into());
     h1("HTTP/1.0 without Host", "inbound", Client::Plaintext, "GET /ten HTTP/1.0\r\n\r\n".into());
-    h1("HTTP/1.0 with Host, outbound", "outbound", Client::Plaintext, format!("GET /ten HTTP/1.0\r\nhost: {SERVICE}\r\n\r\n"));
-    h1("HTTP/1.0 with Host, accept_http_10", "http10", Client::Plaintext, "GET /ten HTTP/1.0\r\nhost: public.example\r\n\r\n".into());
-    h1("HTTP/1.0 without Host, default_host_for_http_10", "http10", Client::Plaintext, "GET /ten HTTP/1.0\r\n\r\n".into());
+    h1(
+        "HTTP/1.0 with Host, outbound",
+        "outbound",
+        Client::Plaintext,
+        format!("GET /ten HTTP/1.0\r\nhost: {SERVICE}\r\n\r\n"),
+    );
+    h1(
+        "HTTP/1.0 with Host, accept_http_10",
+        "http10",
+        Client::Plaintext,
+        "GET /ten HTTP/1.0\r\nhost: public.example\r\n\r\n".into(),
+    );
+    h1(
+        "HTTP/1.0 without Host, default_host_for_http_10",
+        "http10",
+        Client::Plaintext,
+        "GET /ten HTTP/1.0\r\n\r\n".into(),
+    );
     h1(
         "HTTP/1.0 keep-alive, accept_http_10",
         "http10",
@@ -472,11 +526,36 @@ fn corpus() -> Vec<Case> {
     );
 
     // Absolute-form targets.
-    h1("absolute-form public.example, Host admin.example", "inbound", Client::Plaintext, get("http://public.example/x", "admin.example", ""));
-    h1("absolute-form admin.example, Host public.example", "inbound", Client::Plaintext, get("http://admin.example/x", "public.example", ""));
-    h1("absolute-form https on plaintext", "inbound", Client::Plaintext, get("https://public.example/x", "public.example", ""));
-    h1("absolute-form with a port", "inbound", Client::Plaintext, get("http://public.example:8080/x", "admin.example", ""));
-    h1("absolute-form with userinfo", "inbound", Client::Plaintext, get("http://user@public.example/x", "public.example", ""));
+    h1(
+        "absolute-form public.example, Host admin.example",
+        "inbound",
+        Client::Plaintext,
+        get("http://public.example/x", "admin.example", ""),
+    );
+    h1(
+        "absolute-form admin.example, Host public.example",
+        "inbound",
+        Client::Plaintext,
+        get("http://admin.example/x", "public.example", ""),
+    );
+    h1(
+        "absolute-form https on plaintext",
+        "inbound",
+        Client::Plaintext,
+        get("https://public.example/x", "public.example", ""),
+    );
+    h1(
+        "absolute-form with a port",
+        "inbound",
+        Client::Plaintext,
+        get("http://public.example:8080/x", "admin.example", ""),
+    );
+    h1(
+        "absolute-form with userinfo",
+        "inbound",
+        Client::Plaintext,
+        get("http://user@public.example/x", "public.example", ""),
+    );
     h1(
         "absolute-form service, Host elsewhere, outbound",
         "outbound",
@@ -485,7 +564,9 @@ fn corpus() -> Vec<Case> {
     );
 
     // Control headers from external and internal clients.
-    for (listener, who) in [("edge", "external"), ("edge_internal", "internal"), ("inbound", "inbound"), ("outbound", "outbound")] {
+    for (listener, who) in
+        [("edge", "external"), ("edge_internal", "internal"), ("inbound", "inbound"), ("outbound", "outbound")]
+    {
         let host = if listener == "outbound" { SERVICE } else { "public.example" };
         h1(&format!("x-envoy control headers, {who}"), listener, Client::Plaintext, get("/", host, ENVOY_CONTROL));
         h1(&format!("x-envoy identity headers, {who}"), listener, Client::Plaintext, get("/", host, ENVOY_IDENTITY));
@@ -495,17 +576,72 @@ fn corpus() -> Vec<Case> {
     // XFF chains and x-forwarded-proto.
     h1("xff: edge, none", "edge", Client::Plaintext, get("/", "public.example", ""));
     h1("xff: edge, one", "edge", Client::Plaintext, get("/", "public.example", "x-forwarded-for: 1.2.3.4\r\n"));
-    h1("xff: edge, two", "edge", Client::Plaintext, get("/", "public.example", "x-forwarded-for: 1.2.3.4, 5.6.7.8\r\n"));
-    h1("xff: edge internal, two", "edge_internal", Client::Plaintext, get("/", "public.example", "x-forwarded-for: 1.2.3.4, 10.0.0.1\r\n"));
-    h1("xff: trusted hops 1, remote, two", "hops", Client::Plaintext, get("/", "public.example", "x-forwarded-for: 1.2.3.4, 5.6.7.8\r\n"));
-    h1("xff: trusted hops 1, from xff, two", "hops_xff", Client::Plaintext, get("/", "public.example", "x-forwarded-for: 1.2.3.4, 5.6.7.8\r\n"));
-    h1("xff: trusted hops 1, from xff, one", "hops_xff", Client::Plaintext, get("/", "public.example", "x-forwarded-for: 1.2.3.4\r\n"));
-    h1("xff: inbound, two", "inbound", Client::Plaintext, get("/", "public.example", "x-forwarded-for: 1.2.3.4, 5.6.7.8\r\n"));
-    h1("xff: skip_xff_append, one", "skip_xff", Client::Plaintext, get("/", "public.example", "x-forwarded-for: 1.2.3.4\r\n"));
-    h1("xff: two headers", "edge", Client::Plaintext, get("/", "public.example", "x-forwarded-for: 1.2.3.4\r\nx-forwarded-for: 5.6.7.8\r\n"));
-    h1("x-forwarded-proto forged, edge", "edge", Client::Plaintext, get("/", "public.example", "x-forwarded-proto: https\r\n"));
-    h1("x-forwarded-proto forged, inbound", "inbound", Client::Plaintext, get("/", "public.example", "x-forwarded-proto: https\r\n"));
-    h1("x-forwarded-proto forged, mTLS", "inbound", Client::Mtls, get("/", "public.example", "x-forwarded-proto: http\r\n"));
+    h1(
+        "xff: edge, two",
+        "edge",
+        Client::Plaintext,
+        get("/", "public.example", "x-forwarded-for: 1.2.3.4, 5.6.7.8\r\n"),
+    );
+    h1(
+        "xff: edge internal, two",
+        "edge_internal",
+        Client::Plaintext,
+        get("/", "public.example", "x-forwarded-for: 1.2.3.4, 10.0.0.1\r\n"),
+    );
+    h1(
+        "xff: trusted hops 1, remote, two",
+        "hops",
+        Client::Plaintext,
+        get("/", "public.example", "x-forwarded-for: 1.2.3.4, 5.6.7.8\r\n"),
+    );
+    h1(
+        "xff: trusted hops 1, from xff, two",
+        "hops_xff",
+        Client::Plaintext,
+        get("/", "public.example", "x-forwarded-for: 1.2.3.4, 5.6.7.8\r\n"),
+    );
+    h1(
+        "xff: trusted hops 1, from xff, one",
+        "hops_xff",
+        Client::Plaintext,
+        get("/", "public.example", "x-forwarded-for: 1.2.3.4\r\n"),
+    );
+    h1(
+        "xff: inbound, two",
+        "inbound",
+        Client::Plaintext,
+        get("/", "public.example", "x-forwarded-for: 1.2.3.4, 5.6.7.8\r\n"),
+    );
+    h1(
+        "xff: skip_xff_append, one",
+        "skip_xff",
+        Client::Plaintext,
+        get("/", "public.example", "x-forwarded-for: 1.2.3.4\r\n"),
+    );
+    h1(
+        "xff: two headers",
+        "edge",
+        Client::Plaintext,
+        get("/", "public.example", "x-forwarded-for: 1.2.3.4\r\nx-forwarded-for: 5.6.7.8\r\n"),
+    );
+    h1(
+        "x-forwarded-proto forged, edge",
+        "edge",
+        Client::Plaintext,
+        get("/", "public.example", "x-forwarded-proto: https\r\n"),
+    );
+    h1(
+        "x-forwarded-proto forged, inbound",
+        "inbound",
+        Client::Plaintext,
+        get("/", "public.example", "x-forwarded-proto: https\r\n"),
+    );
+    h1(
+        "x-forwarded-proto forged, mTLS",
+        "inbound",
+        Client::Mtls,
+        get("/", "public.example", "x-forwarded-proto: http\r\n"),
+    );
 
     // x-request-id.
     let id = "x-request-id: 7d2c4b8e-1111-4222-8333-944445555666\r\n";
@@ -515,11 +651,21 @@ fn corpus() -> Vec<Case> {
     h1("x-request-id present, internal", "edge_internal", Client::Plaintext, get("/", "public.example", id));
     h1("x-request-id present, outbound", "outbound", Client::Plaintext, get("/", SERVICE, id));
     h1("x-request-id not a UUID", "inbound", Client::Plaintext, get("/", "public.example", "x-request-id: abc\r\n"));
-    h1("x-request-id twice", "inbound", Client::Plaintext, get("/", "public.example", &format!("{id}x-request-id: abc\r\n")));
+    h1(
+        "x-request-id twice",
+        "inbound",
+        Client::Plaintext,
+        get("/", "public.example", &format!("{id}x-request-id: abc\r\n")),
+    );
 
     // via, te and connection-specific headers on HTTP/1.1.
     h1("via on HTTP/1.1", "inbound", Client::Plaintext, get("/", "public.example", "via: 1.1 other\r\n"));
-    h1("te: trailers, gzip on HTTP/1.1", "inbound", Client::Plaintext, get("/", "public.example", "te: trailers, gzip\r\n"));
+    h1(
+        "te: trailers, gzip on HTTP/1.1",
+        "inbound",
+        Client::Plaintext,
+        get("/", "public.example", "te: trailers, gzip\r\n"),
+    );
     h1(
         "connection nominates a header",
         "inbound",
@@ -538,19 +684,38 @@ fn corpus() -> Vec<Case> {
         name: "CONNECT, then a request in the tunnel's bytes".into(),
         listener: "inbound",
         client: Client::Plaintext,
-        request: Request::H1(format!("CONNECT public.example:443 HTTP/1.1\r\nhost: public.example:443\r\n\r\n{}", get("/smuggled", "public.example", "")), 2),
+        request: Request::H1(
+            format!(
+                "CONNECT public.example:443 HTTP/1.1\r\nhost: public.example:443\r\n\r\n{}",
+                get("/smuggled", "public.example", "")
+            ),
+            2,
+        ),
     });
     cases.push(Case {
         name: "CONNECT, then a request in the tunnel's bytes, outbound".into(),
         listener: "outbound",
         client: Client::Plaintext,
-        request: Request::H1(format!("CONNECT {SERVICE}:8080 HTTP/1.1\r\nhost: {SERVICE}:8080\r\n\r\n{}", get("/smuggled", SERVICE, "")), 2),
+        request: Request::H1(
+            format!("CONNECT {SERVICE}:8080 HTTP/1.1\r\nhost: {SERVICE}:8080\r\n\r\n{}", get("/smuggled", SERVICE, "")),
+            2,
+        ),
     });
     let mut h1 = |name: &str, listener: &'static str, client: Client, text: String| {
         cases.push(Case { name: name.to_owned(), listener, client, request: Request::H1(text, 1) });
     };
-    h1("OPTIONS *", "inbound", Client::Plaintext, "OPTIONS * HTTP/1.1\r\nhost: public.example\r\nconnection: close\r\n\r\n".into());
-    h1("OPTIONS *, outbound", "outbound", Client::Plaintext, format!("OPTIONS * HTTP/1.1\r\nhost: {SERVICE}\r\nconnection: close\r\n\r\n"));
+    h1(
+        "OPTIONS *",
+        "inbound",
+        Client::Plaintext,
+        "OPTIONS * HTTP/1.1\r\nhost: public.example\r\nconnection: close\r\n\r\n".into(),
+    );
+    h1(
+        "OPTIONS *, outbound",
+        "outbound",
+        Client::Plaintext,
+        format!("OPTIONS * HTTP/1.1\r\nhost: {SERVICE}\r\nconnection: close\r\n\r\n"),
+    );
 
     // Sizes and duplicates (Envoy's defaults: 60 KiB of headers, 100 headers).
     let header = |kib: usize| format!("x-big: {}\r\n", "b".repeat(kib * 1024));
@@ -560,16 +725,56 @@ fn corpus() -> Vec<Case> {
     h1("97 headers", "inbound", Client::Plaintext, get("/", "public.example", &headers(97)));
     h1("101 headers", "inbound", Client::Plaintext, get("/", "public.example", &headers(101)));
     h1("two Host headers", "inbound", Client::Plaintext, get("/", "public.example", "host: admin.example\r\n"));
-    h1("two Host headers, admin first", "inbound", Client::Plaintext, get("/", "admin.example", "host: public.example\r\n"));
+    h1(
+        "two Host headers, admin first",
+        "inbound",
+        Client::Plaintext,
+        get("/", "admin.example", "host: public.example\r\n"),
+    );
     h1("a header twice", "inbound", Client::Plaintext, get("/", "public.example", "x-dup: one\r\nx-dup: two\r\n"));
 
     // Framing.
-    let post = |extra: &str, body: &str| format!("POST /p HTTP/1.1\r\nhost: public.example\r\n{extra}connection: close\r\n\r\n{body}");
-    h1("content-length and chunked", "inbound", Client::Plaintext, post("content-length: 5\r\ntransfer-encoding: chunked\r\n", "5\r\nhello\r\n0\r\n\r\n"));
-    h1("chunked and content-length", "inbound", Client::Plaintext, post("transfer-encoding: chunked\r\ncontent-length: 5\r\n", "5\r\nhello\r\n0\r\n\r\n"));
-    h1("content-length twice, equal", "inbound", Client::Plaintext, post("content-length: 5\r\ncontent-length: 5\r\n", "hello"));
-    h1("content-length twice, different", "inbound", Client::Plaintext, post("content-length: 5\r\ncontent-length: 6\r\n", "hello!"));
-    h1("transfer-encoding xchunked", "inbound", Client::Plaintext, post("transfer-encoding: xchunked\r\n", "5\r\nhello\r\n0\r\n\r\n"));
+    let post = |extra: &str, body: &str| {
+        format!("POST /p HTTP/1.1\r\nhost: public.example\r\n{extra}connection: close\r\n\r\n{body}")
+    };
+    h1(
+        "content-length and chunked",
+        "inbound",
+        Client::Plaintext,
+        post("content-length: 5\r\ntransfer-encoding: chunked\r\n", "5\r\nhello\r\n0\r\n\r\n"),
+    );
+    h1(
+        "chunked and content-length",
+        "inbound",
+        Client::Plaintext,
+        post("transfer-encoding: chunked\r\ncontent-length: 5\r\n", "5\r\nhello\r\n0\r\n\r\n"),
+    );
+    h1(
+        "content-length twice, equal",
+        "inbound",
+        Client::Plaintext,
+        post("content-length: 5\r\ncontent-length: 5\r\n", "hello"),
+    );
+    h1(
+        "content-length twice, different",
+        "inbound",
+        Client::Plaintext,
+        post("content-length: 5\r\ncontent-length: 6\r\n", "hello!"),
+    );
+    h1("obs-fold header", "inbound", Client::Plaintext, get("/", "public.example", "x-folded: one\r\n two\r\n"));
+    h1(
+        "runs of spaces in the request line",
+        "inbound",
+        Client::Plaintext,
+        "GET  /  HTTP/1.1\r\nhost: public.example\r\nconnection: close\r\n\r\n".into(),
+    );
+    h1("HTTP/1.1 without Host", "inbound", Client::Plaintext, "GET / HTTP/1.1\r\nconnection: close\r\n\r\n".into());
+    h1(
+        "transfer-encoding xchunked",
+        "inbound",
+        Client::Plaintext,
+        post("transfer-encoding: xchunked\r\n", "5\r\nhello\r\n0\r\n\r\n"),
+    );
     h1("POST chunked", "inbound", Client::Plaintext, post("transfer-encoding: chunked\r\n", "5\r\nhello\r\n0\r\n\r\n"));
 
     // Host forms.
@@ -601,25 +806,66 @@ fn corpus() -> Vec<Case> {
         request: Request::H2Raw(strings(fields)),
     };
     let get2 = |extra: &[(&'static str, &'static str)]| {
-        let mut fields = vec![(":method", "GET"), (":scheme", "http"), (":authority", "public.example"), (":path", "/")];
+        let mut fields =
+            vec![(":method", "GET"), (":scheme", "http"), (":authority", "public.example"), (":path", "/")];
         fields.extend_from_slice(extra);
         fields
     };
     cases.extend([
         h2("h2: GET", "inbound", Client::Plaintext, "http://public.example/", &[]),
         h2("h2: GET, mTLS", "inbound", Client::Mtls, "https://public.example/", &[]),
-        h2("h2: xfcc forged, mTLS", "inbound", Client::Mtls, "https://public.example/", &[("x-forwarded-client-cert", FORGED_XFCC)]),
-        h2("h2: xfcc forged, SANITIZE_SET, mTLS", "sanitize_set", Client::Mtls, "https://public.example/", &[("x-forwarded-client-cert", FORGED_XFCC)]),
-        h2("h2: :authority public.example, host admin.example", "inbound", Client::Plaintext, "http://public.example/", &[("host", "admin.example")]),
-        h2("h2: :authority admin.example, host public.example", "inbound", Client::Plaintext, "http://admin.example/", &[("host", "public.example")]),
+        h2(
+            "h2: xfcc forged, mTLS",
+            "inbound",
+            Client::Mtls,
+            "https://public.example/",
+            &[("x-forwarded-client-cert", FORGED_XFCC)],
+        ),
+        h2(
+            "h2: xfcc forged, SANITIZE_SET, mTLS",
+            "sanitize_set",
+            Client::Mtls,
+            "https://public.example/",
+            &[("x-forwarded-client-cert", FORGED_XFCC)],
+        ),
+        h2(
+            "h2: :authority public.example, host admin.example",
+            "inbound",
+            Client::Plaintext,
+            "http://public.example/",
+            &[("host", "admin.example")],
+        ),
+        h2(
+            "h2: :authority admin.example, host public.example",
+            "inbound",
+            Client::Plaintext,
+            "http://admin.example/",
+            &[("host", "public.example")],
+        ),
         h2("h2: :authority admin.example", "inbound", Client::Plaintext, "http://admin.example/", &[]),
-        h2("h2: :authority public.example, host admin.example, mTLS", "inbound", Client::Mtls, "https://public.example/", &[("host", "admin.example")]),
+        h2(
+            "h2: :authority public.example, host admin.example, mTLS",
+            "inbound",
+            Client::Mtls,
+            "https://public.example/",
+            &[("host", "admin.example")],
+        ),
         h2("h2: via", "inbound", Client::Plaintext, "http://public.example/", &[("via", "2 other")]),
         h2("h2: te: trailers", "inbound", Client::Plaintext, "http://public.example/", &[("te", "trailers")]),
-        h2("h2: x-envoy control headers, external", "edge", Client::Plaintext, "http://public.example/", &[("x-envoy-max-retries", "3"), ("x-envoy-retry-on", "5xx")]),
+        h2(
+            "h2: x-envoy control headers, external",
+            "edge",
+            Client::Plaintext,
+            "http://public.example/",
+            &[("x-envoy-max-retries", "3"), ("x-envoy-retry-on", "5xx")],
+        ),
         h2("h2: x-request-id absent", "inbound", Client::Plaintext, "http://public.example/", &[]),
         h2("h2: a header of 61 KiB", "inbound", Client::Plaintext, "http://public.example/", &[]),
-        raw("h2 raw: host without :authority", "inbound", &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("host", "admin.example")]),
+        raw(
+            "h2 raw: host without :authority",
+            "inbound",
+            &[(":method", "GET"), (":scheme", "http"), (":path", "/"), ("host", "admin.example")],
+        ),
         raw("h2 raw: te: gzip", "inbound", &get2(&[("te", "gzip")])),
         raw("h2 raw: connection: keep-alive", "inbound", &get2(&[("connection", "keep-alive")])),
         raw("h2 raw: keep-alive", "inbound", &get2(&[("keep-alive", "timeout=5")])),
@@ -658,9 +904,8 @@ enum Known {
 const XFCC: Known = Known::Fixing(
     "XFCC (issue 35 item 1): Outrider forwards the client's x-forwarded-client-cert whatever the mode and appends nothing over mTLS",
 );
-const UPGRADE: Known = Known::Fixing(
-    "upgrades (item 2): only the first Upgrade token is checked and h2c/HTTP2-Settings are forwarded",
-);
+const UPGRADE: Known =
+    Known::Fixing("upgrades (item 2): only the first Upgrade token is checked and h2c/HTTP2-Settings are forwarded");
 const CONNECT: Known = Known::Fixing(
     "CONNECT (item 2): without a CONNECT config Envoy answers 404 and closes; Outrider keeps the connection and serves the tunnel's bytes as a request",
 );
@@ -679,9 +924,8 @@ const FRAMING: Known = Known::Fixing(
 const H2_MALFORMED: Known = Known::Reason(
     "a malformed HTTP/2 request (RFC 9113 §8.2.2): Outrider resets the stream (PROTOCOL_ERROR), Envoy closes the connection (no GOAWAY); both refuse it and nothing reaches the upstream",
 );
-const SERVICE_TIME_ON_101: Known = Known::Open(
-    "Outrider adds x-envoy-upstream-service-time to a 101 response; Envoy adds it to none",
-);
+const SERVICE_TIME_ON_101: Known =
+    Known::Open("Outrider adds x-envoy-upstream-service-time to a 101 response; Envoy adds it to none");
 const LOCAL_REPLY_431: Known = Known::Open(
     "431 from the HTTP/1 codec: Envoy's local reply has a body (`Request Header Fields Too Large`), content-type and server; Outrider's has none",
 );
@@ -724,7 +968,9 @@ const KNOWN: &[(&str, Known)] = &[
     ("upgrade: h2c on HTTP/1.0", HTTP10),
     (
         "upgrade: websocket on HTTP/1.0, accept_http_10",
-        Known::Fixing("HTTP/1.0 (item 3): Outrider's 101 to an HTTP/1.0 client lacks `connection: upgrade` and `upgrade`"),
+        Known::Fixing(
+            "HTTP/1.0 (item 3): Outrider's 101 to an HTTP/1.0 client lacks `connection: upgrade` and `upgrade`",
+        ),
     ),
     ("HTTP/1.0 with Host", HTTP10),
     ("HTTP/1.0 without Host", HTTP10),
@@ -740,11 +986,15 @@ const KNOWN: &[(&str, Known)] = &[
     ("Host admin.example:80, strip_any_host_port", AUTHORITY),
     (
         "two Host headers",
-        Known::Open("two Host headers: Envoy joins them into one (`a,b`, which matches no host rule); Outrider forwards both"),
+        Known::Open(
+            "two Host headers: Envoy joins them into one (`a,b`, which matches no host rule); Outrider forwards both",
+        ),
     ),
     (
         "two Host headers, admin first",
-        Known::Open("two Host headers: Envoy joins them into one (`a,b`, which matches no host rule); Outrider forwards both"),
+        Known::Open(
+            "two Host headers: Envoy joins them into one (`a,b`, which matches no host rule); Outrider forwards both",
+        ),
     ),
     ("x-envoy control headers, external", TRUST),
     ("x-envoy identity headers, external", TRUST),
@@ -782,6 +1032,22 @@ const KNOWN: &[(&str, Known)] = &[
     ("chunked and content-length", FRAMING),
     ("content-length twice, equal", FRAMING),
     ("content-length twice, different", FRAMING),
+    (
+        "obs-fold header",
+        Known::Fixing(
+            "framing (item 7): Envoy accepts an obs-fold continuation and joins it with a space; Outrider answers 400",
+        ),
+    ),
+    (
+        "runs of spaces in the request line",
+        Known::Fixing("framing (item 7): Envoy accepts runs of spaces in the request line; Outrider answers 400"),
+    ),
+    (
+        "HTTP/1.1 without Host",
+        Known::Open(
+            "HTTP/1.1 without Host (RFC 9112 §3.2): Envoy answers 400; Outrider forwards it with the endpoint's address as Host",
+        ),
+    ),
     (
         "transfer-encoding xchunked",
         Known::Fixing("framing (item 7): an unknown transfer coding gets Envoy's 501, Outrider's 400"),
@@ -843,7 +1109,8 @@ struct Outcome {
 impl Outcome {
     /// The statuses the client read, for the table.
     fn summary(&self) -> String {
-        let client = self.client.iter().map(|c| c.split(" | ").next().unwrap_or_default()).collect::<Vec<_>>().join(",");
+        let client =
+            self.client.iter().map(|c| c.split(" | ").next().unwrap_or_default()).collect::<Vec<_>>().join(",");
         let client = if client.is_empty() { "-".to_owned() } else { client };
         format!("{client} (upstream {})", self.upstream.len())
     }
@@ -873,9 +1140,11 @@ async fn run(case: &Case, port: u16, ids: &Identities, backend: &Recorder) -> Ou
     let client = match connect(port, case.client, alpn, ids).await {
         Err(error) => vec![error],
         Ok(io) => match &case.request {
-            Request::H1(text, answers) => {
-                edge::h1_exchange(io, text.as_bytes(), *answers).await.iter().map(|r| render_response(r, &sent)).collect()
-            }
+            Request::H1(text, answers) => edge::h1_exchange(io, text.as_bytes(), *answers)
+                .await
+                .iter()
+                .map(|r| render_response(r, &sent))
+                .collect(),
             Request::H2(method, uri, headers) => {
                 let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
                 match edge::h2_request(io, method, uri, &headers).await {
@@ -909,7 +1178,8 @@ async fn the_request_edge_agrees_with_envoy() {
     let server = ca.leaf(&pki::spiffe("app"));
     let ids = Identities { client: ca.leaf(&pki::spiffe("client")), ca };
     let (backend_port, backend) = edge::recording_backend().await;
-    let Some(proxies) = Proxies::start(LISTENERS, |ports| bootstrap(ports, backend_port, &server, &ids.ca)).await else {
+    let Some(proxies) = Proxies::start(LISTENERS, |ports| bootstrap(ports, backend_port, &server, &ids.ca)).await
+    else {
         skipped(Tool::Envoy, "the request edge corpus", "envoy not found");
         return;
     };
@@ -918,6 +1188,7 @@ async fn the_request_edge_agrees_with_envoy() {
     let mut unexplained = Vec::new();
     let mut laxer = Vec::new();
     let mut details = Vec::new();
+    let mut differing = Vec::new();
     println!("{:<58} | {:<10} | {:<28} | {:<28} | verdict", "case", "listener", "envoy", "outrider");
     for case in &cases {
         let (envoy_port, outrider_port) = proxies.ports[case.listener];
@@ -928,6 +1199,7 @@ async fn the_request_edge_agrees_with_envoy() {
             "agree".to_owned()
         } else {
             details.push(format!("{}\n  envoy:    {:?}\n  outrider: {:?}", case.name, envoy, outrider));
+            differing.push((case.name.clone(), case.listener, envoy.summary(), outrider.summary()));
             match known(&case.name) {
                 Some(Known::Fixing(why)) => format!("differs, being fixed: {why}"),
                 Some(Known::Open(why)) => format!("differs, open: {why}"),
@@ -941,11 +1213,28 @@ async fn the_request_edge_agrees_with_envoy() {
         if envoy.upstream.is_empty() && !outrider.upstream.is_empty() {
             laxer.push(format!("{}: {:?}", case.name, outrider.upstream));
         }
-        println!("{:<58} | {:<10} | {:<28} | {:<28} | {verdict}", case.name, case.listener, envoy.summary(), outrider.summary());
+        println!(
+            "{:<58} | {:<10} | {:<28} | {:<28} | {verdict}",
+            case.name,
+            case.listener,
+            envoy.summary(),
+            outrider.summary()
+        );
     }
     println!("\nthe request edge agrees with Envoy 1.40 on {agreements} of {} cases\n", cases.len());
     for detail in &details {
         println!("{detail}\n");
+    }
+    // The differences as docs/edge.md lists them.
+    println!("| case | listener | Envoy | Outrider | kind | reason |\n| --- | --- | --- | --- | --- | --- |");
+    for (name, listener, envoy, outrider) in &differing {
+        let (kind, why) = match known(name) {
+            Some(Known::Fixing(why)) => ("being fixed", why),
+            Some(Known::Open(why)) => ("open", why),
+            Some(Known::Reason(why)) => ("accepted", why),
+            None => ("not listed", ""),
+        };
+        println!("| {name} | `{listener}` | {envoy} | {outrider} | {kind} | {why} |");
     }
     let stale: Vec<_> = KNOWN.iter().filter(|(name, _)| !cases.iter().any(|c| c.name == *name)).collect();
     assert!(stale.is_empty(), "KNOWN names cases that do not exist: {stale:?}");
