@@ -1065,7 +1065,12 @@ const KNOWN: &[(&str, Known)] = &[
     ("h2 raw: transfer-encoding: chunked", H2_MALFORMED),
     ("h2 raw: upgrade: websocket", H2_MALFORMED),
     ("h2 raw: two :authority", H2_MALFORMED),
-    ("h2 raw: uppercase header name", H2_MALFORMED),
+    (
+        "h2 raw: uppercase header name",
+        Known::Reason(
+            "an upper-case HTTP/2 field name (RFC 9113 §8.2.1): Outrider ends the connection with GOAWAY PROTOCOL_ERROR, Envoy closes it without one; both refuse it",
+        ),
+    ),
 ];
 
 fn known(name: &str) -> Option<Known> {
