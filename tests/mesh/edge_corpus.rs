@@ -987,13 +987,13 @@ const KNOWN: &[(&str, Known)] = &[
     (
         "two Host headers",
         Known::Open(
-            "two Host headers: Envoy joins them into one (`a,b`, which matches no host rule); Outrider forwards both",
+            "two Host headers: Envoy joins them into one (`a,b`: the upstream sees what routing and RBAC saw); Outrider forwards both, so an application reading the first may see an authority the filters did not",
         ),
     ),
     (
         "two Host headers, admin first",
         Known::Open(
-            "two Host headers: Envoy joins them into one (`a,b`, which matches no host rule); Outrider forwards both",
+            "two Host headers: Envoy joins them into one (`a,b`: the upstream sees what routing and RBAC saw); Outrider forwards both, so an application reading the first may see an authority the filters did not",
         ),
     ),
     ("x-envoy control headers, external", TRUST),
@@ -1012,7 +1012,7 @@ const KNOWN: &[(&str, Known)] = &[
     ("x-request-id present, internal", TRUST),
     (
         "x-request-id twice",
-        Known::Open("two x-request-id headers: Envoy sends the upstream one (a new one); Outrider forwards both"),
+        Known::Open("two x-request-id headers: Envoy replaces them with one it generates; Outrider forwards both"),
     ),
     (
         "connection nominates a header",
