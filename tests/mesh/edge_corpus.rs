@@ -892,8 +892,8 @@ fn corpus() -> Vec<Case> {
 /// Why a case may differ from Envoy today.
 #[derive(Debug, Clone, Copy)]
 enum Known {
-    /// A difference in Outrider that an item of issue 35 is fixing: remove the entry once the
-    /// case agrees.
+    /// A difference in Outrider that a fix under way changes: remove the entry once the case
+    /// agrees.
     Fixing(&'static str),
     /// A difference in Outrider that nothing fixes yet (docs/edge.md lists it): a bug to file.
     Open(&'static str),
@@ -902,24 +902,24 @@ enum Known {
 }
 
 const XFCC: Known = Known::Fixing(
-    "XFCC (issue 35 item 1): Outrider forwards the client's x-forwarded-client-cert whatever the mode and appends nothing over mTLS",
+    "XFCC: Outrider forwards the client's x-forwarded-client-cert whatever the mode and appends nothing over mTLS",
 );
 const UPGRADE: Known =
-    Known::Fixing("upgrades (item 2): only the first Upgrade token is checked and h2c/HTTP2-Settings are forwarded");
+    Known::Fixing("upgrades: only the first Upgrade token is checked and h2c/HTTP2-Settings are forwarded");
 const CONNECT: Known = Known::Fixing(
-    "CONNECT (item 2): without a CONNECT config Envoy answers 404 and closes; Outrider keeps the connection and serves the tunnel's bytes as a request",
+    "CONNECT: without a CONNECT config Envoy answers 404 and closes; Outrider keeps the connection and serves the tunnel's bytes as a request",
 );
 const HTTP10: Known = Known::Fixing(
-    "HTTP/1.0 (item 3): accept_http_10 and default_host_for_http_10 are not read; Envoy also says `connection: close`",
+    "HTTP/1.0: accept_http_10 and default_host_for_http_10 are not read; Envoy also says `connection: close`",
 );
 const AUTHORITY: Known = Known::Fixing(
-    "one authority (item 4): the upstream gets the client's Host (not the absolute-form target's or :authority), strip_* options are not read",
+    "one authority: the upstream gets the client's Host (not the absolute-form target's or :authority), strip_* options are not read",
 );
 const TRUST: Known = Known::Fixing(
-    "trust of control headers (item 5): a loopback client is internal without internal_address_config; XFF appended as `, 127.0.0.1`",
+    "trust of control headers: a loopback client is internal without internal_address_config; XFF appended as `, 127.0.0.1`",
 );
 const FRAMING: Known = Known::Fixing(
-    "framing (item 7): Content-Length with Transfer-Encoding and repeated Content-Length are forwarded; errors lack Envoy's body",
+    "framing: Content-Length with Transfer-Encoding and repeated Content-Length are forwarded; errors lack Envoy's body",
 );
 const H2_MALFORMED: Known = Known::Reason(
     "a malformed HTTP/2 request (RFC 9113 §8.2.2): Outrider resets the stream (PROTOCOL_ERROR), Envoy closes the connection (no GOAWAY); both refuse it and nothing reaches the upstream",
@@ -957,7 +957,7 @@ const KNOWN: &[(&str, Known)] = &[
     ("upgrade: h2c on HTTP/1.0, accept_http_10", UPGRADE),
     (
         "upgrade: foo (not configured)",
-        Known::Fixing("upgrades (item 2): Envoy closes the connection after refusing an upgrade (`connection: close`)"),
+        Known::Fixing("upgrades: Envoy closes the connection after refusing an upgrade (`connection: close`)"),
     ),
     ("upgrade: websocket", SERVICE_TIME_ON_101),
     ("upgrade: websocket, outbound", SERVICE_TIME_ON_101),
@@ -968,9 +968,7 @@ const KNOWN: &[(&str, Known)] = &[
     ("upgrade: h2c on HTTP/1.0", HTTP10),
     (
         "upgrade: websocket on HTTP/1.0, accept_http_10",
-        Known::Fixing(
-            "HTTP/1.0 (item 3): Outrider's 101 to an HTTP/1.0 client lacks `connection: upgrade` and `upgrade`",
-        ),
+        Known::Fixing("HTTP/1.0: Outrider's 101 to an HTTP/1.0 client lacks `connection: upgrade` and `upgrade`"),
     ),
     ("HTTP/1.0 with Host", HTTP10),
     ("HTTP/1.0 without Host", HTTP10),
@@ -1035,12 +1033,12 @@ const KNOWN: &[(&str, Known)] = &[
     (
         "obs-fold header",
         Known::Fixing(
-            "framing (item 7): Envoy accepts an obs-fold continuation and joins it with a space; Outrider answers 400",
+            "framing: Envoy accepts an obs-fold continuation and joins it with a space; Outrider answers 400",
         ),
     ),
     (
         "runs of spaces in the request line",
-        Known::Fixing("framing (item 7): Envoy accepts runs of spaces in the request line; Outrider answers 400"),
+        Known::Fixing("framing: Envoy accepts runs of spaces in the request line; Outrider answers 400"),
     ),
     (
         "HTTP/1.1 without Host",
@@ -1050,7 +1048,7 @@ const KNOWN: &[(&str, Known)] = &[
     ),
     (
         "transfer-encoding xchunked",
-        Known::Fixing("framing (item 7): an unknown transfer coding gets Envoy's 501, Outrider's 400"),
+        Known::Fixing("framing: an unknown transfer coding gets Envoy's 501, Outrider's 400"),
     ),
     (
         "h2: a header of 61 KiB",
