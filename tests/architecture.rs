@@ -5,12 +5,30 @@
 //!
 //! Paths are read from the source's tokens (`references`): `crate::…`, grouped `use` lists,
 //! `super::` and `self::`, and names imported or declared; comments are not read.
+//!
+//! Its modules `ledger` and `field_reads` keep the field ledger true (`docs/field-ledger.tsv`:
+//! every configuration field honoured, refused or without effect) and find model fields that
+//! are converted and never read (see `docs/architecture.md`, "The field ledger").
 // Tests stop at the first unexpected value; helpers outside a #[test] fn are tests too.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 // Its modules sit in tests/architecture/ (Cargo.toml names this file as the test's root).
 #[path = "architecture/circles.rs"]
 mod circles;
+#[path = "architecture/field_reads.rs"]
+mod field_reads;
+#[path = "architecture/field_reads_copy.rs"]
+mod field_reads_copy;
+#[path = "architecture/ledger.rs"]
+mod ledger;
+#[path = "architecture/ledger_data.rs"]
+mod ledger_data;
+#[path = "architecture/ledger_doc.rs"]
+mod ledger_doc;
+#[path = "architecture/ledger_scan.rs"]
+mod ledger_scan;
+#[path = "architecture/ledger_walk.rs"]
+mod ledger_walk;
 #[path = "architecture/references.rs"]
 mod references;
 #[path = "architecture/table.rs"]

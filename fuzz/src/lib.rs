@@ -15,7 +15,7 @@ use outrider::config::convert::{decode_resource, resource_name};
 use outrider::config::listener::{HttpConnectionManager, RouteSource, TerminalFilter};
 use outrider::config::route::RouteConfiguration;
 use outrider::config::{ResourceType, Warnings};
-use outrider::proxy::headers::{Downstream, mutate_request_headers, mutate_response_headers, private_address};
+use outrider::proxy::headers::{Downstream, RequestOrigin, authority, mutate_request_headers, mutate_response_headers};
 use outrider::proxy::router::{
     DownstreamInfo, Routing, UpstreamRequestOptions, apply_request_mutations, apply_response_mutations, route,
 };
@@ -60,8 +60,10 @@ pub fn bootstrap(data: &[u8]) {
 /// router (route match, redirects, direct responses, timeouts from headers) and the route's
 /// header mutations and rewrites, then its response head back through both.
 ///
-/// The first byte picks the connection manager (bit 0), TLS (bit 1) and whether the peer
-/// is internal (bit 2); then a request line `METHOD URI` and header lines follow.
+/// The first byte picks the connection manager (bit 0), TLS with a client certificate
+/// (bit 1) and whether the peer is a private address (bit 2; internal for the edge
+/// manager, which sets `internal_address_config`); then a request line `METHOD URI` and
+/// header lines follow.
 pub fn http_headers(data: &[u8]) {
     let Some((&flags, rest)) = data.split_first() else { return };
     let fixture = http_fixture();
@@ -71,7 +73,18 @@ pub fn http_headers(data: &[u8]) {
         if flags & 4 == 0 { ([10, 1, 2, 3], 41000).into() } else { ([203, 0, 113, 9], 41000).into() };
     let local: SocketAddr = ([10, 0, 0, 100], 8080).into();
     let downstream = Downstream { peer, local, tls: flags & 2 != 0 };
-    mutate_request_headers(hcm, &fixture.internal_only_headers, &downstream, private_address, &mut parts.headers);
+    if authority::normalize(hcm, &mut parts, local.port()).is_err() {
+        return;
+    }
+    // A TLS client presented a certificate: the edge manager's XFCC quotes it.
+    let peer_certificate = downstream.tls.then(client_certificate);
+    let origin = RequestOrigin {
+        downstream,
+        node_address: local.ip(),
+        peer_certificate: peer_certificate.as_ref(),
+        local_uri_san: Some("spiffe://cluster.local/ns/default/sa/server"),
+    };
+    mutate_request_headers(hcm, &fixture.internal_only_headers, &origin, &mut parts.headers);
 
     let info = DownstreamInfo { remote: Some(peer), local: Some(local), protocol: "HTTP/1.1" };
     let request = parts.headers.clone();
@@ -88,6 +101,16 @@ pub fn http_headers(data: &[u8]) {
         Routing::NoRoute => {}
     }
     mutate_response_headers(hcm, Some(&request), &mut response);
+}
+
+/// The certificate a fuzzed TLS client presents.
+fn client_certificate() -> outrider::tls::PeerIdentity {
+    outrider::tls::PeerIdentity {
+        uri_sans: vec!["spiffe://cluster.local/ns/default/sa/client".into()],
+        dns_sans: vec!["client.test".into()],
+        subject: "CN=client,O=Example\\, Inc.".into(),
+        certificates: Arc::from(vec![b"client".to_vec(), b"root".to_vec()]),
+    }
 }
 
 /// Keeps Envoy's descriptor pool decoded across runs: it is decoded on demand and dropped

@@ -3,7 +3,10 @@
 //! `/healthcheck/fail`, `/quitquitquit`). `/help` and `/` list them all.
 //!
 //! It runs on the control runtime, reads the published snapshot like any other reader,
-//! and never takes a lock the data path could wait on.
+//! and never takes a lock the data path could wait on. Its connections are capped and a
+//! request head must arrive in time ([`ServerLimits`]), so that slow clients cannot hold
+//! descriptors the data plane needs; the bootstrap's `admin.allow_paths`, when set, is
+//! the list of paths it answers (Envoy's 403 for any other).
 
 mod balancing;
 pub mod certs;
@@ -25,11 +28,12 @@ use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
+use crate::config::secret::StringMatcher;
+use crate::core::control_server::{self, Admission, ServerLimits};
 use crate::core::shutdown::{InboundDrain, Signal, Trigger};
 use crate::lb::Balancers;
 use crate::store::Store;
@@ -62,6 +66,11 @@ pub struct AdminState {
     pub logging: Option<LogControl>,
     /// `POST /healthcheck/fail` and `/healthcheck/ok`.
     pub health_check_failed: crate::core::health_check::HealthCheckFailed,
+    /// The bootstrap's `admin.allow_paths`: when not empty, a request whose path (with its
+    /// query) matches none of them gets Envoy's 403.
+    pub allow_paths: Arc<[StringMatcher]>,
+    /// Connections at once and the wait for a request head.
+    pub limits: ServerLimits,
 }
 
 impl AdminState {
@@ -79,25 +88,32 @@ impl AdminState {
 
 /// Serves admin requests on `listener` until `shutdown`.
 pub async fn serve(listener: TcpListener, state: AdminState, shutdown: Signal) {
+    let admission = Admission::new(&state.limits);
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = shutdown.clone().triggered() => return,
         };
-        let (stream, _) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(e) => {
                 tracing::warn!(error = %e, "admin accept failed");
                 continue;
             }
         };
+        let Some(place) = admission.admit() else {
+            tracing::debug!(%peer, max = state.limits.max_connections, "admin server full; connection closed");
+            continue;
+        };
         let state = state.clone();
         tokio::spawn(async move {
+            let _place = place;
+            let builder = control_server::http1(&state.limits);
             let service = service_fn(move |request| {
                 let state = state.clone();
                 async move { Ok::<_, Infallible>(handle(&state, request)) }
             });
-            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
+            if let Err(e) = builder.serve_connection(TokioIo::new(stream), service).await {
                 tracing::debug!(error = %e, "admin connection ended");
             }
         });
@@ -105,6 +121,9 @@ pub async fn serve(listener: TcpListener, state: AdminState, shutdown: Signal) {
 }
 
 fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    if let Some(refused) = not_allowed(state, &request) {
+        return refused;
+    }
     let snapshot = state.store.load();
     let query = request.uri().query().unwrap_or("");
     let json_format = query.split('&').any(|p| p == "format=json");
@@ -175,6 +194,19 @@ fn handle(state: &AdminState, request: Request<Incoming>) -> Response<Full<Bytes
         }
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
+}
+
+/// Envoy's answer to a path `admin.allow_paths` does not list: 403, naming the path as
+/// requested (query included: Envoy matches the whole of it, so `/ready?x` is not `/ready`).
+fn not_allowed(state: &AdminState, request: &Request<Incoming>) -> Option<Response<Full<Bytes>>> {
+    if state.allow_paths.is_empty() {
+        return None;
+    }
+    let path = request.uri().path_and_query().map_or_else(|| request.uri().path(), |p| p.as_str());
+    if state.allow_paths.iter().any(|allowed| allowed.matches(path)) {
+        return None;
+    }
+    Some(text(StatusCode::FORBIDDEN, format!("request to path {path} not allowed")))
 }
 
 /// `POST /drain_listeners[?inboundonly][&graceful][&skip_exit]`, Envoy's parameters.

@@ -70,13 +70,28 @@ pub fn publish(sds: &XdsServer, issued: &Issued) {
 
 /// Writes the certificate where `OUTPUT_CERTS` asks (pilot-agent's file names), the key
 /// readable by its owner only.
+///
+/// Each file is written beside its name and renamed over it. The file written is always
+/// a new one with its mode set explicitly: opening a stale temporary file left by an
+/// earlier run would keep that file's mode (and owner), since `mode` applies only when
+/// `open` creates the file, and a stale 0644 file would leave the key readable by all.
 fn write_out(dir: &Path, issued: &Issued) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     std::fs::create_dir_all(dir)?;
     let write = |name: &str, text: &str, mode: u32| -> std::io::Result<()> {
         let tmp = dir.join(format!(".{name}.tmp"));
-        let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&tmp)?;
+        match std::fs::remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        // `create_new`: O_EXCL, which also refuses to follow a symbolic link put there.
+        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
+        // The umask may have taken bits away from `mode`; set exactly it, before the
+        // secret is written.
+        file.set_permissions(std::fs::Permissions::from_mode(mode))?;
         std::io::Write::write_all(&mut file, text.as_bytes())?;
+        file.sync_all()?;
         std::fs::rename(tmp, dir.join(name))
     };
     write("key.pem", &issued.key_pem, 0o600)?;
@@ -145,6 +160,32 @@ mod tests {
         let mut s = AgentSettings::from_env(&env.iter().map(|(k, v)| ((*k).into(), (*v).into())).collect()).unwrap();
         (s.grace_ratio, s.grace_jitter) = (ratio, jitter);
         s
+    }
+
+    #[test]
+    fn the_key_is_written_0600_whatever_is_already_on_disk() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("outrider-output-certs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // A stale temporary file and a stale key, both readable by all.
+        for stale in [".key.pem.tmp", "key.pem"] {
+            std::fs::write(dir.join(stale), "stale").unwrap();
+            std::fs::set_permissions(dir.join(stale), std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let cert = Issued { key_pem: "KEY".into(), chain_pem: "CHAIN".into(), root_pem: "ROOT".into(), ..issued(1000) };
+        write_out(&dir, &cert).unwrap();
+        let mode = |name: &str| std::fs::metadata(dir.join(name)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode("key.pem"), 0o600);
+        assert_eq!(std::fs::read_to_string(dir.join("key.pem")).unwrap(), "KEY");
+        assert_eq!(mode("cert-chain.pem"), 0o644);
+        assert_eq!(mode("root-cert.pem"), 0o644);
+        assert!(!dir.join(".key.pem.tmp").exists());
+        // Written again over a key someone made readable: 0600 again.
+        std::fs::set_permissions(dir.join("key.pem"), std::fs::Permissions::from_mode(0o666)).unwrap();
+        write_out(&dir, &cert).unwrap();
+        assert_eq!(mode("key.pem"), 0o600);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -33,6 +33,9 @@ use crate::core::shutdown::{self, Trigger};
 use crate::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryServiceServer;
 use crate::xds::server::{Serving, XdsServer};
 
+/// Requests and responses the agent's SDS server remembers, of each.
+const AGENT_JOURNAL_LIMIT: usize = 256;
+
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -65,7 +68,9 @@ impl Agent {
         let xds_listener = bind(xds_socket)?;
         let (stop, signal) = shutdown::channel();
 
-        let secrets = XdsServer::new();
+        // The proxy's SDS streams: two secrets, re-requested at each reconnection. The
+        // journal is for tests; a pod's lifetime of it must stay small.
+        let secrets = XdsServer::with_journal_limit(AGENT_JOURNAL_LIMIT);
         let sds = secrets.serve_unix(sds_listener);
         let client = CaClient::new(settings.clone())?;
         tokio::spawn(certificates::rotate(client, settings.clone(), secrets.clone(), signal.clone()));
@@ -99,6 +104,7 @@ impl Agent {
             admin,
             probes: self.settings.probes.clone(),
             app_metrics: self.settings.app_metrics.clone(),
+            limits: crate::core::control_server::ServerLimits::default(),
         };
         tokio::spawn(status::serve(listener, config, self.signal.clone()));
         Ok(bound)

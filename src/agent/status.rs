@@ -7,7 +7,12 @@
 //! - `GET /stats/prometheus`: the proxy's metrics, followed by the application's when
 //!   Istio's injection asks for merged metrics (`ISTIO_PROMETHEUS_ANNOTATIONS`, the pod's
 //!   `prometheus.io/{scrape,port,path}` annotations);
-//! - `POST /quitquitquit`: the proxy's own, which drains and stops it.
+//! - `POST /quitquitquit`: the proxy's own, which drains and stops it; from loopback only,
+//!   as pilot-agent: the port listens on every address and is not captured, so without
+//!   this any pod that reaches this pod's IP could stop its sidecar.
+//!
+//! HTTP/1.1 only, as pilot-agent's Go server; connections are capped and a request head
+//! must arrive in time ([`ServerLimits`]).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -18,10 +23,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use super::probers::Probe;
+use crate::core::control_server::{self, Admission, ServerLimits};
 use crate::core::shutdown::Signal;
 
 /// The variable Istio's injection writes the pod's Prometheus annotations into.
@@ -63,15 +69,22 @@ pub struct StatusConfig {
     /// `/app-health/...` path → the application's probe.
     pub probes: BTreeMap<String, Probe>,
     pub app_metrics: Option<AppMetrics>,
+    /// Connections at once and the wait for a request head.
+    pub limits: ServerLimits,
 }
+
+/// pilot-agent's answer to a caller not on loopback (Go's `http.Error`: the message and a
+/// newline, as plain text).
+const ONLY_LOCALHOST: &str = "Only requests from localhost are allowed\n";
 
 /// Serves until `shutdown`.
 pub async fn serve(listener: TcpListener, config: StatusConfig, shutdown: Signal) {
     let config = Arc::new(config);
+    let admission = Admission::new(&config.limits);
     let stop = shutdown.triggered();
     tokio::pin!(stop);
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(e) => {
@@ -81,21 +94,36 @@ pub async fn serve(listener: TcpListener, config: StatusConfig, shutdown: Signal
             },
             () = &mut stop => return,
         };
+        let Some(place) = admission.admit() else {
+            tracing::debug!(%peer, max = config.limits.max_connections, "status server full; connection closed");
+            continue;
+        };
         let config = config.clone();
         tokio::spawn(async move {
+            let _place = place;
+            let builder = control_server::http1(&config.limits);
             let service = hyper::service::service_fn(move |request| {
                 let config = config.clone();
-                async move { Ok::<_, Infallible>(handle(&config, request).await) }
+                async move { Ok::<_, Infallible>(handle(&config, peer, request).await) }
             });
-            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
         });
     }
 }
 
-async fn handle<B>(config: &StatusConfig, request: Request<B>) -> Response<Full<Bytes>> {
+/// Whether `peer` is on loopback, as pilot-agent decides it (Go's `IP.IsLoopback`:
+/// 127.0.0.0/8, `::1`, and IPv4 loopback mapped into IPv6).
+fn from_loopback(peer: SocketAddr) -> bool {
+    peer.ip().to_canonical().is_loopback()
+}
+
+async fn handle<B>(config: &StatusConfig, peer: SocketAddr, request: Request<B>) -> Response<Full<Bytes>> {
     let path = request.uri().path();
+    // pilot-agent's order: the caller first, then the method.
+    if path == "/quitquitquit" && !from_loopback(peer) {
+        tracing::warn!(%peer, "status server: /quitquitquit refused to a caller not on loopback");
+        return plain_text(StatusCode::FORBIDDEN, ONLY_LOCALHOST);
+    }
     match (request.method(), path) {
         (&Method::GET, "/healthz/ready") => match get(config.admin, "/ready", &[], ADMIN_TIMEOUT).await {
             Ok((StatusCode::OK, _)) => reply(StatusCode::OK, Bytes::new()),
@@ -115,6 +143,7 @@ async fn handle<B>(config: &StatusConfig, request: Request<B>) -> Response<Full<
                 Err(why) => reply(StatusCode::SERVICE_UNAVAILABLE, Bytes::from(format!("{why}\n"))),
             }
         }
+        (_, "/quitquitquit") => plain_text(StatusCode::METHOD_NOT_ALLOWED, "Method Not Allowed\n"),
         _ => reply(StatusCode::NOT_FOUND, Bytes::new()),
     }
 }
@@ -266,9 +295,28 @@ fn reply(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
     response
 }
 
+/// Go's `http.Error`: its content type and `nosniff`.
+fn plain_text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    let mut response = reply(status, Bytes::from_static(body.as_bytes()));
+    let headers = response.headers_mut();
+    headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain; charset=utf-8"));
+    headers.insert(http::header::X_CONTENT_TYPE_OPTIONS, http::HeaderValue::from_static("nosniff"));
+    response
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_is_pilot_agents_loopback() {
+        for loopback in ["127.0.0.1:1", "127.9.8.7:1", "[::1]:1", "[::ffff:127.0.0.1]:1"] {
+            assert!(from_loopback(loopback.parse().unwrap()), "{loopback}");
+        }
+        for other in ["10.0.0.1:1", "0.0.0.0:1", "[::]:1", "[::ffff:10.0.0.1]:1", "[fe80::1]:1"] {
+            assert!(!from_loopback(other.parse().unwrap()), "{other}");
+        }
+    }
 
     #[test]
     fn merged_metrics_only_when_scraping_is_asked_for() {

@@ -63,12 +63,20 @@ pub struct StartOptions {
     /// jitter) for a reproducible run. `None`, the default, seeds each worker from the
     /// operating system, so that a fleet of sidecars does not draw in lockstep.
     pub rng_seed: Option<u64>,
+    /// The admin server's connection cap and header-read timeout.
+    pub admin_limits: crate::core::control_server::ServerLimits,
 }
 
 impl Default for StartOptions {
     /// Every CPU; a 5 s drain (tests and the demo stop quickly).
     fn default() -> Self {
-        Self { concurrency: default_concurrency(), drain_time: Duration::from_secs(5), logging: None, rng_seed: None }
+        Self {
+            concurrency: default_concurrency(),
+            drain_time: Duration::from_secs(5),
+            logging: None,
+            rng_seed: None,
+            admin_limits: Default::default(),
+        }
     }
 }
 
@@ -166,7 +174,7 @@ pub async fn start_with(bootstrap: Bootstrap, concurrency: usize) -> Result<Runn
 
 /// [`start`] with every option.
 pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> Result<Running, AppError> {
-    let StartOptions { concurrency, drain_time, logging, rng_seed } = options;
+    let StartOptions { concurrency, drain_time, logging, rng_seed, admin_limits } = options;
     // Before any stat is registered: histograms keep one copy per worker.
     crate::telemetry::shards::set_workers(concurrency);
     let stats = Arc::new(stats_store(&bootstrap.stats));
@@ -230,6 +238,8 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         draining: draining.clone(),
         logging,
         health_check_failed: health_check_failed.clone(),
+        allow_paths: bootstrap.admin_allow_paths.clone().into(),
+        limits: admin_limits,
     };
     tokio::spawn(admin::serve(admin_listener, admin_state, signal.clone()));
     tracing::info!(%admin_address, "admin server listening");

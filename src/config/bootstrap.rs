@@ -30,6 +30,8 @@ pub const DEFAULT_INITIAL_FETCH_TIMEOUT: Duration = Duration::from_secs(15);
 pub struct Bootstrap {
     pub node: Node,
     pub admin_address: Address,
+    /// `admin.allow_paths`: when not empty, the only paths the admin server answers.
+    pub admin_allow_paths: Vec<super::secret::StringMatcher>,
     pub ads: Option<AdsConfig>,
     pub static_listeners: Vec<Listener>,
     pub static_clusters: Vec<Cluster>,

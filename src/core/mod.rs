@@ -1,8 +1,9 @@
 //! Small primitives shared by every module: the allocator, backoff, fast hash maps, outgoing TCP
-//! connections, shutdown signals.
+//! connections, shutdown signals, the limits of the process's own HTTP servers.
 
 pub mod allocator;
 pub mod backoff;
+pub mod control_server;
 pub mod cow_map;
 pub mod hash;
 pub mod health_check;

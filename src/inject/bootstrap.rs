@@ -187,6 +187,12 @@ fn grpc_cluster(name: &str, remote: Option<&str>) -> Value {
     cluster
 }
 
+/// Connections at once on the Prometheus (15090) and health (15021) listeners.
+const STATUS_LISTENER_MAX_CONNECTIONS: u64 = 64;
+/// How long those listeners wait for a request head (and a kept-alive connection for its
+/// next one) before closing the connection.
+const STATUS_LISTENER_HEADER_TIMEOUT: &str = "10s";
+
 /// A listener on all addresses at `port` sending `prefix` to the admin server, with the
 /// path rewritten when the admin server names it differently.
 fn status_listener(name: &str, port: u16, prefix: &str, rewrite: Option<&str>) -> Value {
@@ -198,11 +204,22 @@ fn status_listener(name: &str, port: u16, prefix: &str, rewrite: Option<&str>) -
         "name": name,
         "address": socket_address("0.0.0.0", port),
         "filter_chains": [{
+            // Istio's bootstrap has neither of these limits. These ports listen on every
+            // address and are not captured: a cap on connections and a header-read timeout
+            // keep slow clients from holding descriptors the data plane needs.
             "filters": [{
+                "name": "envoy.filters.network.connection_limit",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit",
+                    "stat_prefix": name,
+                    "max_connections": STATUS_LISTENER_MAX_CONNECTIONS,
+                },
+            }, {
                 "name": "envoy.filters.network.http_connection_manager",
                 "typed_config": {
                     "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
                     "codec_type": "AUTO",
+                    "request_headers_timeout": STATUS_LISTENER_HEADER_TIMEOUT,
                     "stat_prefix": if port == STATUS_PORT { "agent" } else { "stats" },
                     "route_config": {
                         "virtual_hosts": [{

@@ -130,13 +130,20 @@ async fn forward_request(
     if let Some(response) = normalize_path(manager, stream, &mut parts, is_grpc) {
         return response;
     }
-    let classification = headers::mutate_request_headers(
-        manager,
-        &routes.internal_only_headers,
-        &downstream,
-        headers::private_address,
-        &mut parts.headers,
-    );
+    // One authority for routing, the filters, the log and the upstream, settled as
+    // Envoy's codec and `maybeNormalizeHost` do, after the path.
+    if headers::authority::normalize(manager, &mut parts, downstream.local.port()).is_err() {
+        return bad_request(manager, stream, is_grpc);
+    }
+    let connection = exchange.connection;
+    let origin = headers::RequestOrigin {
+        downstream,
+        node_address: super::shadow::local_address(),
+        peer_certificate: connection.peer_identity.as_ref(),
+        local_uri_san: connection.local_uri_san.as_deref(),
+    };
+    let classification =
+        headers::mutate_request_headers(manager, &routes.internal_only_headers, &origin, &mut parts.headers);
     if let Some(loggers) = stream.log.take() {
         *pending = Some(start_log(loggers, &exchange, classification.client, &parts));
     }

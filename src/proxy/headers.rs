@@ -1,10 +1,13 @@
 //! The HTTP connection manager's own header handling, as Envoy's
 //! `ConnectionManagerUtility`: hop-by-hop headers, `x-forwarded-for` / `-proto`, whether
 //! the request is internal, sanitizing `x-envoy-*` headers from external clients,
-//! `x-request-id`; and on responses `server`, `x-request-id`, `via`,
-//! `x-envoy-upstream-service-time`. Local replies are in [`local_reply`].
+//! `x-request-id`, `x-forwarded-client-cert` ([`xfcc`]); and on responses `server`,
+//! `x-request-id`, `via`, `x-envoy-upstream-service-time`. The request's one authority is
+//! settled in [`authority`]; local replies are in [`local_reply`].
 
+pub mod authority;
 pub mod local_reply;
+mod xfcc;
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -13,6 +16,7 @@ use http::header::{CONNECTION, SERVER, TE, UPGRADE, VIA};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::config::listener::http_connection_manager::{HttpConnectionManager, ServerHeaderTransformation};
+use crate::tls::PeerIdentity;
 
 pub use local_reply::{LocalReply, ResetReason, grpc_local_reply, local_reply};
 
@@ -90,17 +94,35 @@ pub struct RequestClassification {
     pub edge: bool,
 }
 
-/// Applies the connection manager's request header rules before routing.
-/// `internal_only_headers` is the route configuration's; `is_internal_address` is
-/// `internal_address_config` (newer Envoys treat no address as internal unless it is
-/// configured; [`private_address`] is the older default).
+/// Where a request came from, as the connection manager's header rules need it.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestOrigin<'a> {
+    pub downstream: Downstream,
+    /// This node's own address (Envoy's `localAddress()`: its first non-loopback
+    /// interface address), appended to `x-forwarded-for` in place of a loopback peer.
+    pub node_address: IpAddr,
+    /// The client's certificate, on a TLS connection where it presented one.
+    pub peer_certificate: Option<&'a PeerIdentity>,
+    /// The first URI SAN of the certificate this side presented (`By=` of XFCC).
+    pub local_uri_san: Option<&'a str>,
+}
+
+/// Applies the connection manager's request header rules before routing, in Envoy's
+/// order (`ConnectionManagerUtility::mutateRequestHeaders`). `internal_only_headers` is
+/// the route configuration's; which clients are internal is `internal_address_config`
+/// (none when it is unset, as Envoy 1.40).
 pub fn mutate_request_headers(
     hcm: &HttpConnectionManager,
     internal_only_headers: &[HeaderName],
-    downstream: &Downstream,
-    is_internal_address: impl Fn(IpAddr) -> bool,
+    origin: &RequestOrigin<'_>,
     headers: &mut HeaderMap,
 ) -> RequestClassification {
+    let downstream = &origin.downstream;
+    // Envoy's header map holds one `x-forwarded-for` and one XFCC, repeated lines joined
+    // with `,` as they are parsed; the upstream gets that one line whatever else happens.
+    for name in [X_FORWARDED_FOR, xfcc::X_FORWARDED_CLIENT_CERT] {
+        coalesce(headers, name);
+    }
     strip_hop_by_hop(headers);
     headers.remove(X_ENVOY_INTERNAL);
     let proto = if downstream.tls { "https" } else { "http" };
@@ -113,9 +135,8 @@ pub fn mutate_request_headers(
             hops => last_xff_address(headers, hops - 1).map(|(ip, _)| ip),
         };
         if !hcm.skip_xff_append {
-            let appended =
-                if downstream.peer.ip().is_loopback() { downstream.local.ip() } else { downstream.peer.ip() };
-            append_xff(headers, appended);
+            let peer = downstream.peer.ip();
+            append_xff(headers, if peer.is_loopback() { origin.node_address } else { peer });
         }
         if hcm.xff_num_trusted_hops == 0 || !headers.contains_key(X_FORWARDED_PROTO) {
             headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
@@ -134,7 +155,7 @@ pub fn mutate_request_headers(
         headers.insert(X_FORWARDED_PORT, HeaderValue::from(downstream.local.port()));
     }
 
-    let internal = trusted_checks && is_internal_address(client);
+    let internal = trusted_checks && hcm.internal_address.contains(client);
     let edge = !internal && hcm.use_remote_address;
     if internal {
         headers.insert(X_ENVOY_INTERNAL, HeaderValue::from_static("true"));
@@ -148,6 +169,9 @@ pub fn mutate_request_headers(
         }
         internal_only_headers.iter().for_each(|h| drop(headers.remove(h)));
     }
+    append_via(headers, &hcm.via);
+    // Set (replacing whatever the client wrote) on every edge request: the first hop into
+    // the trusted network says who the client is.
     if edge && let Ok(value) = HeaderValue::from_str(&client.to_string()) {
         headers.insert(X_ENVOY_EXTERNAL_ADDRESS, value);
     }
@@ -157,7 +181,7 @@ pub fn mutate_request_headers(
     if hcm.generate_request_id && (!headers.contains_key(X_REQUEST_ID) || (edge && !hcm.preserve_external_request_id)) {
         headers.insert(X_REQUEST_ID, new_request_id());
     }
-    append_via(headers, &hcm.via);
+    xfcc::mutate(hcm, origin.downstream.tls, origin.peer_certificate, origin.local_uri_san, headers);
     RequestClassification { client, internal, edge }
 }
 
@@ -169,19 +193,6 @@ pub fn new_request_id() -> HeaderValue {
     let id = uuid::Builder::from_random_bytes(rand::random()).into_uuid();
     HeaderValue::from_str(id.hyphenated().encode_lower(&mut buffer))
         .unwrap_or(HeaderValue::from_static("00000000-0000-4000-8000-000000000000"))
-}
-
-/// Envoy's old default `internal_address_config`: RFC 1918, loopback and unique-local
-/// IPv6 addresses count as internal.
-pub fn private_address(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => v4.is_private() || v4.is_loopback(),
-        IpAddr::V6(v6) => {
-            v6.is_loopback()
-                || (v6.segments()[0] & 0xfe00) == 0xfc00
-                || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_private() || v4.is_loopback())
-        }
-    }
 }
 
 /// Removes the hop-by-hop headers of a request or response. `connection` and `upgrade`
@@ -241,21 +252,41 @@ fn last_xff_address(headers: &HeaderMap, skip: u32) -> Option<(IpAddr, bool)> {
     Some((ip, values.len() == 1))
 }
 
+/// Joins the repeated lines of `name` into one with `,` (nothing to do for most requests).
+fn coalesce(headers: &mut HeaderMap, name: HeaderName) {
+    let mut values = headers.get_all(&name).iter();
+    if values.next().is_none() || values.next().is_none() {
+        return;
+    }
+    let joined: Vec<&[u8]> = headers.get_all(&name).iter().map(HeaderValue::as_bytes).collect();
+    if let Ok(value) = HeaderValue::from_bytes(&joined.join(&b","[..])) {
+        headers.insert(name, value);
+    }
+}
+
+/// Envoy appends to `x-forwarded-for` with a bare `,` (its codecs join repeated lines of
+/// the header with `,` too).
 fn append_xff(headers: &mut HeaderMap, ip: IpAddr) {
-    append_list(headers, X_FORWARDED_FOR, &ip.to_string());
+    append_list(headers, X_FORWARDED_FOR, &ip.to_string(), ",");
 }
 
 fn append_via(headers: &mut HeaderMap, via: &str) {
     if !via.is_empty() {
-        append_list(headers, VIA, via);
+        append_list(headers, VIA, via, ", ");
     }
 }
 
-/// Appends `value` to a comma-separated header (joining repeated headers into one).
-fn append_list(headers: &mut HeaderMap, name: HeaderName, value: &str) {
-    let existing: Vec<&str> = headers.get_all(&name).iter().filter_map(|v| v.to_str().ok()).collect();
-    let joined = if existing.is_empty() { value.to_owned() } else { format!("{}, {value}", existing.join(", ")) };
-    if let Ok(joined) = HeaderValue::from_str(&joined) {
+/// Appends `value` to a comma-separated header (joining repeated headers into one) after
+/// `separator`.
+pub(crate) fn append_list(headers: &mut HeaderMap, name: HeaderName, value: &str, separator: &str) {
+    let existing: Vec<&[u8]> = headers.get_all(&name).iter().map(HeaderValue::as_bytes).collect();
+    let mut joined = Vec::new();
+    for part in existing {
+        joined.extend_from_slice(part);
+        joined.extend_from_slice(separator.as_bytes());
+    }
+    joined.extend_from_slice(value.as_bytes());
+    if let Ok(joined) = HeaderValue::from_bytes(&joined) {
         headers.insert(name, joined);
     }
 }

@@ -66,30 +66,35 @@ fn has_escaped_slash(path: &str) -> bool {
     path.as_bytes().windows(3).any(|w| w[0] == b'%' && matches!((w[1], w[2] | 0x20), (b'2', b'f') | (b'5', b'c')))
 }
 
+/// `%2F` → `/` and `%5C` → `\`, everything else as written. Worked on bytes and read back
+/// as UTF-8: a byte is not a character, and pushing each byte of a multi-byte character
+/// as a `char` of its own would turn `é` into `Ã©`.
 fn unescape_slashes(path: &str) -> String {
     let bytes = path.as_bytes();
-    let mut out = String::with_capacity(path.len());
+    let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' && i + 2 < bytes.len() {
             match (bytes[i + 1], bytes[i + 2] | 0x20) {
                 (b'2', b'f') => {
-                    out.push('/');
+                    out.push(b'/');
                     i += 3;
                     continue;
                 }
                 (b'5', b'c') => {
-                    out.push('\\');
+                    out.push(b'\\');
                     i += 3;
                     continue;
                 }
                 _ => {}
             }
         }
-        out.push(char::from(bytes[i]));
+        out.push(bytes[i]);
         i += 1;
     }
-    out
+    // Only ASCII escapes were replaced, by ASCII bytes, so the rest of `path`'s UTF-8
+    // is whole and this never loses anything.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// RFC 3986 unreserved characters: their escapes are decoded.
@@ -231,5 +236,21 @@ mod tests {
         assert_eq!(merge_slashes("//a///b/"), "/a/b/");
         assert!(has_escaped_slash("/a%2Fb") && has_escaped_slash("/a%5cb") && !has_escaped_slash("/a%20b"));
         assert_eq!(unescape_slashes("/a%2Fb%5Cc%2"), "/a/b\\c%2");
+    }
+
+    /// Multi-byte UTF-8 survives the unescaping of slashes, raw or escaped. Envoy 1.40
+    /// forwards `/a%2Fb/%C3%A9` under UNESCAPE_AND_FORWARD as `/a/b/%C3%A9` (its codec
+    /// answers 400 to raw non-ASCII bytes in the request target).
+    #[test]
+    fn unescaping_slashes_keeps_multi_byte_characters() {
+        assert_eq!(unescape_slashes("/a%2Fb/é"), "/a/b/é");
+        assert_eq!(unescape_slashes("/日本%2f語/ü%5C"), "/日本/語/ü\\");
+        assert_eq!(unescape_slashes("/a%2Fb/%C3%A9"), "/a/b/%C3%A9");
+        let manager = HttpConnectionManager {
+            path_with_escaped_slashes_action: EscapedSlashesAction::UnescapeAndForward,
+            ..crate::proxy::headers::tests::hcm()
+        };
+        assert_eq!(normalize(&manager, "/a%2Fb/%C3%A9?q=%2F"), Normalized::Continue(Some("/a/b/%C3%A9?q=%2F".into())));
+        assert_eq!(normalize(&manager, "/a%2Fb/é"), Normalized::Continue(Some("/a/b/é".into())));
     }
 }

@@ -66,8 +66,8 @@ where
         Ok(Ok(stream)) => {
             let session = stream.get_ref().1;
             let alpn = session.alpn_protocol().map(<[u8]>::to_vec);
-            let peer =
-                session.peer_certificates().and_then(|chain| chain.first()).and_then(|c| super::PeerIdentity::of(c));
+            // The whole chain is kept: `x-forwarded-client-cert` may quote it (`Chain=`).
+            let peer = session.peer_certificates().and_then(super::PeerIdentity::of_chain);
             Some(Accepted { stream, alpn, peer })
         }
         Ok(Err((error, _io))) => refuse(on_refused, failed(error)),

@@ -98,6 +98,7 @@ const PATHS: &[&str] = &[
     "/a/%2E/b",
     "/%61dmin?x=/../y",
     "/a%2Fb",
+    "/a%2Fb/%C3%A9",
     "/a%2fb/../c",
     "/a%5Cb",
     "/a\\..\\b",

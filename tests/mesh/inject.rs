@@ -41,6 +41,16 @@ fn generated_bootstrap_loads_with_istios_shape() {
     );
     let listeners: Vec<_> = bootstrap.static_listeners.iter().map(|l| l.name.as_str()).collect();
     assert_eq!(listeners, ["0.0.0.0_15090", "0.0.0.0_15021"]);
+    // Slow clients of the Prometheus and health ports are cut off, and capped.
+    for listener in &bootstrap.static_listeners {
+        let chain = &listener.filter_chains[0];
+        let limits: Vec<_> = chain.connection_limits.iter().map(|l| l.max_connections).collect();
+        assert_eq!(limits, [64], "{}", listener.name);
+        let outrider::config::listener::TerminalFilter::HttpConnectionManager(hcm) = &chain.terminal else {
+            panic!("{}: not an HTTP connection manager", listener.name)
+        };
+        assert_eq!(hcm.request_headers_timeout, Some(std::time::Duration::from_secs(10)), "{}", listener.name);
+    }
     assert!(bootstrap.ignored.is_empty(), "nothing in it is ignored: {:?}", bootstrap.ignored);
 }
 

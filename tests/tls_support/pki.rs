@@ -79,6 +79,18 @@ impl Ca {
         })
     }
 
+    /// A certificate made of `params` for `key`, signed by this CA (a test that needs a
+    /// subject or SANs of its own).
+    pub fn sign(&self, params: CertificateParams, key: KeyPair) -> Leaf {
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Leaf {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            der: cert.der().clone(),
+            key_der: key.serialize_der(),
+        }
+    }
+
     fn leaf_with(&self, spiffe_id: &str, adjust: impl FnOnce(&mut CertificateParams)) -> Leaf {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.subject_alt_names =

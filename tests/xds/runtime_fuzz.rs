@@ -272,7 +272,15 @@ struct StreamCheck {
 impl StreamCheck {
     /// Whether every response sent so far has been answered; also the expected ones.
     fn settled(&mut self, journal: &Journal, expected: &[(String, String)]) -> bool {
-        for r in &journal.requests[self.requests_seen..] {
+        // The journal keeps its latest entries only: positions count from the server's
+        // first entry, and none may have been let go before it was read here.
+        let first_request = journal.dropped_requests as usize;
+        let first_response = journal.dropped_responses as usize;
+        assert!(
+            self.requests_seen >= first_request && self.responses_checked >= first_response,
+            "the xDS journal let go of entries not yet checked: give the server a larger journal limit"
+        );
+        for r in &journal.requests[self.requests_seen - first_request..] {
             self.streams.insert(r.stream);
             if !r.response_nonce.is_empty() {
                 self.answers.insert((r.stream, r.type_url.clone(), r.response_nonce.clone()), r.error_detail.is_some());
@@ -283,8 +291,8 @@ impl StreamCheck {
                 }
             }
         }
-        self.requests_seen = journal.requests.len();
-        while let Some(response) = journal.responses.get(self.responses_checked) {
+        self.requests_seen = first_request + journal.requests.len();
+        while let Some(response) = journal.responses.get(self.responses_checked - first_response) {
             self.streams.insert(response.stream);
             let key = (response.stream, response.type_url.clone(), response.nonce.clone());
             match self.answers.get(&key) {

@@ -15,6 +15,7 @@ use crate::config::bootstrap::{
 use crate::config::cluster::DiscoveryType;
 use crate::config::endpoint::Locality;
 use crate::config::error::{ConfigError, Result, Warnings};
+use crate::config::secret::StringMatcher;
 use crate::pb::envoy::config::bootstrap::v3 as proto;
 use crate::pb::envoy::config::core::v3 as core;
 use crate::pb::google::protobuf as gpb;
@@ -185,9 +186,9 @@ fn bootstrap_checked(document: serde_json::Value, warnings: &mut Warnings) -> Re
         Some(t) => warnings.within("tracing", |w| tracer::tracing(t, w)).map_err(|e| e.at("tracing"))?,
         None => None,
     };
-    let admin_address = match admin {
-        None => Address::Socket(DEFAULT_ADMIN_ADDRESS),
-        Some(admin) => warnings.within("admin", |w| admin_address(admin, w)).map_err(|e| e.at("admin"))?,
+    let (admin_address, admin_allow_paths) = match admin {
+        None => (Address::Socket(DEFAULT_ADMIN_ADDRESS), Vec::new()),
+        Some(admin) => warnings.within("admin", |w| admin_settings(admin, w)).map_err(|e| e.at("admin"))?,
     };
 
     let (static_listeners, static_clusters, static_secrets) = match static_resources {
@@ -244,6 +245,7 @@ fn bootstrap_checked(document: serde_json::Value, warnings: &mut Warnings) -> Re
     Ok(Bootstrap {
         node: node.unwrap_or_default(),
         admin_address,
+        admin_allow_paths,
         ads,
         static_listeners,
         static_clusters,
@@ -288,7 +290,9 @@ pub fn struct_to_json(value: &gpb::Struct) -> std::result::Result<serde_json::Va
     crate::pb::json::to_value("google.protobuf.Struct", &prost::Message::encode_to_vec(value))
 }
 
-fn admin_address(admin: proto::Admin, warnings: &mut Warnings) -> Result<Address> {
+/// The admin server's address and `allow_paths` (each converted with its path, so that a
+/// bad regex is refused: an allow list that cannot be applied would open every path).
+fn admin_settings(admin: proto::Admin, warnings: &mut Warnings) -> Result<(Address, Vec<StringMatcher>)> {
     let proto::Admin {
         access_log,
         access_log_path,
@@ -300,11 +304,17 @@ fn admin_address(admin: proto::Admin, warnings: &mut Warnings) -> Result<Address
     } = admin;
     ignore_set!(warnings, "admin access is logged by Outrider's own logger"; access_log, access_log_path);
     ignore_set!(warnings, "there is no CPU profiler"; profile_path);
-    ignore_set!(warnings, "not used by Outrider"; socket_options, allow_paths);
-    match address {
-        None => Ok(Address::Socket(DEFAULT_ADMIN_ADDRESS)),
-        Some(address) => common::address(&address, false).map_err(|e| e.at("address")),
-    }
+    ignore_set!(warnings, "not used by Outrider"; socket_options);
+    let allow_paths = allow_paths
+        .into_iter()
+        .enumerate()
+        .map(|(i, matcher)| super::secret::string_matcher(matcher).map_err(|e| e.at(format!("allow_paths[{i}]"))))
+        .collect::<Result<Vec<_>>>()?;
+    let address = match address {
+        None => Address::Socket(DEFAULT_ADMIN_ADDRESS),
+        Some(address) => common::address(&address, false).map_err(|e| e.at("address"))?,
+    };
+    Ok((address, allow_paths))
 }
 
 fn dynamic(dynamic: proto::bootstrap::DynamicResources, warnings: &mut Warnings) -> Result<Option<AdsConfig>> {

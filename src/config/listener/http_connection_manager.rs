@@ -1,10 +1,12 @@
 //! The HTTP connection manager (`envoy.filters.network.http_connection_manager`): HTTP
 //! codec settings, timeouts, forwarding headers, and where the routes come from.
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::SkippedFilter;
+use crate::config::address::CidrRange;
 use crate::config::filters::HttpFilter;
 use crate::config::route::RouteConfiguration;
 
@@ -42,6 +44,9 @@ pub struct HttpConnectionManager {
     pub use_remote_address: bool,
     pub xff_num_trusted_hops: u32,
     pub skip_xff_append: bool,
+    /// `internal_address_config`: which client addresses are internal (their `x-envoy-*`
+    /// control headers obeyed, `x-envoy-internal: true` set).
+    pub internal_address: InternalAddresses,
     /// Value appended to `via`; empty: none.
     pub via: String,
     /// Default true: set `x-request-id` when missing (or when not trusted).
@@ -205,6 +210,39 @@ pub enum StripPort {
     Any,
 }
 
+/// `internal_address_config`, as Envoy 1.40 applies it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum InternalAddresses {
+    /// Not configured: no address is internal, so every client's `x-envoy-*` control
+    /// headers are removed (Envoy stopped trusting private addresses by default).
+    #[default]
+    None,
+    /// Configured. `cidr_ranges` empty: Envoy's old list (RFC 1918, `127.0.0.1`,
+    /// `fd00::/8`, `::1`). (Its `unix_sockets` has nothing to apply to: Outrider's
+    /// listeners accept on IP sockets only, so no client comes from a Unix socket.)
+    Configured { cidr_ranges: Vec<CidrRange> },
+}
+
+impl InternalAddresses {
+    /// Whether a client at `ip` is internal.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        match self {
+            Self::None => false,
+            Self::Configured { cidr_ranges } if cidr_ranges.is_empty() => rfc1918_or_loopback(ip),
+            Self::Configured { cidr_ranges } => cidr_ranges.iter().any(|r| r.contains(ip)),
+        }
+    }
+}
+
+/// Envoy's `Network::Utility::isInternalAddress`: 10/8, 172.16/12, 192.168/16 and
+/// `127.0.0.1` itself (not all of 127/8); `fd00::/8` and `::1`.
+fn rfc1918_or_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_private() || v4 == Ipv4Addr::LOCALHOST,
+        IpAddr::V6(v6) => v6.octets()[0] == 0xfd || v6 == Ipv6Addr::LOCALHOST,
+    }
+}
+
 /// `forward_client_cert_details`: what to do with `x-forwarded-client-cert`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ForwardClientCertDetails {
@@ -216,6 +254,8 @@ pub enum ForwardClientCertDetails {
     AlwaysForwardOnly,
 }
 
+/// `set_current_client_cert_details`: what Envoy adds of the client's certificate, in
+/// its order (`Cert`, `Chain`, `Subject`, `URI`, `DNS`) after `By` and `Hash`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ClientCertDetails {
     pub subject: bool,

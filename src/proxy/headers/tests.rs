@@ -5,7 +5,7 @@ use http::{HeaderMap, StatusCode};
 use super::*;
 use crate::config::listener::http_connection_manager::{
     ClientCertDetails, CodecType, CommonHttpOptions, EscapedSlashesAction, ForwardClientCertDetails, Http1Options,
-    Http2Options, RouteSource, StripPort,
+    Http2Options, InternalAddresses, RouteSource, StripPort,
 };
 
 /// Envoy's defaults.
@@ -24,6 +24,7 @@ pub(crate) fn hcm() -> HttpConnectionManager {
         use_remote_address: false,
         xff_num_trusted_hops: 0,
         skip_xff_append: false,
+        internal_address: InternalAddresses::None,
         via: String::new(),
         generate_request_id: true,
         preserve_external_request_id: false,
@@ -51,8 +52,18 @@ pub(crate) fn hcm() -> HttpConnectionManager {
     }
 }
 
-fn conn(peer: &str) -> Downstream {
-    Downstream { peer: peer.parse().unwrap(), local: "10.0.0.100:8080".parse().unwrap(), tls: false }
+fn conn(peer: &str) -> RequestOrigin<'static> {
+    RequestOrigin {
+        downstream: Downstream { peer: peer.parse().unwrap(), local: "10.0.0.100:8080".parse().unwrap(), tls: false },
+        node_address: "192.0.2.9".parse().unwrap(),
+        peer_certificate: None,
+        local_uri_san: None,
+    }
+}
+
+/// `internal_address_config` set without ranges: Envoy's private and loopback list.
+fn private_internal(config: &mut HttpConnectionManager) {
+    config.internal_address = InternalAddresses::Configured { cidr_ranges: Vec::new() };
 }
 
 fn headers(list: &[(&str, &str)]) -> HeaderMap {
@@ -81,15 +92,9 @@ fn edge_appends_peer_to_xff_sets_proto_and_strips_envoy_headers() {
         ("x-secret", "s"),
         ("x-request-id", "client-id"),
     ]);
-    let c = mutate_request_headers(
-        &config,
-        &[HeaderName::from_static("x-secret")],
-        &conn("8.8.8.8:1234"),
-        private_address,
-        &mut h,
-    );
+    let c = mutate_request_headers(&config, &[HeaderName::from_static("x-secret")], &conn("8.8.8.8:1234"), &mut h);
     assert_eq!(c, RequestClassification { client: "8.8.8.8".parse().unwrap(), internal: false, edge: true });
-    assert_eq!(get(&h, "x-forwarded-for"), Some("1.1.1.1, 8.8.8.8"));
+    assert_eq!(get(&h, "x-forwarded-for"), Some("1.1.1.1,8.8.8.8"));
     assert_eq!(get(&h, "x-forwarded-proto"), Some("http"), "an untrusted hop's proto is overwritten");
     for stripped in [
         "x-envoy-upstream-rq-timeout-ms",
@@ -112,8 +117,9 @@ fn edge_appends_peer_to_xff_sets_proto_and_strips_envoy_headers() {
 fn internal_peer_without_xff_is_internal_and_keeps_envoy_headers() {
     let mut config = hcm();
     config.use_remote_address = true;
+    private_internal(&mut config);
     let mut h = headers(&[("x-envoy-upstream-rq-timeout-ms", "100"), ("x-request-id", "keep-me")]);
-    let c = mutate_request_headers(&config, &[], &conn("10.1.2.3:999"), private_address, &mut h);
+    let c = mutate_request_headers(&config, &[], &conn("10.1.2.3:999"), &mut h);
     assert!(c.internal && !c.edge);
     assert_eq!(get(&h, "x-envoy-internal"), Some("true"));
     assert_eq!(get(&h, "x-envoy-upstream-rq-timeout-ms"), Some("100"));
@@ -123,7 +129,7 @@ fn internal_peer_without_xff_is_internal_and_keeps_envoy_headers() {
 
     // With a client-sent XFF the request is never internal.
     let mut h = headers(&[("x-forwarded-for", "10.9.9.9"), ("x-envoy-max-retries", "3")]);
-    let c = mutate_request_headers(&config, &[], &conn("10.1.2.3:999"), private_address, &mut h);
+    let c = mutate_request_headers(&config, &[], &conn("10.1.2.3:999"), &mut h);
     assert!(!c.internal);
     assert!(!h.contains_key("x-envoy-max-retries"));
 }
@@ -134,21 +140,21 @@ fn preserve_external_request_id_and_generation_switch() {
     config.use_remote_address = true;
     config.preserve_external_request_id = true;
     let mut h = headers(&[("x-request-id", "client-id")]);
-    mutate_request_headers(&config, &[], &conn("8.8.8.8:1"), private_address, &mut h);
+    mutate_request_headers(&config, &[], &conn("8.8.8.8:1"), &mut h);
     assert_eq!(get(&h, "x-request-id"), Some("client-id"));
 
     config.generate_request_id = false;
     let mut h = HeaderMap::new();
-    mutate_request_headers(&config, &[], &conn("8.8.8.8:1"), private_address, &mut h);
+    mutate_request_headers(&config, &[], &conn("8.8.8.8:1"), &mut h);
     assert!(!h.contains_key("x-request-id"));
 
     // Not at the edge: a missing id is generated, a present one kept.
     let config = hcm();
     let mut h = HeaderMap::new();
-    mutate_request_headers(&config, &[], &conn("8.8.8.8:1"), private_address, &mut h);
+    mutate_request_headers(&config, &[], &conn("8.8.8.8:1"), &mut h);
     assert!(h.contains_key("x-request-id"));
     let mut h = headers(&[("x-request-id", "upstream-id")]);
-    mutate_request_headers(&config, &[], &conn("8.8.8.8:1"), private_address, &mut h);
+    mutate_request_headers(&config, &[], &conn("8.8.8.8:1"), &mut h);
     assert_eq!(get(&h, "x-request-id"), Some("upstream-id"));
 }
 
@@ -158,24 +164,25 @@ fn trusted_hops_pick_the_client_from_xff() {
     config.use_remote_address = true;
     config.xff_num_trusted_hops = 1;
     let mut h = headers(&[("x-forwarded-for", "3.3.3.3, 4.4.4.4"), ("x-forwarded-proto", "https")]);
-    let c = mutate_request_headers(&config, &[], &conn("9.9.9.9:1"), private_address, &mut h);
+    let c = mutate_request_headers(&config, &[], &conn("9.9.9.9:1"), &mut h);
     assert_eq!(c.client, "4.4.4.4".parse::<IpAddr>().unwrap());
-    assert_eq!(get(&h, "x-forwarded-for"), Some("3.3.3.3, 4.4.4.4, 9.9.9.9"));
+    assert_eq!(get(&h, "x-forwarded-for"), Some("3.3.3.3, 4.4.4.4,9.9.9.9"));
     assert_eq!(get(&h, "x-forwarded-proto"), Some("https"), "a trusted hop's proto is kept");
 
     // Without use_remote_address, XFF is read (trusted hops from the right), not appended.
     let mut config = hcm();
     config.xff_num_trusted_hops = 1;
     let mut h = headers(&[("x-forwarded-for", "3.3.3.3,4.4.4.4")]);
-    let c = mutate_request_headers(&config, &[], &conn("9.9.9.9:1"), private_address, &mut h);
+    let c = mutate_request_headers(&config, &[], &conn("9.9.9.9:1"), &mut h);
     assert_eq!(c.client, "3.3.3.3".parse::<IpAddr>().unwrap());
     assert_eq!(get(&h, "x-forwarded-for"), Some("3.3.3.3,4.4.4.4"));
     assert_eq!(get(&h, "x-forwarded-proto"), Some("http"));
 
     // A single internal XFF address makes an internal request.
-    let config = hcm();
+    let mut config = hcm();
+    private_internal(&mut config);
     let mut h = headers(&[("x-forwarded-for", "10.0.0.7")]);
-    let c = mutate_request_headers(&config, &[], &conn("9.9.9.9:1"), private_address, &mut h);
+    let c = mutate_request_headers(&config, &[], &conn("9.9.9.9:1"), &mut h);
     assert!(c.internal && !c.edge);
 }
 
@@ -185,13 +192,13 @@ fn skip_xff_append_and_loopback_peer() {
     config.use_remote_address = true;
     config.skip_xff_append = true;
     let mut h = HeaderMap::new();
-    mutate_request_headers(&config, &[], &conn("8.8.8.8:1"), |_| false, &mut h);
+    mutate_request_headers(&config, &[], &conn("8.8.8.8:1"), &mut h);
     assert!(!h.contains_key("x-forwarded-for"));
 
     config.skip_xff_append = false;
     let mut h = HeaderMap::new();
-    mutate_request_headers(&config, &[], &conn("127.0.0.1:1"), |_| false, &mut h);
-    assert_eq!(get(&h, "x-forwarded-for"), Some("10.0.0.100"), "a loopback peer is replaced by the listener address");
+    mutate_request_headers(&config, &[], &conn("127.0.0.1:1"), &mut h);
+    assert_eq!(get(&h, "x-forwarded-for"), Some("192.0.2.9"), "a loopback peer is replaced by the node's address");
 }
 
 #[test]
@@ -227,11 +234,11 @@ fn via_and_forwarded_port_when_configured() {
     config.via = "outrider".into();
     config.append_x_forwarded_port = true;
     let mut h = headers(&[("via", "1.1 proxy")]);
-    mutate_request_headers(&config, &[], &conn("8.8.8.8:1"), |_| false, &mut h);
+    mutate_request_headers(&config, &[], &conn("8.8.8.8:1"), &mut h);
     assert_eq!(get(&h, "via"), Some("1.1 proxy, outrider"));
     assert_eq!(get(&h, "x-forwarded-port"), Some("8080"));
     let mut h = HeaderMap::new();
-    mutate_request_headers(&hcm(), &[], &conn("8.8.8.8:1"), |_| false, &mut h);
+    mutate_request_headers(&hcm(), &[], &conn("8.8.8.8:1"), &mut h);
     assert!(!h.contains_key("via"));
 }
 
@@ -316,11 +323,35 @@ fn grpc_local_replies_are_trailers_only() {
 }
 
 #[test]
-fn private_addresses() {
-    for ip in ["10.0.0.1", "172.16.0.1", "192.168.1.1", "127.0.0.1", "::1", "fd00::1", "::ffff:10.0.0.1"] {
-        assert!(private_address(ip.parse().unwrap()), "{ip}");
+fn internal_addresses_as_envoy_1_40() {
+    let configured = InternalAddresses::Configured { cidr_ranges: Vec::new() };
+    for ip in ["10.0.0.1", "172.16.0.1", "192.168.1.1", "127.0.0.1", "::1", "fd00::1"] {
+        assert!(configured.contains(ip.parse().unwrap()), "{ip}");
+        assert!(!InternalAddresses::None.contains(ip.parse().unwrap()), "unset: {ip} is external");
     }
-    for ip in ["8.8.8.8", "172.32.0.1", "2001:db8::1"] {
-        assert!(!private_address(ip.parse().unwrap()), "{ip}");
+    for ip in ["8.8.8.8", "172.32.0.1", "2001:db8::1", "127.0.0.2", "fc00::1"] {
+        assert!(!configured.contains(ip.parse().unwrap()), "{ip}");
     }
+    let ranges = InternalAddresses::Configured {
+        cidr_ranges: vec![crate::config::address::CidrRange::new("192.0.2.0".parse().unwrap(), 24).unwrap()],
+    };
+    assert!(ranges.contains("192.0.2.7".parse().unwrap()));
+    assert!(!ranges.contains("10.0.0.1".parse().unwrap()), "ranges replace the private list");
+}
+
+#[test]
+fn loopback_client_without_internal_config_is_external() {
+    let mut config = hcm();
+    config.use_remote_address = true;
+    let mut h = headers(&[
+        ("x-envoy-max-retries", "3"),
+        ("x-envoy-upstream-rq-timeout-ms", "1"),
+        ("x-envoy-retry-on", "5xx"),
+        ("x-envoy-external-address", "1.2.3.4"),
+    ]);
+    let c = mutate_request_headers(&config, &[], &conn("127.0.0.1:5"), &mut h);
+    assert!(!c.internal && c.edge);
+    assert!(!h.contains_key("x-envoy-max-retries") && !h.contains_key("x-envoy-retry-on"));
+    assert!(!h.contains_key("x-envoy-upstream-rq-timeout-ms"));
+    assert_eq!(get(&h, "x-envoy-external-address"), Some("127.0.0.1"), "the forged one is replaced");
 }

@@ -28,6 +28,20 @@ pub struct UpstreamRequestOptions {
     pub downstream: DownstreamInfo,
 }
 
+/// Control headers Envoy's router reads (from internal clients; the connection manager
+/// removed them from the others) and does not pass on: the retry state consumes the
+/// retry ones, the router the alternate stat name, timeout response and hedging.
+const CONSUMED: [HeaderName; 8] = [
+    HeaderName::from_static("x-envoy-retry-on"),
+    HeaderName::from_static("x-envoy-retry-grpc-on"),
+    HeaderName::from_static("x-envoy-max-retries"),
+    HeaderName::from_static("x-envoy-retriable-status-codes"),
+    HeaderName::from_static("x-envoy-retriable-header-names"),
+    HeaderName::from_static("x-envoy-upstream-alt-stat-name"),
+    HeaderName::from_static("x-envoy-upstream-rq-timeout-alt-response"),
+    HeaderName::from_static("x-envoy-hedge-on-per-try-timeout"),
+];
+
 /// Turns the downstream request head into the upstream one for `forward` (once, before
 /// the first attempt): timeout headers, header mutations, host and path rewrites.
 pub fn apply_request_mutations(forward: &Forward<'_>, parts: &mut Parts, options: &UpstreamRequestOptions) {
@@ -35,6 +49,7 @@ pub fn apply_request_mutations(forward: &Forward<'_>, parts: &mut Parts, options
     if crate::proxy::headers::has_envoy_header(headers) {
         headers.remove(super::timeout::UPSTREAM_RQ_TIMEOUT_MS);
         headers.remove(super::timeout::UPSTREAM_RQ_PER_TRY_TIMEOUT_MS);
+        CONSUMED.iter().for_each(|h| drop(headers.remove(h)));
     }
     set_attempt_headers(forward, headers, 1, Duration::ZERO, false, options);
     for level in forward.headers.iter() {
@@ -72,6 +87,9 @@ pub fn set_attempt_headers(
     after_timeout: bool,
     options: &UpstreamRequestOptions,
 ) {
+    // Envoy counts in whole milliseconds and gives the first attempt the whole timeout:
+    // a few microseconds spent before it must not make it one millisecond short.
+    let elapsed = if attempt <= 1 { Duration::ZERO } else { Duration::from_millis(whole_millis(elapsed)) };
     if let Some(expected) = expected_timeout(forward, elapsed) {
         let ms = expected.as_millis().max(1);
         if !options.suppress_envoy_headers {
@@ -91,6 +109,10 @@ pub fn set_attempt_headers(
     if vhost.include_is_timeout_retry_header && attempt > 1 {
         headers.insert(IS_TIMEOUT_RETRY, HeaderValue::from_static(if after_timeout { "true" } else { "false" }));
     }
+}
+
+fn whole_millis(elapsed: Duration) -> u64 {
+    u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Applies the response header mutations of `layers` (a [`Forward`]'s, or a local

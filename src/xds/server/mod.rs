@@ -8,8 +8,11 @@
 //! reply, stale nonces are ignored (SotW), and every change is pushed to every stream that
 //! is subscribed to it. [`files::FileSource`] feeds it from Envoy-format YAML/JSON files.
 //!
-//! Every request received and every response sent is kept in a [`Journal`], so tests can
-//! assert ACKs, NACKs and nonces without sleeping: see [`XdsServer::wait_until`].
+//! The requests received and responses sent are kept in a [`Journal`], so tests can
+//! assert ACKs, NACKs and nonces without sleeping: see [`XdsServer::wait_until`]. It keeps
+//! the latest [`DEFAULT_JOURNAL_LIMIT`] of each (or the limit given to
+//! [`XdsServer::with_journal_limit`]), not everything: the agent's SDS server lives as long
+//! as the pod.
 
 mod delta;
 #[cfg(feature = "testkit")]
@@ -37,6 +40,9 @@ use crate::pb::google::protobuf::Any;
 pub use requests::{ErrorDetail, Journal, Protocol, ReceivedRequest, SentResponse};
 pub use resources::{TypeResources, Versioned};
 
+/// How many requests, and how many responses, a server's journal keeps by default.
+pub const DEFAULT_JOURNAL_LIMIT: usize = 4096;
+
 /// The ADS server's state; cheap to clone (all clones share it).
 #[derive(Debug, Clone, Default)]
 pub struct XdsServer {
@@ -49,6 +55,8 @@ struct Inner {
     /// Carries the server version; every stream wakes on a change and diffs.
     changes: watch::Sender<u64>,
     journal: Mutex<Journal>,
+    /// Entries of each kind the journal keeps.
+    journal_limit: usize,
     /// Bumped on every journal entry so waiters re-check their predicate.
     journal_changed: watch::Sender<u64>,
     requests: broadcast::Sender<ReceivedRequest>,
@@ -62,6 +70,7 @@ impl Default for Inner {
             resources: Mutex::default(),
             changes: watch::Sender::new(0),
             journal: Mutex::default(),
+            journal_limit: DEFAULT_JOURNAL_LIMIT,
             journal_changed: watch::Sender::new(0),
             requests: broadcast::Sender::new(1024),
             next_nonce: AtomicU64::new(1),
@@ -78,6 +87,11 @@ pub struct WaitTimeout(pub Duration);
 impl XdsServer {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A server whose journal keeps the latest `limit` requests and `limit` responses.
+    pub fn with_journal_limit(limit: usize) -> Self {
+        XdsServer { inner: Arc::new(Inner { journal_limit: limit, ..Inner::default() }) }
     }
 
     /// Replaces every resource of `type_url` with `resources` (name, packed message). If
@@ -108,12 +122,12 @@ impl XdsServer {
     }
 
     /// Every request received from now on. A lagging receiver loses the oldest ones; the
-    /// [`journal`](Self::journal) keeps them all.
+    /// [`journal`](Self::journal) keeps the latest ones.
     pub fn requests(&self) -> broadcast::Receiver<ReceivedRequest> {
         self.inner.requests.subscribe()
     }
 
-    /// A copy of everything received and sent so far.
+    /// A copy of what was received and sent so far (the latest entries, see [`Journal`]).
     pub fn journal(&self) -> Journal {
         lock(&self.inner.journal).clone()
     }
@@ -217,13 +231,13 @@ impl XdsServer {
     fn record_request(&self, request: ReceivedRequest) {
         tracing::debug!(?request, "xds server: request");
         let _ = self.inner.requests.send(request.clone());
-        lock(&self.inner.journal).requests.push(request);
+        lock(&self.inner.journal).push_request(request, self.inner.journal_limit);
         self.inner.journal_changed.send_modify(|n| *n += 1);
     }
 
     fn record_response(&self, response: SentResponse) {
         tracing::debug!(?response, "xds server: response");
-        lock(&self.inner.journal).responses.push(response);
+        lock(&self.inner.journal).push_response(response, self.inner.journal_limit);
         self.inner.journal_changed.send_modify(|n| *n += 1);
     }
 }

@@ -118,14 +118,30 @@ pub struct SentResponse {
     pub removed: Vec<String>,
 }
 
-/// Everything received and sent, in order.
+/// What was received and sent, in order: the most recent entries, at most the server's
+/// journal limit of each kind (a long-lived server, the agent's SDS socket, must not grow
+/// for ever with every reconnection); the counts of older entries let go are kept.
 #[derive(Debug, Clone, Default)]
 pub struct Journal {
     pub requests: Vec<ReceivedRequest>,
     pub responses: Vec<SentResponse>,
+    /// Requests received before `requests[0]`, no longer kept.
+    pub dropped_requests: u64,
+    /// Responses sent before `responses[0]`, no longer kept.
+    pub dropped_responses: u64,
 }
 
 impl Journal {
+    pub(super) fn push_request(&mut self, request: ReceivedRequest, limit: usize) {
+        self.dropped_requests += make_room(&mut self.requests, limit);
+        self.requests.push(request);
+    }
+
+    pub(super) fn push_response(&mut self, response: SentResponse, limit: usize) {
+        self.dropped_responses += make_room(&mut self.responses, limit);
+        self.responses.push(response);
+    }
+
     /// The last response sent for `type_url` on any stream.
     pub fn last_response(&self, type_url: &str) -> Option<&SentResponse> {
         self.responses.iter().rev().find(|r| r.type_url == type_url)
@@ -139,5 +155,55 @@ impl Journal {
     /// Every NACK received for `type_url`.
     pub fn nacks(&self, type_url: &str) -> Vec<&ReceivedRequest> {
         self.requests.iter().filter(|r| r.type_url == type_url && r.error_detail.is_some()).collect()
+    }
+}
+
+/// Makes room for one more entry under `limit` (at least one is always kept) by letting
+/// the oldest quarter go at once, so that the copying is paid once per many entries;
+/// returns how many went.
+fn make_room<T>(entries: &mut Vec<T>, limit: usize) -> u64 {
+    let limit = limit.max(1);
+    if entries.len() < limit {
+        return 0;
+    }
+    let excess = entries.len() + 1 - limit;
+    let gone = excess.max(limit / 4).min(entries.len());
+    entries.drain(..gone);
+    gone as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response(nonce: u64) -> SentResponse {
+        SentResponse {
+            stream: 1,
+            protocol: Protocol::Sotw,
+            type_url: "t".into(),
+            version: nonce.to_string(),
+            nonce: nonce.to_string(),
+            resources: Vec::new(),
+            removed: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_journal_keeps_the_latest_entries_under_its_limit() {
+        let mut journal = Journal::default();
+        for nonce in 1..=10_000u64 {
+            journal.push_response(response(nonce), 100);
+            assert!(journal.responses.len() <= 100);
+        }
+        assert_eq!(journal.responses.last().map(|r| r.nonce.as_str()), Some("10000"));
+        assert_eq!(journal.dropped_responses + journal.responses.len() as u64, 10_000);
+        assert!(journal.responses.len() >= 75, "a quarter at most let go at once");
+        let first = journal.dropped_responses + 1;
+        assert_eq!(journal.responses[0].nonce, first.to_string(), "the oldest kept follows the last let go");
+        let mut tiny = Journal::default();
+        tiny.push_response(response(1), 0);
+        tiny.push_response(response(2), 0);
+        assert_eq!(tiny.responses.len(), 1);
+        assert_eq!(tiny.responses[0].nonce, "2");
     }
 }

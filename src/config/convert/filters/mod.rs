@@ -27,7 +27,7 @@ mod tests;
 use std::sync::Arc;
 
 use super::common::type_name;
-use super::listener::filter_kind::config_type;
+use super::listener::filter_kind::{config_type, envoys_own};
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::{FilterOverride, HttpFilterConfig, NetworkFilterConfig, PerFilterConfig};
 use crate::pb::google::protobuf::Any;
@@ -79,8 +79,9 @@ pub fn network_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<Netwo
 const FILTER_CONFIG: &str = "envoy.config.route.v3.FilterConfig";
 
 /// `typed_per_filter_config` of a virtual host, route or weighted cluster. An entry whose
-/// type Outrider does not run is refused, unless `FilterConfig.is_optional` says it may be
-/// ignored (as Envoy does).
+/// type Outrider does not run is refused with its path, unless it is a `FilterConfig`
+/// marked `is_optional` whose type Envoy has no factory for either: Envoy ignores such an
+/// entry, and applies any other, so Outrider, which would not, refuses it.
 pub fn per_filter_config(
     entries: std::collections::HashMap<String, Any>,
     warnings: &mut Warnings,
@@ -94,47 +95,52 @@ pub fn per_filter_config(
         let converted = warnings.within(&at, |w| per_filter(&any, w)).map_err(|e| e.at(at.clone()))?;
         match converted {
             Some(config) => out.push((name, config)),
-            None => warnings.ignored(at, "an optional per-route setting of a filter Outrider does not run"),
+            None => warnings.ignored(at, "an optional per-route setting of a type neither Outrider nor Envoy runs"),
         }
     }
     Ok(PerFilterConfig(out))
 }
 
-#[allow(clippy::only_used_in_recursion)] // until a per-route conversion records warnings
+/// One entry: `None` when it is an optional one Envoy would ignore too.
 fn per_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<FilterOverride>> {
     use crate::pb::envoy::config::route::v3::FilterConfig;
-    let kind = type_name(&any.type_url);
-    if kind == FILTER_CONFIG {
-        let FilterConfig { config, is_optional, disabled } = super::common::unpack::<FilterConfig>(any)?;
-        return match config {
-            None => Ok(Some(FilterOverride::Enabled(!disabled))),
-            Some(_) if disabled => Ok(Some(FilterOverride::Enabled(false))),
-            Some(inner) => match per_filter(&inner, warnings).map_err(|e| e.at("config"))? {
-                Some(config) => Ok(Some(config)),
-                None if is_optional => Ok(None),
-                None => Err(unsupported(&inner).at("config")),
-            },
-        };
+    if type_name(&any.type_url) != FILTER_CONFIG {
+        return per_route_setting(any, warnings)?.map(Some).ok_or_else(|| unsupported(any, false));
     }
-    match kind {
-        jwt_authn::PER_ROUTE_TYPE => Ok(Some(FilterOverride::JwtAuthn(jwt_authn::per_route(any)?))),
-        local_ratelimit::HTTP_TYPE => Ok(Some(FilterOverride::LocalRateLimit(Arc::new(
-            local_ratelimit::http_local_rate_limit(any, true, warnings)?,
-        )))),
-        fault::TYPE => Ok(Some(FilterOverride::Fault(Arc::new(fault::http_fault(any, warnings)?)))),
-        cors::POLICY_TYPE => Ok(Some(FilterOverride::Cors(Arc::new(cors::cors_policy(any, warnings)?)))),
-        rbac::PER_ROUTE_TYPE => Ok(Some(FilterOverride::Rbac(Arc::new(rbac::per_route(any, warnings)?)))),
-        ext_authz::PER_ROUTE_TYPE => Ok(Some(FilterOverride::ExtAuthz(Arc::new(ext_authz::per_route(any, warnings)?)))),
-        ratelimit::PER_ROUTE_TYPE => {
-            Ok(Some(FilterOverride::RateLimit(Arc::new(ratelimit::per_route(any, warnings)?))))
-        }
-        _ => Err(unsupported(any)),
+    let FilterConfig { config, is_optional, disabled } = super::common::unpack::<FilterConfig>(any)?;
+    match config {
+        None => Ok(Some(FilterOverride::Enabled(!disabled))),
+        Some(_) if disabled => Ok(Some(FilterOverride::Enabled(false))),
+        Some(inner) => match per_route_setting(&inner, warnings).map_err(|e| e.at("config"))? {
+            Some(config) => Ok(Some(config)),
+            None if is_optional && !envoys_own(&config_type(&inner)) => Ok(None),
+            None => Err(unsupported(&inner, is_optional).at("config")),
+        },
     }
 }
 
-fn unsupported(any: &Any) -> ConfigError {
-    ConfigError::new(
-        "",
-        format!("per-route settings of type {} are not supported and not marked is_optional", config_type(any)),
-    )
+/// A per-route setting of a type Outrider runs; `None` for any other type.
+fn per_route_setting(any: &Any, warnings: &mut Warnings) -> Result<Option<FilterOverride>> {
+    Ok(Some(match type_name(&any.type_url) {
+        jwt_authn::PER_ROUTE_TYPE => FilterOverride::JwtAuthn(jwt_authn::per_route(any)?),
+        local_ratelimit::HTTP_TYPE => {
+            FilterOverride::LocalRateLimit(Arc::new(local_ratelimit::http_local_rate_limit(any, true, warnings)?))
+        }
+        fault::TYPE => FilterOverride::Fault(Arc::new(fault::http_fault(any, warnings)?)),
+        cors::POLICY_TYPE => FilterOverride::Cors(Arc::new(cors::cors_policy(any, warnings)?)),
+        rbac::PER_ROUTE_TYPE => FilterOverride::Rbac(Arc::new(rbac::per_route(any, warnings)?)),
+        ext_authz::PER_ROUTE_TYPE => FilterOverride::ExtAuthz(Arc::new(ext_authz::per_route(any, warnings)?)),
+        ratelimit::PER_ROUTE_TYPE => FilterOverride::RateLimit(Arc::new(ratelimit::per_route(any, warnings)?)),
+        _ => return Ok(None),
+    }))
+}
+
+fn unsupported(any: &Any, optional: bool) -> ConfigError {
+    let kind = config_type(any);
+    let why = if optional {
+        "is_optional skips only a type Envoy has no factory for; Envoy would apply this one"
+    } else {
+        "not marked is_optional"
+    };
+    ConfigError::new("", format!("per-route settings of type {kind} are not supported ({why})"))
 }

@@ -10,13 +10,14 @@ use crate::config::filters::HttpFilter;
 use crate::config::listener::SkippedFilter;
 use crate::config::listener::http_connection_manager::{
     ClientCertDetails, CodecType, DEFAULT_DELAYED_CLOSE_TIMEOUT, DEFAULT_DRAIN_TIMEOUT, DEFAULT_MAX_REQUEST_HEADERS_KB,
-    DEFAULT_STREAM_IDLE_TIMEOUT, EscapedSlashesAction, ForwardClientCertDetails, HttpConnectionManager, RouteSource,
-    ServerHeaderTransformation, StripPort,
+    DEFAULT_STREAM_IDLE_TIMEOUT, EscapedSlashesAction, ForwardClientCertDetails, HttpConnectionManager,
+    InternalAddresses, RouteSource, ServerHeaderTransformation, StripPort,
 };
 use crate::pb::envoy::config::core::v3 as core;
 use crate::pb::envoy::extensions::filters::http::router::v3::Router;
 use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3 as proto;
 use crate::pb::envoy::extensions::request_id::uuid::v3::UuidRequestIdConfig;
+use proto::http_connection_manager as hcm_proto;
 
 const UUID_REQUEST_ID: &str = "envoy.extensions.request_id.uuid.v3.UuidRequestIdConfig";
 
@@ -102,6 +103,10 @@ pub fn http_connection_manager(
     if local_reply_config.as_ref().is_some_and(|c| !c.mappers.is_empty() || c.body_format.is_some()) {
         return refuse("local_reply_config", "rewriting local replies");
     }
+    let internal_address = match internal_address_config {
+        None => InternalAddresses::None,
+        Some(config) => internal_addresses(config).map_err(|e| e.at("internal_address_config"))?,
+    };
     let request_id_custom = request_id_extension
         .as_ref()
         .and_then(|r| r.typed_config.as_ref())
@@ -123,11 +128,6 @@ pub fn http_connection_manager(
                 access_log_flush_interval.is_some() || flush_access_log_on_new_request || access_log_options.is_some(),
                 "access_log_options",
                 "access logs are written when each request ends",
-            ),
-            (
-                internal_address_config.is_some(),
-                "internal_address_config",
-                "only loopback and private addresses are internal",
             ),
             (
                 represent_ipv4_remote_address_as_ipv4_mapped_ipv6,
@@ -218,6 +218,7 @@ pub fn http_connection_manager(
         use_remote_address: common::bool_or(&use_remote_address, false),
         xff_num_trusted_hops,
         skip_xff_append,
+        internal_address,
         via,
         generate_request_id: common::bool_or(&generate_request_id, true),
         preserve_external_request_id,
@@ -277,18 +278,15 @@ pub fn http_connection_manager(
         },
         set_current_client_cert_details: match set_current_client_cert_details {
             None => ClientCertDetails::default(),
-            Some(hcm::SetCurrentClientCertDetails { subject, cert, chain, dns, uri, issuer, format }) => {
-                ignore_all(
-                    warnings,
-                    &[
-                        (issuer, "set_current_client_cert_details.issuer", "the issuer is not added to XFCC"),
-                        (
-                            format != 0,
-                            "set_current_client_cert_details.format",
-                            "XFCC is written in Envoy's text format",
-                        ),
-                    ],
-                );
+            // The issuer and the other header formats change what the upstream is told:
+            // refused, not skipped.
+            Some(hcm::SetCurrentClientCertDetails { issuer: true, .. }) => {
+                return refuse("set_current_client_cert_details.issuer", "adding the issuer to XFCC");
+            }
+            Some(hcm::SetCurrentClientCertDetails { format, .. }) if format != 0 => {
+                return refuse("set_current_client_cert_details.format", "the JSON format of XFCC");
+            }
+            Some(hcm::SetCurrentClientCertDetails { subject, cert, chain, dns, uri, .. }) => {
                 ClientCertDetails { subject: common::bool_or(&subject, false), cert, chain, dns, uri }
             }
         },
@@ -296,6 +294,21 @@ pub fn http_connection_manager(
         append_x_forwarded_port,
         upgrade_configs,
     })
+}
+
+/// `internal_address_config`: its CIDR ranges (none: Envoy's private and loopback list).
+/// `unix_sockets` needs nothing: Outrider's listeners accept on IP sockets only, so no
+/// client comes from a Unix socket.
+fn internal_addresses(config: hcm_proto::InternalAddressConfig) -> Result<InternalAddresses> {
+    let hcm_proto::InternalAddressConfig { unix_sockets: _, cidr_ranges } = config;
+    let cidr_ranges = cidr_ranges
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            super::cidr(&r.address_prefix, r.prefix_len.map(|l| l.value)).map_err(|e| e.at(format!("cidr_ranges[{i}]")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(InternalAddresses::Configured { cidr_ranges })
 }
 
 /// `rds`: the route configuration name, which must come over the ADS stream.
@@ -322,7 +335,8 @@ struct HttpFilters {
 }
 
 /// Converts the filter list: the router must be present and last; every filter before it
-/// is run, skipped because it only observes traffic, or refused with its path.
+/// is run, skipped because its type only observes traffic (or, optional, is unknown to
+/// Envoy too), or refused with its path. Filters are known by type, never by name.
 fn check_http_filters(filters: Vec<proto::HttpFilter>, warnings: &mut Warnings) -> Result<HttpFilters> {
     use proto::http_filter::ConfigType;
     let last = filters.len().checked_sub(1);
@@ -350,17 +364,19 @@ fn check_http_filters(filters: Vec<proto::HttpFilter>, warnings: &mut Warnings) 
             }
             return Ok(out);
         }
-        if matches!(config_type, Some(ConfigType::ConfigDiscovery(_))) {
+        if let Some(ConfigType::ConfigDiscovery(discovery)) = &config_type {
+            let at = format!("{at}.config_discovery");
             if !is_optional {
                 return Err(ConfigError::new(
-                    format!("{at}.config_discovery"),
+                    at,
                     format!(
                         "filter {name:?}: extension config discovery is not supported and the filter is not is_optional"
                     ),
                 ));
             }
-            warnings.ignored(at.clone(), format!("filter {name:?} from extension config discovery is not run"));
-            out.skipped.push(SkippedFilter { name, kind: crate::config::listener::SkippedKind::Unknown });
+            // Optional is not enough: Envoy would fetch and run it. Left out only when
+            // every type it may take only observes.
+            out.skipped.push(filter_kind::skip_discovered(&name, &discovery.type_urls, &at, warnings)?);
             continue;
         }
         if let Some(any) = any {

@@ -175,7 +175,6 @@ pub(in crate::config::convert) fn opentelemetry(
         set_telemetry_sdk_resource_attributes,
         set_service_name_resource_attribute,
         set_instrumentation_scope,
-        ..
     } = config;
     let at = |field: &str| format!("typed_config.{field}");
     if exporter.is_some() {

@@ -1,5 +1,9 @@
+// The request-edge fields of the connection manager.
+mod edge;
 // Istio-shaped listeners (what istiod sends), kept apart from the generic cases.
 mod istio;
+// Filters are known by type, never by name; optional ones skipped only as Envoy would.
+mod filters_by_type;
 
 use std::net::IpAddr;
 use std::time::Duration;

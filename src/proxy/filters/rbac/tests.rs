@@ -78,6 +78,7 @@ fn sidecar_rbac_filters_convert_and_enforce() {
             uri_sans: vec![uri.to_owned()],
             dns_sans: Vec::new(),
             subject: String::new(),
+            ..Default::default()
         }),
     };
     let request =

@@ -52,6 +52,7 @@ fn mtls(uri: &str) -> DownstreamConnection {
             uri_sans: vec![uri.to_owned()],
             dns_sans: vec!["client.test".into()],
             subject: "CN=client".into(),
+            ..Default::default()
         }),
         ..connection()
     }
