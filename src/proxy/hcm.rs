@@ -163,14 +163,21 @@ async fn forward_request(
     if let Some(log) = pending.as_mut() {
         log.route_name = selection.and_then(|s| s.route).map(|r| r.name.clone()).filter(|n| !n.is_empty());
     }
-    if let Some(kind) = upgrade::requested(&mut parts) {
+    // CONNECT is never proxied (an `upgrade_configs` entry for it is refused): one that
+    // a route matches gets Envoy's 403 for an upgrade nobody allowed; one that none
+    // matches, the router's 404. Either way its connection closes after the answer (see
+    // `serve`), so nothing sent as the tunnel is read as a request.
+    let connect = parts.method == http::Method::CONNECT && selection.and_then(|s| s.route).is_some();
+    if let Some(kind) = upgrade::requested(&mut parts).or_else(|| connect.then(String::new)) {
         let route = selection.and_then(|s| s.route).and_then(|r| match &r.action {
             Action::Route(action) => Some(action.upgrade_configs.as_slice()),
             _ => None,
         });
-        if exchange.upgrades.is_none() || !upgrade_allowed(&manager.upgrade_configs, route, &kind) {
-            // Envoy's answer to an upgrade nobody allowed: 403, empty body, nothing forwarded.
-            let reply = LocalResponse::new(StatusCode::FORBIDDEN, "", "upgrade_failed");
+        if connect || exchange.upgrades.is_none() || !upgrade_allowed(&manager.upgrade_configs, route, &kind) {
+            // Envoy's answer to an upgrade nobody allowed: 403, empty body, nothing
+            // forwarded, and the connection closed.
+            let mut reply = LocalResponse::new(StatusCode::FORBIDDEN, "", "upgrade_failed");
+            reply.headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
             return filter_reply(manager, stream, reply, is_grpc);
         }
     }

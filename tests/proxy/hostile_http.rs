@@ -208,20 +208,58 @@ async fn smuggling_vectors_are_refused_and_reach_no_backend() {
         ("content length not a number", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5a\r\n\r\nhello"),
         ("signed content length", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: +5\r\n\r\nhello"),
         ("negative content length", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n"),
-        ("obs-fold", "GET / HTTP/1.1\r\nHost: x\r\nX-Folded: a\r\n b\r\n\r\n"),
+        ("equal content lengths", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nhello"),
+        (
+            "content length then chunked",
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        ),
+        (
+            "chunked then content length",
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n",
+        ),
         ("space in a header name", "GET / HTTP/1.1\r\nHost: x\r\nBad Name: v\r\n\r\n"),
         ("space before the colon", "GET / HTTP/1.1\r\nHost : x\r\n\r\n"),
-        ("transfer coding not chunked", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nxx"),
-        ("HTTP/1.0 with chunked", "POST / HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
         ("NUL in a header value", "GET / HTTP/1.1\r\nHost: x\r\nX-A: a\0b\r\n\r\n"),
     ];
     for (name, request) in refused {
+        // A pipelined request behind each: never read, the connection closes.
+        let request = format!("{request}GET /hidden HTTP/1.1\r\nHost: x\r\n\r\n");
         let response = lab.raw(request.as_bytes()).await;
         assert_eq!(statuses(&response), vec![400], "{name}: {response:?}");
+        assert!(response.ends_with("connection: close\r\n\r\nBad Request"), "{name}: {response:?}");
         assert!(lab.seen().is_empty(), "{name}: {:?}", lab.seen());
     }
-    assert_eq!(lab.stat("http.http.downstream_rq_4xx"), refused.len() as u64);
-    assert_eq!(lab.stat("http.http.downstream_cx_protocol_error"), refused.len() as u64);
+    // Envoy's 501 for a coding it does not implement, and its 426 for HTTP/1.0.
+    let other: &[(&str, &str, u16, &str)] = &[
+        (
+            "coding not chunked",
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\nxx",
+            501,
+            "Not Implemented",
+        ),
+        (
+            "xchunked",
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n0\r\n\r\n",
+            501,
+            "Not Implemented",
+        ),
+        (
+            "HTTP/1.0 with chunked",
+            "POST / HTTP/1.0\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            426,
+            "Upgrade Required",
+        ),
+        ("HTTP/1.0", "GET / HTTP/1.0\r\nHost: x\r\n\r\n", 426, "Upgrade Required"),
+    ];
+    for (name, request, status, body) in other {
+        let response = lab.raw(request.as_bytes()).await;
+        assert_eq!(statuses(&response), vec![*status], "{name}: {response:?}");
+        assert!(response.ends_with(&format!("connection: close\r\n\r\n{body}")), "{name}: {response:?}");
+        assert!(lab.seen().is_empty(), "{name}: {:?}", lab.seen());
+    }
+    assert_eq!(lab.stat("http.http.downstream_rq_4xx"), (refused.len() + 2) as u64);
+    assert_eq!(lab.stat("http.http.downstream_rq_5xx"), 2);
+    assert_eq!(lab.stat("http.http.downstream_cx_protocol_error"), (refused.len() + other.len()) as u64);
 
     // Bodies whose chunk framing is broken never reach the backend whole: no 2xx, and the
     // backend receives no complete request (a body already streaming is cut by a reset, as
@@ -248,11 +286,11 @@ async fn smuggling_vectors_are_refused_and_reach_no_backend() {
 }
 
 #[tokio::test]
-async fn content_length_with_chunked_is_framed_by_transfer_encoding_only() {
-    // Envoy answers 400 unless `allow_chunked_length`; Outrider frames by Transfer-Encoding
-    // and drops Content-Length (RFC 9112 §6.3), so the upstream sees one unambiguous
-    // framing, and closes the connection after answering.
-    let lab = Lab::start("", None, 1).await;
+async fn with_allow_chunked_length_content_length_beside_chunked_is_dropped() {
+    // As Envoy with `allow_chunked_length`: the request is framed by its chunks and its
+    // Content-Length dropped, so the upstream sees one unambiguous framing; Outrider also
+    // closes the connection after answering, so nothing after the chunks is read.
+    let lab = Lab::start("      http_protocol_options: { allow_chunked_length: true }", None, 1).await;
     let inner = "GET /pipelined HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     let body = format!("0\r\n\r\n{inner}");
     let request = format!(
@@ -260,8 +298,6 @@ async fn content_length_with_chunked_is_framed_by_transfer_encoding_only() {
         body.len()
     );
     let response = lab.raw(request.as_bytes()).await;
-    // One answer, then the connection closes (RFC 9112 §6.1): what follows the chunked
-    // body is never read as a request.
     assert_eq!(statuses(&response), vec![200], "{response:?}");
     assert!(response.contains("connection: close"), "{response:?}");
     let seen = lab.seen();
@@ -270,6 +306,9 @@ async fn content_length_with_chunked_is_framed_by_transfer_encoding_only() {
     // Empty by the chunks, never the client's Content-Length.
     assert!(seen[0].body.is_empty());
     assert_ne!(seen[0].content_length, Some(body.len().to_string()));
+    // Repeated Content-Length stays refused: the option only concerns chunks.
+    let response = lab.raw(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\na").await;
+    assert_eq!(statuses(&response), vec![400], "{response:?}");
     lab.assert_serves().await;
     lab.outrider.stop();
 }

@@ -18,6 +18,7 @@ mod framing_corpus;
 mod fuzz_smoke;
 mod health_check;
 mod hostile_http;
+mod http10;
 mod http_inspector;
 mod lifecycle;
 mod overload_manager;

@@ -8,6 +8,9 @@ use hyper::server::conn::{http1, http2};
 use hyper_util::rt::TokioTimer;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+mod refusal;
+pub(super) use refusal::{refusal_response, refusal_status};
+
 use super::super::exec::LocalExec;
 use super::super::flow_control;
 use crate::config::listener::HttpConnectionManager;
@@ -87,7 +90,24 @@ pub(super) fn http1(manager: &HttpConnectionManager) -> http1::Builder {
         .header_read_timeout(manager.request_headers_timeout)
         // A connection waiting for its next request holds no read or write buffer (24 KiB
         // by default): most of what an idle keep-alive connection would cost.
-        .release_idle_buffers(true);
+        .release_idle_buffers(true)
+        // Framing as Envoy's codec: a head whose body length could be read two ways is
+        // refused (the smuggling primitive), `Content-Length` beside `Transfer-Encoding`
+        // unless `allow_chunked_length` (then the chunks frame it), and a transfer coding
+        // other than one `chunked` gets 501.
+        .reject_repeated_content_length(true)
+        .reject_content_length_with_transfer_encoding(!manager.http1.allow_chunked_length)
+        .reject_unsupported_transfer_encoding(true)
+        // What Envoy accepts and normalises: obs-fold (the line break removed, the
+        // whitespace kept) and runs of spaces in the request line.
+        .allow_obsolete_multiline_headers(true)
+        .allow_multiple_spaces_in_request_line_delimiters(true)
+        .allow_trailing_spaces_in_request_line(true)
+        // HTTP/1.0 is refused with Envoy's 426 unless `accept_http_10`.
+        .reject_http_10(!manager.http1.accept_http_10)
+        // A refused head is answered by the connection (see [`refusal`]) in Envoy's
+        // words, not hyper's bodiless ones.
+        .parse_error_response(false);
     // hyper reserves room for `max_headers` headers on every parse: never more than fit in
     // the largest head (a header line is at least 3 bytes, `a:\n`), so that a large
     // `max_headers_count` (up to 2³² − 1) costs what the head can hold, not its magnitude;

@@ -101,7 +101,25 @@ pub async fn serve<S>(
             let (tracer, overload_drain) = (tracer.clone(), overload_drain.clone());
             let timer = StreamTimer::default();
             Box::pin(async move {
+                let mut request = request;
                 let http1 = request.version() == http::Version::HTTP_11;
+                let version = request.version();
+                if version == http::Version::HTTP_10 {
+                    http10_host(&mut request, &manager.http1.default_host_for_http_10);
+                }
+                if version != http::Version::HTTP_2
+                    && !request.headers().contains_key(http::header::HOST)
+                    && request.uri().authority().is_none()
+                {
+                    // Envoy's 400 for a request with no authority to route by
+                    // (`missing_host_header`): empty, and the connection closes.
+                    stats.downstream_rq_total.inc();
+                    stats.downstream_rq_http1_total.inc();
+                    stats.charge(400);
+                    return Ok(missing_host(&manager.server_name));
+                }
+                // What follows a CONNECT's head would be its tunnel: never read as a request.
+                let closes = request.method() == http::Method::CONNECT && version != http::Version::HTTP_2;
                 let exchange = Exchange {
                     downstream,
                     connection: &connection,
@@ -118,7 +136,16 @@ pub async fn serve<S>(
                     timer: &timer,
                 };
                 let run = |request| handle(request, exchange, stats.clone(), &access_logs);
-                Ok(stream::limited(request, &timer, &lifetime, &manager, &stats, run).await)
+                let mut response = stream::limited(request, &timer, &lifetime, &manager, &stats, run).await;
+                if response.status() == http::StatusCode::SWITCHING_PROTOCOLS && upgrades.borrow().is_none() {
+                    // A 101 that no allowed upgrade asked for (an upstream switching on a
+                    // plain request): never a tunnel, Envoy's protocol error instead.
+                    response = upstream_protocol_error(&manager.server_name);
+                }
+                if closes {
+                    response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+                }
+                Ok(response)
             })
         })
     };
@@ -134,6 +161,51 @@ pub async fn serve<S>(
             let connection = codec::http2(&manager, buffer_limit).serve_connection(io, service);
             Box::pin(serve_http2(connection, &ends)).await
         }
+    }
+}
+
+/// Envoy's 502 for an upstream response it cannot take as the answer to its request.
+fn upstream_protocol_error(server: &str) -> Response<ProxyBody> {
+    use http_body_util::BodyExt;
+    const BODY: &str = "upstream connect error or disconnect/reset before headers. reset reason: protocol error";
+    let body = http_body_util::Full::new(bytes::Bytes::from_static(BODY.as_bytes()))
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    let mut response = Response::new(body);
+    *response.status_mut() = http::StatusCode::BAD_GATEWAY;
+    let headers = response.headers_mut();
+    headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain"));
+    if let Ok(server) = http::HeaderValue::from_str(server) {
+        headers.insert(http::header::SERVER, server);
+    }
+    response
+}
+
+/// Envoy's 400 for an HTTP/1 request without `Host` (and no authority in its target).
+fn missing_host(server: &str) -> Response<ProxyBody> {
+    use http_body_util::BodyExt;
+    let mut response = Response::new(http_body_util::Empty::new().map_err(|never| match never {}).boxed_unsync());
+    *response.status_mut() = http::StatusCode::BAD_REQUEST;
+    let headers = response.headers_mut();
+    if let Ok(server) = http::HeaderValue::from_str(server) {
+        headers.insert(http::header::SERVER, server);
+    }
+    headers.insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    response
+}
+
+/// `default_host_for_http_10`: the `Host` an HTTP/1.0 request without one is given (the
+/// codec takes HTTP/1.0 only with `accept_http_10`), as Envoy's codec gives it.
+fn http10_host(request: &mut Request<Incoming>, default_host: &str) {
+    // An absolute-form target names its own authority.
+    if default_host.is_empty()
+        || request.headers().contains_key(http::header::HOST)
+        || request.uri().authority().is_some()
+    {
+        return;
+    }
+    if let Ok(host) = http::HeaderValue::from_str(default_host) {
+        request.headers_mut().insert(http::header::HOST, host);
     }
 }
 
@@ -262,12 +334,14 @@ async fn serve_http1<S, Svc>(
     }
     match &error {
         Some(e) if e.is_parse() => {
-            // hyper answered 400 or 431 (too large or too many headers) and closes, as
-            // Envoy's HTTP/1 codec does; counted as the request it was.
+            // A head the codec refuses: Envoy's answer (400, 426, 431 or 501) and the
+            // connection closes, as Envoy's HTTP/1 codec does; counted as the request it was.
+            let status = codec::refusal_status(e, &parts.read_buf, manager.http1.accept_http_10);
             stats.downstream_cx_protocol_error.inc();
             stats.downstream_rq_total.inc();
             stats.downstream_rq_http1_total.inc();
-            stats.charge(if e.is_parse_too_large() { 431 } else { 400 });
+            stats.charge(status.as_u16());
+            let _ = io.write_all(&codec::refusal_response(status, &manager.server_name)).await;
         }
         // request_headers_timeout with a head begun: Envoy's 408. Between requests (no
         // byte of the next one yet) the connection just closes.

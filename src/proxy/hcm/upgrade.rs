@@ -21,24 +21,41 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 /// Where a request that was upgraded leaves the upstream half of its tunnel.
 pub(crate) type UpgradeSlot = RefCell<Option<OnUpgrade>>;
 
-/// The `Upgrade:` type an HTTP/1.1 request asks for (lower-cased), if it asks for one.
-/// `h2c` is not an upgrade Outrider (or Envoy) performs: its headers are removed and the
-/// request goes on as a plain one.
+/// The `Upgrade:` type an HTTP/1.1 request asks for (lower-cased), if it asks for one,
+/// to be checked against `upgrade_configs`. As Envoy, the whole value is the type (all
+/// `Upgrade` lines, joined): `websocket, h2c` is a type nobody configures, so a list is
+/// refused unless that very list is allowed, never taken by its first token. A value
+/// that is not text is a type nobody configures either.
+///
+/// `h2c` alone is made a plain request here: Outrider, like Envoy, does not perform it
+/// (its headers are removed). An upgrade on HTTP/1.0 is returned like any other, and the
+/// caller refuses it wherever it is allowed: it never gets a tunnel. `HTTP2-Settings` is
+/// removed from every request: it only means something to an h2c upgrade, which never
+/// leaves the proxy.
 pub(super) fn requested(parts: &mut Parts) -> Option<String> {
-    // CONNECT is not an upgrade here: it can only match a route with a `connect_matcher`,
-    // which Outrider refuses, so the router answers 404, as Envoy does without one.
-    if parts.version != http::Version::HTTP_11 || !super::super::headers::is_upgrade(&parts.headers) {
+    parts.headers.remove(HTTP2_SETTINGS);
+    if !super::super::headers::is_upgrade(&parts.headers) {
         return None;
     }
-    let kind = parts.headers.get(UPGRADE)?.to_str().ok()?.split(',').next()?.trim().to_ascii_lowercase();
+    let mut kind = String::new();
+    for value in parts.headers.get_all(UPGRADE) {
+        let Ok(value) = value.to_str() else { return Some(String::new()) };
+        if !kind.is_empty() {
+            kind.push(',');
+        }
+        kind.push_str(value.trim());
+    }
+    kind.make_ascii_lowercase();
     if kind == "h2c" {
         parts.headers.remove(UPGRADE);
         parts.headers.remove(CONNECTION);
-        parts.headers.remove("http2-settings");
         return None;
     }
     Some(kind)
 }
+
+/// `HTTP2-Settings` (RFC 9113 §3.2.1, kept by RFC 7540's h2c upgrade).
+const HTTP2_SETTINGS: &str = "http2-settings";
 
 /// Joins the downstream connection (with the bytes hyper had read past the request) and
 /// the upstream's upgraded connection, copying both ways until either ends.

@@ -113,6 +113,8 @@ pub(super) enum Header {
     ContentLengthInvalid,
     #[cfg(feature = "server")]
     TransferEncodingInvalid,
+    #[cfg(feature = "server")]
+    TransferEncodingUnsupported,
     #[cfg(any(feature = "client", feature = "server"))]
     TransferEncodingUnexpected,
 }
@@ -194,6 +196,20 @@ impl Error {
         matches!(
             self.inner.kind,
             Kind::Parse(Parse::TooLarge) | Kind::Parse(Parse::UriTooLong)
+        )
+    }
+
+    /// Returns true if this was an HTTP parse error caused by a request whose
+    /// `Transfer-Encoding` is not the one coding the server implements, `chunked`
+    /// (see [`reject_unsupported_transfer_encoding`]). A server answers it with
+    /// `501 Not Implemented`.
+    ///
+    /// [`reject_unsupported_transfer_encoding`]: crate::server::conn::http1::Builder::reject_unsupported_transfer_encoding
+    #[cfg(all(feature = "http1", feature = "server"))]
+    pub fn is_parse_unsupported_transfer_encoding(&self) -> bool {
+        matches!(
+            self.inner.kind,
+            Kind::Parse(Parse::Header(Header::TransferEncodingUnsupported))
         )
     }
 
@@ -517,6 +533,10 @@ impl Error {
             Kind::Parse(Parse::Header(Header::TransferEncodingInvalid)) => {
                 "invalid transfer-encoding parsed"
             }
+            #[cfg(all(feature = "http1", feature = "server"))]
+            Kind::Parse(Parse::Header(Header::TransferEncodingUnsupported)) => {
+                "unsupported transfer-encoding parsed"
+            }
             #[cfg(all(feature = "http1", any(feature = "client", feature = "server")))]
             Kind::Parse(Parse::Header(Header::TransferEncodingUnexpected)) => {
                 "unexpected transfer-encoding parsed"
@@ -641,6 +661,11 @@ impl Parse {
     #[cfg(feature = "server")]
     pub(crate) fn transfer_encoding_invalid() -> Self {
         Parse::Header(Header::TransferEncodingInvalid)
+    }
+
+    #[cfg(feature = "server")]
+    pub(crate) fn transfer_encoding_unsupported() -> Self {
+        Parse::Header(Header::TransferEncodingUnsupported)
     }
 
     #[cfg(any(feature = "client", feature = "server"))]

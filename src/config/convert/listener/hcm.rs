@@ -278,22 +278,31 @@ pub fn http_connection_manager(
         },
         set_current_client_cert_details: match set_current_client_cert_details {
             None => ClientCertDetails::default(),
-            // The issuer and the other header formats change what the upstream is told:
-            // refused, not skipped.
-            Some(hcm::SetCurrentClientCertDetails { issuer: true, .. }) => {
-                return refuse("set_current_client_cert_details.issuer", "adding the issuer to XFCC");
-            }
-            Some(hcm::SetCurrentClientCertDetails { format, .. }) if format != 0 => {
-                return refuse("set_current_client_cert_details.format", "the JSON format of XFCC");
-            }
-            Some(hcm::SetCurrentClientCertDetails { subject, cert, chain, dns, uri, .. }) => {
-                ClientCertDetails { subject: common::bool_or(&subject, false), cert, chain, dns, uri }
-            }
+            Some(details) => client_cert_details(details)?,
         },
         proxy_100_continue,
         append_x_forwarded_port,
         upgrade_configs,
     })
+}
+
+/// `set_current_client_cert_details`. The issuer and the other header formats change what
+/// the upstream is told: refused, not skipped.
+fn client_cert_details(details: hcm_proto::SetCurrentClientCertDetails) -> Result<ClientCertDetails> {
+    let hcm_proto::SetCurrentClientCertDetails { subject, cert, chain, dns, uri, issuer, format } = details;
+    if issuer {
+        return Err(ConfigError::new(
+            "set_current_client_cert_details.issuer",
+            "adding the issuer to XFCC is not supported",
+        ));
+    }
+    if format != 0 {
+        return Err(ConfigError::new(
+            "set_current_client_cert_details.format",
+            "the JSON format of XFCC is not supported",
+        ));
+    }
+    Ok(ClientCertDetails { subject: common::bool_or(&subject, false), cert, chain, dns, uri })
 }
 
 /// `internal_address_config`: its CIDR ranges (none: Envoy's private and loopback list).

@@ -94,11 +94,21 @@ pub fn http1_options(proto: core::Http1ProtocolOptions, warnings: &mut Warnings)
             (send_fully_qualified_url, "send_fully_qualified_url", "applies to upstream requests only"),
             (use_balsa_parser.is_some(), "use_balsa_parser", "Outrider has its own HTTP/1 parser"),
             (allow_custom_methods, "allow_custom_methods", "Outrider's parser accepts any token as a method"),
-            (!ignore_http_11_upgrade.is_empty(), "ignore_http_11_upgrade", "upgrades are not proxied"),
         ],
     );
+    // Envoy serves an upgrade it matches as a plain request; Outrider would refuse it or
+    // tunnel it instead.
+    if !ignore_http_11_upgrade.is_empty() {
+        return Err(ConfigError::new("ignore_http_11_upgrade", "is not supported"));
+    }
     if !accept_http_10 && !default_host_for_http_10.is_empty() {
         return Err(ConfigError::new("default_host_for_http_10", "requires accept_http_10"));
+    }
+    // Given to requests as their `Host`: it must be one.
+    if http::HeaderValue::from_str(&default_host_for_http_10).is_err()
+        || default_host_for_http_10.parse::<http::uri::Authority>().is_err() && !default_host_for_http_10.is_empty()
+    {
+        return Err(ConfigError::new("default_host_for_http_10", "is not a valid host"));
     }
     Ok(Http1Options { accept_http_10, default_host_for_http_10, enable_trailers, allow_chunked_length })
 }
@@ -215,4 +225,62 @@ pub fn http2_options(proto: core::Http2ProtocolOptions, warnings: &mut Warnings)
         allow_connect,
         keepalive,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn http1(proto: core::Http1ProtocolOptions) -> Result<Http1Options> {
+        http1_options(proto, &mut Warnings::new())
+    }
+
+    #[test]
+    fn http10_options_are_kept_and_checked() {
+        let options = http1(core::Http1ProtocolOptions {
+            accept_http_10: true,
+            default_host_for_http_10: "default.example".into(),
+            allow_chunked_length: true,
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(options.accept_http_10 && options.allow_chunked_length);
+        assert_eq!(options.default_host_for_http_10, "default.example");
+        let refused = |proto| http1(proto).unwrap_err().path().to_owned();
+        let without_http10 =
+            core::Http1ProtocolOptions { default_host_for_http_10: "default.example".into(), ..Default::default() };
+        assert_eq!(refused(without_http10), "default_host_for_http_10");
+        let not_a_host = core::Http1ProtocolOptions {
+            accept_http_10: true,
+            default_host_for_http_10: "a b/c".into(),
+            ..Default::default()
+        };
+        assert_eq!(refused(not_a_host), "default_host_for_http_10");
+    }
+
+    /// CONNECT is never proxied: asking for it, on the connection manager or a route, is
+    /// refused with the field's path.
+    #[test]
+    fn connect_upgrades_are_refused_with_their_path() {
+        use super::super::upgrade::{hcm_upgrades, route_upgrades};
+        use crate::pb::envoy::config::route::v3::route_action::UpgradeConfig as Route;
+        use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::UpgradeConfig as Hcm;
+        let websocket = Hcm { upgrade_type: "websocket".into(), ..Default::default() };
+        let connect = Hcm { upgrade_type: "CONNECT".into(), ..Default::default() };
+        assert_eq!(hcm_upgrades(vec![websocket, connect]).unwrap_err().path(), "upgrade_configs[1].upgrade_type");
+        let route = Route { upgrade_type: "connect".into(), ..Default::default() };
+        assert_eq!(route_upgrades(vec![route]).unwrap_err().path(), "upgrade_configs[0].upgrade_type");
+        let terminated =
+            Route { upgrade_type: "CONNECT".into(), connect_config: Some(Default::default()), ..Default::default() };
+        assert_eq!(route_upgrades(vec![terminated]).unwrap_err().path(), "upgrade_configs[0].connect_config");
+    }
+
+    /// Envoy would serve a matching upgrade as a plain request; Outrider cannot, so it
+    /// refuses the field rather than refuse or tunnel those upgrades.
+    #[test]
+    fn ignore_http_11_upgrade_is_refused() {
+        let proto =
+            core::Http1ProtocolOptions { ignore_http_11_upgrade: vec![Default::default()], ..Default::default() };
+        assert_eq!(http1(proto).unwrap_err().path(), "ignore_http_11_upgrade");
+    }
 }

@@ -339,3 +339,113 @@ async fn h2_frames_split_across_reads_or_sharing_one_are_read_whole_after_idle()
         })
         .await;
 }
+
+/// A stream whose every read returns at most one byte: the codec sees each head in
+/// every partial state.
+struct Bytewise(TcpStream);
+
+impl tokio::io::AsyncRead for Bytewise {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let mut one = [0u8; 1];
+        let mut limited = tokio::io::ReadBuf::new(&mut one);
+        let polled = std::pin::Pin::new(&mut self.0).poll_read(cx, &mut limited);
+        if let std::task::Poll::Ready(Ok(())) = polled {
+            buf.put_slice(limited.filled());
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for Bytewise {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// [`serve_one`], the server reading one byte at a time.
+async fn serve_one_bytewise(
+    manager: &HttpConnectionManager,
+) -> (TcpStream, tokio::task::JoinHandle<Result<(), hyper::Error>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let client = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+    let (stream, _) = listener.accept().await.unwrap();
+    let connection = http1(manager).serve_connection(TokioIo::new(Bytewise(stream)), service_fn(describe));
+    (client, tokio::spawn(connection))
+}
+
+/// What Envoy's codec accepts and normalises is taken the same way, in one request or
+/// pipelined, whole or a byte at a time: obs-fold (the line break removed, the whitespace
+/// kept in the value) and runs of spaces in the request line, also after the version.
+#[tokio::test]
+async fn obs_fold_and_spaces_in_the_request_line_are_normalised() {
+    let manager = hcm();
+    let heads = [
+        ("GET /a HTTP/1.1\r\nx: b\r\n  c\r\n\r\n", "GET /a 0 4"),
+        ("GET /a HTTP/1.1\r\nx: b \r\n\tc\r\n d\r\n\r\n", "GET /a 0 6"),
+        ("GET   /b   HTTP/1.1\r\n\r\n", "GET /b 0 0"),
+        ("GET /c HTTP/1.1  \r\nx: y\r\n\r\n", "GET /c 0 1"),
+        ("POST /d HTTP/1.1\r\nx: 1\r\n 2\r\ncontent-length: 3\r\n\r\nabc", "POST /d 3 3"),
+    ];
+    for split in [false, true] {
+        let (mut client, _task) = if split { serve_one_bytewise(&manager).await } else { serve_one(&manager).await };
+        let all: String = heads.iter().map(|(head, _)| *head).collect();
+        client.write_all(all.as_bytes()).await.unwrap();
+        let want: Vec<String> = heads.iter().map(|(_, want)| (*want).to_owned()).collect();
+        assert_eq!(bodies(&mut client, heads.len()).await, want, "split: {split}");
+    }
+}
+
+/// Which error a refused head ends its connection with.
+type IsError = fn(&hyper::Error) -> bool;
+
+/// The heads Envoy's codec refuses are refused: the connection ends with a parse error
+/// and nothing written (the connection manager answers in Envoy's words).
+#[tokio::test]
+async fn ambiguous_framing_and_other_codings_are_refused_without_an_answer() {
+    let manager = hcm();
+    let cases: [(&str, IsError); 6] = [
+        ("POST / HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 1\r\n\r\na", |e| e.is_parse()),
+        ("POST / HTTP/1.1\r\ncontent-length: 1\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n", |e| e.is_parse()),
+        ("POST / HTTP/1.1\r\ntransfer-encoding: chunked\r\ncontent-length: 1\r\n\r\n0\r\n\r\n", |e| e.is_parse()),
+        (
+            "POST / HTTP/1.1\r\ntransfer-encoding: xchunked\r\n\r\n",
+            hyper::Error::is_parse_unsupported_transfer_encoding,
+        ),
+        (
+            "POST / HTTP/1.1\r\ntransfer-encoding: gzip, chunked\r\n\r\n",
+            hyper::Error::is_parse_unsupported_transfer_encoding,
+        ),
+        ("GET / HTTP/1.0\r\n\r\n", |e| e.is_parse()),
+    ];
+    for (head, is) in cases {
+        let (mut client, task) = serve_one(&manager).await;
+        client.write_all(head.as_bytes()).await.unwrap();
+        let mut written = Vec::new();
+        client.read_to_end(&mut written).await.unwrap();
+        assert!(written.is_empty(), "{head:?}: {}", String::from_utf8_lossy(&written));
+        let error = task.await.unwrap().unwrap_err();
+        assert!(is(&error), "{head:?}: {error:?}");
+    }
+}

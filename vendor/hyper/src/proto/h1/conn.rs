@@ -17,7 +17,9 @@ use http_body::Frame;
 use httparse::ParserConfig;
 
 use super::io::Buffered;
-use super::{Decoder, Encode, EncodedBuf, Encoder, Http1Transaction, ParseContext, Wants};
+use super::{
+    Decoder, Encode, EncodedBuf, Encoder, Http1Transaction, ParseContext, RequestFraming, Wants,
+};
 use crate::body::DecodedLength;
 #[cfg(feature = "server")]
 use crate::common::time::Time;
@@ -75,6 +77,8 @@ where
                 preserve_header_order: false,
                 title_case_headers: false,
                 h09_responses: false,
+                h1_request_framing: Default::default(),
+                parse_error_response: true,
                 #[cfg(feature = "client")]
                 on_informational: None,
                 notify_read: false,
@@ -130,6 +134,16 @@ where
 
     pub(crate) fn set_write_strategy_flatten(&mut self) {
         self.io.set_write_strategy_flatten();
+    }
+
+    #[cfg(feature = "server")]
+    pub(crate) fn set_h1_request_framing(&mut self, framing: RequestFraming) {
+        self.state.h1_request_framing = framing;
+    }
+
+    #[cfg(feature = "server")]
+    pub(crate) fn set_parse_error_response(&mut self, enabled: bool) {
+        self.state.parse_error_response = enabled;
     }
 
     pub(crate) fn set_h1_parser_config(&mut self, parser_config: ParserConfig) {
@@ -267,6 +281,7 @@ where
                 #[cfg(feature = "ffi")]
                 preserve_header_order: self.state.preserve_header_order,
                 h09_responses: self.state.h09_responses,
+                h1_request_framing: self.state.h1_request_framing,
                 #[cfg(feature = "client")]
                 on_informational: &mut self.state.on_informational,
             },
@@ -858,6 +873,9 @@ where
             if self.has_h2_prefix() {
                 return Err(crate::Error::new_version_h2());
             }
+            if !self.state.parse_error_response {
+                return Err(err);
+            }
             if let Some(msg) = T::on_error(&err) {
                 // Drop the cached headers so as to not trigger a debug
                 // assert in `write_head`...
@@ -998,6 +1016,12 @@ struct State {
     preserve_header_order: bool,
     title_case_headers: bool,
     h09_responses: bool,
+    /// The server's request framing rules (see `RequestFraming`).
+    h1_request_framing: RequestFraming,
+    /// Whether a server answers a request head it cannot parse itself (`400`, `431`,
+    /// ...) before closing; when not, the error is returned with the unparsed bytes
+    /// left in the read buffer, for the caller to answer.
+    parse_error_response: bool,
     /// If set, called with each 1xx informational response received for
     /// the current request. MUST be unset after a non-1xx response is
     /// received.

@@ -219,6 +219,7 @@ where
                     #[cfg(feature = "ffi")]
                     preserve_header_order: parse_ctx.preserve_header_order,
                     h09_responses: parse_ctx.h09_responses,
+                    h1_request_framing: parse_ctx.h1_request_framing,
                     #[cfg(feature = "client")]
                     on_informational: parse_ctx.on_informational,
                 },
@@ -765,6 +766,7 @@ mod tests {
                 #[cfg(feature = "ffi")]
                 preserve_header_order: false,
                 h09_responses: false,
+                h1_request_framing: Default::default(),
                 #[cfg(feature = "client")]
                 on_informational: &mut None,
             };

@@ -78,8 +78,31 @@ pub(crate) struct ParseContext<'ctx> {
     #[cfg(feature = "ffi")]
     preserve_header_order: bool,
     h09_responses: bool,
+    h1_request_framing: RequestFraming,
     #[cfg(feature = "client")]
     on_informational: &'ctx mut Option<crate::ext::OnInformational>,
+}
+
+/// How strictly a server frames a request head (the `http1::Builder` options of the
+/// same names); all off by default, which is hyper's own behaviour.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RequestFraming {
+    /// More than one `Content-Length` field, even with equal values, is an error.
+    pub(crate) reject_repeated_content_length: bool,
+    /// `Content-Length` beside `Transfer-Encoding` is an error (instead of the
+    /// length being dropped and the message framed by its chunks).
+    pub(crate) reject_content_length_with_transfer_encoding: bool,
+    /// A `Transfer-Encoding` other than one `chunked` coding (or any on `CONNECT`) is
+    /// `Parse::Header(TransferEncodingUnsupported)`, answered `501`.
+    pub(crate) reject_unsupported_transfer_encoding: bool,
+    /// Obsolete line folding (a header line continued on the next line, which starts
+    /// with a space or tab) is joined: the line break is removed, the whitespace kept.
+    pub(crate) allow_obsolete_multiline_headers: bool,
+    /// Spaces and tabs between the version and the end of the request line are removed
+    /// (with `allow_multiple_spaces_in_request_line_delimiters`).
+    pub(crate) allow_trailing_spaces_in_request_line: bool,
+    /// An HTTP/1.0 request is `Parse::Version`.
+    pub(crate) reject_http_10: bool,
 }
 
 /// Passed to `Http1Transaction::encode`.

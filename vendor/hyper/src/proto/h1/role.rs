@@ -202,6 +202,10 @@ impl Http1Transaction for Server {
                         is_http_11 = false;
                         Version::HTTP_10
                     };
+                    if !is_http_11 && ctx.h1_request_framing.reject_http_10 {
+                        debug!("HTTP/1.0 request refused");
+                        return Err(Parse::Version);
+                    }
 
                     record_header_indices(bytes, req.headers, &mut headers_indices)?;
                     headers_len = req.headers.len();
@@ -218,7 +222,16 @@ impl Http1Transaction for Server {
                         }
                     })
                 }
-                Err(err) => return Err(err.into()),
+                Err(err) => {
+                    // Only a head that does not parse as received is looked at again:
+                    // one that parses costs nothing more.
+                    drop(headers);
+                    match normalize_request_head(buf, ctx.h1_request_framing) {
+                        Normalized::Unchanged => return Err(err.into()),
+                        Normalized::Incomplete => return Ok(None),
+                        Normalized::Changed => return Server::parse(buf, ctx),
+                    }
+                }
             }
         };
 
@@ -262,6 +275,7 @@ impl Http1Transaction for Server {
 
         let mut headers = ctx.cached_headers.take().unwrap_or_default();
         let mut saw_connection_close = false;
+        let framing = ctx.h1_request_framing;
 
         headers.reserve(headers_len);
 
@@ -273,6 +287,10 @@ impl Http1Transaction for Server {
 
             match name {
                 header::TRANSFER_ENCODING => {
+                    if framing.reject_content_length_with_transfer_encoding && is_cl {
+                        debug!("request with both content-length and transfer-encoding");
+                        return Err(Parse::content_length_invalid());
+                    }
                     // https://tools.ietf.org/html/rfc7230#section-3.3.3
                     // If Transfer-Encoding header is present, and 'chunked' is
                     // not the final encoding, and this is a Request, then it is
@@ -293,6 +311,14 @@ impl Http1Transaction for Server {
                     }
                 }
                 header::CONTENT_LENGTH => {
+                    if framing.reject_repeated_content_length && is_cl {
+                        debug!("request with more than one content-length");
+                        return Err(Parse::content_length_invalid());
+                    }
+                    if framing.reject_content_length_with_transfer_encoding && is_te {
+                        debug!("request with both transfer-encoding and content-length");
+                        return Err(Parse::content_length_invalid());
+                    }
                     is_cl = true;
                     if is_te {
                         continue;
@@ -349,6 +375,19 @@ impl Http1Transaction for Server {
             }
 
             headers.append(name, value);
+        }
+
+        if is_te
+            && framing.reject_unsupported_transfer_encoding
+            && (subject.0 == Method::CONNECT || !only_chunked(&headers))
+        {
+            debug!("request with a transfer-encoding other than one chunked coding");
+            // Beside a content-length (allowed only to be dropped for chunks), the
+            // framing is invalid rather than a coding not implemented.
+            if is_cl {
+                return Err(Parse::content_length_invalid());
+            }
+            return Err(Parse::transfer_encoding_unsupported());
         }
 
         if is_te && !is_te_chunked {
@@ -493,6 +532,9 @@ impl Http1Transaction for Server {
     fn on_error(err: &crate::Error) -> Option<MessageHead<Self::Outgoing>> {
         use crate::error::Kind;
         let status = match *err.kind() {
+            Kind::Parse(Parse::Header(crate::error::Header::TransferEncodingUnsupported)) => {
+                StatusCode::NOT_IMPLEMENTED
+            }
             Kind::Parse(Parse::Method)
             | Kind::Parse(Parse::Header(_))
             | Kind::Parse(Parse::Uri)
@@ -517,6 +559,102 @@ impl Http1Transaction for Server {
     fn update_date() {
         date::update();
     }
+}
+
+/// Whether a request's `Transfer-Encoding` fields, together, name exactly one coding,
+/// `chunked` (any case), as the only coding a server implements.
+#[cfg(feature = "server")]
+fn only_chunked(headers: &HeaderMap) -> bool {
+    let mut codings = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|value| value.as_bytes().split(|b| *b == b','))
+        .map(|coding| coding.trim_ascii())
+        .filter(|coding| !coding.is_empty());
+    matches!(
+        (codings.next(), codings.next()),
+        (Some(coding), None) if coding.eq_ignore_ascii_case(b"chunked")
+    )
+}
+
+/// What `normalize_request_head` did to a head that did not parse.
+#[cfg(feature = "server")]
+#[derive(Debug, PartialEq, Eq)]
+enum Normalized {
+    /// Nothing to normalize: the parse error stands.
+    Unchanged,
+    /// A fold or a trailing space may be in a head not yet complete: read more.
+    Incomplete,
+    /// The head was rewritten in the buffer: parse again.
+    Changed,
+}
+
+/// With `allow_obsolete_multiline_headers`, joins each header line continued on the
+/// next (a line that starts with a space or tab) by removing the line break between
+/// them and keeping the whitespace; with `allow_trailing_spaces_in_request_line`, removes
+/// spaces and tabs between the version and the end of the request line. Only the head
+/// is rewritten (once it is complete); the bytes after it are kept as they are.
+#[cfg(feature = "server")]
+fn normalize_request_head(buf: &mut BytesMut, framing: super::RequestFraming) -> Normalized {
+    let (fold, trailing) = (
+        framing.allow_obsolete_multiline_headers,
+        framing.allow_trailing_spaces_in_request_line,
+    );
+    if !fold && !trailing {
+        return Normalized::Unchanged;
+    }
+    let bytes = &buf[..];
+    let Some(first_lf) = bytes.iter().position(|b| *b == b'\n') else {
+        // The request line so far ends in spaces: they may be trailing ones.
+        return if trailing && matches!(bytes.last(), Some(b' ' | b'\t')) {
+            Normalized::Incomplete
+        } else {
+            Normalized::Unchanged
+        };
+    };
+    let line_end = if first_lf > 0 && bytes[first_lf - 1] == b'\r' {
+        first_lf - 1
+    } else {
+        first_lf
+    };
+    let request_line = &bytes[..line_end];
+    let kept_line = if trailing {
+        request_line.trim_ascii_end()
+    } else {
+        request_line
+    };
+    // The head ends at the first empty line: a line feed followed by CRLF or LF.
+    let end = (first_lf..bytes.len()).find(|&i| {
+        bytes[i] == b'\n'
+            && (bytes.get(i + 1) == Some(&b'\n')
+                || bytes.get(i + 1..i + 3) == Some(&b"\r\n"[..]))
+    });
+    let is_fold = |i: usize| {
+        fold && i > first_lf && bytes[i] == b'\n' && matches!(bytes.get(i + 1), Some(b' ' | b'\t'))
+    };
+    let Some(end) = end else {
+        let pending = kept_line.len() != request_line.len() || (first_lf..bytes.len()).any(is_fold);
+        return if pending {
+            Normalized::Incomplete
+        } else {
+            Normalized::Unchanged
+        };
+    };
+    let folds = (first_lf..end).filter(|&i| is_fold(i)).count();
+    if folds == 0 && kept_line.len() == request_line.len() {
+        return Normalized::Unchanged;
+    }
+    let mut head = BytesMut::with_capacity(bytes.len());
+    head.extend_from_slice(kept_line);
+    let mut start = line_end;
+    for i in (first_lf..end).filter(|&i| is_fold(i)) {
+        let cut = if bytes[i - 1] == b'\r' { i - 1 } else { i };
+        head.extend_from_slice(&bytes[start..cut]);
+        start = i + 1;
+    }
+    head.extend_from_slice(&bytes[start..]);
+    *buf = head;
+    Normalized::Changed
 }
 
 #[cfg(feature = "server")]
@@ -1718,6 +1856,7 @@ mod tests {
                 #[cfg(feature = "ffi")]
                 preserve_header_order: false,
                 h09_responses: false,
+                h1_request_framing: Default::default(),
                 #[cfg(feature = "client")]
                 on_informational: &mut None,
             },
@@ -1747,6 +1886,7 @@ mod tests {
             #[cfg(feature = "ffi")]
             preserve_header_order: false,
             h09_responses: false,
+            h1_request_framing: Default::default(),
             #[cfg(feature = "client")]
             on_informational: &mut None,
         };
@@ -1772,6 +1912,7 @@ mod tests {
             #[cfg(feature = "ffi")]
             preserve_header_order: false,
             h09_responses: false,
+            h1_request_framing: Default::default(),
             #[cfg(feature = "client")]
             on_informational: &mut None,
         };
@@ -1794,6 +1935,7 @@ mod tests {
             #[cfg(feature = "ffi")]
             preserve_header_order: false,
             h09_responses: true,
+            h1_request_framing: Default::default(),
             #[cfg(feature = "client")]
             on_informational: &mut None,
         };
@@ -1818,6 +1960,7 @@ mod tests {
             #[cfg(feature = "ffi")]
             preserve_header_order: false,
             h09_responses: false,
+            h1_request_framing: Default::default(),
             #[cfg(feature = "client")]
             on_informational: &mut None,
         };
@@ -1846,6 +1989,7 @@ mod tests {
             #[cfg(feature = "ffi")]
             preserve_header_order: false,
             h09_responses: false,
+            h1_request_framing: Default::default(),
             #[cfg(feature = "client")]
             on_informational: &mut None,
         };
@@ -1871,6 +2015,7 @@ mod tests {
             #[cfg(feature = "ffi")]
             preserve_header_order: false,
             h09_responses: false,
+            h1_request_framing: Default::default(),
             #[cfg(feature = "client")]
             on_informational: &mut None,
         };
@@ -1900,6 +2045,7 @@ mod tests {
             #[cfg(feature = "ffi")]
             preserve_header_order: false,
             h09_responses: false,
+            h1_request_framing: Default::default(),
             #[cfg(feature = "client")]
             on_informational: &mut None,
         };
@@ -1928,6 +2074,7 @@ mod tests {
             #[cfg(feature = "ffi")]
             preserve_header_order: false,
             h09_responses: false,
+            h1_request_framing: Default::default(),
             #[cfg(feature = "client")]
             on_informational: &mut None,
         };
@@ -1949,6 +2096,7 @@ mod tests {
             #[cfg(feature = "ffi")]
             preserve_header_order: false,
             h09_responses: false,
+            h1_request_framing: Default::default(),
             #[cfg(feature = "client")]
             on_informational: &mut None,
         };
@@ -1989,6 +2137,7 @@ mod tests {
                     #[cfg(feature = "ffi")]
                     preserve_header_order: false,
                     h09_responses: false,
+                    h1_request_framing: Default::default(),
                     #[cfg(feature = "client")]
                     on_informational: &mut None,
                 },
@@ -2011,6 +2160,7 @@ mod tests {
                     #[cfg(feature = "ffi")]
                     preserve_header_order: false,
                     h09_responses: false,
+                    h1_request_framing: Default::default(),
                     #[cfg(feature = "client")]
                     on_informational: &mut None,
                 },
@@ -2252,6 +2402,7 @@ mod tests {
                     #[cfg(feature = "ffi")]
                     preserve_header_order: false,
                     h09_responses: false,
+                    h1_request_framing: Default::default(),
                     #[cfg(feature = "client")]
                     on_informational: &mut None,
                 }
@@ -2274,6 +2425,7 @@ mod tests {
                     #[cfg(feature = "ffi")]
                     preserve_header_order: false,
                     h09_responses: false,
+                    h1_request_framing: Default::default(),
                     #[cfg(feature = "client")]
                     on_informational: &mut None,
                 },
@@ -2296,6 +2448,7 @@ mod tests {
                     #[cfg(feature = "ffi")]
                     preserve_header_order: false,
                     h09_responses: false,
+                    h1_request_framing: Default::default(),
                     #[cfg(feature = "client")]
                     on_informational: &mut None,
                 },
@@ -2580,6 +2733,7 @@ mod tests {
                     #[cfg(feature = "ffi")]
                     preserve_header_order: false,
                     h09_responses: false,
+                    h1_request_framing: Default::default(),
                     #[cfg(feature = "client")]
                     on_informational: &mut None,
                 },
@@ -2658,6 +2812,7 @@ mod tests {
                     #[cfg(feature = "ffi")]
                     preserve_header_order: false,
                     h09_responses: false,
+                    h1_request_framing: Default::default(),
                     #[cfg(feature = "client")]
                     on_informational: &mut None,
                 },
@@ -3139,6 +3294,7 @@ mod tests {
                 #[cfg(feature = "ffi")]
                 preserve_header_order: false,
                 h09_responses: false,
+                h1_request_framing: Default::default(),
                 #[cfg(feature = "client")]
                 on_informational: &mut None,
             },
@@ -3184,6 +3340,7 @@ mod tests {
                         #[cfg(feature = "ffi")]
                         preserve_header_order: false,
                         h09_responses: false,
+                        h1_request_framing: Default::default(),
                         #[cfg(feature = "client")]
                         on_informational: &mut None,
                     },
@@ -3209,6 +3366,7 @@ mod tests {
                         #[cfg(feature = "ffi")]
                         preserve_header_order: false,
                         h09_responses: false,
+                        h1_request_framing: Default::default(),
                         #[cfg(feature = "client")]
                         on_informational: &mut None,
                     },
@@ -3303,6 +3461,7 @@ mod tests {
                     #[cfg(feature = "ffi")]
                     preserve_header_order: false,
                     h09_responses: false,
+                    h1_request_framing: Default::default(),
                     #[cfg(feature = "client")]
                     on_informational: &mut None,
                 },
@@ -3339,6 +3498,7 @@ mod tests {
                     #[cfg(feature = "ffi")]
                     preserve_header_order: false,
                     h09_responses: false,
+                    h1_request_framing: Default::default(),
                     #[cfg(feature = "client")]
                     on_informational: &mut None,
                 },
@@ -3402,6 +3562,7 @@ mod tests {
                 #[cfg(feature = "ffi")]
                 preserve_header_order: false,
                 h09_responses: false,
+                h1_request_framing: Default::default(),
                 #[cfg(feature = "client")]
                 on_informational: &mut None,
             },
@@ -3486,6 +3647,7 @@ mod tests {
                     #[cfg(feature = "ffi")]
                     preserve_header_order: false,
                     h09_responses: false,
+                    h1_request_framing: Default::default(),
                     #[cfg(feature = "client")]
                     on_informational: &mut None,
                 },
@@ -3532,6 +3694,7 @@ mod tests {
                     #[cfg(feature = "ffi")]
                     preserve_header_order: false,
                     h09_responses: false,
+                    h1_request_framing: Default::default(),
                     #[cfg(feature = "client")]
                     on_informational: &mut None,
                 },

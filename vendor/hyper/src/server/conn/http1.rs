@@ -84,6 +84,8 @@ pub struct Builder {
     pipeline_flush: bool,
     release_idle_buffers: bool,
     date_header: bool,
+    request_framing: proto::h1::RequestFraming,
+    parse_error_response: bool,
 }
 
 /// Deconstructed parts of a `Connection`.
@@ -256,6 +258,8 @@ impl Builder {
             max_buf_size: None,
             pipeline_flush: false,
             release_idle_buffers: false,
+            request_framing: Default::default(),
+            parse_error_response: true,
             date_header: true,
         }
     }
@@ -433,6 +437,90 @@ impl Builder {
         self
     }
 
+    /// Refuse a request with more than one `Content-Length` field, even when their
+    /// values are equal (hyper takes equal ones as one).
+    ///
+    /// The request is a parse error, answered `400 Bad Request` (see
+    /// [`parse_error_response`](Self::parse_error_response)).
+    ///
+    /// Default is `false`.
+    pub fn reject_repeated_content_length(&mut self, enabled: bool) -> &mut Self {
+        self.request_framing.reject_repeated_content_length = enabled;
+        self
+    }
+
+    /// Refuse a request with both `Content-Length` and `Transfer-Encoding`, in either
+    /// order (by default the length is dropped, the request framed by its chunks and the
+    /// connection closed after it, RFC 9112 §6.3).
+    ///
+    /// The request is a parse error, answered `400 Bad Request`.
+    ///
+    /// Default is `false`.
+    pub fn reject_content_length_with_transfer_encoding(&mut self, enabled: bool) -> &mut Self {
+        self.request_framing.reject_content_length_with_transfer_encoding = enabled;
+        self
+    }
+
+    /// Refuse a request whose `Transfer-Encoding` fields name anything but one
+    /// `chunked` coding (`gzip, chunked`, `chunked, chunked`, `xchunked`), and any
+    /// `CONNECT` with a `Transfer-Encoding`, as a coding the server does not implement.
+    ///
+    /// The request is a parse error for which
+    /// [`Error::is_parse_unsupported_transfer_encoding`](crate::Error::is_parse_unsupported_transfer_encoding)
+    /// is true, answered `501 Not Implemented` (by default a coding other than
+    /// `chunked` last is answered `400`, and `gzip, chunked` is taken as chunked).
+    ///
+    /// Default is `false`.
+    pub fn reject_unsupported_transfer_encoding(&mut self, enabled: bool) -> &mut Self {
+        self.request_framing.reject_unsupported_transfer_encoding = enabled;
+        self
+    }
+
+    /// Accept obsolete line folding in request headers (RFC 9112 §5.2): a header line
+    /// continued on the next line, which starts with spaces or tabs, is joined to it by
+    /// removing the line break; the whitespace is kept in the value.
+    ///
+    /// Only a request head that does not parse as received is looked at again, once it
+    /// is complete, so heads without folding cost nothing more.
+    ///
+    /// Default is `false` (such a request is a parse error).
+    pub fn allow_obsolete_multiline_headers(&mut self, enabled: bool) -> &mut Self {
+        self.request_framing.allow_obsolete_multiline_headers = enabled;
+        self
+    }
+
+    /// Accept spaces and tabs between the version and the end of the request line
+    /// (they are removed), as a lenient counterpart of
+    /// [`allow_multiple_spaces_in_request_line_delimiters`](Self::allow_multiple_spaces_in_request_line_delimiters).
+    ///
+    /// Default is `false` (such a request is a parse error).
+    pub fn allow_trailing_spaces_in_request_line(&mut self, enabled: bool) -> &mut Self {
+        self.request_framing.allow_trailing_spaces_in_request_line = enabled;
+        self
+    }
+
+    /// Refuse HTTP/1.0 requests: each is a parse error (an invalid version, answered
+    /// `400 Bad Request` by hyper), for a server that speaks HTTP/1.1 only.
+    ///
+    /// Default is `false`.
+    pub fn reject_http_10(&mut self, enabled: bool) -> &mut Self {
+        self.request_framing.reject_http_10 = enabled;
+        self
+    }
+
+    /// Whether a request head that cannot be parsed is answered by hyper (`400`, `431`,
+    /// `501`, ...) before the connection closes.
+    ///
+    /// When disabled, the connection ends with the parse error and writes nothing; the
+    /// bytes not parsed stay in the read buffer (see [`Connection::into_parts`]), so that
+    /// the caller can write a response of its own on the IO object.
+    ///
+    /// Default is `true`.
+    pub fn parse_error_response(&mut self, enabled: bool) -> &mut Self {
+        self.parse_error_response = enabled;
+        self
+    }
+
     /// Aggregates flushes to better support pipelined responses.
     ///
     /// Experimental, may have bugs.
@@ -529,6 +617,8 @@ impl Builder {
         }
         conn.set_flush_pipeline(self.pipeline_flush);
         conn.set_release_idle_buffers(self.release_idle_buffers);
+        conn.set_h1_request_framing(self.request_framing);
+        conn.set_parse_error_response(self.parse_error_response);
         if let Some(max) = self.max_buf_size {
             conn.set_max_buf_size(max);
         }
