@@ -84,7 +84,6 @@ pub fn http1_options(proto: core::Http1ProtocolOptions, warnings: &mut Warnings)
     ignore_all(
         warnings,
         &[
-            (allow_absolute_url.is_some(), "allow_absolute_url", "absolute URLs are always accepted"),
             (header_key_format.is_some(), "header_key_format", "header names are sent lower-case"),
             (
                 override_stream_error_on_invalid_http_message.is_some(),
@@ -96,6 +95,12 @@ pub fn http1_options(proto: core::Http1ProtocolOptions, warnings: &mut Warnings)
             (allow_custom_methods, "allow_custom_methods", "Outrider's parser accepts any token as a method"),
         ],
     );
+    // Envoy's default takes absolute-form targets (a proxy's clients send them); refusing
+    // them is a codec feature Outrider does not have, so a listener that asks is refused
+    // rather than served with them accepted.
+    if allow_absolute_url.is_some_and(|allow| !allow.value) {
+        return Err(ConfigError::new("allow_absolute_url", "refusing absolute URLs is not supported"));
+    }
     // Envoy serves an upgrade it matches as a plain request; Outrider would refuse it or
     // tunnel it instead.
     if !ignore_http_11_upgrade.is_empty() {
@@ -282,5 +287,18 @@ mod tests {
         let proto =
             core::Http1ProtocolOptions { ignore_http_11_upgrade: vec![Default::default()], ..Default::default() };
         assert_eq!(http1(proto).unwrap_err().path(), "ignore_http_11_upgrade");
+    }
+
+    /// `allow_absolute_url: false` would have absolute-form targets refused; Outrider
+    /// accepts them, so it refuses the setting instead of serving them. `true` is Envoy's
+    /// default and accepted.
+    #[test]
+    fn refusing_absolute_urls_is_refused() {
+        let with = |value| core::Http1ProtocolOptions {
+            allow_absolute_url: Some(crate::pb::google::protobuf::BoolValue { value }),
+            ..Default::default()
+        };
+        assert_eq!(http1(with(false)).unwrap_err().path(), "allow_absolute_url");
+        assert!(http1(with(true)).is_ok());
     }
 }
