@@ -65,8 +65,7 @@ impl Outcome {
 }
 
 fn render_response(response: &Response, sent: &[(String, String)]) -> String {
-    let mut body = response.body.clone();
-    body.truncate(120);
+    let body: String = response.body.chars().take(120).collect();
     format!("{} | {} | body {:?}", response.status, normalise(&response.headers, sent).join("; "), body)
 }
 
