@@ -207,6 +207,7 @@ pub mod backends;
 pub mod browser;
 pub mod config_gen;
 pub mod differential;
+pub mod edge;
 pub mod istiod;
 pub mod jwt;
 pub mod lab;
