@@ -31,7 +31,8 @@ use rand::Rng;
 use super::access_log::{DownstreamLogInfo, PendingLog};
 use forwarding::Forwarding;
 use local_reply::{
-    bad_request, direct, filter_reply, local, malformed_request, reset_reply, unsupported_transfer_coding,
+    bad_request, direct, filter_reply, invalid_connection_header, local, malformed_request, reset_reply,
+    unsupported_transfer_coding,
 };
 use observed::StreamInfo;
 pub use serve::serve;
@@ -132,6 +133,20 @@ async fn forward_request(
     if !transfer_codings_supported(&parts.headers) {
         return unsupported_transfer_coding(manager, stream, is_grpc);
     }
+    // Headers nominated in an HTTP/1 `Connection` are this hop's (Envoy's codec removes
+    // them from every request but an upgrade); nominating one that says who the client
+    // is gets its 400.
+    if parts.version < http::Version::HTTP_2
+        && !headers::is_upgrade(&parts.headers)
+        && headers::connection::sanitize_nominated(&mut parts.headers).is_err()
+    {
+        return invalid_connection_header(manager, stream, is_grpc);
+    }
+    // Only paths relative to the origin are served (`OPTIONS *` included): Envoy's 404,
+    // before the path is normalized or routed.
+    if parts.method != http::Method::CONNECT && !parts.uri.path().starts_with('/') {
+        return filter_reply(manager, stream, LocalResponse::new(StatusCode::NOT_FOUND, "", "absolute_path"), is_grpc);
+    }
     if let Some(response) = normalize_path(manager, stream, &mut parts, is_grpc) {
         return response;
     }
@@ -184,7 +199,8 @@ async fn forward_request(
             // forwarded, and the connection closed.
             let mut reply = LocalResponse::new(StatusCode::FORBIDDEN, "", "upgrade_failed");
             reply.headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-            return filter_reply(manager, stream, reply, is_grpc);
+            let request_id = headers::request_id_for_response(manager, &parts.headers);
+            return with_request_id(filter_reply(manager, stream, reply, is_grpc), request_id);
         }
     }
     let routed = Routed { snapshot: &snapshot, routes, selection };
@@ -196,12 +212,22 @@ async fn forward_request(
         let client = classification.client;
         let decoding = Decoding { parts: &mut parts, body: &mut body, edits: &mut edits, hooks: &mut hooks };
         if let Some(reply) = decode_filters(decoding, &routed, &exchange, client, stream, pending, is_grpc).await {
-            let response = filter_reply(manager, stream, reply, is_grpc);
+            let request_id = headers::request_id_for_response(manager, &parts.headers);
+            let response = with_request_id(filter_reply(manager, stream, reply, is_grpc), request_id);
             return finish_response(response, &edits, hooks);
         }
     }
+    let request_id = headers::request_id_for_response(manager, &parts.headers);
     let response = route_and_forward(parts, body, routed, exchange, stream, pending, is_grpc).await;
-    finish_response(response, &edits, hooks)
+    finish_response(with_request_id(response, request_id), &edits, hooks)
+}
+
+/// Sets the request's id on its response (see `headers::request_id_for_response`).
+fn with_request_id(mut response: Response<ProxyBody>, request_id: Option<HeaderValue>) -> Response<ProxyBody> {
+    if let Some(id) = request_id {
+        response.headers_mut().insert(http::HeaderName::from_static("x-request-id"), id);
+    }
+    response
 }
 
 /// The access log entry of a request, begun once its headers are final: the client is the
@@ -577,7 +603,11 @@ async fn forward_upgrade(
     let (mut parts, body) = response.into_parts();
     headers::strip_hop_by_hop(&mut parts.headers);
     router::apply_response_mutations(&forward.headers, &mut parts.headers, &options.downstream, None);
-    headers::set_upstream_service_time(&mut parts.headers, started.elapsed(), options.suppress_envoy_headers);
+    // A switch of protocols has no service time in Envoy (its router adds it to final
+    // responses only).
+    if parts.status != StatusCode::SWITCHING_PROTOCOLS {
+        headers::set_upstream_service_time(&mut parts.headers, started.elapsed(), options.suppress_envoy_headers);
+    }
     headers::mutate_response_headers(manager, Some(&request_headers), &mut parts.headers);
     Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed_unsync())
 }

@@ -6,6 +6,7 @@
 //! settled in [`authority`]; local replies are in [`local_reply`].
 
 pub mod authority;
+pub mod connection;
 pub mod local_reply;
 mod xfcc;
 
@@ -68,10 +69,11 @@ const EXTERNAL_STRIPPED: [HeaderName; 14] = [
 ];
 
 /// Removed from edge requests only (the first hop into the mesh).
-const EDGE_STRIPPED: [HeaderName; 3] = [
+const EDGE_STRIPPED: [HeaderName; 4] = [
     HeaderName::from_static("x-envoy-decorator-operation"),
     X_ENVOY_DOWNSTREAM_SERVICE_CLUSTER,
     X_ENVOY_DOWNSTREAM_SERVICE_NODE,
+    HeaderName::from_static("x-envoy-original-path"),
 ];
 const X_ENVOY_DOWNSTREAM_SERVICE_CLUSTER: HeaderName = HeaderName::from_static("x-envoy-downstream-service-cluster");
 const X_ENVOY_DOWNSTREAM_SERVICE_NODE: HeaderName = HeaderName::from_static("x-envoy-downstream-service-node");
@@ -193,6 +195,10 @@ pub fn mutate_request_headers(
 
     // An edge request gets a fresh id unless external ids are preserved; any request
     // without one gets one.
+    // Two ids are none that can be trusted: Envoy forwards one it generates.
+    if hcm.generate_request_id && headers.get_all(X_REQUEST_ID).iter().nth(1).is_some() {
+        headers.remove(X_REQUEST_ID);
+    }
     if hcm.generate_request_id && (!headers.contains_key(X_REQUEST_ID) || (edge && !hcm.preserve_external_request_id)) {
         headers.insert(X_REQUEST_ID, new_request_id());
     }
@@ -324,9 +330,9 @@ pub(crate) fn append_list(headers: &mut HeaderMap, name: HeaderName, value: &str
 }
 
 /// Applies the connection manager's response header rules: hop-by-hop headers removed
-/// (upgrade responses to upgrade requests keep `connection`/`upgrade`), `x-request-id`
-/// echoed when `always_set_request_id_in_response` (or the request forced a trace), `via`
-/// appended when configured, and `server` per `server_header_transformation`.
+/// (upgrade responses to upgrade requests keep `connection`/`upgrade`), `via` appended
+/// when configured, and `server` per `server_header_transformation`. The request's id is
+/// [`request_id_for_response`]'s.
 pub fn mutate_response_headers(hcm: &HttpConnectionManager, request: Option<&HeaderMap>, response: &mut HeaderMap) {
     if has_hop_by_hop(response) {
         let upgrade = request.is_some_and(is_upgrade) && is_upgrade(response);
@@ -336,14 +342,18 @@ pub fn mutate_response_headers(hcm: &HttpConnectionManager, request: Option<&Hea
             response.remove(UPGRADE);
         }
     }
-    if let Some(request) = request
-        && (hcm.always_set_request_id_in_response || request.contains_key(X_ENVOY_FORCE_TRACE))
-        && let Some(id) = request.get(X_REQUEST_ID)
-    {
-        response.insert(X_REQUEST_ID, id.clone());
-    }
     append_via(response, &hcm.via);
     set_server(hcm, response);
+}
+
+/// The `x-request-id` a response gets: the request's, when `always_set_request_id_in_response`
+/// or the request forced a trace (`x-envoy-force-trace`, kept only from internal clients).
+/// Taken from the request as the filters leave it, and set on every response to it,
+/// forwarded or local, as Envoy's encoder does.
+pub fn request_id_for_response(hcm: &HttpConnectionManager, request: &HeaderMap) -> Option<HeaderValue> {
+    (hcm.always_set_request_id_in_response || request.contains_key(X_ENVOY_FORCE_TRACE))
+        .then(|| request.get(X_REQUEST_ID).cloned())
+        .flatten()
 }
 
 /// `server`: overwritten with `server_name` (Envoy's default transformation), set only when

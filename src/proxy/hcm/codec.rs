@@ -149,12 +149,7 @@ pub(super) fn http2(manager: &HttpConnectionManager, buffer_limit: u32) -> http2
 
 /// Envoy's local reply when `request_headers_timeout` passes with a request head begun.
 pub(super) fn header_timeout_response(server: &str) -> Vec<u8> {
-    const BODY: &str = "request header timeout";
-    format!(
-        "HTTP/1.1 408 Request Timeout\r\ncontent-length: {}\r\ncontent-type: text/plain\r\nserver: {server}\r\nconnection: close\r\n\r\n{BODY}",
-        BODY.len()
-    )
-    .into_bytes()
+    refusal::closing_response(http::StatusCode::REQUEST_TIMEOUT, server, "request header timeout")
 }
 
 /// Never waits longer than this for the first bytes when no idle timeout is set (a

@@ -35,6 +35,17 @@ pub(super) fn malformed_request(
     codec_refusal(manager, stream, reply, is_grpc)
 }
 
+/// Envoy's 400 for a `Connection` header nominating what may not be removed; the
+/// connection closes.
+pub(super) fn invalid_connection_header(
+    manager: &HttpConnectionManager,
+    stream: &mut StreamInfo,
+    is_grpc: bool,
+) -> Response<ProxyBody> {
+    let reply = LocalResponse::new(StatusCode::BAD_REQUEST, "Bad Request", "http1.connection_header_rejected");
+    codec_refusal(manager, stream, reply, is_grpc)
+}
+
 /// A request the codec refuses: a downstream protocol error, after which the connection
 /// closes, as Envoy closes it.
 fn codec_refusal(

@@ -38,7 +38,13 @@ pub(super) async fn handle(
     }
     let mut pending = None;
     let http1 = request.version() != Version::HTTP_2;
+    let closes_after = http10_closes_after(&request);
     let mut response = forward_request(request, exchange, &mut stream, &mut pending).await;
+    // Envoy's HTTP/1 codec tells an HTTP/1.0 client without keep-alive that the connection
+    // closes after this response (it does, either way).
+    if closes_after {
+        response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
+    }
     // Envoy's drain decision for a DEFAULT-drain listener while health checks fail.
     let unhealthy = exchange.health_check_drain && exchange.context.health_check_failed.is_failed();
     if let Some(drain) = exchange.overload_drain
@@ -105,4 +111,17 @@ pub(super) struct StreamInfo {
     /// The request's span, when its connection manager traces and a tracer is set.
     pub(super) span: Option<RequestSpan>,
     pub(super) retries: u32,
+}
+
+/// An HTTP/1.0 request that did not ask for `keep-alive`: its connection ends with the
+/// response.
+fn http10_closes_after(request: &Request<Incoming>) -> bool {
+    request.version() == Version::HTTP_10
+        && !request
+            .headers()
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("keep-alive"))
 }

@@ -37,6 +37,14 @@ pub fn normalize(hcm: &HttpConnectionManager, parts: &mut Parts, listener_port: 
         }
     };
     let mut host = original.clone();
+    // An HTTP/1 absolute-form target's userinfo (`http://user@host/`) is no part of the
+    // host: Envoy's codec takes the target's host and port only.
+    if from_uri.is_some()
+        && parts.version < http::Version::HTTP_2
+        && let Some((_, after)) = host.rsplit_once('@')
+    {
+        host = after.to_owned();
+    }
     if hcm.strip_trailing_host_dot {
         strip_trailing_host_dot(&mut host);
     }
@@ -118,6 +126,11 @@ mod tests {
         let parts = run(&hcm(), request, 80);
         assert_eq!(host(&parts), "public.example");
         assert_eq!(parts.uri.authority().unwrap(), "public.example");
+        let parts = run(&hcm(), http::Request::get("http://user:pw@public.example:8080/x").body(()).unwrap(), 80);
+        assert_eq!(
+            (host(&parts), parts.uri.authority().unwrap().as_str()),
+            ("public.example:8080", "public.example:8080")
+        );
         let origin = http::Request::get("/x").header("host", "admin.example.:80").body(()).unwrap();
         assert_eq!(host(&run(&hcm(), origin, 80)), "admin.example.:80", "nothing configured: untouched");
         let twice = http::Request::get("/x").header("host", "a.example").header("host", "b.example").body(()).unwrap();

@@ -92,6 +92,7 @@ fn edge_appends_peer_to_xff_sets_proto_and_strips_envoy_headers() {
         ("x-envoy-retry-on", "5xx"),
         ("x-envoy-internal", "true"),
         ("x-envoy-downstream-service-cluster", "spoofed"),
+        ("x-envoy-original-path", "/forged"),
         ("x-secret", "s"),
         ("x-request-id", "client-id"),
     ]);
@@ -104,6 +105,7 @@ fn edge_appends_peer_to_xff_sets_proto_and_strips_envoy_headers() {
         "x-envoy-retry-on",
         "x-envoy-internal",
         "x-envoy-downstream-service-cluster",
+        "x-envoy-original-path",
         "x-secret",
     ] {
         assert!(!h.contains_key(stripped), "{stripped}");
@@ -275,6 +277,17 @@ fn add_user_agent_names_this_node_in_place_of_what_the_client_sent() {
 }
 
 #[test]
+fn two_request_ids_are_replaced_by_one_generated() {
+    let mut h = headers(&[("x-request-id", "7d2c4b8e-1111-4222-8333-944445555666"), ("x-request-id", "abc")]);
+    mutate_request_headers(&hcm(), &[], &conn("10.0.0.1:1"), &mut h);
+    let ids: Vec<_> = h.get_all("x-request-id").iter().collect();
+    assert_eq!(ids.len(), 1);
+    assert!(
+        uuid::Uuid::parse_str(ids[0].to_str().unwrap()).is_ok() && ids[0] != "7d2c4b8e-1111-4222-8333-944445555666"
+    );
+}
+
+#[test]
 fn response_headers() {
     let mut config = hcm();
     let request = headers(&[("x-request-id", "rid")]);
@@ -287,14 +300,14 @@ fn response_headers() {
     mutate_response_headers(&config, Some(&request), &mut r);
     assert_eq!(get(&r, "server"), Some("envoy"));
     assert!(!r.contains_key("connection") && !r.contains_key("keep-alive") && !r.contains_key("transfer-encoding"));
-    assert!(!r.contains_key("x-request-id"));
+    assert_eq!(request_id_for_response(&config, &request), None);
 
     config.always_set_request_id_in_response = true;
     config.server_header_transformation = ServerHeaderTransformation::AppendIfAbsent;
     let mut r = headers(&[("server", "backend")]);
     mutate_response_headers(&config, Some(&request), &mut r);
     assert_eq!(get(&r, "server"), Some("backend"));
-    assert_eq!(get(&r, "x-request-id"), Some("rid"));
+    assert_eq!(request_id_for_response(&config, &request), Some(HeaderValue::from_static("rid")));
     let mut r = HeaderMap::new();
     mutate_response_headers(&config, Some(&request), &mut r);
     assert_eq!(get(&r, "server"), Some("envoy"));

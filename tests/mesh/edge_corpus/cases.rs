@@ -345,6 +345,30 @@ pub(super) fn corpus() -> Vec<Case> {
         "GET / HTTP/1.1\r\nhost: public.example\r\nconnection: close, x-secret\r\nx-secret: v\r\n\r\n".into(),
     );
     h1(
+        "connection nominates x-forwarded-for",
+        "edge_internal",
+        Client::Plaintext,
+        "GET / HTTP/1.1\r\nhost: public.example\r\nconnection: close, x-forwarded-for\r\nx-forwarded-for: 10.0.0.1\r\n\r\n".into(),
+    );
+    h1(
+        "connection nominates te with trailers",
+        "inbound",
+        Client::Plaintext,
+        "GET / HTTP/1.1\r\nhost: public.example\r\nconnection: close, te, a, b\r\nte: gzip, trailers\r\na: 1\r\nb: 2\r\n\r\n".into(),
+    );
+    h1(
+        "connection nominates ten names",
+        "inbound",
+        Client::Plaintext,
+        "GET / HTTP/1.1\r\nhost: public.example\r\nconnection: close, a, b, c, d, e, f, g, h, i\r\na: 1\r\n\r\n".into(),
+    );
+    h1(
+        "a target without its leading slash",
+        "inbound",
+        Client::Plaintext,
+        "GET x/y HTTP/1.1\r\nhost: public.example\r\nconnection: close\r\n\r\n".into(),
+    );
+    h1(
         "keep-alive and proxy-connection on HTTP/1.1",
         "inbound",
         Client::Plaintext,

@@ -35,14 +35,22 @@ fn version(head: &[u8]) -> Option<&[u8]> {
     }
 }
 
-/// Envoy's local reply for a refused head: the reason phrase as a plain-text body, and
-/// `connection: close`.
+/// Envoy's local reply for a refused head: the reason phrase as a plain-text body, a
+/// `date` as every response of Envoy's has, and `connection: close`.
 pub(in crate::proxy::hcm) fn refusal_response(status: StatusCode, server: &str) -> Vec<u8> {
     let reason = status.canonical_reason().unwrap_or("");
+    closing_response(status, server, reason)
+}
+
+/// A whole HTTP/1.1 response with a plain-text `body`, written on a connection that then
+/// closes.
+pub(in crate::proxy::hcm) fn closing_response(status: StatusCode, server: &str, body: &str) -> Vec<u8> {
     format!(
-        "HTTP/1.1 {} {reason}\r\ncontent-length: {}\r\ncontent-type: text/plain\r\nserver: {server}\r\nconnection: close\r\n\r\n{reason}",
+        "HTTP/1.1 {} {}\r\ncontent-length: {}\r\ncontent-type: text/plain\r\ndate: {}\r\nserver: {server}\r\nconnection: close\r\n\r\n{body}",
         status.as_u16(),
-        reason.len()
+        status.canonical_reason().unwrap_or(""),
+        body.len(),
+        httpdate::fmt_http_date(std::time::SystemTime::now()),
     )
     .into_bytes()
 }
