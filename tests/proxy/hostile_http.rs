@@ -530,8 +530,10 @@ async fn an_idle_connection_is_closed_after_idle_timeout() {
     lab.outrider.stop();
 }
 
+/// Before the response began: 504 once the request was read whole (the upstream is late),
+/// 408 while its body is still coming (the client is), as Envoy's `maybeRequestTimeoutCode`.
 #[tokio::test]
-async fn stream_timeouts_answer_408_before_the_response() {
+async fn stream_timeouts_answer_504_or_408_before_the_response() {
     for (extra, body, stat) in [
         ("      stream_idle_timeout: 0.2s", "stream timeout", "http.http.downstream_rq_idle_timeout"),
         (
@@ -542,9 +544,13 @@ async fn stream_timeouts_answer_408_before_the_response() {
     ] {
         let lab = Lab::start(extra, None, 1).await;
         let response = lab.raw(b"GET /hold HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await;
+        assert_eq!(statuses(&response), vec![504], "{response:?}");
+        assert!(response.ends_with(body), "{response:?}");
+        let partial = b"POST /hold HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nConnection: close\r\n\r\nabc";
+        let response = lab.raw(partial).await;
         assert_eq!(statuses(&response), vec![408], "{response:?}");
         assert!(response.ends_with(body), "{response:?}");
-        assert_eq!(lab.stat(stat), 1);
+        assert_eq!(lab.stat(stat), 2);
         lab.assert_serves().await;
         lab.outrider.stop();
     }

@@ -153,9 +153,7 @@ pub fn listener(proto: proto::Listener, warnings: &mut Warnings) -> Result<Liste
     let mut filters = Vec::new();
     for (i, filter) in listener_filters.into_iter().enumerate() {
         let at = format!("listener_filters[{i}]");
-        if let Some(f) = listener_filter(filter, &at, warnings).map_err(|e| e.at(&at))? {
-            filters.push(f);
-        }
+        filters.push(listener_filter(filter, &at, warnings).map_err(|e| e.at(&at))?);
     }
     let (filter_chains, default_filter_chain, filter_chain_matcher) =
         filter_chain::filter_chains(filter_chains, default_filter_chain, filter_chain_matcher, warnings)?;
@@ -217,7 +215,7 @@ fn listener_address(proto: &core::Address) -> Result<Address> {
 }
 
 /// A listener filter Outrider implements, `None` for one it skips (with a warning at `at`).
-fn listener_filter(proto: proto::ListenerFilter, at: &str, warnings: &mut Warnings) -> Result<Option<ListenerFilter>> {
+fn listener_filter(proto: proto::ListenerFilter, at: &str, warnings: &mut Warnings) -> Result<ListenerFilter> {
     use proto::listener_filter::ConfigType;
     let proto::ListenerFilter { name, filter_disabled, config_type } = proto;
     let any = match &config_type {
@@ -242,12 +240,13 @@ fn listener_filter(proto: proto::ListenerFilter, at: &str, warnings: &mut Warnin
     } else if is(PROXY_PROTOCOL, "envoy.filters.listener.proxy_protocol") {
         return Err(ConfigError::new("", "the PROXY protocol listener filter is not supported"));
     } else {
+        // A listener filter decides what a connection gets before any chain sees it (its
+        // destination, its limits, who may connect): one not run would fail open.
         let shown = if type_name.is_empty() { "no known config".to_owned() } else { type_name };
-        warnings.ignored(at, format!("listener filter {name:?} ({shown}) is not run"));
-        return Ok(None);
+        return Err(ConfigError::new("", format!("listener filter {name:?} ({shown}) is not supported")));
     };
     let disabled_when = filter_disabled.map(|p| predicate(p).map_err(|e| e.at("filter_disabled"))).transpose()?;
-    Ok(Some(ListenerFilter { kind, disabled_when }))
+    Ok(ListenerFilter { kind, disabled_when })
 }
 
 fn tls_inspector(any: &crate::pb::google::protobuf::Any, warnings: &mut Warnings) -> Result<()> {

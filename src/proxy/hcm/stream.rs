@@ -2,8 +2,9 @@
 //! codec's), `max_stream_duration`, `stream_idle_timeout`, and the stream's part in its
 //! connection's [`Lifetime`] (`max_requests_per_connection`, premature resets),
 //! `request_timeout` (until the request has been read whole) and
-//! `headers_with_underscores_action`. Envoy's answers: 431 for too many headers, 408 when
-//! a timeout passes before the response began, a reset stream after.
+//! `headers_with_underscores_action`. Envoy's answers: 431 for too many headers, when a
+//! timeout passes before the response began 504 if the request was read whole and 408 if
+//! not, a reset stream after.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -84,17 +85,21 @@ where
     if !manager.proxy_100_continue {
         expect_continue::strip(request.headers_mut());
     }
-    // `request_timeout` runs until the whole request has been read from the client; a
-    // request with no body (or one already read) is whole from the start.
-    let request_end = manager.request_timeout.filter(|_| !request.body().is_end_stream()).map(|timeout| {
+    // Whether the whole request has been read from the client: a request with no body (or
+    // one already read) is whole from the start. `request_timeout` runs until then, and a
+    // stream limit passing after it is the upstream's delay (504), before it the client's (408).
+    let request_end = (!request.body().is_end_stream()).then(|| {
         let end = RequestEnd::default();
         request.extensions_mut().insert(end.clone());
-        (guard.started() + timeout, end)
+        end
     });
     let limits = Limits {
         idle: manager.stream_idle_timeout,
         deadline: manager.common.max_stream_duration.map(|d| guard.started() + d),
-        request: request_end,
+        request: manager
+            .request_timeout
+            .zip(request_end.clone())
+            .map(|(timeout, end)| (guard.started() + timeout, end)),
     };
     let mut response = tokio::select! {
         biased;
@@ -102,15 +107,21 @@ where
         expired = limits.expired(timer, lifetime, guard.started()) => {
             // The request's own stats counted it; its answer is this one.
             guard.complete();
+            // Envoy's `maybeRequestTimeoutCode`.
+            let timeout = if request_end.as_ref().is_none_or(RequestEnd::is_marked) {
+                StatusCode::GATEWAY_TIMEOUT
+            } else {
+                StatusCode::REQUEST_TIMEOUT
+            };
             return Ok(match expired {
                 Expired::Idle => {
                     stats.downstream_rq_idle_timeout.inc();
-                    reply(manager, stats, StatusCode::REQUEST_TIMEOUT, "stream timeout", grpc, None)
+                    reply(manager, stats, timeout, "stream timeout", grpc, None)
                 }
                 Expired::MaxDuration => {
                     stats.downstream_rq_max_duration_reached.inc();
                     let status = Some(GRPC_DEADLINE_EXCEEDED);
-                    reply(manager, stats, StatusCode::REQUEST_TIMEOUT, "downstream duration timeout", grpc, status)
+                    reply(manager, stats, timeout, "downstream duration timeout", grpc, status)
                 }
                 Expired::Request => {
                     stats.downstream_rq_timeout.inc();

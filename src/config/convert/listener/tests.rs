@@ -196,8 +196,6 @@ fn listener_filters_and_original_dst() {
             {"name": "envoy.filters.listener.original_dst", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.original_dst.v3.OriginalDst"}},
             {"name": "envoy.filters.listener.tls_inspector", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"},
              "filter_disabled": {"or_match": {"rules": [{"destination_port_range": {"start": 80, "end": 81}}]}}},
-            {"name": "set_dst_address", "typed_config": {"@type": "type.googleapis.com/xds.type.v3.TypedStruct",
-             "type_url": "type.googleapis.com/istio.set_internal_dst_address.v1.Config"}},
         ],
         "filter_chains": [{"filters": tcp}]}), &mut warnings)
     .unwrap();
@@ -207,7 +205,6 @@ fn listener_filters_and_original_dst() {
     assert!(!l.has_listener_filter(ListenerFilterKind::HttpInspector));
     let disabled = l.listener_filters[1].disabled_when.as_ref().unwrap();
     assert!(disabled.matches(80) && !disabled.matches(81));
-    assert_eq!(warnings.items()[0].path, "listener_filters[2]");
     let TerminalFilter::TcpProxy(t) = &l.filter_chains[0].terminal else { panic!() };
     assert_eq!(t.cluster, TcpCluster::Weighted(vec![("a".into(), 1), ("b".into(), 3)]));
     assert_eq!(t.idle_timeout, None);
@@ -216,6 +213,13 @@ fn listener_filters_and_original_dst() {
         "use_original_dst": true, "filter_chains": [{"filters": tcp}]}))
     .unwrap();
     assert!(l.use_original_dst && l.restores_original_dst());
+    // A listener filter Outrider does not run is refused with its path, never skipped.
+    let err = convert(json!({"name": "l", "address": {"socket_address": {"address": "0.0.0.0", "port_value": 1}},
+        "listener_filters": [{"name": "set_dst_address", "typed_config": {"@type": "type.googleapis.com/xds.type.v3.TypedStruct",
+             "type_url": "type.googleapis.com/istio.set_internal_dst_address.v1.Config"}}],
+        "filter_chains": [{"filters": tcp}]}))
+    .unwrap_err();
+    assert_eq!(err.path(), "listener_filters[0]");
 }
 
 #[test]
