@@ -115,6 +115,14 @@ pub fn http_connection_manager(
     {
         return refuse("delayed_close_timeout", "a delayed_close_timeout other than 1s");
     }
+    // Both change what the request says (its `:scheme`, the client address in
+    // `x-forwarded-for`); neither is done, so asking for one is refused.
+    if scheme_header_transformation.as_ref().is_some_and(|t| t.match_upstream || t.transformation.is_some()) {
+        return refuse("scheme_header_transformation", "rewriting :scheme");
+    }
+    if represent_ipv4_remote_address_as_ipv4_mapped_ipv6 {
+        return refuse("represent_ipv4_remote_address_as_ipv4_mapped_ipv6", "IPv4 clients shown as IPv4-mapped IPv6");
+    }
     // Envoy's proxy-status header on local replies (RFC 9209) names each reply's details
     // in its own vocabulary; Outrider adds none, so asking for it is refused.
     if proxy_status_config.is_some() {
@@ -137,18 +145,12 @@ pub fn http_connection_manager(
                 "HTTP/1 connections are closed at max_connection_duration",
             ),
             (http3_protocol_options.is_some(), "http3_protocol_options", "HTTP/3 is not served"),
-            (scheme_header_transformation.is_some(), "scheme_header_transformation", ":scheme is passed through"),
             (stream_flush_timeout.is_some(), "stream_flush_timeout", "stream_idle_timeout bounds flushing"),
             (drain_timeout_jitter.is_some(), "drain_timeout_jitter", "no jitter is applied"),
             (
                 access_log_flush_interval.is_some() || flush_access_log_on_new_request || access_log_options.is_some(),
                 "access_log_options",
                 "access logs are written when each request ends",
-            ),
-            (
-                represent_ipv4_remote_address_as_ipv4_mapped_ipv6,
-                "represent_ipv4_remote_address_as_ipv4_mapped_ipv6",
-                "IPv4 clients are shown as IPv4",
             ),
             (request_id_custom, "request_id_extension", "request IDs are UUIDs"),
             (local_reply_config.is_some(), "local_reply_config", "empty local reply configuration"),

@@ -24,6 +24,13 @@ fn non_default_values_are_refused_with_their_path() {
         ("http_protocol_options", json!({"enable_trailers": true}), "http_protocol_options.enable_trailers"),
         ("http2_protocol_options", json!({"allow_connect": true}), "http2_protocol_options.allow_connect"),
         ("proxy_status_config", json!({}), "proxy_status_config"),
+        ("scheme_header_transformation", json!({"scheme_to_overwrite": "https"}), "scheme_header_transformation"),
+        ("scheme_header_transformation", json!({"match_upstream": true}), "scheme_header_transformation"),
+        (
+            "represent_ipv4_remote_address_as_ipv4_mapped_ipv6",
+            json!(true),
+            "represent_ipv4_remote_address_as_ipv4_mapped_ipv6",
+        ),
     ];
     for (field, value, path) in refused {
         let err = error(convert(with(field, value.clone())));
@@ -42,6 +49,8 @@ fn defaults_spelled_out_are_accepted() {
         ("http2_protocol_options", json!({"allow_connect": false})),
         ("add_user_agent", json!(false)),
         ("add_user_agent", json!(true)),
+        ("scheme_header_transformation", json!({})),
+        ("represent_ipv4_remote_address_as_ipv4_mapped_ipv6", json!(false)),
     ];
     for (field, value) in accepted {
         assert!(convert(with(field, value.clone())).is_ok(), "{field}: {value}");
