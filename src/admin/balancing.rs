@@ -13,7 +13,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use super::endpoints::EndpointView;
-use crate::config::cluster::{LbPolicy, LoadBalancing};
+use crate::config::cluster::LbPolicy;
 use crate::config::endpoint::HealthStatus;
 use crate::lb::{Balancers, ClusterLb};
 use crate::store::Snapshot;
@@ -53,7 +53,8 @@ fn served(lb: &ClusterLb) -> u64 {
 fn cluster(snapshot: &Snapshot, name: &str, lb: &ClusterLb, now: Instant) -> Value {
     let config = snapshot.clusters.get(name);
     let health_checked = config.is_some_and(|c| !c.resource.health_checks.is_empty());
-    let policy = config.map_or("", |c| policy_name(c.resource.load_balancing.as_ref()));
+    // What runs, which the proxy-wide choice may have put in place of what was received.
+    let policy = policy_name(lb.policy());
     let endpoints: Vec<Value> = lb
         .hosts()
         .iter()
@@ -88,10 +89,10 @@ fn since_start(now: Instant) -> u64 {
     u64::try_from(now.saturating_duration_since(start).as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The policy as Envoy's `lb_policy` names it (Outrider's own by their extension names).
-fn policy_name(lb: Option<&LoadBalancing>) -> &'static str {
-    let Some(lb) = lb else { return "CLUSTER_PROVIDED" };
-    match &lb.policy {
+/// The policy as Envoy's `lb_policy` names it (Outrider's own in capitals too).
+pub fn policy_name(policy: Option<&LbPolicy>) -> &'static str {
+    let Some(policy) = policy else { return "CLUSTER_PROVIDED" };
+    match policy {
         LbPolicy::RoundRobin(_) => "ROUND_ROBIN",
         LbPolicy::LeastRequest(_) => "LEAST_REQUEST",
         LbPolicy::Random => "RANDOM",

@@ -29,6 +29,10 @@ pub fn text(snapshot: &Snapshot, balancers: &Balancers) -> String {
     let mut out = String::new();
     for (name, assignment) in &snapshot.endpoints {
         let _ = writeln!(out, "{name}::observability_name::{name}");
+        if let Some(lb) = balancers.get(name) {
+            // Outrider's own line: the policy that runs (see `/balancing`).
+            let _ = writeln!(out, "{name}::lb_policy::{}", super::balancing::policy_name(lb.policy()));
+        }
         let live = live_hosts(balancers, name);
         let checked = health_checked(snapshot, name);
         for locality in &assignment.resource.localities {
@@ -117,7 +121,11 @@ pub fn json(snapshot: &Snapshot, balancers: &Balancers) -> Value {
                     host
                 })
                 .collect();
-            json!({ "name": name, "host_statuses": hosts })
+            let mut status = json!({ "name": name, "host_statuses": hosts });
+            if let Some(lb) = balancers.get(name) {
+                status["outrider"] = json!({ "lb_policy": super::balancing::policy_name(lb.policy()) });
+            }
+            status
         })
         .collect();
     json!({ "cluster_statuses": statuses })

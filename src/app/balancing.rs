@@ -17,6 +17,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::outlier::OutlierDetectors;
 use super::schedule::Schedule;
+use crate::config::bootstrap::Node;
 use crate::config::{Cluster, ClusterLoadAssignment};
 use crate::core::shutdown::Signal;
 use crate::health::{HealthCheckers, HealthEvent};
@@ -26,15 +27,16 @@ use crate::telemetry::Stats;
 
 /// Rebuilds balancers on every published snapshot, and recomputes client-side weighted
 /// round robin weights from the endpoints' load reports, until `shutdown`.
-/// `node_id` is the sidecar's identity, which `random_subsetting` chooses subsets by.
+/// `node` is the sidecar's: its id chooses `random_subsetting` subsets, its metadata's
+/// `OUTRIDER_LB` the policy that replaces the defaults (`ProxyLbPolicy`).
 pub async fn keep_balancers(
     store: Arc<Store>,
     balancers: Arc<Balancers>,
     stats: Arc<Stats>,
-    node_id: String,
+    node: Node,
     shutdown: Signal,
 ) {
-    let builder = BalancerBuilder::new(stats.clone()).with_identity(&node_id);
+    let builder = BalancerBuilder::new(stats.clone()).with_identity(&node.id).with_proxy_lb(node.lb_policy);
     let (mut keeper, mut health_events) = Keeper::new(builder, Some(stats));
     let mut changes = store.subscribe();
     let outlier_events = keeper.builder.outlier_wake();

@@ -244,8 +244,8 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     tokio::spawn(admin::serve(admin_listener, admin_state, signal.clone()));
     tracing::info!(%admin_address, "admin server listening");
 
-    let node_id = bootstrap.node.id.clone();
-    tokio::spawn(balancing::keep_balancers(store.clone(), balancers.clone(), stats.clone(), node_id, signal.clone()));
+    let node = bootstrap.node.clone();
+    tokio::spawn(balancing::keep_balancers(store.clone(), balancers.clone(), stats.clone(), node, signal.clone()));
     crate::tls::provider::install_default();
     let tls = Arc::new(crate::proxy::HandshakeStats::default());
     let supervisor = Supervisor::default();

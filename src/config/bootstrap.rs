@@ -57,6 +57,8 @@ pub struct Node {
     pub locality: Locality,
     /// `node.metadata`, a protobuf Struct in its JSON form. Istio keys pod facts here.
     pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// The balancing policy chosen for the whole proxy (`node.metadata.OUTRIDER_LB`).
+    pub lb_policy: Option<super::cluster::ProxyLbPolicy>,
 }
 
 /// `dynamic_resources`: one ADS stream to a static cluster.

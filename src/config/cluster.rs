@@ -17,7 +17,7 @@ pub use circuit_breakers::{CircuitBreakers, RetryBudget, Thresholds};
 pub use health_check::{GrpcHealthCheck, HealthCheck, HealthChecker, HttpHealthCheck, TcpHealthCheck};
 pub use lb_policy::{
     CswrrConfig, HashKeySource, LbPolicy, LeastRequestConfig, LoadBalancing, MaglevConfig, OobReportingConfig,
-    RingHashConfig, RoundRobinConfig, SlowStartConfig,
+    ProxyLbPolicy, RingHashConfig, RoundRobinConfig, SlowStartConfig,
 };
 pub use outlier::OutlierDetection;
 pub use upstream::{

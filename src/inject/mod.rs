@@ -58,6 +58,12 @@ pub struct InjectArgs {
     /// Istio's `istio-proxy` container running pilot-agent, which starts Outrider.
     #[arg(long, conflicts_with_all = ["init_image", "xds_address"])]
     pub agent: bool,
+    /// `KEY=VALUE`: an environment variable for every injected sidecar, as ProxyConfig's
+    /// `proxyMetadata` in `meshConfig.defaultConfig` gives one (e.g.
+    /// `ISTIO_META_OUTRIDER_LB=adaptive`); a pod's `proxy.istio.io/config` annotation adds
+    /// its own and overrides these. Repeatable.
+    #[arg(long = "proxy-metadata", value_parser = proxy_metadata_entry, conflicts_with = "agent")]
+    pub proxy_metadata: Vec<(String, String)>,
 }
 
 impl InjectArgs {
@@ -70,7 +76,16 @@ impl InjectArgs {
             cluster_id: self.cluster_id.clone(),
             mesh_id: self.mesh_id.clone(),
             agent: self.agent,
+            proxy_metadata: self.proxy_metadata.iter().cloned().collect(),
         }
+    }
+}
+
+/// One `--proxy-metadata` entry.
+fn proxy_metadata_entry(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("{text:?} is not KEY=VALUE")),
     }
 }
 

@@ -3,6 +3,8 @@
 //! 1.29+), and the volumes Istio's injection gives its proxy (the agent's sockets, the
 //! istio-token, the mesh's root certificate). Shapes follow Istio's injection template.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value, json};
 
 use super::bootstrap::{PROMETHEUS_PORT, STATUS_PORT};
@@ -30,7 +32,12 @@ pub struct Settings {
     pub mesh_id: String,
     /// Leave the proxy to Istio's injection (pilot-agent runs Outrider as its `envoy`).
     pub agent: bool,
+    /// Environment variables for every sidecar (ProxyConfig's `proxyMetadata`, mesh-wide).
+    pub proxy_metadata: BTreeMap<String, String>,
 }
+
+/// The pod annotation holding a ProxyConfig for its sidecar (Istio's).
+pub const PROXY_CONFIG_ANNOTATION: &str = "proxy.istio.io/config";
 
 /// The annotation that picks the image of Istio's injected `istio-proxy` container.
 pub const PROXY_IMAGE_ANNOTATION: &str = "sidecar.istio.io/proxyImage";
@@ -48,6 +55,8 @@ pub struct Workload<'a> {
     /// The application's own Prometheus annotations, merged on 15020
     /// (`ISTIO_PROMETHEUS_ANNOTATIONS`).
     pub app_metrics: Option<Map<String, Value>>,
+    /// ProxyConfig's `proxyMetadata`: the mesh-wide entries with the pod's own over them.
+    pub proxy_metadata: BTreeMap<String, String>,
 }
 
 /// The init container that installs the capture rules, with Istio's `istio-iptables` flags.
@@ -160,6 +169,11 @@ fn env(settings: &Settings, workload: &Workload) -> Value {
         // `$(POD_NAMESPACE)` is expanded by the kubelet from the variable above.
         let owner = format!("kubernetes://apis/{group}/namespaces/$(POD_NAMESPACE)/{kind}/{}", workload.name);
         env.push(value("ISTIO_META_OWNER", owner));
+    }
+    // Last, as Istio's injector adds them: an entry replaces a variable of its name.
+    for (name, text) in &workload.proxy_metadata {
+        env.retain(|v| v.get("name").and_then(Value::as_str) != Some(name.as_str()));
+        env.push(value(name, text.clone()));
     }
     match &settings.xds_address {
         Some(address) => env.push(value("OUTRIDER_XDS_ADDRESS", address.clone())),

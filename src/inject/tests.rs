@@ -29,6 +29,7 @@ fn settings() -> Settings {
         cluster_id: "Kubernetes".into(),
         mesh_id: "cluster.local".into(),
         agent: false,
+        proxy_metadata: BTreeMap::new(),
     }
 }
 
@@ -237,3 +238,51 @@ spec:
     readinessProbe: { httpGet: { path: /ready, port: http }, periodSeconds: 5 }
     livenessProbe: { exec: { command: ["true"] } }
 "#;
+
+/// ProxyConfig's `proxyMetadata`, mesh-wide (`--proxy-metadata`) and the pod's own
+/// (`proxy.istio.io/config`), reaches the sidecar's environment, the pod's winning; from
+/// there `ISTIO_META_OUTRIDER_LB` becomes the node metadata that chooses the proxy-wide
+/// balancing policy.
+#[test]
+fn proxy_metadata_reaches_the_sidecar_and_its_node_metadata() {
+    const POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: ratings
+  annotations:
+    proxy.istio.io/config: |
+      proxyMetadata:
+        ISTIO_META_OUTRIDER_LB: adaptive
+        ISTIO_META_CLUSTER_ID: west
+spec:
+  containers: [{ name: app, image: app }]
+"#;
+    let mesh_wide = Settings {
+        proxy_metadata: env(&[("ISTIO_META_OUTRIDER_LB", "none"), ("ISTIO_META_DNS_CAPTURE", "true")]),
+        ..settings()
+    };
+    let (out, _) = inject_text(POD, &mesh_wide).unwrap();
+    let pod = &parsed(&out)[0];
+    let proxy = &pod["spec"]["initContainers"][1];
+    let env_of = |name: &str| -> Vec<String> {
+        proxy["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == name)
+            .map(|e| e["value"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(env_of("ISTIO_META_OUTRIDER_LB"), ["adaptive"], "the pod's entry wins");
+    assert_eq!(env_of("ISTIO_META_DNS_CAPTURE"), ["true"], "mesh-wide entries stay");
+    assert_eq!(env_of("ISTIO_META_CLUSTER_ID"), ["west"], "one variable of a name");
+
+    let mut downward = pod_env();
+    downward.insert("ISTIO_META_OUTRIDER_LB".into(), "adaptive".into());
+    let document = PodInfo::from_env(&downward).unwrap().bootstrap();
+    assert_eq!(document["node"]["metadata"]["OUTRIDER_LB"], "adaptive");
+
+    let broken = POD.replace("ISTIO_META_CLUSTER_ID: west", "ISTIO_META_CLUSTER_ID: [west]");
+    let error = inject_text(&broken, &settings()).unwrap_err().to_string();
+    assert!(error.contains("proxyMetadata.ISTIO_META_CLUSTER_ID"), "{error}");
+}

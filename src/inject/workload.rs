@@ -2,6 +2,8 @@
 //! that hold no pod pass through unchanged; so do pods that opt out
 //! (`sidecar.istio.io/inject: "false"`), use the host's network, or already have a proxy.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value};
 
 use super::probes;
@@ -106,6 +108,7 @@ fn inject_pod(
         && annotations.get(probes::REWRITE_ANNOTATION).and_then(Value::as_str).is_none_or(|v| v != "false");
     // The application's own scrape annotations move to the sidecar, which merges them in.
     let app_metrics = in_process_agent.then(|| app_prometheus(annotations)).flatten();
+    let proxy_metadata = proxy_metadata(settings, annotations).map_err(|why| format!("{name:?}: {why}"))?;
     for (key, value) in sidecar::annotations(settings) {
         if in_process_agent {
             annotations.insert(key.into(), Value::String(value));
@@ -119,7 +122,8 @@ fn inject_pod(
         Some(containers) if rewrite_probes => probes::rewrite(containers).map_err(|why| format!("{name:?}: {why}"))?,
         _ => Map::new(),
     };
-    let workload = Workload { owner_kind, name, labels: &labels, app_containers, ports, app_probers, app_metrics };
+    let workload =
+        Workload { owner_kind, name, labels: &labels, app_containers, ports, app_probers, app_metrics, proxy_metadata };
     let mut init = vec![sidecar::init_container(settings), sidecar::sidecar_container(settings, &workload)];
     if let Some(Value::Array(existing)) = spec.remove("initContainers") {
         init.extend(existing);
@@ -194,4 +198,26 @@ fn object_at<'a>(parent: &'a mut Map<String, Value>, key: &str) -> Result<&'a mu
         *slot = Value::Object(Map::new());
     }
     slot.as_object_mut().ok_or_else(|| format!("{key} is not a mapping"))
+}
+
+/// ProxyConfig's `proxyMetadata` for this pod: the mesh-wide entries, then the pod's own
+/// from its `proxy.istio.io/config` annotation (YAML or JSON), which win, as Istio merges
+/// them. An annotation that does not parse, or whose entries are not strings, is an error:
+/// the sidecar would run without what the pod asked for.
+fn proxy_metadata(settings: &Settings, annotations: &Map<String, Value>) -> Result<BTreeMap<String, String>, String> {
+    let mut merged = settings.proxy_metadata.clone();
+    let Some(config) = annotations.get(sidecar::PROXY_CONFIG_ANNOTATION) else { return Ok(merged) };
+    let annotation = sidecar::PROXY_CONFIG_ANNOTATION;
+    let text = config.as_str().ok_or_else(|| format!("{annotation} is not a string"))?;
+    let config: Value = serde_saphyr::from_str(text).map_err(|e| format!("{annotation}: {e}"))?;
+    let entries = match config.get("proxyMetadata") {
+        None | Some(Value::Null) => return Ok(merged),
+        Some(Value::Object(entries)) => entries,
+        Some(_) => return Err(format!("{annotation}: proxyMetadata is not a mapping")),
+    };
+    for (key, value) in entries {
+        let value = value.as_str().ok_or_else(|| format!("{annotation}: proxyMetadata.{key} is not a string"))?;
+        merged.insert(key.clone(), value.to_owned());
+    }
+    Ok(merged)
 }

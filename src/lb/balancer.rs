@@ -61,6 +61,8 @@ struct LocalitySets {
 #[derive(Debug)]
 pub struct ClusterLb {
     pub cluster: String,
+    /// What [`Self::policy`] returns.
+    policy: Option<LbPolicy>,
     sets: Vec<HostSet>,
     levels: Vec<Level>,
     load: PriorityLoad,
@@ -85,10 +87,17 @@ impl ClusterLb {
         now: Instant,
     ) -> Self {
         let default_policy = LbPolicy::RoundRobin(RoundRobinConfig::default());
-        let (policy, locality_weighted, panic_threshold) = match &cluster.load_balancing {
+        let (received, locality_weighted, panic_threshold) = match &cluster.load_balancing {
             Some(lb) => (&lb.policy, lb.locality_weighted, lb.healthy_panic_threshold),
             None => (&default_policy, false, DEFAULT_HEALTHY_PANIC_THRESHOLD),
         };
+        // The proxy-wide choice replaces a policy the control plane left at a default (a
+        // cluster without balancing, ORIGINAL_DST's, has no policy to replace).
+        let replaced = registry
+            .proxy_lb()
+            .filter(|_| cluster.load_balancing.is_some())
+            .and_then(|choice| choice.replacing(received));
+        let policy = replaced.as_ref().unwrap_or(received);
         let hash_based = SharedPolicy::is_hash_based(policy);
         // With `random_subsetting` the rest of the endpoints are not this sidecar's at all:
         // no host, no stats, no health checks, no connections.
@@ -178,7 +187,25 @@ impl ClusterLb {
         stats.membership_healthy.set(usable(HealthStatus::Healthy));
         stats.membership_degraded.set(usable(HealthStatus::Degraded));
         stats.membership_total.set(hosts.len() as i64);
-        Self { cluster: cluster.name.clone(), sets, levels, load, hash_based, hosts, original_dst, resources, stats }
+        let policy = cluster.load_balancing.as_ref().map(|_| policy.clone());
+        Self {
+            cluster: cluster.name.clone(),
+            policy,
+            sets,
+            levels,
+            load,
+            hash_based,
+            hosts,
+            original_dst,
+            resources,
+            stats,
+        }
+    }
+
+    /// The policy that runs: the cluster's, or the proxy-wide choice that replaced it;
+    /// `None` for a cluster without one (ORIGINAL_DST: the destination is the endpoint).
+    pub fn policy(&self) -> Option<&LbPolicy> {
+        self.policy.as_ref()
     }
 
     /// The per-destination hosts of an ORIGINAL_DST cluster; `None` for other clusters.

@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use super::balancer::ClusterLb;
 use super::stats_registry::StatsRegistry;
+use crate::config::cluster::ProxyLbPolicy;
 use crate::config::{Cluster, ClusterLoadAssignment};
 use crate::telemetry::{ClusterStats, Stats};
 
@@ -117,14 +118,15 @@ impl Built {
 }
 
 /// The state `cluster` keeps across its balancers, made on first use: its stats registered
-/// in `stats`, new endpoints' outlier counters waking `wake`, subsets chosen with `seed`.
+/// in `stats`, new endpoints' outlier counters waking `wake`, subsets chosen with the
+/// sidecar's seed and policies replaced by its proxy-wide choice (`sidecar`).
 /// A function of the builder's fields, not a method, so that a caller can hold another
 /// field (the built balancer) at the same time.
 fn registry_of<'a>(
     registries: &'a mut HashMap<String, StatsRegistry>,
     stats: &Option<Arc<Stats>>,
     wake: &Arc<tokio::sync::Notify>,
-    seed: u64,
+    (seed, proxy_lb): (u64, Option<ProxyLbPolicy>),
     cluster: &str,
 ) -> &'a mut StatsRegistry {
     registries.entry(cluster.to_owned()).or_insert_with(|| {
@@ -132,7 +134,7 @@ fn registry_of<'a>(
             Some(stats) => StatsRegistry::for_cluster(Arc::new(ClusterStats::register(stats, cluster))),
             None => StatsRegistry::default(),
         };
-        registry.with_outlier_wake(wake.clone()).with_subset_seed(seed)
+        registry.with_outlier_wake(wake.clone()).with_subset_seed(seed).with_proxy_lb(proxy_lb)
     })
 }
 
@@ -156,6 +158,8 @@ pub struct BalancerBuilder {
     stats: Option<Arc<Stats>>,
     /// The sidecar's identity, for `random_subsetting`.
     subset_seed: u64,
+    /// The balancing policy chosen for the whole proxy (`node.metadata.OUTRIDER_LB`).
+    proxy_lb: Option<ProxyLbPolicy>,
 }
 
 impl BalancerBuilder {
@@ -170,8 +174,16 @@ impl BalancerBuilder {
         self
     }
 
+    /// Serves the clusters `policy` replaces the policy of with it (see
+    /// [`ProxyLbPolicy::replacing`]); what was received stays in the configuration.
+    pub fn with_proxy_lb(mut self, policy: Option<ProxyLbPolicy>) -> Self {
+        self.proxy_lb = policy;
+        self
+    }
+
     fn registry(&mut self, cluster: &str) -> &mut StatsRegistry {
-        registry_of(&mut self.registries, &self.stats, &self.outlier_wake, self.subset_seed, cluster)
+        let sidecar = (self.subset_seed, self.proxy_lb);
+        registry_of(&mut self.registries, &self.stats, &self.outlier_wake, sidecar, cluster)
     }
 
     /// Brings `balancers` in step with `clusters` (every served cluster with its endpoints).
@@ -270,7 +282,8 @@ impl BalancerBuilder {
     /// returns whether it has one.
     pub fn refresh_cluster(&mut self, name: &str, balancers: &Balancers, now: Instant) -> bool {
         let Some(entry) = self.built.get_mut(name) else { return false };
-        let registry = registry_of(&mut self.registries, &self.stats, &self.outlier_wake, self.subset_seed, name);
+        let sidecar = (self.subset_seed, self.proxy_lb);
+        let registry = registry_of(&mut self.registries, &self.stats, &self.outlier_wake, sidecar, name);
         entry.rebuild(registry, now);
         self.rebuilds += 1;
         self.published.insert(name.to_owned(), entry.lb.clone());

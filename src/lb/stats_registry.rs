@@ -11,6 +11,7 @@ use super::host::Host;
 use super::original_dst::OriginalDstHosts;
 use super::resources::ClusterResources;
 use crate::config::Address;
+use crate::config::cluster::ProxyLbPolicy;
 use crate::config::endpoint::ClusterLoadAssignment;
 use crate::telemetry::ClusterStats;
 
@@ -32,6 +33,8 @@ pub struct StatsRegistry {
     health_checks: usize,
     /// This sidecar's identity, for `random_subsetting` (see [`super::subset`]).
     subset_seed: u64,
+    /// The balancing policy chosen for the whole proxy, if any.
+    proxy_lb: Option<ProxyLbPolicy>,
 }
 
 impl StatsRegistry {
@@ -56,6 +59,17 @@ impl StatsRegistry {
 
     pub fn subset_seed(&self) -> u64 {
         self.subset_seed
+    }
+
+    /// Serves the clusters whose policy `policy` replaces with it
+    /// ([`ProxyLbPolicy::replacing`]).
+    pub fn with_proxy_lb(mut self, policy: Option<ProxyLbPolicy>) -> Self {
+        self.proxy_lb = policy;
+        self
+    }
+
+    pub fn proxy_lb(&self) -> Option<ProxyLbPolicy> {
+        self.proxy_lb
     }
 
     /// The number of active health checks the cluster has now (see [`Self::hosts`]).

@@ -466,7 +466,7 @@ async fn route_and_forward(
     if let Some(span) = &stream.span {
         span.set(KeyValue::new("upstream_cluster", name.clone()));
         span.set(KeyValue::new("upstream_cluster.name", name.clone()));
-        span.set(KeyValue::new("outrider.lb_policy", request_trace::policy(cluster.cluster())));
+        span.set(KeyValue::new("outrider.lb_policy", request_trace::policy(cluster.running_policy().as_ref())));
         span.set(KeyValue::new("route_name", forward.route.name.clone()));
     }
     // What the attempts need, made in a block of its own: its locals end with it, so the

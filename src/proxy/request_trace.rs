@@ -8,7 +8,7 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderValue};
 
 use super::filters::DynamicMetadata;
-use crate::config::cluster::{Cluster, LbPolicy};
+use crate::config::cluster::LbPolicy;
 use crate::config::tracing::{CustomTag, CustomTagValue, HcmTracing, RouteTracing, Sampling};
 use crate::telemetry::{KeyValue, RequestSpan, SpanKind, Tracing};
 
@@ -208,9 +208,10 @@ pub fn metadata_tags(tags: &[&CustomTag], metadata: &DynamicMetadata) -> Vec<Key
         .collect()
 }
 
-/// The cluster's balancing policy, by Envoy's name.
-pub fn policy(cluster: &Cluster) -> &'static str {
-    match cluster.load_balancing.as_ref().map(|lb| &lb.policy) {
+/// A balancing policy, by Envoy's name (`None`: a cluster without one, as Envoy's round
+/// robin default names it).
+pub fn policy(policy: Option<&LbPolicy>) -> &'static str {
+    match policy {
         None | Some(LbPolicy::RoundRobin(_)) => "ROUND_ROBIN",
         Some(LbPolicy::LeastRequest(_)) => "LEAST_REQUEST",
         Some(LbPolicy::Random) => "RANDOM",

@@ -26,13 +26,13 @@ use tls_support::yaml as tls_yaml;
 
 /// The agent's part, played by the test: an SDS server (Outrider's embedded control plane)
 /// serving Istio's two secrets, `default` (the workload certificate) and `ROOTCA`.
-struct Agent {
+pub(crate) struct Agent {
     sds: ControlPlane,
     ca: Ca,
 }
 
 impl Agent {
-    async fn start() -> Agent {
+    pub(crate) async fn start() -> Agent {
         let ca = Ca::new("cluster.local");
         let sds = ControlPlane::start().await;
         let leaf = ca.leaf(&pki::spiffe("default"));
@@ -46,6 +46,12 @@ impl Agent {
 /// Interception mode NONE: istiod then renders listeners that bind their ports (no
 /// iptables in a test).
 fn sidecar_bootstrap(istiod: &Istiod, agent: &Agent, api_type: &str) -> Bootstrap {
+    sidecar_bootstrap_with(istiod, agent, api_type, "")
+}
+
+/// [`sidecar_bootstrap`] with more node metadata (`metadata`: YAML lines, each indented
+/// four spaces).
+pub(crate) fn sidecar_bootstrap_with(istiod: &Istiod, agent: &Agent, api_type: &str, metadata: &str) -> Bootstrap {
     let node = sidecar_node_id("127.0.0.1", "app-1", "default");
     let clusters = grpc_cluster("xds-grpc", istiod.grpc.port()) + &grpc_cluster("sds-grpc", agent.sds.port);
     Bootstrap::parse(&format!(
@@ -64,7 +70,7 @@ node:
     INSTANCE_IPS: 127.0.0.1
     INTERCEPTION_MODE: NONE
     LABELS: {{ app: app, version: v1 }}
-admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}
+{metadata}admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}
 dynamic_resources:
   ads_config:
     api_type: {api_type}
@@ -81,7 +87,7 @@ static_resources:
 }
 
 /// A ServiceEntry `host` on `port` whose endpoints are `backends` (port, version label).
-fn service_entry(name: &str, host: &str, port: u16, backends: &[(u16, &str)]) -> String {
+pub(crate) fn service_entry(name: &str, host: &str, port: u16, backends: &[(u16, &str)]) -> String {
     let endpoints: String = backends
         .iter()
         .map(|(port, version)| {
@@ -141,7 +147,7 @@ pub(crate) async fn get(port: u16, host: &str, path: &str) -> (u16, Vec<(String,
 }
 
 /// `requests` GETs of `path`, counted by status and body (the body names the backend).
-async fn spread(port: u16, host: &str, path: &str, requests: usize) -> BTreeMap<String, usize> {
+pub(crate) async fn spread(port: u16, host: &str, path: &str, requests: usize) -> BTreeMap<String, usize> {
     let mut seen = BTreeMap::new();
     for _ in 0..requests {
         let (status, _, body) = get(port, host, path).await;

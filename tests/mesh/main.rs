@@ -23,6 +23,7 @@ mod interop_go_control_plane;
 mod istio;
 mod istio_agent;
 mod istio_stats;
+mod istiod_adaptive;
 mod istiod_file_mode;
 mod istiod_telemetry;
 mod k8s_manifests;

@@ -21,6 +21,46 @@ pub const PEAK_EWMA_POLICY_NAME: &str = "outrider.load_balancing_policies.peak_e
 /// The `load_balancing_policy` extension name that selects Outrider's adaptive policy.
 pub const ADAPTIVE_POLICY_NAME: &str = "outrider.load_balancing_policies.adaptive";
 
+/// The node metadata key that chooses a balancing policy for the whole proxy. Istio users
+/// set it as `ISTIO_META_OUTRIDER_LB` in ProxyConfig's `proxyMetadata` (pilot-agent, and
+/// `outrider sidecar`, turn `ISTIO_META_*` into node metadata); anyone else in the
+/// bootstrap's `node.metadata`.
+pub const PROXY_LB_METADATA_KEY: &str = "OUTRIDER_LB";
+
+/// A balancing policy chosen for every cluster of the proxy whose policy the control plane
+/// left at a default, where Istio's API cannot name it (a DestinationRule's `simple`
+/// balancer renders as Envoy's `LEAST_REQUEST`, its default, or `ROUND_ROBIN`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyLbPolicy {
+    /// `adaptive`: Outrider's adaptive policy.
+    Adaptive,
+}
+
+impl ProxyLbPolicy {
+    /// The values the node metadata key takes.
+    pub const VALUES: [&str; 1] = ["adaptive"];
+
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "adaptive" => Some(Self::Adaptive),
+            _ => None,
+        }
+    }
+
+    /// What runs for a cluster received with `received`: the adaptive policy in place of
+    /// least request and round robin (with or without slow start: the adaptive policy
+    /// warms a new endpoint itself); `None` (the received policy runs) for a hash policy,
+    /// random, or a policy the cluster names explicitly (CSWRR, peak-EWMA, adaptive).
+    pub fn replacing(self, received: &LbPolicy) -> Option<LbPolicy> {
+        match (self, received) {
+            (Self::Adaptive, LbPolicy::LeastRequest(_) | LbPolicy::RoundRobin(_)) => {
+                Some(LbPolicy::Adaptive(AdaptiveConfig::default()))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The balancing of one cluster.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoadBalancing {
@@ -260,4 +300,33 @@ pub struct SlowStartConfig {
     pub aggression: f64,
     /// In percent, the floor of the effective weight.
     pub min_weight_percent: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_proxy_wide_adaptive_policy_replaces_only_the_defaults() {
+        let adaptive = ProxyLbPolicy::parse("adaptive").unwrap();
+        let slow_start = SlowStartConfig { window: Duration::from_secs(30), aggression: 1.0, min_weight_percent: 10.0 };
+        let replaced = [
+            LbPolicy::LeastRequest(LeastRequestConfig::default()),
+            LbPolicy::RoundRobin(RoundRobinConfig::default()),
+            LbPolicy::RoundRobin(RoundRobinConfig { slow_start: Some(slow_start) }),
+        ];
+        for received in replaced {
+            assert!(matches!(adaptive.replacing(&received), Some(LbPolicy::Adaptive(_))), "{received:?}");
+        }
+        let kept = [
+            LbPolicy::Random,
+            LbPolicy::RingHash(RingHashConfig::default()),
+            LbPolicy::Maglev(MaglevConfig::default()),
+            LbPolicy::Adaptive(AdaptiveConfig::default()),
+        ];
+        for received in kept {
+            assert_eq!(adaptive.replacing(&received), None, "{received:?}");
+        }
+        assert_eq!(ProxyLbPolicy::parse("Adaptive"), None, "values are exact");
+    }
 }

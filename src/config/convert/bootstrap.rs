@@ -13,6 +13,7 @@ use crate::config::bootstrap::{
     AdsConfig, ApiType, Bootstrap, DEFAULT_ADMIN_ADDRESS, DEFAULT_INITIAL_FETCH_TIMEOUT, Node, SourceSettings,
 };
 use crate::config::cluster::DiscoveryType;
+use crate::config::cluster::lb_policy::{PROXY_LB_METADATA_KEY, ProxyLbPolicy};
 use crate::config::endpoint::Locality;
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::secret::StringMatcher;
@@ -282,7 +283,21 @@ fn convert_node(node: core::Node, warnings: &mut Warnings) -> Result<Node> {
             _ => return Err(ConfigError::new("metadata", "cannot be represented as JSON")),
         },
     };
-    Ok(Node { id, cluster, locality: locality.unwrap_or_default(), metadata })
+    let lb_policy = proxy_lb_policy(&metadata).map_err(|e| e.at("metadata"))?;
+    Ok(Node { id, cluster, locality: locality.unwrap_or_default(), metadata, lb_policy })
+}
+
+/// `OUTRIDER_LB` of the node metadata: a value Outrider does not know is refused (the
+/// operator asked for a policy; serving another would be a silent fallback).
+fn proxy_lb_policy(metadata: &serde_json::Map<String, serde_json::Value>) -> Result<Option<ProxyLbPolicy>> {
+    let Some(value) = metadata.get(PROXY_LB_METADATA_KEY) else { return Ok(None) };
+    let known = ProxyLbPolicy::VALUES.join(", ");
+    match value.as_str() {
+        Some(text) => ProxyLbPolicy::parse(text).map(Some).ok_or_else(|| {
+            ConfigError::new(PROXY_LB_METADATA_KEY, format!("unknown balancing policy {text:?} (known: {known})"))
+        }),
+        None => Err(ConfigError::new(PROXY_LB_METADATA_KEY, format!("must be a string (known: {known})"))),
+    }
 }
 
 /// A `google.protobuf.Struct` in its JSON form.

@@ -14,6 +14,7 @@ use super::super::original_dst::upstream_destination;
 use super::super::transport::WorkerTls;
 use super::super::upstream::{ClusterPool, Destination, RequestBody, ResponseBody, UpstreamError, Upstreams};
 use crate::config::Cluster;
+use crate::config::cluster::LbPolicy;
 use crate::config::endpoint::LbEndpoint;
 use crate::lb::resources::ClusterResources;
 use crate::lb::{ClusterLb, Host, PickContext, Picker};
@@ -80,6 +81,15 @@ impl ThreadLocalCluster {
 
     pub fn cluster(&self) -> &Cluster {
         &self.config.resource
+    }
+
+    /// The balancing policy that runs (the proxy-wide choice may have replaced the one
+    /// received); the received one before the balancer is published.
+    pub fn running_policy(&self) -> Option<LbPolicy> {
+        match &self.balanced {
+            Some(balanced) => balanced.picker.borrow().balancer().policy().cloned(),
+            None => self.cluster().load_balancing.as_ref().map(|lb| lb.policy.clone()),
+        }
     }
 
     /// The cluster's stats; `None` before its balancer is published.
