@@ -257,7 +257,13 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     });
     let overload_state = overload::state(bootstrap.overload.clone(), &stats);
     tokio::spawn(overload::refresh(overload_state.clone(), stats.clone(), signal.clone()));
+    // The load reported to mesh callers about the application behind this sidecar.
+    let inbound_load = bootstrap.node.load_reports.then(|| crate::proxy::load_report::InboundLoad::new(concurrency));
+    if let Some(load) = &inbound_load {
+        tokio::spawn(crate::proxy::load_report::keep_reporting(load.clone(), signal.clone()));
+    }
     let worker_options = WorkerOptions {
+        inbound_load,
         drain: draining,
         inbound_drain: inbound_draining,
         shutdown: workers_stopping,

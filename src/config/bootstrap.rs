@@ -50,7 +50,7 @@ pub struct Bootstrap {
 }
 
 /// This proxy's identity towards the control plane.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Node {
     pub id: String,
     pub cluster: String,
@@ -59,7 +59,26 @@ pub struct Node {
     pub metadata: serde_json::Map<String, serde_json::Value>,
     /// The balancing policy chosen for the whole proxy (`node.metadata.OUTRIDER_LB`).
     pub lb_policy: Option<super::cluster::ProxyLbPolicy>,
+    /// Load reports for mesh callers about the application behind this sidecar
+    /// (`node.metadata.OUTRIDER_LOAD_REPORT`: `on`, the default, or `off`).
+    pub load_reports: bool,
 }
+
+impl Default for Node {
+    fn default() -> Self {
+        Self {
+            id: String::new(),
+            cluster: String::new(),
+            locality: Locality::default(),
+            metadata: serde_json::Map::new(),
+            lb_policy: None,
+            load_reports: true,
+        }
+    }
+}
+
+/// The node metadata key that turns the sidecar's load reports off.
+pub const LOAD_REPORT_METADATA_KEY: &str = "OUTRIDER_LOAD_REPORT";
 
 /// `dynamic_resources`: one ADS stream to a static cluster.
 #[derive(Debug, Clone, PartialEq)]

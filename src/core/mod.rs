@@ -5,6 +5,7 @@ pub mod allocator;
 pub mod backoff;
 pub mod control_server;
 pub mod cow_map;
+pub mod cpu_usage;
 pub mod hash;
 pub mod health_check;
 pub mod net;

@@ -52,4 +52,8 @@ pub struct WorkerContext {
     pub health_check_failed: HealthCheckFailed,
     /// The overload manager's actions in force and the global connection count.
     pub overload: Arc<OverloadState>,
+    /// The inbound counts of the load reported to mesh callers; `None`: reports are off.
+    pub inbound_load: Option<Arc<super::load_report::InboundLoad>>,
+    /// This worker's copy of the current report.
+    pub load_report: super::load_report::WorkerReport,
 }

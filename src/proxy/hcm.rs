@@ -94,6 +94,8 @@ pub(super) struct Exchange<'a> {
     pub upgrades: Option<&'a upgrade::UpgradeSlot>,
     /// The connection manager's tracer, when it has a `tracing` block and a tracer.
     pub tracer: Option<&'a Tracing>,
+    /// The listener is INBOUND: its requests go to the application behind this sidecar.
+    pub inbound: bool,
     /// The listener is OUTBOUND.
     pub outbound: bool,
     /// The overload manager's actions apply (the listener does not bypass it).

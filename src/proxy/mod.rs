@@ -19,6 +19,7 @@ pub mod hcm;
 pub mod headers;
 pub mod http_inspector;
 pub mod listener;
+pub mod load_report;
 pub mod observe;
 pub mod original_dst;
 pub mod overload;

@@ -54,6 +54,8 @@ pub struct WorkerOptions {
     pub health_check_failed: crate::core::health_check::HealthCheckFailed,
     /// The overload manager's state (shared by every worker and its refresh loop).
     pub overload: Arc<OverloadState>,
+    /// The inbound counts load reports are made from; `None`: no reports.
+    pub inbound_load: Option<Arc<super::load_report::InboundLoad>>,
 }
 
 /// The running workers.
@@ -157,6 +159,8 @@ async fn run(
         shadows: ShadowSlots::default(),
         health_check_failed: options.health_check_failed.clone(),
         overload: options.overload.clone(),
+        inbound_load: options.inbound_load.clone(),
+        load_report: Default::default(),
     });
     let mut listeners = ListenerManager::default();
     let mut changes = store.subscribe();

@@ -27,6 +27,7 @@ mod istiod_adaptive;
 mod istiod_file_mode;
 mod istiod_telemetry;
 mod k8s_manifests;
+mod load_report;
 mod tls_inbound;
 mod tls_mesh;
 mod tls_rotation;

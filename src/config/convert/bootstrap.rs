@@ -10,7 +10,8 @@ mod tracer;
 use super::common;
 use crate::config::address::Address;
 use crate::config::bootstrap::{
-    AdsConfig, ApiType, Bootstrap, DEFAULT_ADMIN_ADDRESS, DEFAULT_INITIAL_FETCH_TIMEOUT, Node, SourceSettings,
+    AdsConfig, ApiType, Bootstrap, DEFAULT_ADMIN_ADDRESS, DEFAULT_INITIAL_FETCH_TIMEOUT, LOAD_REPORT_METADATA_KEY,
+    Node, SourceSettings,
 };
 use crate::config::cluster::DiscoveryType;
 use crate::config::cluster::lb_policy::{PROXY_LB_METADATA_KEY, ProxyLbPolicy};
@@ -284,7 +285,21 @@ fn convert_node(node: core::Node, warnings: &mut Warnings) -> Result<Node> {
         },
     };
     let lb_policy = proxy_lb_policy(&metadata).map_err(|e| e.at("metadata"))?;
-    Ok(Node { id, cluster, locality: locality.unwrap_or_default(), metadata, lb_policy })
+    let load_reports = load_reports(&metadata).map_err(|e| e.at("metadata"))?;
+    Ok(Node { id, cluster, locality: locality.unwrap_or_default(), metadata, lb_policy, load_reports })
+}
+
+/// `OUTRIDER_LOAD_REPORT`: `on` (the default) or `off`; anything else is refused.
+fn load_reports(metadata: &serde_json::Map<String, serde_json::Value>) -> Result<bool> {
+    use serde_json::Value;
+    // A YAML bootstrap may spell them unquoted, which YAML 1.1 reads as booleans.
+    match metadata.get(LOAD_REPORT_METADATA_KEY) {
+        None => Ok(true),
+        Some(Value::String(text)) if text == "on" => Ok(true),
+        Some(Value::String(text)) if text == "off" => Ok(false),
+        Some(Value::Bool(on)) => Ok(*on),
+        Some(_) => Err(ConfigError::new(LOAD_REPORT_METADATA_KEY, "must be \"on\" or \"off\"")),
+    }
 }
 
 /// `OUTRIDER_LB` of the node metadata: a value Outrider does not know is refused (the

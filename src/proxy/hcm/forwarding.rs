@@ -17,6 +17,7 @@ use http_body_util::BodyExt;
 use super::super::access_log::PendingLog;
 use super::super::clusters::ThreadLocalCluster;
 use super::super::headers::{self, LocalReply};
+use super::super::load_report;
 use super::super::response_flags::ResponseFlags;
 use super::super::retry::{Decision, Outcome, RetryState};
 use super::super::router::{self, Forward, UpstreamRequestOptions};
@@ -113,7 +114,7 @@ impl Forwarding<'_, '_> {
                 return reset_reply(self.exchange.manager, self.stream, None, true, self.is_grpc);
             };
             let head = if single_attempt { std::mem::replace(self.parts, empty_head()) } else { self.parts.clone() };
-            let (request, span) = self.upstream_request(&picked.host, head, body, attempts.started);
+            let (request, span) = self.upstream_request(&picked, head, body, attempts.started);
             let result = self.attempt(&picked, request, remaining).await;
             let outcome = attempted_with(result, span);
             match self.decide(picked, outcome, remaining, &mut attempts) {
@@ -175,13 +176,24 @@ impl Forwarding<'_, '_> {
     /// the upstream span's context on `head`.
     fn upstream_request(
         &mut self,
-        host: &Host,
+        picked: &Picked,
         mut head: http::request::Parts,
         body: RequestBody,
         started: Instant,
     ) -> (Request<RequestBody>, Option<RequestSpan>) {
+        let host = &picked.host;
         let attempt = self.retry.attempts();
         router::set_attempt_headers(self.forward, &mut head.headers, attempt, started.elapsed(), false, &self.options);
+        // An outbound request to a mesh peer (mutual TLS with this sidecar's identity)
+        // asks for its sidecar's load report; only then, whatever the client wrote.
+        if self.exchange.outbound {
+            let mesh_peer = picked.tls.as_ref().is_some_and(|tls| tls.local_uri_san.is_some());
+            if mesh_peer && self.exchange.context.inbound_load.is_some() {
+                head.headers.insert(load_report::LOAD_REPORT_REQUEST, http::HeaderValue::from_static("1"));
+            } else {
+                head.headers.remove(load_report::LOAD_REPORT_REQUEST);
+            }
+        }
         let cluster = &self.cluster.cluster().name;
         let span = upstream_span(self.exchange.manager, self.stream, cluster, host, &mut head.headers);
         (Request::from_parts(head, body), span)

@@ -13,6 +13,7 @@ use rand::Rng;
 use super::super::access_log::ActiveLog;
 use super::super::completion::{Completed, Completion, PendingSpan};
 use super::super::filters::ResponseFlagsSlot;
+use super::super::load_report;
 use super::super::response_flags::ResponseFlags;
 use super::{Exchange, ProxyBody, forward_request};
 use crate::config::overload::ActionKind;
@@ -39,7 +40,23 @@ pub(super) async fn handle(
     let mut pending = None;
     let http1 = request.version() != Version::HTTP_2;
     let closes_after = http10_closes_after(&request);
+    let mut request = request;
+    // For the application behind an inbound listener: counted for the load reports, and a
+    // mesh caller that asked gets the report on the answer.
+    let load = exchange.inbound.then_some(exchange.context.inbound_load.as_ref()).flatten();
+    let mutual = exchange.connection.peer_identity.is_some();
+    let wants_report = exchange.inbound && load_report::take_request(request.headers_mut(), mutual);
+    let worker = exchange.context.id;
+    if let Some(load) = load {
+        load.started(worker);
+    }
     let mut response = forward_request(request, exchange, &mut stream, &mut pending).await;
+    if let Some(load) = load {
+        load.answered(worker, started.elapsed());
+        if wants_report && let Some(report) = exchange.context.load_report.current(load) {
+            load_report::add_to_answer(response.headers_mut(), report);
+        }
+    }
     // Envoy's HTTP/1 codec tells an HTTP/1.0 client without keep-alive that the connection
     // closes after this response (it does, either way).
     if closes_after {

@@ -60,7 +60,7 @@ pub async fn serve<S>(
     // Built once per connection manager and shared; found once per connection.
     let filters = context.filters.http_of(&manager, info.inbound);
     let tracer = context.telemetry.tracer(&manager, &context.clusters.store).map(Rc::new);
-    let outbound = info.outbound;
+    let (inbound, outbound) = (info.inbound, info.outbound);
     let overloadable = info.overloadable;
     let keepalive = context.overload.config().actions.iter().any(|a| a.kind == ActionKind::DisableHttpKeepalive);
     // Told by a request answered while `disable_http_keepalive` is in force, or while the
@@ -131,6 +131,7 @@ pub async fn serve<S>(
                     filters: &filters,
                     upgrades: http1.then_some(&*upgrades),
                     tracer: tracer.as_deref(),
+                    inbound,
                     outbound,
                     overloadable,
                     overload_drain: overload_drain.as_deref(),

@@ -1,0 +1,223 @@
+//! The load this sidecar reports for the application behind it, so that callers balance on
+//! it without the application sending ORCA itself. The inbound side counts, for every
+//! request it hands the application, the requests in flight, those answered, and the time
+//! to the answer's headers; a control-runtime task turns the counts and the pod's CPU use
+//! into an ORCA report (`endpoint-load-metrics: TEXT …`, a form Envoy, gRPC and Outrider
+//! parse) every [`REFRESH`], and the inbound side adds it to answers for callers that asked.
+//!
+//! Who gets a report: a caller that asked with [`LOAD_REPORT_REQUEST`] over mutual TLS
+//! (it holds a mesh identity). Outrider sidecars ask on the requests they send to mTLS
+//! upstreams and take the report off the answer before their application sees it (as they
+//! take off any ORCA header). Envoy sidecars are not asked for: Envoy hands an upstream's
+//! ORCA header on to the calling application. The header never reaches the application
+//! behind this sidecar, and an application's own report wins over this one.
+//!
+//! The report (`REFRESH`-old at most):
+//! - `cpu_utilization` and `application_utilization`: the pod's CPU use over the CPUs its
+//!   quota allows (`core::cpu_usage`), smoothed over about a second;
+//! - `rps_fractional`: answered requests per second, smoothed the same way;
+//! - `named_metrics.in_flight`: requests in the application now;
+//! - `named_metrics.latency_ms`: the mean time to the answer's headers in the last
+//!   window that had answers.
+//!
+//! With nothing answered for a while (`rps_fractional` below [`MIN_RPS`]) there is no
+//! report: a capacity read from an idle pod means nothing.
+//!
+//! The request path's cost: three relaxed atomic adds on a cache line only its worker
+//! writes, and a header value copied per worker once per refresh.
+
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwapOption;
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::core::cpu_usage::{self, CpuSample};
+use crate::core::shutdown::Signal;
+
+/// The request header a calling sidecar asks for a load report with.
+pub const LOAD_REPORT_REQUEST: HeaderName = HeaderName::from_static("x-outrider-load-report");
+/// The ORCA headers an application's own report comes in.
+const ENDPOINT_LOAD_METRICS: HeaderName = HeaderName::from_static("endpoint-load-metrics");
+const ENDPOINT_LOAD_METRICS_BIN: HeaderName = HeaderName::from_static("endpoint-load-metrics-bin");
+
+/// How often the report is recomputed.
+pub const REFRESH: Duration = Duration::from_millis(250);
+/// The smoothing of rates and utilization: about the last second.
+const SMOOTHING: Duration = Duration::from_secs(1);
+/// Below this many answers per second there is nothing to report.
+pub const MIN_RPS: f64 = 0.5;
+
+/// One worker's counts, on a cache line no other worker writes.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Slot {
+    in_flight: AtomicI64,
+    answered: AtomicU64,
+    latency_ns: AtomicU64,
+}
+
+/// The inbound counts of every worker and the report made from them.
+#[derive(Debug)]
+pub struct InboundLoad {
+    slots: Box<[Slot]>,
+    report: ArcSwapOption<HeaderValue>,
+    /// Bumped with every new report (or its withdrawal): workers copy it when it moves.
+    generation: AtomicU64,
+}
+
+impl InboundLoad {
+    pub fn new(workers: usize) -> Arc<Self> {
+        Arc::new(Self {
+            slots: (0..workers.max(1)).map(|_| Slot::default()).collect(),
+            report: ArcSwapOption::empty(),
+            generation: AtomicU64::new(0),
+        })
+    }
+
+    /// A request handed to the application by `worker`.
+    pub fn started(&self, worker: usize) {
+        if let Some(slot) = self.slots.get(worker) {
+            slot.in_flight.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Its answer's headers came after `latency` (or it ended without one).
+    pub fn answered(&self, worker: usize, latency: Duration) {
+        if let Some(slot) = self.slots.get(worker) {
+            slot.in_flight.fetch_sub(1, Ordering::Relaxed);
+            slot.answered.fetch_add(1, Ordering::Relaxed);
+            let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+            slot.latency_ns.fetch_add(nanos, Ordering::Relaxed);
+        }
+    }
+
+    /// The sums over workers: (in flight, answered, latency in nanoseconds).
+    fn totals(&self) -> (i64, u64, u64) {
+        self.slots.iter().fold((0, 0, 0), |(f, a, l), s| {
+            (
+                f.saturating_add(s.in_flight.load(Ordering::Relaxed)),
+                a.wrapping_add(s.answered.load(Ordering::Relaxed)),
+                l.wrapping_add(s.latency_ns.load(Ordering::Relaxed)),
+            )
+        })
+    }
+
+    fn publish(&self, report: Option<HeaderValue>) {
+        self.report.store(report.map(Arc::new));
+        self.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// Publishes `text` as the current report (for the benches, which run no reporter task).
+    #[doc(hidden)]
+    pub fn publish_for_bench(&self, text: &str) {
+        self.publish(HeaderValue::from_str(text).ok());
+    }
+}
+
+/// A worker's copy of the current report: each clone the request path makes counts on the
+/// worker's own allocation, not on one every worker shares.
+#[derive(Debug, Default)]
+pub struct WorkerReport {
+    copy: RefCell<(u64, Option<HeaderValue>)>,
+}
+
+impl WorkerReport {
+    pub fn current(&self, load: &InboundLoad) -> Option<HeaderValue> {
+        let generation = load.generation.load(Ordering::Acquire);
+        let mut copy = self.copy.borrow_mut();
+        if copy.0 != generation {
+            let fresh = load.report.load_full().and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
+            *copy = (generation, fresh);
+        }
+        copy.1.clone()
+    }
+}
+
+/// Whether a request asked for a report (taking the ask off it, so the application never
+/// sees it): only over TLS with the caller's certificate.
+pub fn take_request(headers: &mut HeaderMap, mutual_tls: bool) -> bool {
+    headers.remove(LOAD_REPORT_REQUEST).is_some() && mutual_tls
+}
+
+/// Adds `report` to an answer unless the application sent its own.
+pub fn add_to_answer(headers: &mut HeaderMap, report: HeaderValue) {
+    if !headers.contains_key(ENDPOINT_LOAD_METRICS) && !headers.contains_key(ENDPOINT_LOAD_METRICS_BIN) {
+        headers.insert(ENDPOINT_LOAD_METRICS, report);
+    }
+}
+
+/// Turns the counts into reports, one tick at a time.
+#[derive(Debug, Default)]
+pub struct Reporter {
+    last: Option<Tick>,
+    rps: f64,
+    utilization: Option<f64>,
+    latency_ms: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Tick {
+    at: Instant,
+    answered: u64,
+    latency_ns: u64,
+    cpu: Option<CpuSample>,
+}
+
+impl Reporter {
+    /// Takes the counts at `now` with the CPU reading `cpu`; returns the report text, or
+    /// `None` when there is nothing worth reporting.
+    pub fn tick(&mut self, load: &InboundLoad, cpu: Option<CpuSample>, now: Instant) -> Option<String> {
+        let (in_flight, answered, latency_ns) = load.totals();
+        let tick = Tick { at: now, answered, latency_ns, cpu };
+        let Some(last) = self.last.replace(tick) else { return None };
+        let seconds = now.checked_duration_since(last.at)?.as_secs_f64();
+        if seconds <= 0.0 {
+            return None;
+        }
+        let weight = 1.0 - (-seconds / SMOOTHING.as_secs_f64()).exp();
+        let count = answered.wrapping_sub(last.answered);
+        self.rps += weight * (count as f64 / seconds - self.rps);
+        if count > 0 {
+            self.latency_ms = Some(latency_ns.wrapping_sub(last.latency_ns) as f64 / count as f64 / 1e6);
+        }
+        if let (Some(cpu), Some(before)) = (cpu, last.cpu)
+            && let Some(now_used) = cpu.utilization_since(&before)
+        {
+            let smoothed = self.utilization.map_or(now_used, |u| u + weight * (now_used - u));
+            self.utilization = Some(smoothed);
+        }
+        if self.rps < MIN_RPS {
+            return None;
+        }
+        let mut text = String::from("TEXT ");
+        if let Some(u) = self.utilization {
+            text.push_str(&format!("application_utilization={u:.4}, cpu_utilization={u:.4}, "));
+        }
+        text.push_str(&format!("rps_fractional={:.3}, named_metrics.in_flight={}", self.rps, in_flight.max(0)));
+        if let Some(latency) = self.latency_ms {
+            text.push_str(&format!(", named_metrics.latency_ms={latency:.3}"));
+        }
+        Some(text)
+    }
+}
+
+/// Recomputes the report every [`REFRESH`] until `shutdown`.
+pub async fn keep_reporting(load: Arc<InboundLoad>, shutdown: Signal) {
+    let mut reporter = Reporter::default();
+    let mut interval = tokio::time::interval(REFRESH);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = interval.tick() => {}
+            _ = shutdown.clone().triggered() => return,
+        }
+        let text = reporter.tick(&load, cpu_usage::sample(), Instant::now());
+        load.publish(text.and_then(|t| HeaderValue::from_str(&t).ok()));
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,96 @@
+use super::*;
+
+/// `n` answers of `latency` each on worker 0.
+fn answer(load: &InboundLoad, n: usize, latency: Duration) {
+    for _ in 0..n {
+        load.started(0);
+        load.answered(0, latency);
+    }
+}
+
+fn cpu(spent: f64, at: Instant) -> Option<CpuSample> {
+    Some(CpuSample { spent, cpus: 2.0, at })
+}
+
+fn parsed(text: &str) -> crate::lb::load::LoadReport {
+    let mut headers = HeaderMap::new();
+    headers.insert(ENDPOINT_LOAD_METRICS, HeaderValue::from_str(text).unwrap());
+    crate::orca::from_headers(&headers).unwrap().unwrap()
+}
+
+#[test]
+fn a_report_comes_from_the_counts_and_the_cpu_and_parses_as_orca() {
+    let load = InboundLoad::new(2);
+    let mut reporter = Reporter::default();
+    let t0 = Instant::now();
+    assert_eq!(reporter.tick(&load, cpu(0.0, t0), t0), None, "one tick is no rate");
+    let mut report = None;
+    // 10 answers of 4 ms every 250 ms (40 per second), the pod using half of its 2 CPUs.
+    for i in 1..=20u32 {
+        answer(&load, 10, Duration::from_millis(4));
+        let at = t0 + REFRESH * i;
+        report = reporter.tick(&load, cpu(f64::from(i) * 0.25, at), at);
+    }
+    load.started(1);
+    let at = t0 + REFRESH * 21;
+    answer(&load, 10, Duration::from_millis(4));
+    let text = reporter.tick(&load, cpu(21.0 * 0.25, at), at).unwrap();
+    assert!(report.is_some());
+    let report = parsed(&text);
+    assert!((report.rps_fractional - 40.0).abs() < 1.0, "{text}");
+    assert!((report.cpu_utilization - 0.5).abs() < 1e-6 && report.application_utilization == report.cpu_utilization);
+    assert_eq!(report.named_metrics.get("in_flight"), Some(&1.0), "worker 1's request is in the application");
+    assert!((report.named_metrics["latency_ms"] - 4.0).abs() < 1e-6, "{text}");
+    let capacity = report.capacity().unwrap();
+    assert!((capacity - 80.0).abs() < 2.0, "40 per second at half the CPU: {capacity}");
+}
+
+#[test]
+fn an_idle_pod_reports_nothing() {
+    let load = InboundLoad::new(1);
+    let mut reporter = Reporter::default();
+    let t0 = Instant::now();
+    reporter.tick(&load, None, t0);
+    assert_eq!(reporter.tick(&load, None, t0 + REFRESH), None, "no answers");
+    answer(&load, 100, Duration::from_millis(1));
+    assert!(reporter.tick(&load, None, t0 + REFRESH * 2).is_some());
+    // The rate fades once the answers stop, and so does the report.
+    let silent = (3..40u32).map(|i| reporter.tick(&load, None, t0 + REFRESH * i)).last().flatten();
+    assert_eq!(silent, None);
+}
+
+#[test]
+fn workers_copy_the_report_when_it_changes() {
+    let load = InboundLoad::new(1);
+    let worker = WorkerReport::default();
+    assert_eq!(worker.current(&load), None);
+    load.publish(Some(HeaderValue::from_static("TEXT rps_fractional=1")));
+    assert_eq!(worker.current(&load).unwrap(), "TEXT rps_fractional=1");
+    load.publish(None);
+    assert_eq!(worker.current(&load), None);
+}
+
+#[test]
+fn only_an_mtls_caller_that_asks_gets_a_report_and_the_application_keeps_its_own() {
+    let ask = || {
+        let mut headers = HeaderMap::new();
+        headers.insert(LOAD_REPORT_REQUEST, HeaderValue::from_static("1"));
+        headers
+    };
+    let mut headers = ask();
+    assert!(take_request(&mut headers, true));
+    assert!(headers.is_empty(), "the application never sees the ask");
+    let mut headers = ask();
+    assert!(!take_request(&mut headers, false), "a plaintext caller is outside the mesh");
+    assert!(headers.is_empty());
+    assert!(!take_request(&mut HeaderMap::new(), true));
+
+    let ours = HeaderValue::from_static("TEXT rps_fractional=5");
+    let mut answer = HeaderMap::new();
+    add_to_answer(&mut answer, ours.clone());
+    assert_eq!(answer[ENDPOINT_LOAD_METRICS], "TEXT rps_fractional=5");
+    let mut answer = HeaderMap::new();
+    answer.insert(ENDPOINT_LOAD_METRICS_BIN, HeaderValue::from_static("AAAA"));
+    add_to_answer(&mut answer, ours);
+    assert!(!answer.contains_key(ENDPOINT_LOAD_METRICS), "the application's own report wins");
+}

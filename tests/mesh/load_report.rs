@@ -1,0 +1,112 @@
+//! Load reported by the server's sidecar: an application that sends no ORCA sits behind
+//! Outrider B (an INBOUND listener, STRICT mutual TLS); Outrider A (an OUTBOUND listener)
+//! calls it over mTLS. B adds its report about the application to the answers, A feeds it
+//! to the endpoint's stats like an application's own report and takes it off before its
+//! client sees it; neither application sees the ask.
+
+use bytes::Bytes;
+use http_body_util::Full;
+use serde_json::{Value, json};
+
+use crate::common::{admin_get, backends, wait};
+use crate::tls_support::pki::{self, Ca};
+use crate::tls_support::yaml::{self, Http};
+use crate::tls_support::{Sidecar, free_port, get_h1};
+
+/// An application answering `asked` when the load report's ask reached it (it must not),
+/// else `ok`; it sends no ORCA.
+async fn application() -> backends::Backend {
+    backends::http(|request: http::Request<hyper::body::Incoming>| async move {
+        let asked = request.headers().contains_key("x-outrider-load-report");
+        http::Response::new(Full::new(Bytes::from_static(if asked { b"asked" } else { b"ok" })))
+    })
+    .await
+}
+
+/// Sidecar B: STRICT mTLS inbound on `port`, to the application on `app`.
+async fn server_sidecar(ca: &Ca, port: u16, app: u16) -> Sidecar {
+    let tls = yaml::common_tls(&["http/1.1"], json!({ "exact": pki::spiffe("client") }));
+    let chain =
+        yaml::chain("mtls", json!({ "transport_protocol": "tls" }), yaml::downstream_tls(tls, true), yaml::hcm("app"));
+    let listener = yaml::listener("inbound", port, true, vec![chain], json!({ "traffic_direction": "INBOUND" }));
+    let cluster = yaml::cluster("app", app, Http::Downstream, Value::Null, Value::Null);
+    let secrets = [yaml::certificate_secret(&ca.leaf(&pki::spiffe("server"))), yaml::roots_secret(ca)];
+    Sidecar::start(&[&listener], &[&cluster], &[&secrets[0], &secrets[1]]).await
+}
+
+/// Sidecar A: plaintext outbound on `port`, mTLS to B on `upstream`.
+async fn client_sidecar(ca: &Ca, port: u16, upstream: u16) -> Sidecar {
+    let tls = yaml::common_tls(&[], json!({ "exact": pki::spiffe("server") }));
+    let transport = yaml::upstream_tls(tls, "outbound_.80_._.b.default.svc.cluster.local");
+    let cluster = yaml::cluster("b", upstream, Http::Http1, transport, Value::Null);
+    let chain = yaml::chain("http", json!({}), Value::Null, yaml::hcm("b"));
+    let listener = yaml::listener("outbound", port, false, vec![chain], json!({ "traffic_direction": "OUTBOUND" }));
+    let secrets = [yaml::certificate_secret(&ca.leaf(&pki::spiffe("client"))), yaml::roots_secret(ca)];
+    Sidecar::start(&[&listener], &[&cluster], &[&secrets[0], &secrets[1]]).await
+}
+
+/// A GET through A: (status, body, whether the answer carried an ORCA header).
+async fn call(port: u16) -> (u16, String, bool) {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nhost: b\r\nx-outrider-load-report: 1\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer).to_lowercase();
+    let status = answer.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let body = answer.rsplit("\r\n\r\n").next().unwrap_or_default().to_owned();
+    (status, body, answer.contains("endpoint-load-metrics"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_sidecar_reports_its_applications_load_to_the_calling_sidecar() {
+    let ca = Ca::new("mesh root");
+    let app = application().await;
+    let (port_a, port_b) = (free_port(), free_port());
+    let b = server_sidecar(&ca, port_b, app.port).await;
+    let a = client_sidecar(&ca, port_a, port_b).await;
+    // Calls until A's view of B carries a report B made: it needs a rate, over a few of
+    // B's refreshes.
+    let endpoint = format!("b::127.0.0.1:{port_b}::last_orca_report::");
+    let report = wait::until("a load report from the server's sidecar", async || {
+        for _ in 0..5 {
+            let (status, body, orca) = call(port_a).await;
+            assert_eq!(
+                (status, body.as_str(), orca),
+                (200, "ok", false),
+                "neither application sees the report or its ask"
+            );
+        }
+        let (_, clusters) = admin_get(a.outrider.admin_address, "/clusters").await;
+        clusters.lines().find_map(|l| l.strip_prefix(&endpoint)).map(str::to_owned)
+    })
+    .await;
+    let report: Value = serde_json::from_str(&report).unwrap();
+    assert!(report["rps_fractional"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(report["named_metrics"]["latency_ms"].as_f64().is_some(), "{report}");
+    assert!(report["named_metrics"].get("in_flight").is_some(), "{report}");
+    // A plaintext client cannot ask B for it: B answers only callers with a mesh identity,
+    // and this one has none (STRICT: its connection is refused before any request).
+    assert!(get_h1(tokio::net::TcpStream::connect(("127.0.0.1", port_b)).await.unwrap()).await.is_err());
+    a.stop();
+    b.stop();
+}
+
+#[test]
+fn the_off_switch_is_node_metadata_and_other_values_are_refused() {
+    let parse = |value: &str| {
+        let bootstrap = format!(
+            "node: {{ id: sidecar, cluster: app, metadata: {{ OUTRIDER_LOAD_REPORT: {value} }} }}\n\
+             admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}\n"
+        );
+        outrider::config::bootstrap::Bootstrap::parse(&bootstrap)
+    };
+    assert!(!parse("\"off\"").unwrap().node.load_reports);
+    assert!(parse("\"on\"").unwrap().node.load_reports);
+    assert!(!parse("false").unwrap().node.load_reports, "an unquoted YAML off");
+    let error = parse("sometimes").unwrap_err().to_string();
+    assert!(error.contains("node.metadata.OUTRIDER_LOAD_REPORT"), "{error}");
+}
