@@ -51,6 +51,8 @@ use super::host::Host;
 use super::pick_context::PickContext;
 use crate::config::cluster::lb_policy::AdaptiveConfig;
 
+mod queue;
+
 /// Up to this many endpoints every pick compares them all; above it, two drawn at random.
 /// With few endpoints P2C's sampling shows (with 3, a third of the picks cannot choose the
 /// largest), and a scan of 8 costs less than a connection look-up. With many, comparing
@@ -77,6 +79,11 @@ pub struct Cost {
     /// Joined a serving cluster less than `warmup` ago, and has no request in flight and
     /// no recent error: it gets the next request.
     pub idle_warming: bool,
+    /// Requests in flight to the endpoint.
+    pub in_flight: u32,
+    /// Has answered nothing for `trickle_after`, has nothing in flight and did not fail its
+    /// last request: it gets the next request if another endpoint compared is serving.
+    pub trickle: bool,
 }
 
 impl Cost {
@@ -104,21 +111,38 @@ impl Adaptive {
         if second >= first {
             second += 1;
         }
+        let (a, b) = (self.cost(&hosts[first], ctx.now), self.cost(&hosts[second], ctx.now));
+        if a.trickle && b.in_flight > 0 {
+            return Some(first);
+        }
+        if b.trickle && a.in_flight > 0 {
+            return Some(second);
+        }
         // Ties go to the first drawn, which is random.
-        let cost = |i: usize| self.cost(&hosts[i], ctx.now).total();
-        Some(if cost(second) < cost(first) { second } else { first })
+        Some(if b.total() < a.total() { second } else { first })
     }
 
-    /// The cheapest of all `hosts`, looking from `start` on so that ties go to a random one.
+    /// The cheapest of all `hosts`, looking from `start` on so that ties go to a random one;
+    /// but the first due a trickle if another is serving.
     fn cheapest(&self, hosts: &[Arc<Host>], start: usize, now: Instant) -> usize {
         let mut best = (start, f64::INFINITY);
+        let mut trickle = None;
+        let mut serving = false;
         for i in (0..hosts.len()).map(|k| (start + k) % hosts.len()) {
-            let cost = self.cost(&hosts[i], now).total();
-            if cost < best.1 {
-                best = (i, cost);
+            let cost = self.cost(&hosts[i], now);
+            serving |= cost.in_flight > 0;
+            if cost.trickle && trickle.is_none() {
+                trickle = Some(i);
+            }
+            if cost.total() < best.1 {
+                best = (i, cost.total());
             }
         }
-        best.0
+        // A trickle candidate has nothing in flight, so `serving` is about the others.
+        match trickle {
+            Some(i) if serving => i,
+            _ => best.0,
+        }
     }
 
     /// `host`'s cost at `now`, in its parts.
@@ -126,14 +150,12 @@ impl Adaptive {
         let stats = &host.stats;
         let config = &self.config;
         let latency = stats.rtt_mean(now).unwrap_or(config.default_rtt).as_nanos() as f64;
-        let in_flight = f64::from(stats.in_flight());
-        let queue = match stats.capacity(now, config.report_expiration) {
-            Some(per_second) => (in_flight + SAINTE_LAGUE) * 1e9 / per_second,
-            None => in_flight * latency,
-        };
+        let in_flight = stats.in_flight();
+        let queue = queue::queue(stats, now, latency, f64::from(in_flight), config);
         let recent_errors = stats.error_penalty_at(now);
+        let consecutive_errors = stats.consecutive_errors();
         let penalty = if recent_errors > 0.0 {
-            let doublings = stats.consecutive_errors().saturating_sub(1).min(config.max_error_doublings);
+            let doublings = consecutive_errors.saturating_sub(1).min(config.max_error_doublings);
             let backoff = f64::from(doublings).exp2();
             // At most one recent error's worth: the fraction says how likely a failure is;
             // the fading count only lets an endpoint that stopped being tried be tried again.
@@ -147,8 +169,12 @@ impl Adaptive {
             seen.saturating_duration_since(founded) > config.founding_grace
                 && now.saturating_duration_since(seen) < config.warmup
         });
-        let idle = warming && in_flight == 0.0 && penalty == 0.0;
-        Cost { latency, queue, penalty, idle_warming: idle }
+        let idle_warming = warming && in_flight == 0 && penalty == 0.0;
+        // Errors in a row are the error penalty's business (its backoff decides when a
+        // failing endpoint is tried again); the trickle is for endpoints left idle by costs.
+        let trickle =
+            in_flight == 0 && consecutive_errors == 0 && stats.since_last_response(now) >= config.trickle_after;
+        Cost { latency, queue, penalty, idle_warming, in_flight, trickle }
     }
 }
 

@@ -246,7 +246,10 @@ fn take_load_report(headers: &mut HeaderMap, stats: &Arc<EndpointStats>, now: In
     match orca::from_headers(headers) {
         None => return,
         Some(Ok(report)) => stats.record_load(report, now),
-        Some(Err(error)) => tracing::debug!(%error, "upstream load report refused"),
+        Some(Err(error)) => {
+            stats.refuse_load_report();
+            tracing::debug!(%error, "upstream load report refused");
+        }
     }
     headers.remove(orca::ENDPOINT_LOAD_METRICS);
     headers.remove(orca::ENDPOINT_LOAD_METRICS_BIN);
