@@ -1,6 +1,7 @@
 //! Outrider's adaptive policy, the demo's default: the endpoint with the lowest expected
-//! latency for the next request (of all, up to 8 endpoints; else of two drawn at random), estimated from every signal the endpoint gives, each
-//! standing in for nothing when it is missing:
+//! latency for the next request (of all, up to 8 endpoints; else of two drawn at random),
+//! estimated from every signal the endpoint gives, each standing in for nothing when it is
+//! missing:
 //!
 //! `cost = latency + in_flight / capacity + error_penalty`
 //!
@@ -24,6 +25,20 @@
 //!   the 5 ms one has enough requests in flight, though they wait for nothing there; and
 //!   endpoints of one speed fill in proportion to their capacities, CSWRR's split, without
 //!   CSWRR's blackout or its round robin until the weights come.
+//!
+//!   A report must never starve the endpoint that sent it (issue 36: the demo's `busy`,
+//!   2 slots of 5 ms, reported 1 request a second at utilization 0.5, was costed 250 ms
+//!   with nothing in flight and got 1 request of about 5 500). So a capacity is
+//!   taken only from a report at a utilization of at least 0.2 (below, the rate is a
+//!   handful of requests or the utilization a CPU's baseline: `rps / utilization` is far
+//!   below what the endpoint serves); it is floored at one request per round trip (an
+//!   endpoint answering in `latency` serves at least `1 / latency` a second, Little's law
+//!   with one in flight), so a request is never charged more than a round trip; and it is
+//!   dropped when no newer report came for `report_refresh` (2 s, or 4 of the endpoint's
+//!   round trips if longer; `report_expiration`, 180 s, at most): reports come with
+//!   responses, so an old one means the endpoint is getting no requests. A report that is
+//!   absurd (utilization above 100, a rate above 10⁹ a second; the decoders refuse NaN and
+//!   negatives) is refused whole and counted in the endpoint's `load_report_refused`.
 //! - `error_penalty`: `error_penalty × error fraction × min(recent errors, 1) × 2^(errors in
 //!   a row − 1)`: a failure costs the caller about one more round trip (30 ms), weighed by
 //!   how likely it is. The error fraction is of recent outcomes (decaying by e every 10 s),
@@ -33,13 +48,28 @@
 //!   off the way outlier detection's ejection time grows: its next trial comes about 3 s
 //!   after its first error, the one after that about 15 s later.
 //!
-//! One more rule, for an endpoint that joins a cluster already serving (first seen more
-//! than `founding_grace` after the cluster's first endpoint): during its first `warmup` it
-//! gets the next request whenever it has none in flight and no recent error. A cold
-//! endpoint answers slowly until it has served its first requests (JIT, caches, connection
-//! pools); costed at its own latency it would never get them, which is how peak-EWMA leaves
-//! a scale-up unused. One request at a time warms it without a queue; it gets more as soon
-//! as its cost is lower than the others', which it is when they are loaded.
+//! Two more rules give an endpoint the next request whatever its cost:
+//!
+//! - Warm-up, for an endpoint that joins a cluster already serving (first seen more than
+//!   `founding_grace` after the cluster's first endpoint): during its first `warmup` it
+//!   gets the next request whenever it has none in flight and no recent error. A cold
+//!   endpoint answers slowly until it has served its first requests (JIT, caches,
+//!   connection pools); costed at its own latency it would never get them, which is how
+//!   peak-EWMA leaves a scale-up unused. One request at a time warms it without a queue;
+//!   it gets more as soon as its cost is lower than the others', which it is when they are
+//!   loaded.
+//! - The trickle, for an endpoint the costs have left idle: one that has answered nothing
+//!   for `trickle_after` (1 s), has nothing in flight and did not fail its last request
+//!   gets the next pick if another endpoint compared has a request in flight. A cost is
+//!   only as good as the signals under it, and an endpoint that gets no requests sends no
+//!   new ones (Prequal probes for them; here the probe is a request). Its share is bounded:
+//!   one request at a time, each after a second idle, so about one a second per endpoint,
+//!   and none while the cluster is idle between requests (each pick then goes by cost,
+//!   which at light load is latency). An endpoint failing in a row is left to the error
+//!   penalty's backoff.
+//!
+//! A pick reads a few shared atomics per endpoint compared (`EndpointStats`) and writes
+//! nothing; the queue term's rules are in `adaptive::queue`.
 
 use std::sync::Arc;
 use std::time::Instant;
