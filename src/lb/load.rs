@@ -20,11 +20,13 @@ pub struct LoadReport {
     pub request_cost: BTreeMap<String, f64>,
 }
 
-/// Below this utilization a report is not taken as a capacity measurement. An idle
-/// backend's rate is a handful of requests (the demo's `busy` said 1 per second at 0.5, the
-/// request being answered itself), and a CPU meter reads its baseline whatever the rate:
-/// either way `rps / utilization` comes out far below what the backend can serve, and an
-/// endpoint costed by it is sent nothing that would correct it.
+/// Below this utilization a report is not taken as a capacity measurement: at light load a
+/// utilization is mostly what the backend uses whatever its rate (a CPU meter's baseline,
+/// the one request being answered), so `rps / utilization` comes out far below what the
+/// backend can serve, and an endpoint costed by it is sent nothing that would correct it.
+/// (A report above it can still be light: the demo's `busy` said 1 request a second at 0.5,
+/// that one request being half its slots. The adaptive policy's floor on capacity, one
+/// request per round trip, answers that case.)
 pub const MIN_MEASURED_UTILIZATION: f64 = 0.2;
 
 /// A utilization above this (a hundred times the backend's capacity queued inside it) is

@@ -304,4 +304,20 @@ mod tests {
         assert!(!grpc_success(None), "missing status is Unknown");
         assert!(!grpc_success(Some(b"x")));
     }
+
+    #[test]
+    fn a_refused_load_report_is_counted_and_removed() {
+        let now = Instant::now();
+        let stats = Arc::new(EndpointStats::new(now));
+        let mut headers = HeaderMap::new();
+        headers.insert(orca::ENDPOINT_LOAD_METRICS, http::HeaderValue::from_static("TEXT rps_fractional=-1"));
+        take_load_report(&mut headers, &stats, now);
+        assert_eq!(stats.load_reports_refused(), 1);
+        assert!(stats.load_report().is_none());
+        assert!(headers.is_empty(), "not passed downstream");
+        headers.insert(orca::ENDPOINT_LOAD_METRICS, http::HeaderValue::from_static("TEXT application_utilization=1e9"));
+        take_load_report(&mut headers, &stats, now);
+        assert_eq!(stats.load_reports_refused(), 2, "decoded, but beyond reason");
+        assert!(stats.load_report().is_none());
+    }
 }

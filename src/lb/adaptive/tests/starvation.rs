@@ -160,7 +160,7 @@ fn under_more_load_than_it_can_serve_busy_serves_its_capacity() {
 }
 
 #[test]
-fn a_light_load_capacity_is_floored_at_one_request_per_round_trip() {
+fn a_reported_capacity_is_floored_at_one_request_per_round_trip() {
     let t0 = Instant::now();
     let (_, all) = the_demos_case(t0);
     let lb = Adaptive::new(&all, &AdaptiveConfig::default());
