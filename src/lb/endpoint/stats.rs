@@ -51,10 +51,11 @@ pub struct EndpointStats {
     /// Active health checking's verdicts (set on the control runtime).
     health: HealthFlags,
     load: ArcSwapOption<TimedReport>,
-    /// What the last load report says the endpoint can serve at full utilization,
-    /// `rps_fractional / utilization` (f64 bits, requests per second; 0 = unknown), and when
-    /// it arrived (nanoseconds since `epoch` plus one). The adaptive policy reads these two
-    /// words on every pick instead of the report itself.
+    /// What the last load report that measured it says the endpoint can serve at full
+    /// utilization, `rps_fractional / utilization` ([`Capacity::Measured`]: not at light
+    /// load; f64 bits, requests per second; 0 = unknown), and when it arrived (nanoseconds
+    /// since `epoch` plus one). The adaptive policy reads these two words on every pick
+    /// instead of the report itself.
     capacity: AtomicU64,
     capacity_received: AtomicU64,
     /// Load reports refused: undecodable, NaN or negative values (the decoders), or a
