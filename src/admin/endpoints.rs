@@ -1,7 +1,8 @@
 //! What Outrider knows about each endpoint beyond Envoy's stats, read from the shared
 //! per-endpoint stats at scrape time: in-flight requests, peak-EWMA latency, outcomes,
-//! the latest ORCA report and the utilization taken from it, the weight client-side
-//! weighted round robin derived from it, outlier ejection and active health check flags.
+//! the latest ORCA report and the utilization taken from it, the reports refused, the
+//! weight client-side weighted round robin derived from it, outlier ejection and active
+//! health check flags.
 //!
 //! `/clusters` always shows them; `/stats` exports them only for clusters that ask
 //! (`track_cluster_stats.per_endpoint_stats`), as Envoy exports per-host stats: with
@@ -19,6 +20,8 @@ pub struct EndpointView {
     pub in_flight: u32,
     pub successes: u64,
     pub errors: u64,
+    /// ORCA reports refused as undecodable, NaN, negative or beyond reason.
+    pub load_reports_refused: u64,
     pub ewma_latency: Option<Duration>,
     /// Application utilization, else CPU, from the latest report.
     pub utilization: Option<f64>,
@@ -40,6 +43,7 @@ impl EndpointView {
             in_flight: stats.in_flight(),
             successes: stats.successes(),
             errors: stats.errors(),
+            load_reports_refused: stats.load_reports_refused(),
             ewma_latency: stats.rtt_estimate(now),
             utilization: report.as_ref().map(|r| r.report.utilization(&[])),
             last_report: report.map(|r| (r.report.clone(), now.saturating_duration_since(r.received))),
@@ -77,6 +81,7 @@ pub fn samples(balancers: &Balancers, exported: impl Fn(&str) -> bool, now: Inst
             }
             out.push((scope.name("rq_success"), Value::Counter(view.successes)));
             out.push((scope.name("rq_error"), Value::Counter(view.errors)));
+            out.push((scope.name("load_report_refused"), Value::Counter(view.load_reports_refused)));
         }
     }
     out

@@ -1,6 +1,7 @@
 //! Outrider's adaptive policy, the demo's default: the endpoint with the lowest expected
-//! latency for the next request (of all, up to 8 endpoints; else of two drawn at random), estimated from every signal the endpoint gives, each
-//! standing in for nothing when it is missing:
+//! latency for the next request (of all, up to 8 endpoints; else of two drawn at random),
+//! estimated from every signal the endpoint gives, each standing in for nothing when it is
+//! missing:
 //!
 //! `cost = latency + in_flight / capacity + error_penalty`
 //!
@@ -24,6 +25,20 @@
 //!   the 5 ms one has enough requests in flight, though they wait for nothing there; and
 //!   endpoints of one speed fill in proportion to their capacities, CSWRR's split, without
 //!   CSWRR's blackout or its round robin until the weights come.
+//!
+//!   A report must never starve the endpoint that sent it (issue 36: the demo's `busy`,
+//!   2 slots of 5 ms, reported 1 request a second at utilization 0.5, was costed 250 ms
+//!   with nothing in flight and got 1 request of about 5 500). So a capacity is
+//!   taken only from a report at a utilization of at least 0.2 (below, the rate is a
+//!   handful of requests or the utilization a CPU's baseline: `rps / utilization` is far
+//!   below what the endpoint serves); it is floored at one request per round trip (an
+//!   endpoint answering in `latency` serves at least `1 / latency` a second, Little's law
+//!   with one in flight), so a request is never charged more than a round trip; and it is
+//!   dropped when no newer report came for `report_refresh` (2 s, or 4 of the endpoint's
+//!   round trips if longer; `report_expiration`, 180 s, at most): reports come with
+//!   responses, so an old one means the endpoint is getting no requests. A report that is
+//!   absurd (utilization above 100, a rate above 10⁹ a second; the decoders refuse NaN and
+//!   negatives) is refused whole and counted in the endpoint's `load_report_refused`.
 //! - `error_penalty`: `error_penalty × error fraction × min(recent errors, 1) × 2^(errors in
 //!   a row − 1)`: a failure costs the caller about one more round trip (30 ms), weighed by
 //!   how likely it is. The error fraction is of recent outcomes (decaying by e every 10 s),
@@ -33,13 +48,28 @@
 //!   off the way outlier detection's ejection time grows: its next trial comes about 3 s
 //!   after its first error, the one after that about 15 s later.
 //!
-//! One more rule, for an endpoint that joins a cluster already serving (first seen more
-//! than `founding_grace` after the cluster's first endpoint): during its first `warmup` it
-//! gets the next request whenever it has none in flight and no recent error. A cold
-//! endpoint answers slowly until it has served its first requests (JIT, caches, connection
-//! pools); costed at its own latency it would never get them, which is how peak-EWMA leaves
-//! a scale-up unused. One request at a time warms it without a queue; it gets more as soon
-//! as its cost is lower than the others', which it is when they are loaded.
+//! Two more rules give an endpoint the next request whatever its cost:
+//!
+//! - Warm-up, for an endpoint that joins a cluster already serving (first seen more than
+//!   `founding_grace` after the cluster's first endpoint): during its first `warmup` it
+//!   gets the next request whenever it has none in flight and no recent error. A cold
+//!   endpoint answers slowly until it has served its first requests (JIT, caches,
+//!   connection pools); costed at its own latency it would never get them, which is how
+//!   peak-EWMA leaves a scale-up unused. One request at a time warms it without a queue;
+//!   it gets more as soon as its cost is lower than the others', which it is when they are
+//!   loaded.
+//! - The trickle, for an endpoint the costs have left idle: one that has answered nothing
+//!   for `trickle_after` (1 s), has nothing in flight and did not fail its last request
+//!   gets the next pick if another endpoint compared has a request in flight. A cost is
+//!   only as good as the signals under it, and an endpoint that gets no requests sends no
+//!   new ones (Prequal probes for them; here the probe is a request). Its share is bounded:
+//!   one request at a time, each after a second idle, so about one a second per endpoint,
+//!   and none while the cluster is idle between requests (each pick then goes by cost,
+//!   which at light load is latency). An endpoint failing in a row is left to the error
+//!   penalty's backoff.
+//!
+//! A pick reads a few shared atomics per endpoint compared (`EndpointStats`) and writes
+//! nothing; the queue term's rules are in `adaptive::queue`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -50,6 +80,8 @@ use rand::rngs::SmallRng;
 use super::host::Host;
 use super::pick_context::PickContext;
 use crate::config::cluster::lb_policy::AdaptiveConfig;
+
+mod queue;
 
 /// Up to this many endpoints every pick compares them all; above it, two drawn at random.
 /// With few endpoints P2C's sampling shows (with 3, a third of the picks cannot choose the
@@ -77,6 +109,11 @@ pub struct Cost {
     /// Joined a serving cluster less than `warmup` ago, and has no request in flight and
     /// no recent error: it gets the next request.
     pub idle_warming: bool,
+    /// Requests in flight to the endpoint.
+    pub in_flight: u32,
+    /// Has answered nothing for `trickle_after`, has nothing in flight and did not fail its
+    /// last request: it gets the next request if another endpoint compared is serving.
+    pub trickle: bool,
 }
 
 impl Cost {
@@ -104,21 +141,38 @@ impl Adaptive {
         if second >= first {
             second += 1;
         }
+        let (a, b) = (self.cost(&hosts[first], ctx.now), self.cost(&hosts[second], ctx.now));
+        if a.trickle && b.in_flight > 0 {
+            return Some(first);
+        }
+        if b.trickle && a.in_flight > 0 {
+            return Some(second);
+        }
         // Ties go to the first drawn, which is random.
-        let cost = |i: usize| self.cost(&hosts[i], ctx.now).total();
-        Some(if cost(second) < cost(first) { second } else { first })
+        Some(if b.total() < a.total() { second } else { first })
     }
 
-    /// The cheapest of all `hosts`, looking from `start` on so that ties go to a random one.
+    /// The cheapest of all `hosts`, looking from `start` on so that ties go to a random one;
+    /// but the first due a trickle if another is serving.
     fn cheapest(&self, hosts: &[Arc<Host>], start: usize, now: Instant) -> usize {
         let mut best = (start, f64::INFINITY);
+        let mut trickle = None;
+        let mut serving = false;
         for i in (0..hosts.len()).map(|k| (start + k) % hosts.len()) {
-            let cost = self.cost(&hosts[i], now).total();
-            if cost < best.1 {
-                best = (i, cost);
+            let cost = self.cost(&hosts[i], now);
+            serving |= cost.in_flight > 0;
+            if cost.trickle && trickle.is_none() {
+                trickle = Some(i);
+            }
+            if cost.total() < best.1 {
+                best = (i, cost.total());
             }
         }
-        best.0
+        // A trickle candidate has nothing in flight, so `serving` is about the others.
+        match trickle {
+            Some(i) if serving => i,
+            _ => best.0,
+        }
     }
 
     /// `host`'s cost at `now`, in its parts.
@@ -126,14 +180,12 @@ impl Adaptive {
         let stats = &host.stats;
         let config = &self.config;
         let latency = stats.rtt_mean(now).unwrap_or(config.default_rtt).as_nanos() as f64;
-        let in_flight = f64::from(stats.in_flight());
-        let queue = match stats.capacity(now, config.report_expiration) {
-            Some(per_second) => (in_flight + SAINTE_LAGUE) * 1e9 / per_second,
-            None => in_flight * latency,
-        };
+        let in_flight = stats.in_flight();
+        let queue = queue::queue(stats, now, latency, f64::from(in_flight), config);
         let recent_errors = stats.error_penalty_at(now);
+        let consecutive_errors = stats.consecutive_errors();
         let penalty = if recent_errors > 0.0 {
-            let doublings = stats.consecutive_errors().saturating_sub(1).min(config.max_error_doublings);
+            let doublings = consecutive_errors.saturating_sub(1).min(config.max_error_doublings);
             let backoff = f64::from(doublings).exp2();
             // At most one recent error's worth: the fraction says how likely a failure is;
             // the fading count only lets an endpoint that stopped being tried be tried again.
@@ -147,8 +199,12 @@ impl Adaptive {
             seen.saturating_duration_since(founded) > config.founding_grace
                 && now.saturating_duration_since(seen) < config.warmup
         });
-        let idle = warming && in_flight == 0.0 && penalty == 0.0;
-        Cost { latency, queue, penalty, idle_warming: idle }
+        let idle_warming = warming && in_flight == 0 && penalty == 0.0;
+        // Errors in a row are the error penalty's business (its backoff decides when a
+        // failing endpoint is tried again); the trickle is for endpoints left idle by costs.
+        let trickle =
+            in_flight == 0 && consecutive_errors == 0 && stats.since_last_response(now) >= config.trickle_after;
+        Cost { latency, queue, penalty, idle_warming, in_flight, trickle }
     }
 }
 

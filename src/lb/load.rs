@@ -20,9 +20,42 @@ pub struct LoadReport {
     pub request_cost: BTreeMap<String, f64>,
 }
 
+/// Below this utilization a report is not taken as a capacity measurement: at light load a
+/// utilization is mostly what the backend uses whatever its rate (a CPU meter's baseline,
+/// the one request being answered), so `rps / utilization` comes out far below what the
+/// backend can serve, and an endpoint costed by it is sent nothing that would correct it.
+/// (A report above it can still be light: the demo's `busy` said 1 request a second at 0.5,
+/// that one request being half its slots. The adaptive policy's floor on capacity, one
+/// request per round trip, answers that case.)
+pub const MIN_MEASURED_UTILIZATION: f64 = 0.2;
+
+/// A utilization above this (a hundred times the backend's capacity queued inside it) is
+/// a broken reporter, not a load: the report is refused.
+pub const MAX_UTILIZATION: f64 = 100.0;
+
+/// A rate above this many requests per second from one backend is a broken reporter.
+pub const MAX_RPS: f64 = 1e9;
+
+/// What a load report says about the backend's capacity.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Capacity {
+    /// Requests per second at full utilization, `rps_fractional / utilization`.
+    Measured(f64),
+    /// No rate or no utilization: the report is about something else.
+    Unsaid,
+    /// A utilization below [`MIN_MEASURED_UTILIZATION`]: too light a load to measure by.
+    LightLoad,
+    /// Beyond [`MAX_UTILIZATION`] or [`MAX_RPS`]: the whole report is refused.
+    Absurd,
+}
+
 /// Where decoded load reports go. Implemented by the balancers' per-endpoint stats.
 pub trait LoadSink: Send + Sync {
     fn report_load(&self, report: LoadReport);
+
+    /// A report from the backend was refused (undecodable, NaN, negative): counted where
+    /// the sink keeps counts.
+    fn refuse_load(&self) {}
 }
 
 impl LoadReport {
@@ -41,11 +74,24 @@ impl LoadReport {
     }
 
     /// What the report says the backend could serve at full utilization,
-    /// `rps_fractional / utilization` requests per second; `None` when either is missing.
-    pub fn capacity(&self) -> Option<f64> {
+    /// `rps_fractional / utilization` requests per second, when it says anything: a rate
+    /// and a utilization both there, the utilization high enough to be a measurement of
+    /// load (see [`Capacity::LightLoad`]) and both within reason.
+    pub fn capacity(&self) -> Capacity {
         let utilization = self.utilization(&[]);
+        // Written so that a NaN, which the decoders refuse already, lands here too.
+        let within = (0.0..=MAX_UTILIZATION).contains(&utilization) && (0.0..=MAX_RPS).contains(&self.rps_fractional);
+        if !within {
+            return Capacity::Absurd;
+        }
+        if utilization <= 0.0 || self.rps_fractional <= 0.0 {
+            return Capacity::Unsaid;
+        }
+        if utilization < MIN_MEASURED_UTILIZATION {
+            return Capacity::LightLoad;
+        }
         let capacity = self.rps_fractional / utilization;
-        (utilization > 0.0 && self.rps_fractional > 0.0 && capacity.is_finite()).then_some(capacity)
+        if capacity.is_finite() { Capacity::Measured(capacity) } else { Capacity::Absurd }
     }
 
     fn metric(&self, name: &str) -> Option<f64> {
@@ -71,11 +117,30 @@ mod tests {
     #[test]
     fn capacity_is_requests_per_second_at_full_utilization() {
         let report = LoadReport { rps_fractional: 100.0, application_utilization: 0.25, ..Default::default() };
-        assert_eq!(report.capacity(), Some(400.0));
+        assert_eq!(report.capacity(), Capacity::Measured(400.0));
         let cpu = LoadReport { rps_fractional: 50.0, cpu_utilization: 0.5, ..Default::default() };
-        assert_eq!(cpu.capacity(), Some(100.0), "cpu_utilization when no application utilization");
-        assert_eq!(LoadReport { rps_fractional: 100.0, ..Default::default() }.capacity(), None, "no utilization");
+        assert_eq!(cpu.capacity(), Capacity::Measured(100.0), "cpu_utilization when no application utilization");
+        let unsaid = LoadReport { rps_fractional: 100.0, ..Default::default() };
+        assert_eq!(unsaid.capacity(), Capacity::Unsaid, "no utilization");
         let idle = LoadReport { application_utilization: 0.5, ..Default::default() };
-        assert_eq!(idle.capacity(), None, "no traffic");
+        assert_eq!(idle.capacity(), Capacity::Unsaid, "no traffic");
+    }
+
+    #[test]
+    fn a_light_load_is_no_capacity_measurement() {
+        let light = LoadReport { rps_fractional: 3.0, cpu_utilization: 0.05, ..Default::default() };
+        assert_eq!(light.capacity(), Capacity::LightLoad);
+    }
+
+    #[test]
+    fn absurd_reports_are_refused() {
+        let overloaded = LoadReport { rps_fractional: 1.0, application_utilization: 1e9, ..Default::default() };
+        assert_eq!(overloaded.capacity(), Capacity::Absurd);
+        let rate = LoadReport { rps_fractional: 1e300, application_utilization: 0.5, ..Default::default() };
+        assert_eq!(rate.capacity(), Capacity::Absurd);
+        let nan = LoadReport { rps_fractional: f64::NAN, application_utilization: 0.5, ..Default::default() };
+        assert_eq!(nan.capacity(), Capacity::Absurd, "the decoder refuses these; never a capacity either way");
+        let queued = LoadReport { rps_fractional: 50.0, application_utilization: 2.0, ..Default::default() };
+        assert_eq!(queued.capacity(), Capacity::Measured(25.0), "a queue is a load");
     }
 }

@@ -137,7 +137,10 @@ impl OobClient {
                     self.backoff.reset();
                     match from_proto(proto) {
                         Ok(report) => self.sink.report_load(report),
-                        Err(e) => tracing::debug!(endpoint = %self.endpoint, error = %e, "ORCA report refused"),
+                        Err(e) => {
+                            self.sink.refuse_load();
+                            tracing::debug!(endpoint = %self.endpoint, error = %e, "ORCA report refused");
+                        }
                     }
                 }
                 Ok(None) => return StreamEnd::Retry("closed by the server".into()),

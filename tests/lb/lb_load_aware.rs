@@ -1,7 +1,8 @@
 //! Load-aware balancing in simulated time: CSWRR converges on ORCA-reported capacity,
 //! expires weights, penalises errors, and falls back to round robin; peak-EWMA and CSWRR
 //! keep a fast-failing endpoint (a black hole) at a small share where least-request feeds
-//! it. Time is explicit `Instant`s, RNGs are seeded, nothing sleeps.
+//! it; the adaptive policy starves no endpoint by a report taken at light load. Time is
+//! explicit `Instant`s, RNGs are seeded, nothing sleeps.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -65,6 +66,13 @@ fn peak_ewma() -> Cluster {
 fn envoys_peak_ewma() -> Cluster {
     let config = "type.googleapis.com/envoy.extensions.load_balancing_policies.peak_ewma.v3alpha.PeakEwma";
     cluster(typed_policy("envoy.load_balancing_policies.peak_ewma", json!({"@type": config, "default_rtt": "0.02s"})))
+}
+
+fn adaptive() -> Cluster {
+    cluster(typed_policy(
+        "outrider.load_balancing_policies.adaptive",
+        json!({"@type": "type.googleapis.com/google.protobuf.Struct", "value": {}}),
+    ))
 }
 
 fn least_request() -> Cluster {
@@ -313,4 +321,47 @@ fn envoys_peak_ewma_config_balances_on_latency() {
     eprintln!("slow host share: Envoy's peak_ewma config {envoys:.4}, Outrider's {own:.4}");
     assert!(envoys < 0.1, "{envoys}");
     assert!(own < 0.1, "{own}");
+}
+
+/// The demo's case (issue 36): three clients in a loop; endpoint 0 answers in 5 ms and once
+/// reported 1 request a second at utilization 0.5 (a capacity of 2 a second, which costed
+/// it 250 ms with nothing in flight); the others answer in 55 and 112 ms. Its share must be
+/// what it can serve, nearly everything, with the other two trickled about once a second.
+#[test]
+fn adaptive_does_not_starve_an_endpoint_by_its_light_load_report() {
+    let t0 = Instant::now();
+    let (lb, mut picker) = balancer(&adaptive(), 3, t0);
+    let latency = [MS * 5, MS * 55, MS * 112];
+    for (host, latency) in lb.hosts().iter().zip(latency) {
+        host.stats.record(t0, latency, true);
+    }
+    let light = LoadReport { rps_fractional: 1.0, application_utilization: 0.5, ..Default::default() };
+    lb.hosts()[0].stats.record_load(light.clone(), t0);
+    let mut pending: Vec<(Instant, usize, InFlight)> = Vec::new();
+    let mut counts = [0usize; 3];
+    let mut waiting = 3;
+    for tick in 0..10_000u32 {
+        let now = t0 + MS * tick;
+        pending.retain(|(done, host, _)| {
+            if *done > now {
+                return true;
+            }
+            let stats = &lb.hosts()[*host].stats;
+            stats.record(now, latency[*host], true);
+            // It keeps saying so: every answer carries the same light-load report.
+            if *host == 0 {
+                stats.record_load(light.clone(), now);
+            }
+            waiting += 1;
+            false
+        });
+        for _ in 0..std::mem::take(&mut waiting) {
+            let host = pick(&lb, &mut picker, now);
+            counts[host] += 1;
+            pending.push((now + latency[host], host, lb.hosts()[host].stats.start()));
+        }
+    }
+    let share = shares(&counts);
+    assert!(share[0] > 0.95, "{counts:?}");
+    assert!(counts[1] >= 5 && counts[2] >= 5, "the others are still measured: {counts:?}");
 }

@@ -264,9 +264,18 @@ pub struct AdaptiveConfig {
     pub warmup: Duration,
     /// Endpoints first seen within this of the cluster's first are its founders, not joiners.
     pub founding_grace: Duration,
-    /// A load report's capacity is used for this long after it arrived (CSWRR's default
-    /// `weight_expiration_period`).
+    /// A load report's capacity is never used longer than this after it arrived (CSWRR's
+    /// default `weight_expiration_period`).
     pub report_expiration: Duration,
+    /// A capacity not refreshed by a newer report within this, or within four of the
+    /// endpoint's round trips if that is longer, is dropped. Reports come with responses:
+    /// one this old means the endpoint is getting none, and a capacity that kept it from
+    /// getting any must not keep it so for `report_expiration`.
+    pub report_refresh: Duration,
+    /// An endpoint that has answered nothing for this long, has nothing in flight and did
+    /// not fail its last request gets the next pick while another endpoint is serving
+    /// (the trickle), so that its latency and capacity are measured again.
+    pub trickle_after: Duration,
 }
 
 impl Default for AdaptiveConfig {
@@ -278,6 +287,8 @@ impl Default for AdaptiveConfig {
             warmup: Duration::from_secs(30),
             founding_grace: Duration::from_secs(1),
             report_expiration: Duration::from_secs(180),
+            report_refresh: Duration::from_secs(2),
+            trickle_after: Duration::from_secs(1),
         }
     }
 }

@@ -8,6 +8,8 @@ use crate::lb::load::LoadReport;
 use crate::lb::test_hosts::hosts;
 use crate::lb::{EndpointStats, InFlight};
 
+mod starvation;
+
 /// How a simulated backend answers.
 #[derive(Clone, Copy)]
 struct Backend {

@@ -15,7 +15,7 @@ use arc_swap::ArcSwapOption;
 use super::health::HealthFlags;
 use super::outlier::OutlierCounters;
 use super::weight::WeightState;
-use crate::lb::load::{LoadReport, LoadSink};
+use crate::lb::load::{Capacity, LoadReport, LoadSink};
 
 /// Linkerd's default decay for the peak-EWMA latency estimate.
 pub const RTT_DECAY: Duration = Duration::from_secs(10);
@@ -51,12 +51,16 @@ pub struct EndpointStats {
     /// Active health checking's verdicts (set on the control runtime).
     health: HealthFlags,
     load: ArcSwapOption<TimedReport>,
-    /// What the last load report says the endpoint can serve at full utilization,
-    /// `rps_fractional / utilization` (f64 bits, requests per second; 0 = unknown), and when
-    /// it arrived (nanoseconds since `epoch` plus one). The adaptive policy reads these two
-    /// words on every pick instead of the report itself.
+    /// What the last load report that measured it says the endpoint can serve at full
+    /// utilization, `rps_fractional / utilization` ([`Capacity::Measured`]: not at light
+    /// load; f64 bits, requests per second; 0 = unknown), and when it arrived (nanoseconds
+    /// since `epoch` plus one). The adaptive policy reads these two words on every pick
+    /// instead of the report itself.
     capacity: AtomicU64,
     capacity_received: AtomicU64,
+    /// Load reports refused: undecodable, NaN or negative values (the decoders), or a
+    /// utilization or rate beyond reason ([`Capacity::Absurd`]). None of them is stored.
+    load_reports_refused: AtomicU64,
     /// CSWRR's weight state, here so that blackout and expiry survive balancer rebuilds.
     weight: WeightState,
     written: Written,
@@ -134,6 +138,7 @@ impl EndpointStats {
             load: ArcSwapOption::empty(),
             capacity: AtomicU64::new(0),
             capacity_received: AtomicU64::new(0),
+            load_reports_refused: AtomicU64::new(0),
             weight: WeightState::default(),
             written: Written::new(outlier),
         }
@@ -298,13 +303,39 @@ impl EndpointStats {
         self.load.load_full()
     }
 
-    /// Stores a load report received at `now`.
+    /// Stores a load report received at `now`, and the capacity it measured if it measured
+    /// one. A report at light load leaves the last measured capacity as it was (it ages out
+    /// on its own); an absurd one is refused whole and counted.
     pub fn record_load(&self, report: LoadReport, now: Instant) {
-        if let Some(capacity) = report.capacity() {
-            self.capacity.store(capacity.to_bits(), Ordering::Relaxed);
-            self.capacity_received.store(self.nanos(now).saturating_add(1), Ordering::Relaxed);
+        match report.capacity() {
+            Capacity::Measured(capacity) => {
+                self.capacity.store(capacity.to_bits(), Ordering::Relaxed);
+                self.capacity_received.store(self.nanos(now).saturating_add(1), Ordering::Relaxed);
+            }
+            Capacity::Absurd => {
+                self.refuse_load_report();
+                return;
+            }
+            Capacity::Unsaid | Capacity::LightLoad => {}
         }
         self.load.store(Some(Arc::new(TimedReport { report, received: now })));
+    }
+
+    /// Counts a load report refused before it reached [`record_load`](Self::record_load).
+    pub fn refuse_load_report(&self) {
+        self.load_reports_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Load reports refused so far (see `load_reports_refused`).
+    pub fn load_reports_refused(&self) -> u64 {
+        self.load_reports_refused.load(Ordering::Relaxed)
+    }
+
+    /// When the endpoint last answered (or failed) a request, or was first seen if it never
+    /// has: how long ago at `now`.
+    pub fn since_last_response(&self, now: Instant) -> Duration {
+        let updated = self.written.rtt_updated.load(Ordering::Relaxed);
+        Duration::from_nanos(self.nanos(now).saturating_sub(updated))
     }
 
     /// Requests per second the endpoint could serve at full utilization, from a load report
@@ -350,6 +381,10 @@ impl EndpointStats {
 impl LoadSink for EndpointStats {
     fn report_load(&self, report: LoadReport) {
         self.record_load(report, Instant::now());
+    }
+
+    fn refuse_load(&self) {
+        self.refuse_load_report();
     }
 }
 

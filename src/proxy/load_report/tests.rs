@@ -41,7 +41,7 @@ fn a_report_comes_from_the_counts_and_the_cpu_and_parses_as_orca() {
     assert!((report.cpu_utilization - 0.5).abs() < 1e-6 && report.application_utilization == report.cpu_utilization);
     assert_eq!(report.named_metrics.get("in_flight"), Some(&1.0), "worker 1's request is in the application");
     assert!((report.named_metrics["latency_ms"] - 4.0).abs() < 1e-6, "{text}");
-    let capacity = report.capacity().unwrap();
+    let crate::lb::load::Capacity::Measured(capacity) = report.capacity() else { panic!("{text}") };
     assert!((capacity - 80.0).abs() < 2.0, "40 per second at half the CPU: {capacity}");
 }
 

@@ -246,7 +246,10 @@ fn take_load_report(headers: &mut HeaderMap, stats: &Arc<EndpointStats>, now: In
     match orca::from_headers(headers) {
         None => return,
         Some(Ok(report)) => stats.record_load(report, now),
-        Some(Err(error)) => tracing::debug!(%error, "upstream load report refused"),
+        Some(Err(error)) => {
+            stats.refuse_load_report();
+            tracing::debug!(%error, "upstream load report refused");
+        }
     }
     headers.remove(orca::ENDPOINT_LOAD_METRICS);
     headers.remove(orca::ENDPOINT_LOAD_METRICS_BIN);
@@ -300,5 +303,21 @@ mod tests {
         assert!(!grpc_success(Some(b"13")));
         assert!(!grpc_success(None), "missing status is Unknown");
         assert!(!grpc_success(Some(b"x")));
+    }
+
+    #[test]
+    fn a_refused_load_report_is_counted_and_removed() {
+        let now = Instant::now();
+        let stats = Arc::new(EndpointStats::new(now));
+        let mut headers = HeaderMap::new();
+        headers.insert(orca::ENDPOINT_LOAD_METRICS, http::HeaderValue::from_static("TEXT rps_fractional=-1"));
+        take_load_report(&mut headers, &stats, now);
+        assert_eq!(stats.load_reports_refused(), 1);
+        assert!(stats.load_report().is_none());
+        assert!(headers.is_empty(), "not passed downstream");
+        headers.insert(orca::ENDPOINT_LOAD_METRICS, http::HeaderValue::from_static("TEXT application_utilization=1e9"));
+        take_load_report(&mut headers, &stats, now);
+        assert_eq!(stats.load_reports_refused(), 2, "decoded, but beyond reason");
+        assert!(stats.load_report().is_none());
     }
 }
