@@ -10,7 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::Full;
 
-use super::istiod_file_mode::{Agent, service_entry, sidecar_bootstrap_with, spread};
+use super::istiod_file_mode::{Agent, mesh_loop_configs, service_entry, sidecar_bootstrap_with, spread};
 use crate::common;
 use common::istiod::Istiod;
 use common::{admin_get, backends, wait};
@@ -94,6 +94,46 @@ async fn proxy_metadata_serves_istios_least_request_with_the_adaptive_policy() {
     assert_eq!((received.as_str(), running.as_str()), ("LEAST_REQUEST", "LEAST_REQUEST"));
     let slow = seen.get("200 slow").copied().unwrap_or(0);
     assert!(slow >= 15, "the slow endpoint took {slow} of {REQUESTS}: {seen:?}");
+}
+
+/// Under istiod and STRICT mutual TLS: the sidecar calls its own inbound port through the
+/// mesh (istiod's auto mTLS to a `tlsMode: istio` endpoint), the inbound side reports the
+/// application's load (it sends none), and the outbound side's endpoint carries that
+/// report, which neither the calling client nor the application sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_istiod_the_servers_sidecar_reports_over_strict_mtls() {
+    let Some(binary) = Istiod::binary("under_istiod_the_servers_sidecar_reports_over_strict_mtls") else { return };
+    let app = backends::http(|request: http::Request<hyper::body::Incoming>| async move {
+        let asked = request.headers().contains_key("x-outrider-load-report");
+        http::Response::new(Full::new(Bytes::from_static(if asked { b"asked" } else { b"app" })))
+    })
+    .await;
+    let (outbound, inbound) = (common::lab::free_port(), common::lab::free_port());
+    let istiod = Istiod::start(&binary, &[("mesh.yaml", &mesh_loop_configs(outbound, inbound, app.port))]).await;
+    let agent = Agent::start().await;
+    let host = "app.default.svc.cluster.local";
+    let metadata = "    OUTRIDER_LB: adaptive\n";
+    let outrider = app::start(sidecar_bootstrap_with(&istiod, &agent, "GRPC", metadata)).await.unwrap();
+    let cluster = format!("outbound|{outbound}||{host}");
+    let prefix = format!("{cluster}::127.0.0.1:{inbound}::last_orca_report::");
+    let report = wait::until("the inbound side's report at the outbound side", async || {
+        for _ in 0..5 {
+            let (status, headers, body) = super::istiod_file_mode::get(outbound, host, "/").await;
+            if status == 200 {
+                assert_eq!(body, "app", "the application never sees the ask");
+                assert!(!headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("endpoint-load-metrics")), "{headers:?}");
+            }
+        }
+        let (_, clusters) = admin_get(outrider.admin_address, "/clusters").await;
+        clusters.lines().find_map(|l| l.strip_prefix(&prefix)).map(str::to_owned)
+    })
+    .await;
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert!(report["rps_fractional"].as_f64().unwrap() > 0.0, "{report}");
+    let (_, clusters) = admin_get(outrider.admin_address, "/clusters").await;
+    assert!(clusters.contains(&format!("{cluster}::lb_policy::ADAPTIVE")), "{clusters}");
+    assert!(outrider.tls.upstream.handshakes() >= 1, "the hop is mutual TLS");
+    outrider.stop();
 }
 
 #[tokio::test]

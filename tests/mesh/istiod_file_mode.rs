@@ -128,7 +128,7 @@ pub(crate) async fn xds_updates(outrider: &Running) -> BTreeMap<&'static str, (u
 
 /// Starts Outrider against `istiod` and waits until the listener on `port` serves: its
 /// route and clusters applied, their endpoints and secrets in (warming over).
-async fn start_sidecar(istiod: &Istiod, agent: &Agent, api_type: &str, port: u16, host: &str) -> Running {
+pub(crate) async fn start_sidecar(istiod: &Istiod, agent: &Agent, api_type: &str, port: u16, host: &str) -> Running {
     let outrider = app::start(sidecar_bootstrap(istiod, agent, api_type)).await.unwrap();
     wait::until_true("the generated listener serves", async || {
         let (status, _, _) = get(port, host, "/").await;
