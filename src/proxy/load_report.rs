@@ -172,7 +172,7 @@ impl Reporter {
     pub fn tick(&mut self, load: &InboundLoad, cpu: Option<CpuSample>, now: Instant) -> Option<String> {
         let (in_flight, answered, latency_ns) = load.totals();
         let tick = Tick { at: now, answered, latency_ns, cpu };
-        let Some(last) = self.last.replace(tick) else { return None };
+        let last = self.last.replace(tick)?;
         let seconds = now.checked_duration_since(last.at)?.as_secs_f64();
         if seconds <= 0.0 {
             return None;
