@@ -9,6 +9,8 @@ are the scenario's backends.
 import json
 import os
 
+import two_hop
+
 LISTEN_PORT = 19150
 ADMIN_PORT = 19951
 XDS_PORT = 18650
@@ -120,9 +122,17 @@ def upstream_protocol(scenario):
 
 
 def resources(scenario, policy, joined):
-    """The resources file for one run; `joined` includes the backends that join later."""
+    """The resources file for one run; `joined` includes the backends that join later.
+    A two-hop scenario's endpoints are the backends' sidecars (`two_hop`), reached over
+    mutual TLS from an OUTBOUND listener."""
     cluster_fields = POLICIES[policy][0]
     ports = [b["port"] for b in scenario["backends"] if joined or "join_at" not in b]
+    hop = {}
+    listener_fields = {}
+    if scenario.get("two_hop"):
+        ports = [p + two_hop.SIDECAR_OFFSET for p in ports]
+        hop = two_hop.upstream_transport(scenario["certificates"])
+        listener_fields = {"traffic_direction": "OUTBOUND"}
     hcm = {
         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
         "stat_prefix": "lab",
@@ -141,6 +151,7 @@ def resources(scenario, policy, joined):
                 "name": "lab",
                 "address": {"socket_address": {"address": "127.0.0.1", "port_value": LISTEN_PORT}},
                 "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": hcm}]}],
+                **listener_fields,
             },
             {
                 "@type": "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
@@ -163,6 +174,7 @@ def resources(scenario, policy, joined):
                 },
                 **cluster_fields,
                 **upstream_protocol(scenario),
+                **hop,
             ),
             {
                 "@type": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",

@@ -20,6 +20,7 @@ import analyse
 import config
 import report
 import run
+import two_hop
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.dirname(HERE)
@@ -94,6 +95,8 @@ def run_scenario(path, tools, quick, repeat, keep, protocol=None, only=None):
         scenario["load"]["protocol"] = "grpc" if protocol == "grpc-go" else protocol
         if protocol == "grpc-go":
             scenario["backend_impl"] = "grpc-go"
+    if scenario.get("two_hop"):
+        scenario["certificates"] = two_hop.certificates(out)
     sid = scenario["id"]
     print(f"== {sid}: {scenario['title']}", flush=True)
     if "command" in scenario:

@@ -11,6 +11,7 @@ import time
 import urllib.request
 
 import config
+import two_hop
 
 
 def cpus(which):
@@ -135,6 +136,22 @@ def merge_served(out, grpc_go):
     config.write_json(os.path.join(out, "served.json"), {"backends": backends})
 
 
+def start_sidecars(scenario, proxy, tools, out, logs):
+    """The backends' own sidecars (the same proxy as the caller), on CPU 0, ready."""
+    http2 = scenario["load"].get("protocol") in ("http2", "grpc")
+    started = []
+    for index, backend in enumerate(scenario["backends"]):
+        path = os.path.join(out, f"sidecar-{backend['name']}.json")
+        config.write_json(path, two_hop.sidecar_bootstrap(index, backend["port"], scenario["certificates"], http2))
+        started.append(subprocess.Popen(cpus(0) + proxy_command(proxy, tools, path), stdout=logs, stderr=logs,
+                                        env=dict(os.environ, RUST_LOG="error")))
+        if not wait_ready(f"http://127.0.0.1:{two_hop.ADMIN_BASE + index}/ready"):
+            for process in started:
+                stop(process)
+            raise RuntimeError(f"{proxy}'s sidecar for {backend['name']} did not become ready; see {out}/processes.log")
+    return started
+
+
 def loadavg():
     with open("/proc/loadavg") as f:
         return float(f.read().split()[0])
@@ -163,9 +180,12 @@ def run_once(scenario, scenario_path, proxy, policy, tools, out):
                    "--report", os.path.join(out, "served.json")],
         stdout=subprocess.PIPE, stderr=logs, text=True, env=dict(os.environ, RUST_LOG="warn"))
     proxy_process = None
+    sidecars = []
     try:
         if not lab.stdout.readline().startswith("ready"):
             raise RuntimeError(f"lab-backend did not start; see {out}/processes.log")
+        if scenario.get("two_hop"):
+            sidecars = start_sidecars(scenario, proxy, tools, out, logs)
         proxy_process = subprocess.Popen(
             cpus(1) + proxy_command(proxy, tools, bootstrap_path),
             stdout=logs, stderr=logs, env=dict(os.environ, RUST_LOG="error"))
@@ -186,6 +206,8 @@ def run_once(scenario, scenario_path, proxy, policy, tools, out):
     finally:
         if proxy_process:
             stop(proxy_process)
+        for sidecar in sidecars:
+            stop(sidecar)
         stop(lab)
         for process, _ in grpc_go:
             stop(process)
