@@ -10,6 +10,9 @@ Key figures (what the adaptive policy is judged on):
       those 10 s beside it: a policy that leaves it unused is not counted as beating one
       that uses it
   S5: p99 (lower) and seconds to converge on the capacity split (lower; never counts last)
+  S7: S5's figures through two hops without application reports, and the backends'
+      utilization max/mean (Robinhood's figure: each backend's share of the requests over
+      its share of the capacity; 1.0 is a split in proportion to capacity)
 """
 
 import glob
@@ -26,7 +29,10 @@ SCENARIOS = {
     "S3": "s3-black-hole",
     "S4": "s4-scale-up",
     "S5": "s5-uneven-capacity",
+    "S7": "s7-two-hop-uneven-capacity",
 }
+# S7's backends' capacities (requests at once), as its scenario file has them.
+S7_CAPACITY = {"small": 2, "medium": 4, "large": 8}
 # A new backend counts as used when it served at least this share (%) of the window.
 USED_SHARE = 1.0
 
@@ -54,6 +60,13 @@ def window_share(result, name, first=10, last=20):
     return sum(values) / max(1, len(values))
 
 
+def utilization_spread(result, capacity):
+    """max/mean over backends of (share of requests / share of capacity)."""
+    total = sum(capacity.values())
+    ratios = [result["shares"].get(name, 0.0) / 100 / (c / total) for name, c in capacity.items()]
+    return max(ratios) / (sum(ratios) / len(ratios))
+
+
 # scenario → [(label, value of a run, lower is better)]
 FIGURES = {
     "S1": [("req/s", lambda r: r["throughput"], False), ("p99.9 ms", lambda r: r["latency"]["p999"], True)],
@@ -63,6 +76,9 @@ FIGURES = {
            ("new backend's share 10–20 s %", lambda r: window_share(r, "cold"), False)],
     "S5": [("p99 ms", lambda r: r["latency"]["p99"], True),
            ("converged after s", lambda r: r["converged_at"] if r.get("converged_at") is not None else float("inf"), True)],
+    "S7": [("p99 ms", lambda r: r["latency"]["p99"], True),
+           ("converged after s", lambda r: r["converged_at"] if r.get("converged_at") is not None else float("inf"), True),
+           ("utilization max/mean", lambda r: utilization_spread(r, S7_CAPACITY), True)],
 }
 
 
