@@ -30,10 +30,7 @@ use rand::Rng;
 
 use super::access_log::{DownstreamLogInfo, PendingLog};
 use forwarding::Forwarding;
-use local_reply::{
-    bad_request, direct, filter_reply, invalid_connection_header, local, malformed_request, reset_reply,
-    unsupported_transfer_coding,
-};
+use local_reply::{CodecRefusal, bad_request, codec_refusal, direct, filter_reply, local, reset_reply};
 use observed::StreamInfo;
 pub use serve::serve;
 
@@ -133,7 +130,7 @@ async fn forward_request(
     let (mut parts, body) = request.into_parts();
     let is_grpc = router::is_grpc(&parts);
     if !transfer_codings_supported(&parts.headers) {
-        return unsupported_transfer_coding(manager, stream, is_grpc);
+        return codec_refusal(manager, stream, CodecRefusal::UnsupportedTransferCoding, is_grpc);
     }
     // Headers nominated in an HTTP/1 `Connection` are this hop's (Envoy's codec removes
     // them from every request but an upgrade); nominating one that says who the client
@@ -142,7 +139,7 @@ async fn forward_request(
         && !headers::is_upgrade(&parts.headers)
         && headers::connection::sanitize_nominated(&mut parts.headers).is_err()
     {
-        return invalid_connection_header(manager, stream, is_grpc);
+        return codec_refusal(manager, stream, CodecRefusal::InvalidConnectionHeader, is_grpc);
     }
     // Only paths relative to the origin are served (`OPTIONS *` included): Envoy's 404,
     // before the path is normalized or routed.
@@ -499,7 +496,7 @@ async fn route_and_forward(
         let abandoned = || cluster.stats().map(|stats| stats.retry_or_shadow_abandoned.clone());
         let bodies = match request_body::prepare(body, &parts.headers, tap, needs, abandoned).await {
             Ok(bodies) => bodies,
-            Err(()) => return malformed_request(manager, stream, is_grpc),
+            Err(()) => return codec_refusal(manager, stream, CodecRefusal::MalformedBody, is_grpc),
         };
         if !forward.action.request_mirror_policies.is_empty() {
             mirror(&forward, &parts, bodies.whole(), context, stream.span.is_some(), &cluster);

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use serde_json::{Value, json};
 
+use crate::common::differential::raw_http1;
 use crate::common::{admin_get, backends, wait};
 use crate::tls_support::pki::{self, Ca};
 use crate::tls_support::yaml::{self, Http};
@@ -45,20 +46,12 @@ async fn client_sidecar(ca: &Ca, port: u16, upstream: u16) -> Sidecar {
     Sidecar::start(&[&listener], &[&cluster], &[&secrets[0], &secrets[1]]).await
 }
 
-/// A GET through A: (status, body, whether the answer carried an ORCA header).
+/// A GET through A that asks for a report itself: (status, body, whether the answer
+/// carried an ORCA header).
 async fn call(port: u16) -> (u16, String, bool) {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    stream
-        .write_all(b"GET / HTTP/1.1\r\nhost: b\r\nx-outrider-load-report: 1\r\nconnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).await.unwrap();
-    let answer = String::from_utf8_lossy(&answer).to_lowercase();
-    let status = answer.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = answer.rsplit("\r\n\r\n").next().unwrap_or_default().to_owned();
-    (status, body, answer.contains("endpoint-load-metrics"))
+    let request = "GET / HTTP/1.1\r\nhost: b\r\nx-outrider-load-report: 1\r\nconnection: close\r\n\r\n";
+    let (status, headers, body) = raw_http1(port, request).await;
+    (status, body, headers.iter().any(|(name, _)| name.eq_ignore_ascii_case("endpoint-load-metrics")))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -249,8 +249,15 @@ mod tests {
         address: core::Address,
         config: proto::endpoint::HealthCheckConfig,
     ) -> Result<ClusterLoadAssignment> {
-        let endpoint =
-            proto::Endpoint { address: Some(address), health_check_config: Some(config), ..Default::default() };
+        one_endpoint(proto::Endpoint {
+            address: Some(address),
+            health_check_config: Some(config),
+            ..Default::default()
+        })
+    }
+
+    /// A cluster load assignment of `endpoint` alone, converted.
+    fn one_endpoint(endpoint: proto::Endpoint) -> Result<ClusterLoadAssignment> {
         let lb_endpoint = proto::LbEndpoint {
             host_identifier: Some(proto::lb_endpoint::HostIdentifier::Endpoint(endpoint)),
             ..Default::default()
@@ -325,21 +332,11 @@ mod tests {
     #[test]
     fn additional_addresses_must_be_ip_addresses_of_an_ip_endpoint() {
         let with_extra = |address: core::Address, extra: core::Address| {
-            let endpoint = proto::Endpoint {
+            one_endpoint(proto::Endpoint {
                 address: Some(address),
                 additional_addresses: vec![proto::endpoint::AdditionalAddress { address: Some(extra) }],
                 ..Default::default()
-            };
-            let lb_endpoint = proto::LbEndpoint {
-                host_identifier: Some(proto::lb_endpoint::HostIdentifier::Endpoint(endpoint)),
-                ..Default::default()
-            };
-            let assignment = proto::ClusterLoadAssignment {
-                cluster_name: "c".into(),
-                endpoints: vec![proto::LocalityLbEndpoints { lb_endpoints: vec![lb_endpoint], ..Default::default() }],
-                ..Default::default()
-            };
-            cluster_load_assignment(assignment, &mut Warnings::new())
+            })
         };
         let assignment = with_extra(socket("10.0.0.1", 80), socket("fd00::1", 80)).unwrap();
         let endpoint = assignment.endpoints().next().unwrap();

@@ -22,7 +22,7 @@ use super::super::response_flags::ResponseFlags;
 use super::super::retry::{Decision, Outcome, RetryState};
 use super::super::router::{self, Forward, UpstreamRequestOptions};
 use super::super::upstream::{BoxError, RequestBody, ResponseBody, UpstreamError};
-use super::local_reply::{attempted, local, malformed_request, overflow, reset_reply};
+use super::local_reply::{CodecRefusal, attempted, codec_refusal, local, overflow, reset_reply};
 use super::observed::StreamInfo;
 use super::request_body::AttemptBodies;
 use super::stream_timer::Elapsed;
@@ -286,7 +286,7 @@ impl Forwarding<'_, '_> {
                 Next::Reply(hold_until_body_ends(response, request_slot))
             }
             (_, Attempted::Failed(_)) if self.bodies.failed() => {
-                Next::Reply(malformed_request(manager, self.stream, is_grpc))
+                Next::Reply(codec_refusal(manager, self.stream, CodecRefusal::MalformedBody, is_grpc))
             }
             (_, Attempted::Failed(error)) => {
                 let retried = self.retry.attempts() > 1;

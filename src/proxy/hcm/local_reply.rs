@@ -15,45 +15,31 @@ use super::ProxyBody;
 use super::observed::StreamInfo;
 use crate::config::listener::HttpConnectionManager;
 
-/// Envoy's 501 for a transfer coding it does not implement; the connection closes.
-pub(super) fn unsupported_transfer_coding(
-    manager: &HttpConnectionManager,
-    stream: &mut StreamInfo,
-    is_grpc: bool,
-) -> Response<ProxyBody> {
-    let reply = LocalResponse::new(StatusCode::NOT_IMPLEMENTED, "Not Implemented", "http1.invalid_transfer_encoding");
-    codec_refusal(manager, stream, reply, is_grpc)
+/// A request Envoy's HTTP/1 codec refuses, and the details it logs.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum CodecRefusal {
+    /// A transfer coding it does not implement: 501.
+    UnsupportedTransferCoding,
+    /// Framing it cannot read (a broken chunked body): 400.
+    MalformedBody,
+    /// A `Connection` header nominating what may not be removed: 400.
+    InvalidConnectionHeader,
 }
 
-/// Envoy's 400 for a request whose framing its codec refuses (a broken chunked body).
-pub(super) fn malformed_request(
+/// Envoy's answer to a request its codec refuses: the status with its reason phrase as the
+/// body, a downstream protocol error, and the connection closed after it.
+pub(super) fn codec_refusal(
     manager: &HttpConnectionManager,
     stream: &mut StreamInfo,
+    refusal: CodecRefusal,
     is_grpc: bool,
 ) -> Response<ProxyBody> {
-    let reply = LocalResponse::new(StatusCode::BAD_REQUEST, "Bad Request", "http1.codec_error");
-    codec_refusal(manager, stream, reply, is_grpc)
-}
-
-/// Envoy's 400 for a `Connection` header nominating what may not be removed; the
-/// connection closes.
-pub(super) fn invalid_connection_header(
-    manager: &HttpConnectionManager,
-    stream: &mut StreamInfo,
-    is_grpc: bool,
-) -> Response<ProxyBody> {
-    let reply = LocalResponse::new(StatusCode::BAD_REQUEST, "Bad Request", "http1.connection_header_rejected");
-    codec_refusal(manager, stream, reply, is_grpc)
-}
-
-/// A request the codec refuses: a downstream protocol error, after which the connection
-/// closes, as Envoy closes it.
-fn codec_refusal(
-    manager: &HttpConnectionManager,
-    stream: &mut StreamInfo,
-    mut reply: LocalResponse,
-    is_grpc: bool,
-) -> Response<ProxyBody> {
+    let (status, details) = match refusal {
+        CodecRefusal::UnsupportedTransferCoding => (StatusCode::NOT_IMPLEMENTED, "http1.invalid_transfer_encoding"),
+        CodecRefusal::MalformedBody => (StatusCode::BAD_REQUEST, "http1.codec_error"),
+        CodecRefusal::InvalidConnectionHeader => (StatusCode::BAD_REQUEST, "http1.connection_header_rejected"),
+    };
+    let mut reply = LocalResponse::new(status, status.canonical_reason().unwrap_or(""), details);
     reply.flags = ResponseFlags::DOWNSTREAM_PROTOCOL_ERROR;
     reply.headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
     filter_reply(manager, stream, reply, is_grpc)

@@ -21,34 +21,37 @@ const MAX_TE_LEN: usize = 256;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InvalidNomination;
 
-/// Removes the headers `Connection` nominates, as above.
+/// Removes the headers `Connection` nominates, as above. Allocates nothing for the usual
+/// `Connection: keep-alive` / `close` / `upgrade`, which name no header.
 pub fn sanitize_nominated(headers: &mut HeaderMap) -> Result<(), InvalidNomination> {
-    if !headers.contains_key(CONNECTION) {
-        return Ok(());
-    }
     // Repeated lines are one list, as Envoy joins them.
-    let joined: Vec<String> =
-        headers.get_all(CONNECTION).iter().map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()).collect();
-    let joined = joined.join(",");
-    let tokens: Vec<&str> = joined.split(',').map(str::trim).filter(|t| !t.is_empty()).collect();
-    if tokens.len() >= MAX_NOMINATED {
+    let mut count = 0;
+    let mut nominates = false;
+    for token in tokens(headers) {
+        count += 1;
+        nominates |= !is_option(token);
+    }
+    if count >= MAX_NOMINATED {
         return Err(InvalidNomination);
     }
+    if !nominates {
+        return Ok(());
+    }
+    let listed: Vec<String> = tokens(headers).map(str::to_ascii_lowercase).collect();
     let mut removed: Vec<&str> = Vec::new();
-    for token in &tokens {
-        let lower = token.to_ascii_lowercase();
-        match lower.as_str() {
-            "close" | "keep-alive" | "upgrade" | "http2-settings" => continue,
+    for token in &listed {
+        match token.as_str() {
+            _ if is_option(token) => continue,
             // Self-nominated: the name goes from the list, the header stays.
             "connection" => {
                 removed.push(token);
                 continue;
             }
             "x-forwarded-for" | "x-forwarded-host" | "x-forwarded-proto" => return Err(InvalidNomination),
-            _ if lower.starts_with(':') => return Err(InvalidNomination),
+            _ if token.starts_with(':') => return Err(InvalidNomination),
             _ => {}
         }
-        let Ok(name) = HeaderName::from_bytes(lower.as_bytes()) else {
+        let Ok(name) = HeaderName::from_bytes(token.as_bytes()) else {
             // Not a header name: nothing of that name can be present.
             removed.push(token);
             continue;
@@ -70,8 +73,7 @@ pub fn sanitize_nominated(headers: &mut HeaderMap) -> Result<(), InvalidNominati
         removed.push(token);
     }
     if !removed.is_empty() {
-        let kept: Vec<&str> =
-            tokens.iter().copied().filter(|t| !removed.iter().any(|r| r.eq_ignore_ascii_case(t))).collect();
+        let kept: Vec<&str> = listed.iter().map(String::as_str).filter(|t| !removed.contains(t)).collect();
         if kept.is_empty() {
             headers.remove(CONNECTION);
         } else if let Ok(value) = HeaderValue::from_str(&kept.join(",")) {
@@ -79,6 +81,23 @@ pub fn sanitize_nominated(headers: &mut HeaderMap) -> Result<(), InvalidNominati
         }
     }
     Ok(())
+}
+
+/// The non-empty, trimmed tokens of every `Connection` line (a line that is not text
+/// names nothing Envoy would remove).
+fn tokens(headers: &HeaderMap) -> impl Iterator<Item = &str> {
+    headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+}
+
+/// A connection option, not a header name.
+fn is_option(token: &str) -> bool {
+    ["close", "keep-alive", "upgrade", "http2-settings"].iter().any(|o| token.eq_ignore_ascii_case(o))
 }
 
 #[cfg(test)]
