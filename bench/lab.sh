@@ -4,10 +4,11 @@
 # backends (`outrider lab-backend`) and the same load (oha), alternately, on this machine.
 # Tables and charts go into bench/RESULTS.md and bench/charts/; raw data into bench/out/.
 #
-#   bench/lab.sh S1                one scenario (S0…S6, see bench/scenarios/)
-#   bench/lab.sh all               every scenario, one run each (about 22 minutes)
+#   bench/lab.sh S1                one scenario (S0…S11, see bench/scenarios/; S8 and S9 run
+#                                  their backends in cgroups with CPU limits: root)
+#   bench/lab.sh all               every scenario, one run each
 #   bench/lab.sh all --runs 2      two runs of each proxy × policy, the lower p99 reported
-#                                  (about 40 minutes; for a machine shared with other work)
+#                                  (for a machine shared with other work)
 #   bench/lab.sh all --quick       every run and scripted time halved
 #   bench/lab.sh S3 --runs 2 --keep   reuse the runs already under bench/out/, add the rest
 #   bench/lab.sh S3 --http2        HTTP/2 from the load generator to the backends, reported
@@ -22,7 +23,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
-[[ $# -ge 1 ]] || { sed -n '2,19p' "$0"; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,20p' "$0"; exit 2; }
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need wrk || ! need h2load || ! need nginx || ! need taskset; then

@@ -119,4 +119,10 @@ def analyse(run_dir, scenario):
         result["converged_at"] = converged_at(served, seconds, target, scenario.get("converge_tolerance", 3.0))
         settle = scenario.get("settled_from", seconds // 2)
         result["settled_shares"] = shares(served, settle, seconds)
+    if served.get("load_seconds") and all(b.get("cpu_limit") for b in served["backends"]):
+        # Pods with CPU limits: each one's CPU use over its limit during the load, and
+        # Robinhood's figure, their max over their mean.
+        used = {b["name"]: b["cpu_seconds"] / (b["cpu_limit"] * served["load_seconds"]) for b in served["backends"]}
+        result["cpu_utilization"] = used
+        result["cpu_utilization_spread"] = max(used.values()) / max(1e-9, sum(used.values()) / len(used))
     return result

@@ -13,6 +13,11 @@ Key figures (what the adaptive policy is judged on):
   S7: S5's figures through two hops without application reports, and the backends'
       utilization max/mean (Robinhood's figure: each backend's share of the requests over
       its share of the capacity; 1.0 is a split in proportion to capacity)
+  S8: p99 (lower), and the pods' CPU use over their CPU limits, max/mean (lower; measured
+      from each pod's cgroup)
+  S9: p99 while the neighbour takes a pod's CPU (lower)
+  S10: p99 in the 10 s after the scale-up (lower)
+  S11: p99 (lower)
 """
 
 import glob
@@ -30,6 +35,10 @@ SCENARIOS = {
     "S4": "s4-scale-up",
     "S5": "s5-uneven-capacity",
     "S7": "s7-two-hop-uneven-capacity",
+    "S8": "s8-two-hop-cpu-limits",
+    "S9": "s9-two-hop-noisy-neighbour",
+    "S10": "s10-two-hop-overload-scale-up",
+    "S11": "s11-two-hop-slow-among-50",
 }
 # S7's backends' capacities (requests at once), as its scenario file has them.
 S7_CAPACITY = {"small": 2, "medium": 4, "large": 8}
@@ -79,6 +88,11 @@ FIGURES = {
     "S7": [("p99 ms", lambda r: r["latency"]["p99"], True),
            ("converged after s", lambda r: r["converged_at"] if r.get("converged_at") is not None else float("inf"), True),
            ("utilization max/mean", lambda r: utilization_spread(r, S7_CAPACITY), True)],
+    "S8": [("p99 ms", lambda r: r["latency"]["p99"], True),
+           ("CPU use / limit max/mean", lambda r: r["cpu_utilization_spread"], True)],
+    "S9": [("p99 ms 10–25 s", lambda r: r["window"]["p99"], True)],
+    "S10": [("p99 ms 10–20 s", lambda r: r["window"]["p99"], True)],
+    "S11": [("p99 ms", lambda r: r["latency"]["p99"], True)],
 }
 
 

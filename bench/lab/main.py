@@ -18,6 +18,7 @@ import yaml
 
 import analyse
 import config
+import pods
 import report
 import run
 import two_hop
@@ -51,6 +52,9 @@ def load_scenario(path, scale, out):
             stall["at"], stall["for"] = scaled(stall["at"], scale), scaled(stall["for"], scale)
         if "join_at" in b:
             b["join_at"] = scaled(b["join_at"], scale)
+        if "neighbour" in b:
+            n = b["neighbour"]
+            n["at"], n["for"] = scaled(n["at"], scale), scaled(n["for"], scale)
     os.makedirs(out, exist_ok=True)
     backend_file = os.path.join(out, "scenario.yaml")
     with open(backend_file, "w") as f:
@@ -59,6 +63,9 @@ def load_scenario(path, scale, out):
     for b in scenario["backends"]:
         if "join_at" in b:
             b["join_at"] = seconds(b["join_at"])
+        if "neighbour" in b:
+            n = b["neighbour"]
+            n["at"], n["for"] = seconds(n["at"]), seconds(n["for"])
     if "window" in scenario:
         w = scenario["window"]
         w["from"], w["to"] = seconds(w["from"]) * scale, seconds(w["to"]) * scale
@@ -191,7 +198,7 @@ def write_section(scenario, body, started, flags=""):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("scenario", help="S0…S6, a scenario file, or all")
+    parser.add_argument("scenario", help="S0…S11, a scenario file, or all")
     parser.add_argument("--quick", action="store_true", help="halve every run's duration and scripted times")
     parser.add_argument("--runs", type=int, default=1, help="runs of each proxy and policy; the lowest p99 is reported")
     parser.add_argument("--keep", action="store_true", help="reuse runs already measured under bench/out/")
@@ -217,6 +224,11 @@ def main():
             sys.exit(f"no scenario {args.scenario!r} under bench/scenarios/")
     for path in files:
         only = set(args.policies.split(",")) if args.policies else None
+        with open(path) as f:
+            pods_needed = any("cpu_limit" in b for b in yaml.safe_load(f).get("backends", []))
+        if pods_needed and not pods.available():
+            print(f"{os.path.basename(path)}: SKIPPED: its pods need cgroups this user can create (root)")
+            continue
         run_scenario(path, tools, args.quick, args.runs, args.keep, args.protocol, only)
 
 

@@ -22,6 +22,17 @@ def key_latency(result, scenario):
     return result["window"] if scenario.get("window") else result["latency"]
 
 
+def share_text(shares, scenario):
+    """Each backend's share; with many backends, the ones the scenario names and the
+    others' range."""
+    named = scenario.get("report_shares")
+    if not named or len(shares) <= 8:
+        return " / ".join(f"{name} {share:.1f}" for name, share in shares.items())
+    others = [share for name, share in shares.items() if name not in named]
+    text = " / ".join(f"{name} {shares.get(name, 0.0):.1f}" for name in named)
+    return text + (f" / the other {len(others)} {min(others):.1f}–{max(others):.1f}" if others else "")
+
+
 def table(scenario, results):
     """results: policy → proxy → result (absent: not available)."""
     window = scenario.get("window")
@@ -32,6 +43,9 @@ def table(scenario, results):
         head += ["converged after (s)", "shares after settling (%)"]
     else:
         head += ["shares (%)"]
+    pods = any(r.get("cpu_utilization") for by_proxy in results.values() for r in by_proxy.values() if r)
+    if pods:
+        head += ["pods' CPU use / limit (max/mean)"]
     head += ["p99 of each run (ms)"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for policy, by_proxy in results.items():
@@ -47,12 +61,17 @@ def table(scenario, results):
             if window:
                 cells += [ms(r["window"]["p99"]), ms(r["window"]["p999"])]
             shares = r["settled_shares"] if scenario.get("target_shares") else r["shares"]
-            text = " / ".join(f"{name} {share:.1f}" for name, share in shares.items())
+            text = share_text(shares, scenario)
             if scenario.get("target_shares"):
                 converged = r.get("converged_at")
                 cells += ["never" if converged is None else str(converged)]
+            cells += [text]
+            if pods:
+                used = r.get("cpu_utilization") or {}
+                cells += [" / ".join(f"{name} {u:.2f}" for name, u in used.items())
+                          + f" ({r.get('cpu_utilization_spread', 0):.2f})"]
             each = ", ".join(ms(x) for x in r.get("all_p99", []))
-            lines.append("| " + " | ".join(cells + [text, each]) + " |")
+            lines.append("| " + " | ".join(cells + [each]) + " |")
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ import time
 import urllib.request
 
 import config
+import pods
 import two_hop
 
 
@@ -136,14 +137,59 @@ def merge_served(out, grpc_go):
     config.write_json(os.path.join(out, "served.json"), {"backends": backends})
 
 
+def has_pods(scenario):
+    return any("cpu_limit" in b for b in scenario.get("backends", []))
+
+
+def start_pods(scenario, scenario_path, tools, out, logs):
+    """One lab-backend process per backend, each in its pod's cgroup with the pod's CPU
+    limit; returns (process, report path) pairs."""
+    import yaml
+
+    with open(scenario_path) as f:
+        backends = {b["name"]: b for b in yaml.safe_load(f)["backends"]}
+    started = []
+    for backend in scenario["backends"]:
+        name = backend["name"]
+        pods.create(name, backend["cpu_limit"])
+        pod_file = os.path.join(out, f"pod-{name}.yaml")
+        with open(pod_file, "w") as f:
+            yaml.safe_dump({"backends": [backends[name]]}, f, sort_keys=False)
+        report_path = os.path.join(out, f"served-{name}.json")
+        command = [tools["outrider"], "lab-backend", "--scenario", pod_file, "--report", report_path]
+        process = subprocess.Popen(cpus(0) + pods.inside(name, command), stdout=subprocess.PIPE, stderr=logs,
+                                   text=True, env=dict(os.environ, RUST_LOG="warn"))
+        started.append((process, report_path))
+        if not process.stdout.readline().startswith("ready"):
+            raise RuntimeError(f"pod {name} did not start; see {out}/processes.log")
+    return started
+
+
+def merge_pods(out, scenario, started, cpu):
+    """served.json from the pods' own reports, with each pod's CPU time during the load
+    and its limit (Robinhood's figure is their ratio's max/mean)."""
+    backends = []
+    for (_, report_path), backend in zip(started, scenario["backends"]):
+        with open(report_path) as f:
+            served = json.load(f)["backends"][0]
+        served["cpu_seconds"] = cpu.get(backend["name"])
+        served["cpu_limit"] = backend["cpu_limit"]
+        backends.append(served)
+    config.write_json(os.path.join(out, "served.json"), {"backends": backends, "load_seconds": cpu.get("")})
+
+
 def start_sidecars(scenario, proxy, tools, out, logs):
-    """The backends' own sidecars (the same proxy as the caller), on CPU 0, ready."""
+    """The backends' own sidecars (the same proxy as the caller), on CPU 0, ready; in
+    their backends' pods when the backends have CPU limits."""
     http2 = scenario["load"].get("protocol") in ("http2", "grpc")
     started = []
     for index, backend in enumerate(scenario["backends"]):
         path = os.path.join(out, f"sidecar-{backend['name']}.json")
         config.write_json(path, two_hop.sidecar_bootstrap(index, backend["port"], scenario["certificates"], http2))
-        started.append(subprocess.Popen(cpus(0) + proxy_command(proxy, tools, path), stdout=logs, stderr=logs,
+        command = proxy_command(proxy, tools, path)
+        if "cpu_limit" in backend:
+            command = pods.inside(backend["name"], command, own_view=True)
+        started.append(subprocess.Popen(cpus(0) + command, stdout=logs, stderr=logs,
                                         env=dict(os.environ, RUST_LOG="error")))
         if not wait_ready(f"http://127.0.0.1:{two_hop.ADMIN_BASE + index}/ready"):
             for process in started:
@@ -168,7 +214,15 @@ def run_once(scenario, scenario_path, proxy, policy, tools, out):
         f.write(config.bootstrap())
     logs = open(os.path.join(out, "processes.log"), "w")
     grpc_go = []
-    if scenario.get("backend_impl") == "grpc-go":
+    pod_processes = []
+    cpu = {}
+    if has_pods(scenario):
+        # Each backend runs in its pod; lab-backend is only the control plane.
+        pod_processes = start_pods(scenario, scenario_path, tools, out, logs)
+        scenario_path = os.path.join(out, "control-plane-only.yaml")
+        with open(scenario_path, "w") as f:
+            f.write("backends: []\n")
+    elif scenario.get("backend_impl") == "grpc-go":
         # The backends are grpc-go processes; lab-backend is only the control plane.
         grpc_go = start_grpc_go_backends(scenario, tools, out, logs)
         scenario_path = os.path.join(out, "control-plane-only.yaml")
@@ -181,6 +235,7 @@ def run_once(scenario, scenario_path, proxy, policy, tools, out):
         stdout=subprocess.PIPE, stderr=logs, text=True, env=dict(os.environ, RUST_LOG="warn"))
     proxy_process = None
     sidecars = []
+    neighbours = []
     try:
         if not lab.stdout.readline().startswith("ready"):
             raise RuntimeError(f"lab-backend did not start; see {out}/processes.log")
@@ -196,19 +251,41 @@ def run_once(scenario, scenario_path, proxy, policy, tools, out):
         log_path = os.path.join(out, requests_file(scenario["load"]))
         load = subprocess.Popen(cpus(0) + load_command(tools, scenario["load"], log_path),
                                 stdout=logs, stderr=logs)
-        joins = sorted({b["join_at"] for b in scenario["backends"] if "join_at" in b})
+        # What happens during the load, in time order: joins (EDS adds the endpoints that
+        # have a join_at) and a neighbour starting or stopping in a pod.
+        events = [(at, "join", None) for at in sorted({b["join_at"] for b in scenario["backends"] if "join_at" in b})]
+        for b in scenario["backends"]:
+            if "neighbour" in b:
+                events.append((b["neighbour"]["at"], "neighbour", b["name"]))
+                events.append((b["neighbour"]["at"] + b["neighbour"]["for"], "neighbour gone", b["name"]))
         started = time.time()
-        for at in joins:
+        used_before = {b["name"]: pods.cpu_seconds(b["name"]) for b in scenario["backends"] if "cpu_limit" in b}
+        for at, event, name in sorted(events, key=lambda e: e[0]):
             time.sleep(max(0.0, at - (time.time() - started)))
-            config.write_json(resources, config.resources(scenario, policy, joined=True))
+            if event == "join":
+                config.write_json(resources, config.resources(scenario, policy, joined=True))
+            elif event == "neighbour":
+                neighbours.append(subprocess.Popen(cpus(0) + pods.neighbour(name), stdout=logs, stderr=logs))
+            else:
+                stop(neighbours.pop(0), seconds=2)
         load.wait()
+        cpu = {name: pods.cpu_seconds(name) - used for name, used in used_before.items()}
+        cpu[""] = time.time() - started
         return before, loadavg()
     finally:
+        for process in neighbours:
+            stop(process, seconds=2)
         if proxy_process:
             stop(proxy_process)
         for sidecar in sidecars:
             stop(sidecar)
         stop(lab)
+        for process, _ in pod_processes:
+            stop(process)
+        if pod_processes:
+            merge_pods(out, scenario, pod_processes, cpu)
+            for backend in scenario["backends"]:
+                pods.remove(backend["name"])
         for process, _ in grpc_go:
             stop(process)
         if grpc_go:

@@ -10,6 +10,7 @@
 //! trailers) and out of band (`OpenRcaService`, served on the same port). Errors are
 //! spread evenly (every `1/error_rate`-th request fails), so runs are repeatable.
 
+mod cpu_work;
 mod load;
 mod oob;
 mod tally;
@@ -76,6 +77,9 @@ pub struct BackendBehaviour {
     pub fail_fast: bool,
     /// What `application_utilization` measures.
     pub utilization: Utilization,
+    /// CPU each request costs once it has a slot, spent on the serving thread (blocking
+    /// it, as a CPU-bound application does): a lab pod's capacity is then its CPU limit.
+    pub cpu: Duration,
 }
 
 /// Where a backend puts its ORCA load report.
@@ -104,6 +108,7 @@ impl BackendBehaviour {
             warmup: None,
             fail_fast: false,
             utilization: Utilization::Inside,
+            cpu: Duration::ZERO,
         }
     }
 }
@@ -123,6 +128,9 @@ pub async fn serve_backend(listener: TcpListener, behaviour: BackendBehaviour, s
 /// [`serve_backend`] on a lab's clock, counting completions in `observed.tally`.
 pub async fn serve_observed(listener: TcpListener, behaviour: BackendBehaviour, observed: Observed, shutdown: Signal) {
     let seed = listener.local_addr().map_or(0, |a| u64::from(a.port()));
+    if !behaviour.cpu.is_zero() {
+        cpu_work::calibrate();
+    }
     let backend = Arc::new(Backend::new(behaviour, observed, seed));
     let graceful = GracefulShutdown::new();
     let stop = shutdown.triggered();
@@ -210,6 +218,7 @@ impl Backend {
             let started = Instant::now();
             let added = Duration::from_millis(self.added_latency_ms.load(Ordering::Relaxed));
             let service = self.timing.next(self.observed.epoch.since(started)).saturating_add(added);
+            cpu_work::spend(self.behaviour.cpu);
             if !service.is_zero() {
                 tokio::time::sleep(service).await;
             }

@@ -47,6 +47,27 @@ pub struct BackendSpec {
     #[serde(default)]
     #[allow(dead_code)]
     join_at: Option<String>,
+    /// CPU each request costs (e.g. `1ms`), spent on the backend's one thread.
+    #[serde(default)]
+    cpu: Option<String>,
+    /// The CPUs of the backend's pod (a cgroup quota the runner sets; the backend then
+    /// runs in a process of its own): read by the runner only.
+    #[serde(default)]
+    #[allow(dead_code)]
+    cpu_limit: Option<f64>,
+    /// A process that takes CPU in the backend's pod for a while: the runner's.
+    #[serde(default)]
+    #[allow(dead_code)]
+    neighbour: Option<NeighbourSpec>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct NeighbourSpec {
+    at: String,
+    #[serde(rename = "for")]
+    duration: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -90,6 +111,7 @@ impl BackendSpec {
         let mut b = BackendBehaviour::new(self.name);
         b.latency = duration(self.latency.as_deref(), "latency")?;
         b.jitter = duration(self.jitter.as_deref(), "jitter")?;
+        b.cpu = duration(self.cpu.as_deref(), "cpu")?;
         if let Some(capacity) = self.capacity {
             b.capacity = capacity.max(1);
         }
