@@ -260,7 +260,10 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     // The load reported to mesh callers about the application behind this sidecar.
     let inbound_load = bootstrap.node.load_reports.then(|| crate::proxy::load_report::InboundLoad::new(concurrency));
     if let Some(load) = &inbound_load {
-        tokio::spawn(crate::proxy::load_report::keep_reporting(load.clone(), signal.clone()));
+        // In a Kubernetes container the cgroup in sight is the sidecar container's own.
+        let in_kubernetes = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+        let cpu = bootstrap.node.app_cpu.resolved(in_kubernetes);
+        tokio::spawn(crate::proxy::load_report::keep_reporting(load.clone(), cpu, signal.clone()));
     }
     let worker_options = WorkerOptions {
         inbound_load,

@@ -62,6 +62,9 @@ pub struct Node {
     /// Load reports for mesh callers about the application behind this sidecar
     /// (`node.metadata.OUTRIDER_LOAD_REPORT`: `on`, the default, or `off`).
     pub load_reports: bool,
+    /// Where those reports read the application's CPU use from
+    /// (`node.metadata.OUTRIDER_APP_CPU` and `OUTRIDER_APP_CPU_LIMIT`).
+    pub app_cpu: crate::core::cpu_usage::CpuSource,
 }
 
 impl Default for Node {
@@ -73,12 +76,19 @@ impl Default for Node {
             metadata: serde_json::Map::new(),
             lb_policy: None,
             load_reports: true,
+            app_cpu: crate::core::cpu_usage::CpuSource::Auto,
         }
     }
 }
 
 /// The node metadata key that turns the sidecar's load reports off.
 pub const LOAD_REPORT_METADATA_KEY: &str = "OUTRIDER_LOAD_REPORT";
+/// The node metadata key naming where the application's CPU use is read: `auto` (the
+/// default), `cgroup`, `processes` or `off`.
+pub const APP_CPU_METADATA_KEY: &str = "OUTRIDER_APP_CPU";
+/// The application containers' CPU limit in millicores, for `OUTRIDER_APP_CPU: processes`
+/// (what Kubernetes' downward API gives for `limits.cpu` with divisor `1m`).
+pub const APP_CPU_LIMIT_METADATA_KEY: &str = "OUTRIDER_APP_CPU_LIMIT";
 
 /// `dynamic_resources`: one ADS stream to a static cluster.
 #[derive(Debug, Clone, PartialEq)]

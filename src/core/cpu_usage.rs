@@ -1,11 +1,46 @@
-//! The pod's CPU use against its limit, for the load this sidecar reports about the
-//! application beside it: the cgroup's CPU time (cgroup v2 `cpu.stat` `usage_usec`, else
-//! v1 `cpuacct.usage`) over the CPUs its quota allows (`cpu.max`, else v1
-//! `cpu.cfs_quota_us` / `cpu.cfs_period_us`); with no quota, over every CPU of the host.
-//! Without a cgroup to read, the host's busy share (`/proc/stat`).
+//! The application's CPU use against its limit, for the load this sidecar reports about
+//! it, from one of the [`CpuSource`]s:
+//! - the cgroup this process sees: its CPU time (cgroup v2 `cpu.stat` `usage_usec`, else
+//!   v1 `cpuacct.usage`) over the CPUs its quota allows (`cpu.max`, else v1
+//!   `cpu.cfs_quota_us` / `cpu.cfs_period_us`); with no quota, over every CPU of the host;
+//!   without a cgroup to read, the host's busy share (`/proc/stat`). Right where the
+//!   sidecar shares the application's cgroup (a VM, a process supervisor); in a Kubernetes
+//!   container it is the sidecar's own container's, which says nothing of the application;
+//! - the application's processes in a shared process namespace (`processes`), over the
+//!   application containers' CPU limit.
+
+mod processes;
 
 use std::path::Path;
 use std::time::Instant;
+
+/// Where the application's CPU use is read from (`node.metadata.OUTRIDER_APP_CPU`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum CpuSource {
+    /// `cgroup` outside Kubernetes; in a Kubernetes container (`KUBERNETES_SERVICE_HOST`
+    /// set), where the cgroup is the sidecar container's own, `off`.
+    #[default]
+    Auto,
+    /// The cgroup this process sees as `/sys/fs/cgroup`.
+    Cgroup,
+    /// The pod's other processes (a shared process namespace) but the sidecar user's,
+    /// over `cpus` (the application containers' CPU limit), else over the host's CPUs.
+    Processes { cpus: Option<f64> },
+    /// No reading: the reports carry no utilization.
+    Off,
+}
+
+impl CpuSource {
+    /// `Auto` made definite, for a process that does (`in_kubernetes`) or does not run in a
+    /// Kubernetes container.
+    pub fn resolved(self, in_kubernetes: bool) -> Self {
+        match self {
+            CpuSource::Auto if in_kubernetes => CpuSource::Off,
+            CpuSource::Auto => CpuSource::Cgroup,
+            other => other,
+        }
+    }
+}
 
 /// One reading of the CPU time spent and the CPUs it may spend.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -30,9 +65,20 @@ impl CpuSample {
     }
 }
 
-/// Reads the CPU counters now; `None` when nothing can be read (not Linux, no /proc).
-pub fn sample() -> Option<CpuSample> {
-    sample_under(Path::new("/"), host_cpus())
+/// Reads the CPU counters of `source` now; `None` when nothing can be read (not Linux, no
+/// /proc) or the source is off. `Auto` reads as `Cgroup`: resolve it first.
+pub fn sample(source: CpuSource) -> Option<CpuSample> {
+    match source {
+        CpuSource::Off => None,
+        CpuSource::Auto | CpuSource::Cgroup => sample_under(Path::new("/"), host_cpus()),
+        CpuSource::Processes { cpus } => {
+            use std::os::unix::fs::MetadataExt;
+            let at = Instant::now();
+            let own_uid = std::fs::metadata("/proc/self").ok()?.uid();
+            let spent = processes::cpu_seconds(Path::new("/proc"), std::process::id(), own_uid)?;
+            Some(CpuSample { spent, cpus: cpus.unwrap_or_else(host_cpus), at })
+        }
+    }
 }
 
 fn host_cpus() -> f64 {

@@ -6,6 +6,7 @@
 //! Injection works on the YAML text: documents that hold no pod, or whose pod is left
 //! alone, are written back byte for byte; injected ones are re-serialised (keys sorted).
 
+mod app_cpu;
 pub mod bootstrap;
 mod error;
 pub mod probes;

@@ -286,3 +286,38 @@ spec:
     let error = inject_text(&broken, &settings()).unwrap_err().to_string();
     assert!(error.contains("proxyMetadata.ISTIO_META_CLUSTER_ID"), "{error}");
 }
+
+/// A pod whose proxy metadata asks its sidecar to read the application's CPU from its
+/// processes gets a shared process namespace and its containers' CPU limit, and the
+/// sidecar's node metadata says both.
+#[test]
+fn the_application_cpu_source_shares_the_process_namespace_and_carries_the_limit() {
+    const POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: ratings
+  annotations:
+    proxy.istio.io/config: |
+      proxyMetadata:
+        ISTIO_META_OUTRIDER_APP_CPU: processes
+spec:
+  containers: [{ name: app, image: app, resources: { limits: { cpu: 750m } } }]
+"#;
+    let (out, _) = inject_text(POD, &settings()).unwrap();
+    let pod = &parsed(&out)[0];
+    assert_eq!(pod["spec"]["shareProcessNamespace"], true);
+    let env = pod["spec"]["initContainers"][1]["env"].as_array().unwrap();
+    let limit = env.iter().find(|e| e["name"] == "ISTIO_META_OUTRIDER_APP_CPU_LIMIT").unwrap();
+    assert_eq!(limit["value"], "750");
+
+    let mut downward = pod_env();
+    downward.insert("ISTIO_META_OUTRIDER_APP_CPU".into(), "processes".into());
+    downward.insert("ISTIO_META_OUTRIDER_APP_CPU_LIMIT".into(), "750".into());
+    let document = PodInfo::from_env(&downward).unwrap().bootstrap();
+    assert_eq!(document["node"]["metadata"]["OUTRIDER_APP_CPU_LIMIT"], "750");
+
+    // Without the ask the pod is left as it was.
+    let plain = POD.replace("ISTIO_META_OUTRIDER_APP_CPU: processes", "ISTIO_META_OUTRIDER_LB: adaptive");
+    let (out, _) = inject_text(&plain, &settings()).unwrap();
+    assert!(parsed(&out)[0]["spec"].get("shareProcessNamespace").is_none());
+}

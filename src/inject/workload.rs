@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::probes;
+use super::{app_cpu, probes};
 use super::sidecar::{self, INIT_NAME, SIDECAR_NAME, Settings, Workload};
 
 /// Containers that mean the pod already has a proxy (Outrider's, or Istio's own).
@@ -108,7 +108,7 @@ fn inject_pod(
         && annotations.get(probes::REWRITE_ANNOTATION).and_then(Value::as_str).is_none_or(|v| v != "false");
     // The application's own scrape annotations move to the sidecar, which merges them in.
     let app_metrics = in_process_agent.then(|| app_prometheus(annotations)).flatten();
-    let proxy_metadata = proxy_metadata(settings, annotations).map_err(|why| format!("{name:?}: {why}"))?;
+    let mut proxy_metadata = proxy_metadata(settings, annotations).map_err(|why| format!("{name:?}: {why}"))?;
     for (key, value) in sidecar::annotations(settings) {
         if in_process_agent {
             annotations.insert(key.into(), Value::String(value));
@@ -118,6 +118,8 @@ fn inject_pod(
     }
 
     let spec = object_at(pod, "spec")?;
+    let app_container_specs = spec.get("containers").and_then(Value::as_array).cloned().unwrap_or_default();
+    app_cpu::prepare(spec, &app_container_specs, &mut proxy_metadata).map_err(|why| format!("{name:?}: {why}"))?;
     let app_probers = match spec.get_mut("containers").and_then(Value::as_array_mut) {
         Some(containers) if rewrite_probes => probes::rewrite(containers).map_err(|why| format!("{name:?}: {why}"))?,
         _ => Map::new(),

@@ -13,8 +13,9 @@
 //! behind this sidecar, and an application's own report wins over this one.
 //!
 //! The report (`REFRESH`-old at most):
-//! - `cpu_utilization` and `application_utilization`: the pod's CPU use over the CPUs its
-//!   quota allows (`core::cpu_usage`), smoothed over about a second;
+//! - `cpu_utilization` and `application_utilization`: the application's CPU use over the
+//!   CPUs it may use (`core::cpu_usage`, from the source the node metadata names),
+//!   smoothed over about a second; absent when the source is off;
 //! - `rps_fractional`: answered requests per second, smoothed the same way;
 //! - `named_metrics.in_flight`: requests in the application now;
 //! - `named_metrics.latency_ms`: the mean time to the answer's headers in the last
@@ -205,7 +206,7 @@ impl Reporter {
 }
 
 /// Recomputes the report every [`REFRESH`] until `shutdown`.
-pub async fn keep_reporting(load: Arc<InboundLoad>, shutdown: Signal) {
+pub async fn keep_reporting(load: Arc<InboundLoad>, cpu: cpu_usage::CpuSource, shutdown: Signal) {
     let mut reporter = Reporter::default();
     let mut interval = tokio::time::interval(REFRESH);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -214,7 +215,7 @@ pub async fn keep_reporting(load: Arc<InboundLoad>, shutdown: Signal) {
             _ = interval.tick() => {}
             _ = shutdown.clone().triggered() => return,
         }
-        let text = reporter.tick(&load, cpu_usage::sample(), Instant::now());
+        let text = reporter.tick(&load, cpu_usage::sample(cpu), Instant::now());
         load.publish(text.and_then(|t| HeaderValue::from_str(&t).ok()));
     }
 }

@@ -103,3 +103,36 @@ fn the_off_switch_is_node_metadata_and_other_values_are_refused() {
     let error = parse("sometimes").unwrap_err().to_string();
     assert!(error.contains("node.metadata.OUTRIDER_LOAD_REPORT"), "{error}");
 }
+
+#[test]
+fn the_cpu_source_is_node_metadata_and_a_limit_without_processes_is_refused() {
+    use outrider::core::cpu_usage::CpuSource;
+    let parse = |metadata: &str| {
+        let bootstrap = format!(
+            "node: {{ id: sidecar, cluster: app, metadata: {{ {metadata} }} }}\n\
+             admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}\n"
+        );
+        outrider::config::bootstrap::Bootstrap::parse(&bootstrap)
+    };
+    assert_eq!(parse("").unwrap().node.app_cpu, CpuSource::Auto);
+    assert_eq!(parse("OUTRIDER_APP_CPU: cgroup").unwrap().node.app_cpu, CpuSource::Cgroup);
+    assert_eq!(parse("OUTRIDER_APP_CPU: \"off\"").unwrap().node.app_cpu, CpuSource::Off);
+    assert_eq!(parse("OUTRIDER_APP_CPU: processes").unwrap().node.app_cpu, CpuSource::Processes { cpus: None });
+    assert_eq!(
+        parse("OUTRIDER_APP_CPU: processes, OUTRIDER_APP_CPU_LIMIT: \"1500\"").unwrap().node.app_cpu,
+        CpuSource::Processes { cpus: Some(1.5) }
+    );
+    for (metadata, key) in [
+        ("OUTRIDER_APP_CPU: sometimes", "node.metadata.OUTRIDER_APP_CPU"),
+        ("OUTRIDER_APP_CPU: processes, OUTRIDER_APP_CPU_LIMIT: \"-5\"", "node.metadata.OUTRIDER_APP_CPU_LIMIT"),
+        ("OUTRIDER_APP_CPU: cgroup, OUTRIDER_APP_CPU_LIMIT: \"500\"", "node.metadata.OUTRIDER_APP_CPU_LIMIT"),
+        ("OUTRIDER_APP_CPU_LIMIT: \"500\"", "node.metadata.OUTRIDER_APP_CPU_LIMIT"),
+    ] {
+        let error = parse(metadata).unwrap_err().to_string();
+        assert!(error.contains(key), "{metadata}: {error}");
+    }
+    // Kubernetes containers read no cgroup unless told to: theirs is the sidecar's own.
+    assert_eq!(CpuSource::Auto.resolved(true), CpuSource::Off);
+    assert_eq!(CpuSource::Auto.resolved(false), CpuSource::Cgroup);
+    assert_eq!(CpuSource::Cgroup.resolved(true), CpuSource::Cgroup);
+}

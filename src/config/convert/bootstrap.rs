@@ -11,6 +11,7 @@ use super::common;
 use crate::config::address::Address;
 use crate::config::bootstrap::{
     AdsConfig, ApiType, Bootstrap, DEFAULT_ADMIN_ADDRESS, DEFAULT_INITIAL_FETCH_TIMEOUT, LOAD_REPORT_METADATA_KEY,
+    APP_CPU_LIMIT_METADATA_KEY, APP_CPU_METADATA_KEY,
     Node, SourceSettings,
 };
 use crate::config::cluster::DiscoveryType;
@@ -18,6 +19,7 @@ use crate::config::cluster::lb_policy::{PROXY_LB_METADATA_KEY, ProxyLbPolicy};
 use crate::config::endpoint::Locality;
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::secret::StringMatcher;
+use crate::core::cpu_usage::CpuSource;
 use crate::pb::envoy::config::bootstrap::v3 as proto;
 use crate::pb::envoy::config::core::v3 as core;
 use crate::pb::google::protobuf as gpb;
@@ -286,7 +288,47 @@ fn convert_node(node: core::Node, warnings: &mut Warnings) -> Result<Node> {
     };
     let lb_policy = proxy_lb_policy(&metadata).map_err(|e| e.at("metadata"))?;
     let load_reports = load_reports(&metadata).map_err(|e| e.at("metadata"))?;
-    Ok(Node { id, cluster, locality: locality.unwrap_or_default(), metadata, lb_policy, load_reports })
+    let app_cpu = app_cpu(&metadata).map_err(|e| e.at("metadata"))?;
+    Ok(Node { id, cluster, locality: locality.unwrap_or_default(), metadata, lb_policy, load_reports, app_cpu })
+}
+
+/// `OUTRIDER_APP_CPU` (`auto`, `cgroup`, `processes` or `off`) and, with `processes`,
+/// `OUTRIDER_APP_CPU_LIMIT` (millicores, a positive number, as a string or a number). A
+/// limit given with another source is refused: it would be read by nothing.
+fn app_cpu(metadata: &serde_json::Map<String, serde_json::Value>) -> Result<CpuSource> {
+    use serde_json::Value;
+    let limit = match metadata.get(APP_CPU_LIMIT_METADATA_KEY) {
+        None => None,
+        Some(value) => {
+            let millicores = match value {
+                Value::String(text) => text.trim().parse::<f64>().ok(),
+                Value::Number(number) => number.as_f64(),
+                _ => None,
+            };
+            match millicores {
+                Some(m) if m.is_finite() && m > 0.0 => Some(m / 1000.0),
+                _ => {
+                    return Err(ConfigError::new(APP_CPU_LIMIT_METADATA_KEY, "must be a positive number of millicores"));
+                }
+            }
+        }
+    };
+    let source = match metadata.get(APP_CPU_METADATA_KEY).map(Value::as_str) {
+        None | Some(Some("auto")) => CpuSource::Auto,
+        Some(Some("cgroup")) => CpuSource::Cgroup,
+        Some(Some("processes")) => CpuSource::Processes { cpus: limit },
+        Some(Some("off")) => CpuSource::Off,
+        Some(_) => {
+            return Err(ConfigError::new(APP_CPU_METADATA_KEY, "must be \"auto\", \"cgroup\", \"processes\" or \"off\""));
+        }
+    };
+    if limit.is_some() && !matches!(source, CpuSource::Processes { .. }) {
+        return Err(ConfigError::new(
+            APP_CPU_LIMIT_METADATA_KEY,
+            format!("is only read with {APP_CPU_METADATA_KEY}: processes"),
+        ));
+    }
+    Ok(source)
 }
 
 /// `OUTRIDER_LOAD_REPORT`: `on` (the default) or `off`; anything else is refused.
