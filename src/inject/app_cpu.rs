@@ -28,10 +28,8 @@ pub fn prepare(
     }
     spec.insert("shareProcessNamespace".into(), Value::Bool(true));
     if !proxy_metadata.contains_key(LIMIT) {
-        let limits: Option<Vec<f64>> = containers
-            .iter()
-            .map(|c| c.pointer("/resources/limits/cpu").and_then(millicores))
-            .collect();
+        let limits: Option<Vec<f64>> =
+            containers.iter().map(|c| c.pointer("/resources/limits/cpu").and_then(millicores)).collect();
         if let Some(limits) = limits.filter(|l| !l.is_empty()) {
             proxy_metadata.insert(LIMIT.into(), format!("{}", limits.iter().sum::<f64>().round()));
         }
@@ -81,7 +79,8 @@ mod tests {
 
     #[test]
     fn a_container_without_a_limit_leaves_the_limit_unset_and_a_given_one_wins() {
-        let spec = json!({ "containers": [{ "name": "app" }, { "name": "b", "resources": { "limits": { "cpu": "1" } } }]});
+        let spec =
+            json!({ "containers": [{ "name": "app" }, { "name": "b", "resources": { "limits": { "cpu": "1" } } }]});
         let (_, _, metadata) = prepared(spec.clone(), &[(SOURCE, "processes")]);
         assert_eq!(metadata.get(LIMIT), None);
         let (_, _, metadata) = prepared(spec, &[(SOURCE, "processes"), (LIMIT, "250")]);

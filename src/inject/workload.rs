@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::{app_cpu, probes};
 use super::sidecar::{self, INIT_NAME, SIDECAR_NAME, Settings, Workload};
+use super::{app_cpu, probes};
 
 /// Containers that mean the pod already has a proxy (Outrider's, or Istio's own).
 const PROXY_NAMES: &[&str] = &[INIT_NAME, SIDECAR_NAME, "istio-proxy", "istio-init"];

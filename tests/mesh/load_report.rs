@@ -9,6 +9,7 @@ use http_body_util::Full;
 use serde_json::{Value, json};
 
 use crate::common::differential::raw_http1;
+use crate::common::skip::{Tool, skipped};
 use crate::common::{admin_get, backends, wait};
 use crate::tls_support::pki::{self, Ca};
 use crate::tls_support::yaml::{self, Http};
@@ -135,4 +136,67 @@ fn the_cpu_source_is_node_metadata_and_a_limit_without_processes_is_refused() {
     assert_eq!(CpuSource::Auto.resolved(true), CpuSource::Off);
     assert_eq!(CpuSource::Auto.resolved(false), CpuSource::Cgroup);
     assert_eq!(CpuSource::Cgroup.resolved(true), CpuSource::Cgroup);
+}
+
+/// The `processes` source counts a real process of another user (an application running
+/// as `nobody` beside a root sidecar) and not the sidecar's own: the CPU the reading
+/// gains while the application spins is at least what the kernel says it spent.
+#[test]
+fn the_processes_source_reads_another_users_process_from_proc() {
+    use outrider::core::cpu_usage::{CpuSource, sample};
+    use std::process::{Command, Stdio};
+    if let Some(why) = crate::netns::unavailable() {
+        return skipped(Tool::Netns, "the_processes_source_reads_another_users_process_from_proc", &why);
+    }
+    let ticks = |pid: u32| -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let fields: Vec<f64> = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r)
+            .unwrap_or("")
+            .split_whitespace()
+            .filter_map(|f| f.parse().ok())
+            .collect();
+        // utime and stime: fields 14 and 15, the 12th and 13th after the name.
+        fields.get(10).copied().unwrap_or(0.0) + fields.get(11).copied().unwrap_or(0.0)
+    };
+    let mut application = Command::new("setpriv")
+        .args(["--reuid", "65534", "--regid", "65534", "--clear-groups", "sh", "-c", "while :; do :; done"])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = application.id();
+    let source = CpuSource::Processes { cpus: Some(0.1) };
+    let before = sample(source).unwrap();
+    let spun_before = ticks(pid);
+    // Until the kernel has charged the application 30 ticks more (0.3 s of CPU), polled.
+    let mut spun = spun_before;
+    for _ in 0..600 {
+        spun = ticks(pid);
+        if spun - spun_before >= 30.0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let after = sample(source).unwrap();
+    application.kill().unwrap();
+    application.wait().unwrap();
+    let gained = after.spent - before.spent;
+    assert!(spun - spun_before >= 30.0, "the application never ran: {spun_before} → {spun} ticks");
+    assert!(
+        gained >= (spun - spun_before) / 100.0 - 0.02,
+        "read {gained} s, the kernel says {} s",
+        (spun - spun_before) / 100.0
+    );
+    assert_eq!(after.cpus, 0.1, "over the limit given");
+    let own = CpuSource::Processes { cpus: None };
+    let mine = sample(own).unwrap().spent;
+    // This process (root, like every test thread) is not counted: a spin of its own adds
+    // nothing that the other user's processes do not.
+    let started = std::time::Instant::now();
+    let mut x = 0u64;
+    while started.elapsed() < std::time::Duration::from_millis(200) {
+        x = std::hint::black_box(x.wrapping_add(1));
+    }
+    assert!(sample(own).unwrap().spent - mine < 0.1, "the sidecar's own CPU is not the application's");
 }

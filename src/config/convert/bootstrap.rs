@@ -10,9 +10,8 @@ mod tracer;
 use super::common;
 use crate::config::address::Address;
 use crate::config::bootstrap::{
-    AdsConfig, ApiType, Bootstrap, DEFAULT_ADMIN_ADDRESS, DEFAULT_INITIAL_FETCH_TIMEOUT, LOAD_REPORT_METADATA_KEY,
-    APP_CPU_LIMIT_METADATA_KEY, APP_CPU_METADATA_KEY,
-    Node, SourceSettings,
+    APP_CPU_LIMIT_METADATA_KEY, APP_CPU_METADATA_KEY, AdsConfig, ApiType, Bootstrap, DEFAULT_ADMIN_ADDRESS,
+    DEFAULT_INITIAL_FETCH_TIMEOUT, LOAD_REPORT_METADATA_KEY, Node, SourceSettings,
 };
 use crate::config::cluster::DiscoveryType;
 use crate::config::cluster::lb_policy::{PROXY_LB_METADATA_KEY, ProxyLbPolicy};
@@ -308,7 +307,10 @@ fn app_cpu(metadata: &serde_json::Map<String, serde_json::Value>) -> Result<CpuS
             match millicores {
                 Some(m) if m.is_finite() && m > 0.0 => Some(m / 1000.0),
                 _ => {
-                    return Err(ConfigError::new(APP_CPU_LIMIT_METADATA_KEY, "must be a positive number of millicores"));
+                    return Err(ConfigError::new(
+                        APP_CPU_LIMIT_METADATA_KEY,
+                        "must be a positive number of millicores",
+                    ));
                 }
             }
         }
@@ -319,7 +321,10 @@ fn app_cpu(metadata: &serde_json::Map<String, serde_json::Value>) -> Result<CpuS
         Some(Some("processes")) => CpuSource::Processes { cpus: limit },
         Some(Some("off")) => CpuSource::Off,
         Some(_) => {
-            return Err(ConfigError::new(APP_CPU_METADATA_KEY, "must be \"auto\", \"cgroup\", \"processes\" or \"off\""));
+            return Err(ConfigError::new(
+                APP_CPU_METADATA_KEY,
+                "must be \"auto\", \"cgroup\", \"processes\" or \"off\"",
+            ));
         }
     };
     if limit.is_some() && !matches!(source, CpuSource::Processes { .. }) {
