@@ -17,13 +17,15 @@
 #   bench/lab.sh S5 --grpc-go      the same calls to backends written with grpc-go, reporting
 #                                  ORCA with grpc-go's orca package (tests/peers/grpc-orca), as S5-grpc-go
 #   bench/lab.sh S5 --policies adaptive,cswrr   only some of the scenario's policies
+#   bench/lab.sh S5 --two-hop      each backend behind its own sidecar over mTLS, sending no ORCA
+#                                  (as S7–S11 are written), as S5-2hop
 #
 # Installs what it needs: Envoy (bench/install-envoy.sh), oha (cargo install), ghz for --grpc
 # (go install), matplotlib and PyYAML in bench/.venv, nginx, wrk and h2load (apt, for S0, S6).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
-[[ $# -ge 1 ]] || { sed -n '2,20p' "$0"; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,22p' "$0"; exit 2; }
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need wrk || ! need h2load || ! need nginx || ! need taskset; then

@@ -96,6 +96,12 @@ FIGURES = {
 }
 
 
+# S1–S5 through two hops (`--two-hop`): the same figures, from their own runs.
+for _sid in ("S1", "S2", "S3", "S4", "S5"):
+    SCENARIOS[f"{_sid}-2hop"] = SCENARIOS[_sid] + "-two-hop"
+    FIGURES[f"{_sid}-2hop"] = FIGURES[_sid]
+
+
 def fmt(value):
     if value == float("inf"):
         return "never"
@@ -111,7 +117,7 @@ def main():
         if not adaptive:
             continue
         for label, value, lower in FIGURES[sid]:
-            judged = not (sid == "S4" and not lower)
+            judged = not (sid.startswith("S4") and not lower)
             for (policy, proxy), results in sorted(measured.items(), key=lambda kv: (kv[0][0] != "adaptive", kv[0])):
                 values = [value(r) for r in results]
                 cell = ""
@@ -120,7 +126,7 @@ def main():
                     # The adaptive policy's worst run against the other's best run.
                     worst, best = (max(mine), min(values)) if lower else (min(mine), max(values))
                     beaten = worst < best if lower else worst > best
-                    if sid == "S4" and any(window_share(r, "cold") < USED_SHARE for r in results):
+                    if sid.startswith("S4") and any(window_share(r, "cold") < USED_SHARE for r in results):
                         cell = "not compared: leaves the new backend unused"
                     else:
                         cell = ("✔" if beaten else "✘") + f" (worst {fmt(worst)} vs best {fmt(best)})"

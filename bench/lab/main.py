@@ -40,13 +40,19 @@ def scaled(text, scale):
     return f"{seconds(text) * scale * 1000:.0f}ms"
 
 
-def load_scenario(path, scale, out):
+def load_scenario(path, scale, out, through_sidecars=False):
     """The scenario for the runner (durations in seconds) and the file the backends read
-    (times scaled by `scale` for --quick)."""
+    (times scaled by `scale` for --quick). `through_sidecars` (--two-hop): each backend
+    behind its own sidecar, and no backend sends ORCA."""
     with open(path) as f:
         scenario = yaml.safe_load(f)
     if "backends" not in scenario:
         return scenario, path
+    if through_sidecars:
+        scenario["two_hop"] = True
+        for b in scenario["backends"]:
+            b.pop("orca", None)
+            b.pop("utilization", None)
     for b in scenario["backends"]:
         for stall in b.get("stalls", []):
             stall["at"], stall["for"] = scaled(stall["at"], scale), scaled(stall["for"], scale)
@@ -85,12 +91,19 @@ PROTOCOLS = {
 }
 
 
-def run_scenario(path, tools, quick, repeat, keep, protocol=None, only=None):
+def run_scenario(path, tools, quick, repeat, keep, protocol=None, only=None, through_sidecars=False):
     scale = 0.5 if quick else 1.0
     suffix, label, described = PROTOCOLS.get(protocol, ("", "HTTP/1.1", "HTTP/1.1"))
-    name = os.path.splitext(os.path.basename(path))[0] + suffix
+    name = os.path.splitext(os.path.basename(path))[0] + suffix + ("-two-hop" if through_sidecars else "")
     out = os.path.join(BENCH, "out", name)
-    scenario, backend_file = load_scenario(path, scale, out)
+    scenario, backend_file = load_scenario(path, scale, out, through_sidecars)
+    if through_sidecars and "command" not in scenario:
+        # Its own section: the one-hop results, with the backends' own reports, stay.
+        scenario.setdefault("run_as", scenario["id"])
+        scenario["id"] += "-2hop"
+        scenario["title"] += " (two hops, no application reports)"
+        # Out-of-band ORCA is the application's to serve; these backends serve none.
+        scenario["policies"] = [p for p in scenario["policies"] if p != "cswrr_oob"]
     if protocol:
         if "command" in scenario:
             print(f"== {scenario['id']}: runs its own command; --{protocol} does not apply", flush=True)
@@ -173,7 +186,7 @@ def run_scenario(path, tools, quick, repeat, keep, protocol=None, only=None):
             f"{notes}\n{report.table(scenario, results)}\n\n{report.targets(scenario, results)}\n\n"
             f"![{sid} shares](charts/{sid}-shares.png)\n![{sid} latency](charts/{sid}-latency.png)\n"
             f"![{sid} errors](charts/{sid}-errors.png)")
-    flags = (f" --policies {','.join(scenario['policies'])}" if only else "") + (" --quick" if quick else "") + (f" --runs {repeat}" if repeat > 1 else "") + (f" --{protocol}" if protocol else "")
+    flags = (f" --policies {','.join(scenario['policies'])}" if only else "") + (" --quick" if quick else "") + (f" --runs {repeat}" if repeat > 1 else "") + (f" --{protocol}" if protocol else "") + (" --two-hop" if through_sidecars else "")
     return write_section(scenario, body, started, flags)
 
 
@@ -213,6 +226,9 @@ def main():
     protocol.add_argument("--grpc-go", action="store_const", const="grpc-go", dest="protocol",
                           help="as --grpc, against backends written with grpc-go that report ORCA with grpc-go's "
                                "orca package (tests/peers/grpc-orca); reported as <id>-grpc-go")
+    parser.add_argument("--two-hop", action="store_true",
+                        help="each backend behind its own sidecar (the same proxy as the caller) over mutual TLS, "
+                             "no backend sending ORCA; reported as its own section, <id>-2hop")
     args = parser.parse_args()
     tools = {"envoy": os.environ["LAB_ENVOY"], "outrider": os.environ["LAB_OUTRIDER"], "oha": os.environ["LAB_OHA"],
              "ghz": os.environ.get("LAB_GHZ", ""), "grpc-go-backend": os.environ.get("LAB_GRPC_GO_BACKEND", "")}
@@ -229,7 +245,7 @@ def main():
         if pods_needed and not pods.available():
             print(f"{os.path.basename(path)}: SKIPPED: its pods need cgroups this user can create (root)")
             continue
-        run_scenario(path, tools, args.quick, args.runs, args.keep, args.protocol, only)
+        run_scenario(path, tools, args.quick, args.runs, args.keep, args.protocol, only, args.two_hop)
 
 
 if __name__ == "__main__":
