@@ -14,7 +14,8 @@ Key figures (what the adaptive policy is judged on):
       utilization max/mean (Robinhood's figure: each backend's share of the requests over
       its share of the capacity; 1.0 is a split in proportion to capacity)
   S8: p99 (lower), and the pods' CPU use over their CPU limits, max/mean (lower; measured
-      from each pod's cgroup)
+      from each pod's cgroup over the whole run), and the same figure from the split after
+      settling (the second half of the run) over the limits
   S9: p99 while the neighbour takes a pod's CPU (lower)
   S10: p99 in the 10 s after the scale-up (lower)
   S11: p99 (lower)
@@ -42,6 +43,8 @@ SCENARIOS = {
 }
 # S7's backends' capacities (requests at once), as its scenario file has them.
 S7_CAPACITY = {"small": 2, "medium": 4, "large": 8}
+# S8's pods' CPU limits.
+S8_CAPACITY = {"small": 0.1, "medium": 0.2, "large": 0.4}
 # A new backend counts as used when it served at least this share (%) of the window.
 USED_SHARE = 1.0
 
@@ -69,10 +72,10 @@ def window_share(result, name, first=10, last=20):
     return sum(values) / max(1, len(values))
 
 
-def utilization_spread(result, capacity):
+def utilization_spread(result, capacity, key="shares"):
     """max/mean over backends of (share of requests / share of capacity)."""
     total = sum(capacity.values())
-    ratios = [result["shares"].get(name, 0.0) / 100 / (c / total) for name, c in capacity.items()]
+    ratios = [result[key].get(name, 0.0) / 100 / (c / total) for name, c in capacity.items()]
     return max(ratios) / (sum(ratios) / len(ratios))
 
 
@@ -89,7 +92,8 @@ FIGURES = {
            ("converged after s", lambda r: r["converged_at"] if r.get("converged_at") is not None else float("inf"), True),
            ("utilization max/mean", lambda r: utilization_spread(r, S7_CAPACITY), True)],
     "S8": [("p99 ms", lambda r: r["latency"]["p99"], True),
-           ("CPU use / limit max/mean", lambda r: r["cpu_utilization_spread"], True)],
+           ("CPU use / limit max/mean", lambda r: r["cpu_utilization_spread"], True),
+           ("settled split / limits max/mean", lambda r: utilization_spread(r, S8_CAPACITY, "settled_shares"), True)],
     "S9": [("p99 ms 10–25 s", lambda r: r["window"]["p99"], True)],
     "S10": [("p99 ms 10–20 s", lambda r: r["window"]["p99"], True)],
     "S11": [("p99 ms", lambda r: r["latency"]["p99"], True)],
