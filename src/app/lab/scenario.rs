@@ -199,6 +199,16 @@ backends:
     }
 
     #[test]
+    fn a_pod_backend_spends_cpu_and_leaves_its_limit_and_neighbour_to_the_runner() {
+        let text = "backends: [{ name: p, port: 1, latency: 2ms, cpu: 1ms, cpu_limit: 0.2, \
+                    neighbour: { at: 10s, for: 15s } }]";
+        let pod = backends(text).unwrap();
+        assert_eq!((pod[0].1.cpu, pod[0].1.latency), (Duration::from_millis(1), Duration::from_millis(2)));
+        let error = backends("backends: [{ name: p, port: 1, neighbour: { at: 1s, until: 2s } }]").unwrap_err();
+        assert!(error.contains("until"), "{error}");
+    }
+
+    #[test]
     fn a_mistake_names_its_field() {
         let error =
             backends("backends: [{ name: a, port: 1, stalls: [{ at: soon, for: 1s, latency: 1s }] }]").unwrap_err();
