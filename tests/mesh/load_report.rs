@@ -140,7 +140,10 @@ fn the_cpu_source_is_node_metadata_and_a_limit_without_processes_is_refused() {
 
 /// The `processes` source counts a real process of another user (an application running
 /// as `nobody` beside a root sidecar) and not the sidecar's own: the CPU the reading
-/// gains while the application spins is at least what the kernel says it spent.
+/// gains while the application spins is at least what the kernel says it spent. The
+/// reading covers every process of another user on the machine, and one that exits
+/// between two readings takes its time with it (as the module says), so each check has
+/// three tries: a test running beside this one cannot fail it three times running.
 #[test]
 fn the_processes_source_reads_another_users_process_from_proc() {
     use outrider::core::cpu_usage::{CpuSource, sample};
@@ -167,36 +170,43 @@ fn the_processes_source_reads_another_users_process_from_proc() {
         .unwrap();
     let pid = application.id();
     let source = CpuSource::Processes { cpus: Some(0.1) };
-    let before = sample(source).unwrap();
-    let spun_before = ticks(pid);
-    // Until the kernel has charged the application 30 ticks more (0.3 s of CPU), polled.
-    let mut spun = spun_before;
-    for _ in 0..600 {
-        spun = ticks(pid);
-        if spun - spun_before >= 30.0 {
+    let mut counted = Vec::new();
+    for _ in 0..3 {
+        let before = sample(source).unwrap();
+        let spun_before = ticks(pid);
+        // Until the kernel has charged the application 30 ticks more (0.3 s of CPU), polled.
+        let mut spun = spun_before;
+        for _ in 0..600 {
+            spun = ticks(pid);
+            if spun - spun_before >= 30.0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let after = sample(source).unwrap();
+        assert_eq!(after.cpus, 0.1, "over the limit given");
+        assert!(spun - spun_before >= 30.0, "the application never ran: {spun_before} → {spun} ticks");
+        let (gained, spent) = (after.spent - before.spent, (spun - spun_before) / 100.0);
+        counted.push((gained, spent));
+        if gained >= spent - 0.02 {
             break;
         }
-        std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let after = sample(source).unwrap();
     application.kill().unwrap();
     application.wait().unwrap();
-    let gained = after.spent - before.spent;
-    assert!(spun - spun_before >= 30.0, "the application never ran: {spun_before} → {spun} ticks");
-    assert!(
-        gained >= (spun - spun_before) / 100.0 - 0.02,
-        "read {gained} s, the kernel says {} s",
-        (spun - spun_before) / 100.0
-    );
-    assert_eq!(after.cpus, 0.1, "over the limit given");
-    let own = CpuSource::Processes { cpus: None };
-    let mine = sample(own).unwrap().spent;
+    assert!(counted.iter().any(|(gained, spent)| gained >= &(spent - 0.02)), "(read, spent) s: {counted:?}");
     // This process (root, like every test thread) is not counted: a spin of its own adds
     // nothing that the other user's processes do not.
-    let started = std::time::Instant::now();
-    let mut x = 0u64;
-    while started.elapsed() < std::time::Duration::from_millis(200) {
-        x = std::hint::black_box(x.wrapping_add(1));
+    let own = CpuSource::Processes { cpus: None };
+    let mut gained = Vec::new();
+    for _ in 0..3 {
+        let mine = sample(own).unwrap().spent;
+        let started = std::time::Instant::now();
+        let mut x = 0u64;
+        while started.elapsed() < std::time::Duration::from_millis(200) {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        gained.push(sample(own).unwrap().spent - mine);
     }
-    assert!(sample(own).unwrap().spent - mine < 0.1, "the sidecar's own CPU is not the application's");
+    assert!(gained.iter().any(|g| *g < 0.1), "the sidecar's own CPU is not the application's: {gained:?}");
 }
