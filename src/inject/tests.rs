@@ -239,29 +239,28 @@ spec:
     livenessProbe: { exec: { command: ["true"] } }
 "#;
 
+/// A pod named `ratings` whose `proxy.istio.io/config` annotation has `entries` as its
+/// `proxyMetadata`, with one container `app` (and `container_fields` added to it).
+fn annotated_pod(entries: &[&str], container_fields: &str) -> String {
+    let entries: String = entries.iter().map(|e| format!("        {e}\n")).collect();
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: ratings\n  annotations:\n    proxy.istio.io/config: |\n      \
+         proxyMetadata:\n{entries}spec:\n  containers: [{{ name: app, image: app{container_fields} }}]\n"
+    )
+}
+
 /// ProxyConfig's `proxyMetadata`, mesh-wide (`--proxy-metadata`) and the pod's own
 /// (`proxy.istio.io/config`), reaches the sidecar's environment, the pod's winning; from
 /// there `ISTIO_META_OUTRIDER_LB` becomes the node metadata that chooses the proxy-wide
 /// balancing policy.
 #[test]
 fn proxy_metadata_reaches_the_sidecar_and_its_node_metadata() {
-    const POD: &str = r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: ratings
-  annotations:
-    proxy.istio.io/config: |
-      proxyMetadata:
-        ISTIO_META_OUTRIDER_LB: adaptive
-        ISTIO_META_CLUSTER_ID: west
-spec:
-  containers: [{ name: app, image: app }]
-"#;
+    let manifest = annotated_pod(&["ISTIO_META_OUTRIDER_LB: adaptive", "ISTIO_META_CLUSTER_ID: west"], "");
     let mesh_wide = Settings {
         proxy_metadata: env(&[("ISTIO_META_OUTRIDER_LB", "none"), ("ISTIO_META_DNS_CAPTURE", "true")]),
         ..settings()
     };
-    let (out, _) = inject_text(POD, &mesh_wide).unwrap();
+    let (out, _) = inject_text(&manifest, &mesh_wide).unwrap();
     let pod = &parsed(&out)[0];
     let proxy = &pod["spec"]["initContainers"][1];
     let env_of = |name: &str| -> Vec<String> {
@@ -282,7 +281,7 @@ spec:
     let document = PodInfo::from_env(&downward).unwrap().bootstrap();
     assert_eq!(document["node"]["metadata"]["OUTRIDER_LB"], "adaptive");
 
-    let broken = POD.replace("ISTIO_META_CLUSTER_ID: west", "ISTIO_META_CLUSTER_ID: [west]");
+    let broken = manifest.replace("ISTIO_META_CLUSTER_ID: west", "ISTIO_META_CLUSTER_ID: [west]");
     let error = inject_text(&broken, &settings()).unwrap_err().to_string();
     assert!(error.contains("proxyMetadata.ISTIO_META_CLUSTER_ID"), "{error}");
 }
@@ -292,18 +291,8 @@ spec:
 /// sidecar's node metadata says both.
 #[test]
 fn the_application_cpu_source_shares_the_process_namespace_and_carries_the_limit() {
-    const POD: &str = r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: ratings
-  annotations:
-    proxy.istio.io/config: |
-      proxyMetadata:
-        ISTIO_META_OUTRIDER_APP_CPU: processes
-spec:
-  containers: [{ name: app, image: app, resources: { limits: { cpu: 750m } } }]
-"#;
-    let (out, _) = inject_text(POD, &settings()).unwrap();
+    let manifest = annotated_pod(&["ISTIO_META_OUTRIDER_APP_CPU: processes"], ", resources: { limits: { cpu: 750m } }");
+    let (out, _) = inject_text(&manifest, &settings()).unwrap();
     let pod = &parsed(&out)[0];
     assert_eq!(pod["spec"]["shareProcessNamespace"], true);
     let env = pod["spec"]["initContainers"][1]["env"].as_array().unwrap();
@@ -317,7 +306,7 @@ spec:
     assert_eq!(document["node"]["metadata"]["OUTRIDER_APP_CPU_LIMIT"], "750");
 
     // Without the ask the pod is left as it was.
-    let plain = POD.replace("ISTIO_META_OUTRIDER_APP_CPU: processes", "ISTIO_META_OUTRIDER_LB: adaptive");
+    let plain = manifest.replace("ISTIO_META_OUTRIDER_APP_CPU: processes", "ISTIO_META_OUTRIDER_LB: adaptive");
     let (out, _) = inject_text(&plain, &settings()).unwrap();
     assert!(parsed(&out)[0]["spec"].get("shareProcessNamespace").is_none());
 }
