@@ -98,7 +98,7 @@ fn pick(c: &mut Criterion) {
         for n in SIZES {
             let (lb, now) = balancer(&cluster, n, t0);
             let ctx = PickContext::at(now);
-            let _busy: Vec<_> = lb.hosts().iter().step_by(3).map(|h| h.stats.start()).collect();
+            let _busy: Vec<_> = lb.hosts().iter().step_by(3).map(|h| h.stats.start(Instant::now())).collect();
             group.bench_with_input(BenchmarkId::new("1_thread", n), &n, |b, _| {
                 let mut picker = Picker::new(lb.clone(), 1);
                 b.iter(|| black_box(picker.pick(&ctx)).is_some());
@@ -154,11 +154,13 @@ fn pick_and_request(c: &mut Criterion) {
         let ctx = PickContext::at(now);
         group.bench_with_input(BenchmarkId::new("1_thread", n), &n, |b, _| {
             let mut picker = Picker::new(lb.clone(), 1);
-            b.iter(|| black_box(picker.pick(&ctx).map(|host| host.stats.start())));
+            b.iter(|| black_box(picker.pick(&ctx).map(|host| host.stats.start(Instant::now()))));
         });
         group.bench_with_input(BenchmarkId::new("2_threads", n), &n, |b, _| {
             b.iter_custom(|iters| {
-                two_threads(&lb, iters, |picker| black_box(picker.pick(&ctx).map(|host| host.stats.start())))
+                two_threads(&lb, iters, |picker| {
+                    black_box(picker.pick(&ctx).map(|host| host.stats.start(Instant::now())))
+                })
             });
         });
     }

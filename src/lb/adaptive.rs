@@ -18,6 +18,13 @@
 //!   between large and small endpoints. `+ 1`, D'Hondt's divisor, favours the large: the
 //!   lab's 2-slot endpoint beside 4- and 8-slot ones got 11 % where its capacity is 14 %;
 //!   `+ 0` favours the small (20 %); `+ ½` gave it 12–13 % (`bench/RESULTS.md`, S5).
+//!   A recent report also charges the wait behind every caller's requests, M/M/1's
+//!   `latency × u / (1 − u)` at the report's utilization (or this caller's own rate sent
+//!   over the capacity, if higher), and the queue term is the larger of the two waits:
+//!   a caller's in-flight count cannot tell a pod limited to a tenth of a CPU from one at
+//!   four tenths, and sees nothing of other callers or a neighbour's use of the CPU.
+//!   Between endpoints of one latency, the lowest wait is the lowest utilization: the
+//!   picks even utilizations out (`bench/RESULTS.md`, S8).
 //!   Without a report the endpoint is taken for one that serves a request at a time:
 //!   `in_flight × latency`, which makes the cost Linkerd's `latency × (in_flight + 1)`.
 //!   With a report, an endpoint with spare capacity is not charged a whole round trip per

@@ -100,7 +100,7 @@ mod tests {
         assert_eq!(lb.cost(&hosts[0], now), 30e6);
         hosts[1].stats.record(now, Duration::from_millis(1), false);
         assert!((lb.cost(&hosts[1], now) - 31e6).abs() < 1.0, "{}", lb.cost(&hosts[1], now));
-        let _a = hosts[0].stats.start();
+        let _a = hosts[0].stats.start(Instant::now());
         assert_eq!(lb.cost(&hosts[0], now), 60e6, "in flight doubles the cost");
     }
 
@@ -110,7 +110,7 @@ mod tests {
         let hosts = hosts(2, now);
         let lb = PeakEwma::new(&PeakEwmaConfig::envoy_contrib());
         assert_eq!(lb.cost(&hosts[0], now), 10e6, "Envoy's default RTT, 10 ms");
-        let _a = hosts[0].stats.start();
+        let _a = hosts[0].stats.start(Instant::now());
         assert_eq!(lb.cost(&hosts[0], now), 1e12 + 1e6, "penalty_value (ms) + in flight");
         hosts[1].stats.record(now, Duration::from_millis(1), false);
         assert!((lb.cost(&hosts[1], now) - 1e6).abs() < 1.0, "no error penalty: {}", lb.cost(&hosts[1], now));

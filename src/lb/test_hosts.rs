@@ -40,5 +40,5 @@ pub(crate) fn cluster_hosts(n: usize, now: Instant) -> Vec<Arc<Host>> {
 
 /// A request in flight on `host`, as the proxy counts it: on the host and on its cluster.
 pub(crate) fn start(host: &Arc<Host>) -> (super::InFlight, crate::telemetry::GaugeGuard) {
-    (host.stats.start(), host.cluster_stats.upstream_rq_active.track())
+    (host.stats.start(Instant::now()), host.cluster_stats.upstream_rq_active.track())
 }

@@ -96,7 +96,7 @@ async fn proxy_connection<S>(
         let Address::Socket(address) = *host.address() else { return };
         let Ok(tls) = local.tls(&host.endpoint, &snapshot, &context.clusters.tls) else { return };
         let cluster = local.cluster();
-        let _in_flight = host.stats.start();
+        let _in_flight = host.stats.start(Instant::now());
         let stats = &host.cluster_stats;
         let connect = tokio::time::timeout(
             cluster.connect_timeout,

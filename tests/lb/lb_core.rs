@@ -125,7 +125,7 @@ fn least_request_prefers_idle_hosts() {
     );
     // Host 1 is busy with 10 requests.
     let busy = lb.hosts().iter().find(|h| port(h) == 1).unwrap().clone();
-    let _guards: Vec<_> = (0..10).map(|_| busy.stats.start()).collect();
+    let _guards: Vec<_> = (0..10).map(|_| busy.stats.start(Instant::now())).collect();
     let counts = shares(&mut Picker::new(lb, 11), 4000, now);
     // It is chosen only when drawn against itself, which distinct sampling never does.
     assert_eq!(counts.get(&1).copied().unwrap_or(0), 0, "{counts:?}");
@@ -162,7 +162,7 @@ fn least_request_unequal_weights_uses_active_request_bias() {
     assert_eq!((counts[&1], counts[&2]), (200, 800), "idle hosts: plain weights");
     // Host 2 has 3 requests in flight: weight 4 / (3 + 1) = 1, equal to host 1.
     let heavy = lb.hosts().iter().find(|h| port(h) == 2).unwrap().clone();
-    let _guards: Vec<_> = (0..3).map(|_| heavy.stats.start()).collect();
+    let _guards: Vec<_> = (0..3).map(|_| heavy.stats.start(Instant::now())).collect();
     let counts = shares(&mut Picker::new(lb, 2), 1000, now);
     assert!((counts[&1] as i64 - 500).abs() <= 2, "{counts:?}");
 }
@@ -267,7 +267,7 @@ fn stats_survive_a_rebuild() {
     let c = cluster(json!({}));
     let mut registry = StatsRegistry::default();
     let lb = ClusterLb::build(&c, &assignment(&[("a", 0, None, &[(1, 1, H), (2, 1, H)])]), &mut registry, now);
-    let _guard = lb.hosts()[0].stats.start();
+    let _guard = lb.hosts()[0].stats.start(Instant::now());
     let rebuilt = ClusterLb::build(&c, &assignment(&[("a", 0, None, &[(1, 1, H), (3, 1, H)])]), &mut registry, now);
     assert_eq!(rebuilt.hosts()[0].stats.in_flight(), 1, "host 1 kept its in-flight count");
     assert_eq!(registry.len(), 2, "host 2 was forgotten");

@@ -235,7 +235,7 @@ fn black_hole_share(cluster: &Cluster, orca: bool) -> f64 {
             false
         });
         let host = pick(&lb, &mut picker, now);
-        let in_flight = lb.hosts()[host].stats.start();
+        let in_flight = lb.hosts()[host].stats.start(Instant::now());
         pending.push((now + if host == 3 { MS } else { MS * 50 }, host, in_flight));
         served[host] += 1;
         if tick > 30_000 {
@@ -303,7 +303,7 @@ fn slow_host_share(cluster: &Cluster) -> f64 {
             false
         });
         let host = pick(&lb, &mut picker, now);
-        let in_flight = lb.hosts()[host].stats.start();
+        let in_flight = lb.hosts()[host].stats.start(Instant::now());
         pending.push((now + latency(host), host, in_flight));
         if tick > 10_000 {
             late[host] += 1;
@@ -358,7 +358,7 @@ fn adaptive_does_not_starve_an_endpoint_by_its_light_load_report() {
         for _ in 0..std::mem::take(&mut waiting) {
             let host = pick(&lb, &mut picker, now);
             counts[host] += 1;
-            pending.push((now + latency[host], host, lb.hosts()[host].stats.start()));
+            pending.push((now + latency[host], host, lb.hosts()[host].stats.start(Instant::now())));
         }
     }
     let share = shares(&counts);

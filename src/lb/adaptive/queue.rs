@@ -1,12 +1,17 @@
 //! The adaptive policy's queue term: how long the request being placed waits behind the
-//! ones already at the endpoint, from its reported capacity when a recent report measured
-//! one, else from its latency alone.
+//! ones already at the endpoint, from its reported capacity and utilization when a recent
+//! report measured them, else from its latency alone.
 
 use std::time::{Duration, Instant};
 
 use super::SAINTE_LAGUE;
 use crate::config::cluster::lb_policy::AdaptiveConfig;
 use crate::lb::EndpointStats;
+
+/// The utilization the queue term reads at most: at 0.95 a request waits 19 round trips
+/// by M/M/1's formula, enough to send the next one anywhere else; above it the formula
+/// runs to infinity on a report's noise (and a queued endpoint reports more than 1).
+const MAX_QUEUEING_UTILIZATION: f64 = 0.9;
 
 /// A capacity is kept for at least this many of the endpoint's own round trips without a
 /// newer report: a slow endpoint's reports come no faster than its responses.
@@ -15,12 +20,25 @@ const REFRESH_ROUND_TRIPS: u32 = 4;
 /// The queue term in nanoseconds, for an endpoint with `in_flight` requests and a mean
 /// round trip of `latency` nanoseconds at `now`.
 ///
-/// With a capacity measured less than the refresh window ago: `(in_flight + ½)` requests
-/// at that capacity, but never more than `(in_flight + ½)` round trips. An endpoint that
-/// answers in `latency` serves at least one request per `latency` (Little's law with one
-/// in flight), whatever a report said, so the floor costs nothing where reports are right
-/// and undoes one taken at a load too light to tell: the demo's `busy`, whose report made
-/// 2 requests a second of a 5 ms backend and starved it.
+/// With a capacity measured less than the refresh window ago, the larger of two waits:
+/// - behind this caller's requests: `(in_flight + ½)` requests at that capacity, but never
+///   more than `(in_flight + ½)` round trips. An endpoint that answers in `latency` serves
+///   at least one request per `latency` (Little's law with one in flight), whatever a
+///   report said, so the floor costs nothing where reports are right and undoes one taken
+///   at a load too light to tell: the demo's `busy`, whose report made 2 requests a second
+///   of a 5 ms backend and starved it.
+/// - behind everyone's: M/M/1's wait at utilization `u`, `latency × u / (1 − u)`, where
+///   `u` is the larger of the report's and what this caller alone sent in the last half
+///   second over the capacity. The caller's in-flight count sees none of the other
+///   callers' requests nor a neighbour's use of the pod's CPU, and at a few requests in
+///   flight it cannot tell a pod at a tenth of a CPU from one at four tenths (the floor
+///   above charges both a round trip): the lab's S8 left its medium pod at 96 % of its CPU
+///   limit beside a large one at 67 %. Between endpoints of one latency the lowest wait is
+///   the lowest utilization, so the picks even the utilizations out (Robinhood's aim) as
+///   they even out the waits. The rate sent is there because a report is smoothed over a
+///   second and a quarter of a second old: read alone, every pick in between goes to the
+///   pod that looked idlest, and a burst of them uses up a CPU-limited pod's quota for
+///   the period (throttled, its round trips then keep it from its share for a second).
 ///
 /// Without one: `in_flight × latency`, the endpoint taken for one that serves a request
 /// at a time (Linkerd's `latency × (in_flight + 1)` once the latency is added).
@@ -28,8 +46,17 @@ pub(super) fn queue(stats: &EndpointStats, now: Instant, latency: f64, in_flight
     // `as` saturates: a latency is ours, finite and not negative, but never a panic here.
     let round_trips = Duration::from_nanos((latency * f64::from(REFRESH_ROUND_TRIPS)) as u64);
     let max_age = config.report_refresh.max(round_trips).min(config.report_expiration);
-    match stats.capacity(now, max_age) {
-        Some(per_second) => (in_flight + SAINTE_LAGUE) * (1e9 / per_second).min(latency),
+    match stats.measured_load(now, max_age) {
+        Some(load) => {
+            let per_request = (1e9 / load.capacity).min(latency);
+            let behind_ours = (in_flight + SAINTE_LAGUE) * per_request;
+            // What this caller alone has sent in the last half second is a utilization
+            // too, and one that moves with every pick: a burst is seen at once.
+            let sent = stats.sent_rate(now) / load.capacity;
+            let u = load.utilization.max(sent).clamp(0.0, MAX_QUEUEING_UTILIZATION);
+            let behind_everyones = latency * u / (1.0 - u);
+            behind_ours.max(behind_everyones)
+        }
         None => in_flight * latency,
     }
 }

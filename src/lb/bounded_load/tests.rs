@@ -19,7 +19,7 @@ fn equal(hosts: &[Arc<Host>], factor: u32) -> BoundedLoad {
 
 /// Only on the host: the cluster's gauge is left where the test sets it.
 fn start_on_host(host: &Arc<Host>, n: usize) -> Vec<InFlight> {
-    (0..n).map(|_| host.stats.start()).collect()
+    (0..n).map(|_| host.stats.start(Instant::now())).collect()
 }
 
 /// The C++ standard's check of `std::mt19937`: the 10 000th output of the default seed.

@@ -26,6 +26,10 @@ const RTT_MEAN_DECAYS_PER_RTT_DECAY: i32 = 10;
 /// endpoint every 50 ms instead of one per response. Counts added in between decay from
 /// the next tick, an error of at most 0.5 % of the 10 s decay.
 const OUTCOME_TICK_NANOS: u64 = 50_000_000;
+/// The requests sent to an endpoint are counted decaying by e every this long: the rate
+/// sent over about the last half second, quick enough to see a burst of picks that a
+/// load report (smoothed over a second, a quarter of a second late) cannot.
+const SENT_DECAY: Duration = Duration::from_millis(500);
 
 /// A load report and when it arrived.
 #[derive(Debug, Clone)]
@@ -39,6 +43,16 @@ pub struct TimedReport {
 /// the fields read on other paths (epoch, ejection, health, load report, weight state)
 /// and the next endpoint's stats do not share a line with counters that every worker
 /// writes per request.
+/// A load report's measurement of an endpoint's capacity (see
+/// [`EndpointStats::measured_load`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeasuredLoad {
+    /// Requests per second at full utilization.
+    pub capacity: f64,
+    /// The utilization the report was taken at (1.0 = full; above 1, queued).
+    pub utilization: f64,
+}
+
 #[derive(Debug)]
 pub struct EndpointStats {
     /// Origin of the nanosecond timestamps stored below.
@@ -53,10 +67,11 @@ pub struct EndpointStats {
     load: ArcSwapOption<TimedReport>,
     /// What the last load report that measured it says the endpoint can serve at full
     /// utilization, `rps_fractional / utilization` ([`Capacity::Measured`]: not at light
-    /// load; f64 bits, requests per second; 0 = unknown), and when it arrived (nanoseconds
-    /// since `epoch` plus one). The adaptive policy reads these two words on every pick
-    /// instead of the report itself.
+    /// load; f64 bits, requests per second; 0 = unknown), the utilization it was measured
+    /// at (f64 bits), and when it arrived (nanoseconds since `epoch` plus one). The
+    /// adaptive policy reads these three words on every pick instead of the report itself.
     capacity: AtomicU64,
+    utilization: AtomicU64,
     capacity_received: AtomicU64,
     /// Load reports refused: undecodable, NaN or negative values (the decoders), or a
     /// utilization or rate beyond reason ([`Capacity::Absurd`]). None of them is stored.
@@ -88,6 +103,10 @@ struct Written {
     recent_errors: AtomicU64,
     recent_successes: AtomicU64,
     outcomes_updated: AtomicU64,
+    /// Requests sent (f64 bits): +1 each, decaying by e every `SENT_DECAY` since
+    /// `sent_updated` (nanoseconds since `epoch`).
+    recent_sent: AtomicU64,
+    sent_updated: AtomicU64,
     /// Errors since the last success.
     consecutive_errors: AtomicU32,
     /// Outlier detection's consecutive-failure and success-rate counters.
@@ -106,6 +125,8 @@ impl Written {
             recent_errors: AtomicU64::new(0),
             recent_successes: AtomicU64::new(0),
             outcomes_updated: AtomicU64::new(0),
+            recent_sent: AtomicU64::new(0),
+            sent_updated: AtomicU64::new(0),
             consecutive_errors: AtomicU32::new(0),
             outlier,
         }
@@ -137,6 +158,7 @@ impl EndpointStats {
             health: HealthFlags::default(),
             load: ArcSwapOption::empty(),
             capacity: AtomicU64::new(0),
+            utilization: AtomicU64::new(0),
             capacity_received: AtomicU64::new(0),
             load_reports_refused: AtomicU64::new(0),
             weight: WeightState::default(),
@@ -164,10 +186,27 @@ impl EndpointStats {
         self.epoch
     }
 
-    /// Starts a request: in flight until the returned guard drops.
-    pub fn start(self: &Arc<Self>) -> InFlight {
-        self.written.in_flight.fetch_add(1, Ordering::Relaxed);
+    /// Starts a request at `now`: in flight until the returned guard drops, and counted in
+    /// the rate sent. Concurrent starts on two workers may lose one count; the rate stays
+    /// a valid estimate.
+    pub fn start(self: &Arc<Self>, now: Instant) -> InFlight {
+        let written = &self.written;
+        written.in_flight.fetch_add(1, Ordering::Relaxed);
+        let at = self.nanos(now);
+        let elapsed = at.saturating_sub(written.sent_updated.load(Ordering::Relaxed)) as f64;
+        let sent = f64::from_bits(written.recent_sent.load(Ordering::Relaxed));
+        let sent = sent * (-elapsed / SENT_DECAY.as_nanos() as f64).exp() + 1.0;
+        written.recent_sent.store(sent.to_bits(), Ordering::Relaxed);
+        written.sent_updated.store(at, Ordering::Relaxed);
         InFlight { stats: Arc::clone(self) }
+    }
+
+    /// Requests per second sent to the endpoint over about the last half second, at `now`.
+    pub fn sent_rate(&self, now: Instant) -> f64 {
+        let written = &self.written;
+        let elapsed = self.nanos(now).saturating_sub(written.sent_updated.load(Ordering::Relaxed)) as f64;
+        let sent = f64::from_bits(written.recent_sent.load(Ordering::Relaxed));
+        sent * (-elapsed / SENT_DECAY.as_nanos() as f64).exp() / SENT_DECAY.as_secs_f64()
     }
 
     pub fn in_flight(&self) -> u32 {
@@ -310,6 +349,7 @@ impl EndpointStats {
         match report.capacity() {
             Capacity::Measured(capacity) => {
                 self.capacity.store(capacity.to_bits(), Ordering::Relaxed);
+                self.utilization.store(report.utilization(&[]).to_bits(), Ordering::Relaxed);
                 self.capacity_received.store(self.nanos(now).saturating_add(1), Ordering::Relaxed);
             }
             Capacity::Absurd => {
@@ -338,14 +378,17 @@ impl EndpointStats {
         Duration::from_nanos(self.nanos(now).saturating_sub(updated))
     }
 
-    /// Requests per second the endpoint could serve at full utilization, from a load report
-    /// received less than `max_age` before `now`; `None` when no report said.
-    pub fn capacity(&self, now: Instant, max_age: Duration) -> Option<f64> {
+    /// What the last load report that measured a capacity said, if it was received less
+    /// than `max_age` before `now`.
+    pub fn measured_load(&self, now: Instant, max_age: Duration) -> Option<MeasuredLoad> {
         let received = self.capacity_received.load(Ordering::Relaxed);
         if received == 0 || self.nanos(now).saturating_sub(received - 1) >= max_age.as_nanos() as u64 {
             return None;
         }
-        Some(f64::from_bits(self.capacity.load(Ordering::Relaxed)))
+        Some(MeasuredLoad {
+            capacity: f64::from_bits(self.capacity.load(Ordering::Relaxed)),
+            utilization: f64::from_bits(self.utilization.load(Ordering::Relaxed)),
+        })
     }
 
     /// CSWRR's per-endpoint weight state (read and written by `cswrr` only).
@@ -407,12 +450,12 @@ mod tests {
     #[test]
     fn in_flight_is_released_on_every_path() {
         let stats = Arc::new(EndpointStats::new(Instant::now()));
-        let a = stats.start();
-        let b = stats.start();
+        let a = stats.start(Instant::now());
+        let b = stats.start(Instant::now());
         assert_eq!(stats.in_flight(), 2);
         drop(a);
         fn fails(stats: &Arc<EndpointStats>) -> Result<(), ()> {
-            let _in_flight = stats.start();
+            let _in_flight = stats.start(Instant::now());
             Err(())
         }
         assert!(fails(&stats).is_err());

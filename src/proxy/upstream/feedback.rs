@@ -61,7 +61,7 @@ impl Feedback {
         stats.upstream_rq_total.inc();
         let active = stats.upstream_rq_active.track();
         let cluster = Timing { stats, started: now, _active: active };
-        Self { in_flight: host.stats.start(), started: now, outlier: None, cluster }
+        Self { in_flight: host.stats.start(now), started: now, outlier: None, cluster }
     }
 
     /// Also feeds the outcome to outlier detection, when the cluster has it.
