@@ -151,6 +151,9 @@ pub(super) fn address(address: &Address) -> Value {
         }
         Address::Dns { host, port } => json!({ "socket_address": { "address": host, "port_value": port } }),
         Address::Pipe(path) => json!({ "pipe": { "path": path.display().to_string() } }),
+        Address::Internal { server_listener_name, endpoint_id } => json!({
+            "envoy_internal_address": { "server_listener_name": server_listener_name, "endpoint_id": endpoint_id }
+        }),
     }
 }
 

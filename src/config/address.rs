@@ -14,6 +14,10 @@ pub enum Address {
     Pipe(PathBuf),
     /// A host name to be resolved (STRICT_DNS clusters), with its port.
     Dns { host: String, port: u16 },
+    /// An internal listener of this proxy (`envoy_internal_address`): a connection to it is
+    /// served in-process by the listener named `server_listener_name`, on the worker that
+    /// opened it. `endpoint_id` tells apart endpoints that reach one listener.
+    Internal { server_listener_name: String, endpoint_id: String },
 }
 
 impl fmt::Display for Address {
@@ -22,6 +26,10 @@ impl fmt::Display for Address {
             Address::Socket(addr) => write!(f, "{addr}"),
             Address::Pipe(path) => write!(f, "unix://{}", path.display()),
             Address::Dns { host, port } => write!(f, "{host}:{port}"),
+            // Envoy's form, as `/clusters` shows it.
+            Address::Internal { server_listener_name, endpoint_id } => {
+                write!(f, "envoy://{server_listener_name}/{endpoint_id}")
+            }
         }
     }
 }

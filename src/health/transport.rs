@@ -105,6 +105,11 @@ impl Target {
                 Box::new(crate::core::net::connect_tcp(addr, self.bind.map(|b| b.for_peer(addr))).await?)
             }
             Address::Pipe(path) => Box::new(UnixStream::connect(path).await?),
+            // Checks run on the control runtime; an internal listener is served by a
+            // worker, for the connections that worker opens.
+            Address::Internal { .. } => {
+                return Err(std::io::Error::other("an internal listener cannot be health checked"));
+            }
         };
         match tls {
             None => Ok(io),

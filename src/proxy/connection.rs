@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, DuplexStream};
 use tokio::net::TcpStream;
 
 use super::context::WorkerContext;
@@ -18,7 +18,7 @@ use super::hcm::Secure;
 use super::transport::SnapshotSecrets;
 use super::{hcm, original_dst, tcp_proxy};
 use crate::config::Listener;
-use crate::config::listener::{DrainType, FilterChain, ListenerFilterKind, TerminalFilter, TrafficDirection};
+use crate::config::listener::{FilterChain, ListenerFilterKind, TerminalFilter};
 use crate::config::tls::DownstreamTlsContext;
 use crate::store::Versioned;
 use crate::tls::{self, Inspection, PrefixedStream, Refusal};
@@ -42,19 +42,31 @@ pub async fn serve(
     else {
         return;
     };
-    let mut info = ConnectionInfo {
-        local,
-        local_restored: restored,
-        peer,
-        server_name: None,
-        transport_protocol: None,
-        application_protocols: Vec::new(),
-        inbound: listener.resource.traffic_direction == TrafficDirection::Inbound,
-        outbound: listener.resource.traffic_direction == TrafficDirection::Outbound,
-        overloadable: !listener.resource.bypass_overload_manager,
-        drains_on_health_check_failure: listener.resource.drain_type == DrainType::Default,
-        buffer_limit: listener.resource.per_connection_buffer_limit_bytes,
-    };
+    let info = ConnectionInfo::new(&listener.resource, local, restored, peer);
+    serve_accepted(stream, info, listener, context).await
+}
+
+/// A connection to an internal listener (`internal_listener`), opened by this worker to an
+/// `envoy_internal_address` endpoint (see `internal_listener`): no socket, so no original
+/// destination to restore, and no IP addresses at either end, as in Envoy, whose
+/// internal connections have `envoy://` addresses; here both are the unspecified
+/// `0.0.0.0:0`, which no filter chain's prefix or port match takes for another.
+pub async fn serve_internal(stream: DuplexStream, listener: Arc<Versioned<Listener>>, context: Rc<WorkerContext>) {
+    let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+    let info = ConnectionInfo::new(&listener.resource, unspecified, false, unspecified);
+    serve_accepted(stream, info, listener, context).await
+}
+
+/// The rest of a connection's way once the listener that serves it is known.
+async fn serve_accepted<S>(
+    stream: S,
+    mut info: ConnectionInfo,
+    listener: Arc<Versioned<Listener>>,
+    context: Rc<WorkerContext>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let (local, peer) = (info.local, info.peer);
     // The listener filters of the listener that serves the connection (after a hand-off,
     // the one bound to the original destination), as Envoy runs them.
     let (mut stream, mut read) = (stream, Vec::new());
@@ -124,8 +136,8 @@ fn runs_listener_filter(listener: &Listener, kind: ListenerFilterKind, port: u16
 
 /// The HTTP inspector within `listener_filters_timeout`, as [`inspect`]. `Ok(None)`: not
 /// HTTP, or timed out with `continue_on_listener_filters_timeout`.
-async fn inspect_http(
-    stream: &mut TcpStream,
+async fn inspect_http<S: AsyncRead + Unpin>(
+    stream: &mut S,
     read: &mut Vec<u8>,
     listener: &Listener,
 ) -> Result<Option<&'static str>, String> {
@@ -142,8 +154,8 @@ async fn inspect_http(
 
 /// The TLS inspector within `listener_filters_timeout`. `Ok(None)`: it timed out and the
 /// listener continues without what it would have found.
-async fn inspect(
-    stream: &mut TcpStream,
+async fn inspect<S: AsyncRead + Unpin>(
+    stream: &mut S,
     read: &mut Vec<u8>,
     listener: &Listener,
 ) -> Result<Option<Inspection>, String> {

@@ -8,7 +8,9 @@
 use std::net::SocketAddr;
 
 use crate::config::listener::chain_matcher::NetworkInput;
-use crate::config::listener::{CidrRange, ConnectionSourceType, FilterChain, FilterChainMatch, Listener};
+use crate::config::listener::{
+    CidrRange, ConnectionSourceType, DrainType, FilterChain, FilterChainMatch, Listener, TrafficDirection,
+};
 
 /// What is known about a connection when its chain is chosen.
 #[derive(Debug, Clone)]
@@ -40,6 +42,25 @@ pub struct ConnectionInfo {
     /// The serving listener's `per_connection_buffer_limit_bytes` (see
     /// [`super::flow_control`]).
     pub buffer_limit: u32,
+}
+
+impl ConnectionInfo {
+    /// A connection `listener` accepted, before its listener filters ran.
+    pub fn new(listener: &Listener, local: SocketAddr, local_restored: bool, peer: SocketAddr) -> Self {
+        Self {
+            local,
+            local_restored,
+            peer,
+            server_name: None,
+            transport_protocol: None,
+            application_protocols: Vec::new(),
+            inbound: listener.traffic_direction == TrafficDirection::Inbound,
+            outbound: listener.traffic_direction == TrafficDirection::Outbound,
+            overloadable: !listener.bypass_overload_manager,
+            drains_on_health_check_failure: listener.drain_type == DrainType::Default,
+            buffer_limit: listener.per_connection_buffer_limit_bytes,
+        }
+    }
 }
 
 /// The chain for `connection`, or `None` when nothing matches (Envoy closes the connection).

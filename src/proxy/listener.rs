@@ -13,6 +13,7 @@ use std::sync::Arc;
 mod socket;
 
 use rand::Rng;
+use tokio::io::DuplexStream;
 use tokio::net::TcpListener;
 
 use self::socket::SocketOptions;
@@ -179,6 +180,23 @@ fn bind_addresses(listener: &Listener) -> Vec<SocketAddr> {
 fn rejected_by_overload(overload: &OverloadState, context: &WorkerContext) -> bool {
     let draw = || context.rng.borrow_mut().random::<f32>();
     overload.rejects_connection(draw) || overload.sheds(LoadShedKind::TcpListenerAccept, draw)
+}
+
+/// Serves `stream`, the server end of a connection this worker opened to the internal
+/// listener `name` (see `internal_listener`); `false` when there is no such listener.
+/// Counted as an accepted connection is: listener stats and the worker's drain.
+pub fn accept_internal(stream: DuplexStream, name: &str, context: &Rc<WorkerContext>) -> bool {
+    let snapshot = context.clusters.store.load();
+    let Some(listener) = snapshot.listeners.get(name).filter(|l| l.resource.internal) else {
+        return false;
+    };
+    let counted = (context.telemetry.listener(&listener.resource).accepted(), context.connections.open());
+    let serve = connection::serve_internal(stream, listener.clone(), context.clone());
+    tokio::task::spawn_local(async move {
+        serve.await;
+        drop(counted);
+    });
+    true
 }
 
 async fn accept_loop(socket: TcpListener, current: Current, context: Rc<WorkerContext>, stopped: shutdown::Signal) {

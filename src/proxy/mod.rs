@@ -18,6 +18,7 @@ pub mod flow_control;
 pub mod hcm;
 pub mod headers;
 pub mod http_inspector;
+pub mod internal_listener;
 pub mod listener;
 pub mod load_report;
 pub mod observe;

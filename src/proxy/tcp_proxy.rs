@@ -13,12 +13,15 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use rand::Rng;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, DuplexStream};
 use tokio::net::{TcpSocket, TcpStream};
+use tokio_util::either::Either;
 
 use super::context::WorkerContext;
 use super::filter_chain::ConnectionInfo;
+use super::internal_listener;
 use crate::config::Address;
+use crate::config::endpoint::LbEndpoint;
 use crate::config::listener::TcpProxy;
 use crate::config::listener::tcp_proxy::TcpCluster;
 use crate::lb::PickContext;
@@ -93,16 +96,12 @@ async fn proxy_connection<S>(
             tracing::debug!(cluster = %cluster_name, "tcp proxy: no healthy upstream; closing");
             return;
         };
-        let Address::Socket(address) = *host.address() else { return };
         let Ok(tls) = local.tls(&host.endpoint, &snapshot, &context.clusters.tls) else { return };
         let cluster = local.cluster();
         let _in_flight = host.stats.start(Instant::now());
         let stats = &host.cluster_stats;
-        let connect = tokio::time::timeout(
-            cluster.connect_timeout,
-            connect(address, &host.endpoint.additional_addresses, cluster.upstream_bind),
-        )
-        .await;
+        let connect =
+            tokio::time::timeout(cluster.connect_timeout, connect(host.address(), &host.endpoint, cluster)).await;
         let upstream = match connect {
             Ok(Ok(upstream)) => upstream,
             failed => {
@@ -120,7 +119,6 @@ async fn proxy_connection<S>(
             &stats.upstream_cx_destroy,
             &stats.upstream_cx_length_ms,
         );
-        let _ = upstream.set_nodelay(true);
         let upstream = ByteCounted::new(upstream, &stats.upstream_cx_rx_bytes_total, &stats.upstream_cx_tx_bytes_total);
         let upstream = Active::new(upstream, activity.clone());
         let copied = match &tls {
@@ -160,7 +158,7 @@ async fn proxy_connection<S>(
             }
         };
         if let Err(error) = copied {
-            tracing::debug!(cluster = %cluster_name, %address, %error, "tcp proxy: connection ended");
+            tracing::debug!(cluster = %cluster_name, address = %host.address(), %error, "tcp proxy: connection ended");
         }
         return;
     }
@@ -224,22 +222,34 @@ where
     }
 }
 
+/// A TCP connection to `address` (the endpoint's `additional_addresses` raced with it, as
+/// Envoy's happy eyeballs), or a pipe to an internal listener of this worker.
 async fn connect(
-    address: SocketAddr,
-    additional: &[SocketAddr],
-    bind: Option<crate::config::cluster::SourceAddresses>,
-) -> std::io::Result<TcpStream> {
-    // `additional_addresses`: Envoy's happy eyeballs over all of the endpoint's addresses.
-    if !additional.is_empty() {
+    address: &Address,
+    endpoint: &LbEndpoint,
+    cluster: &crate::config::Cluster,
+) -> std::io::Result<Either<TcpStream, DuplexStream>> {
+    let address = match address {
+        Address::Socket(address) => *address,
+        Address::Internal { server_listener_name, .. } => {
+            return internal_listener::connect(server_listener_name).map(Either::Right);
+        }
+        other => return Err(std::io::Error::other(format!("the TCP proxy cannot reach {other}"))),
+    };
+    let bind = cluster.upstream_bind;
+    let additional = &endpoint.additional_addresses;
+    let stream = if !additional.is_empty() {
         let addresses: Vec<SocketAddr> = std::iter::once(address).chain(additional.iter().copied()).collect();
-        return crate::core::net::connect_any(&addresses, |peer| bind.map(|b| b.for_peer(peer))).await;
-    }
-    let bind = bind.map(|b| b.for_peer(address));
-    let socket = if address.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
-    if let Some(source) = bind {
-        socket.bind(source)?;
-    }
-    socket.connect(address).await
+        crate::core::net::connect_any(&addresses, |peer| bind.map(|b| b.for_peer(peer))).await?
+    } else {
+        let socket = if address.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+        if let Some(source) = bind.map(|b| b.for_peer(address)) {
+            socket.bind(source)?;
+        }
+        socket.connect(address).await?
+    };
+    let _ = stream.set_nodelay(true);
+    Ok(Either::Left(stream))
 }
 
 /// Copies both ways until both ends close; meanwhile a connection with Istio's TCP

@@ -17,7 +17,8 @@ use super::clusters::WorkerClusters;
 use super::connection_limit::{ConnectionLimits, WorkerLimits};
 use super::context::WorkerContext;
 use super::filters::FilterChains;
-use super::listener::ListenerManager;
+use super::internal_listener;
+use super::listener::{self, ListenerManager};
 use super::observe::{ProxyTelemetry, WorkerTelemetry};
 use super::overload::OverloadState;
 use super::shadow::ShadowSlots;
@@ -161,6 +162,11 @@ async fn run(
         overload: options.overload.clone(),
         inbound_load: options.inbound_load.clone(),
         load_report: Default::default(),
+    });
+    // Connections this worker opens to internal listeners are served here, by this worker.
+    let weak = Rc::downgrade(&context);
+    internal_listener::install(move |stream, name| {
+        weak.upgrade().is_some_and(|context| listener::accept_internal(stream, name, &context))
     });
     let mut listeners = ListenerManager::default();
     let mut changes = store.subscribe();

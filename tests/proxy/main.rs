@@ -25,6 +25,7 @@ mod health_check;
 mod hostile_http;
 mod http10;
 mod http_inspector;
+mod internal_listeners;
 mod lifecycle;
 mod listener_drain_type;
 mod listener_sockets;

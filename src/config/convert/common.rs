@@ -20,10 +20,22 @@ pub fn address(proto: &core::Address, resolve_dns: bool) -> Result<Address> {
             }
             Ok(Address::Pipe(path.into()))
         }
-        Some(A::EnvoyInternalAddress(_)) => {
-            Err(ConfigError::new("envoy_internal_address", "internal listeners are not supported"))
+        Some(A::EnvoyInternalAddress(internal)) => {
+            internal_address(internal).map_err(|e| e.at("envoy_internal_address"))
         }
         None => Err(ConfigError::new("", "address is required")),
+    }
+}
+
+/// `envoy.config.core.v3.EnvoyInternalAddress` → [`Address::Internal`].
+fn internal_address(proto: &core::EnvoyInternalAddress) -> Result<Address> {
+    use core::envoy_internal_address::AddressNameSpecifier;
+    let core::EnvoyInternalAddress { address_name_specifier, endpoint_id } = proto;
+    match address_name_specifier {
+        Some(AddressNameSpecifier::ServerListenerName(name)) if !name.is_empty() => {
+            Ok(Address::Internal { server_listener_name: name.clone(), endpoint_id: endpoint_id.clone() })
+        }
+        _ => Err(ConfigError::new("server_listener_name", "the internal listener's name is required")),
     }
 }
 

@@ -171,7 +171,7 @@ fn endpoint_health_check(
         port => Some(u16::try_from(port).map_err(|_| ConfigError::new("port_value", format!("{port} is not a port")))?),
     };
     // Envoy refuses a health check port on a pipe endpoint ("non-zero port for non-IP address").
-    if port.is_some() && matches!(serving, Address::Pipe(_)) {
+    if port.is_some() && matches!(serving, Address::Pipe(_) | Address::Internal { .. }) {
         return Err(ConfigError::new("port_value", "must be 0 for an endpoint that is not an IP address"));
     }
     let address = match address {
@@ -282,6 +282,27 @@ mod tests {
 
     fn pipe() -> core::Address {
         core::Address { address: Some(core::address::Address::Pipe(core::Pipe { path: "/tmp/p".into(), mode: 0 })) }
+    }
+
+    fn internal(listener: &str) -> core::Address {
+        use self::core::envoy_internal_address::AddressNameSpecifier;
+        let name = Some(AddressNameSpecifier::ServerListenerName(listener.into()));
+        let internal = core::EnvoyInternalAddress { address_name_specifier: name, endpoint_id: "e1".into() };
+        core::Address { address: Some(core::address::Address::EnvoyInternalAddress(internal)) }
+    }
+
+    #[test]
+    fn an_internal_address_names_its_listener() {
+        let assignment = with_health_check_config(internal("inner"), Default::default()).unwrap();
+        let endpoint = assignment.endpoints().next().unwrap();
+        let expected = Address::Internal { server_listener_name: "inner".into(), endpoint_id: "e1".into() };
+        assert_eq!(endpoint.address, expected);
+        assert_eq!(endpoint.address.to_string(), "envoy://inner/e1");
+        let err = with_health_check_config(internal(""), Default::default()).unwrap_err();
+        assert_eq!(
+            err.path(),
+            "endpoints[0].lb_endpoints[0].endpoint.address.envoy_internal_address.server_listener_name"
+        );
     }
 
     fn converted_health_check(config: proto::endpoint::HealthCheckConfig) -> Option<Box<EndpointHealthCheck>> {

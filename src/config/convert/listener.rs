@@ -207,6 +207,10 @@ fn listener_address(proto: &core::Address) -> Result<Address> {
     use core::address::Address as A;
     match &proto.address {
         Some(A::Pipe(_)) => Err(ConfigError::new("pipe", "Unix socket (pipe) listeners are not supported")),
+        Some(A::EnvoyInternalAddress(_)) => Err(ConfigError::new(
+            "envoy_internal_address",
+            "a listener is made internal by internal_listener, with no address",
+        )),
         Some(A::SocketAddress(socket)) if socket.ipv4_compat => {
             Err(ConfigError::new("socket_address.ipv4_compat", "IPv4 on an IPv6 listener socket is not supported"))
         }

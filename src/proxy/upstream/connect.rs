@@ -1,5 +1,6 @@
 //! Opening one upstream connection: the socket (TCP with `TCP_NODELAY`, optionally bound
-//! to the cluster's source address; a Unix socket for `pipe` endpoints), TLS when the
+//! to the cluster's source address; a Unix socket for `pipe` endpoints, an in-process pipe
+//! for `envoy_internal_address` ones), TLS when the
 //! endpoint's transport socket asks for it, the cluster's connect timeout (over both), the
 //! HTTP/1.1 or HTTP/2 handshake, and the task that drives the connection until it fails,
 //! is dropped by the pool, or stays idle too long.
@@ -25,6 +26,7 @@ use crate::config::cluster::{Cluster, DnsLookupFamily, Http2Settings};
 use crate::proxy::byte_count::ByteCounted;
 use crate::proxy::exec::Spawner;
 use crate::proxy::flow_control;
+use crate::proxy::internal_listener;
 use crate::proxy::transport::HandshakeStats;
 use crate::telemetry::{ClusterStats, ConnectionLife};
 use crate::tls::{ClientAlpn, ClientTls, Refusal};
@@ -102,7 +104,7 @@ macro_rules! over_transport {
         let started = Instant::now();
         match ($dial.socket().await?, &$dial.tls) {
             (Socket::Tcp(stream), None) => $dial.$then(stream, $permit).await,
-            (Socket::Unix(stream), None) => $dial.$then(stream, $permit).await,
+            (Socket::Other(stream), None) => $dial.$then(stream, $permit).await,
             (Socket::Tcp(stream), Some(tls)) => {
                 let stream = $dial.handshake_tls(stream, tls, $alpn, started).await?;
                 let san = peer_uri_san(stream.get_ref().1);
@@ -111,7 +113,7 @@ macro_rules! over_transport {
                 activity.set_local_uri_san(tls.0.local_uri_san.clone());
                 Ok((sender, activity))
             }
-            (Socket::Unix(stream), Some(tls)) => {
+            (Socket::Other(stream), Some(tls)) => {
                 let stream = $dial.handshake_tls(stream, tls, $alpn, started).await?;
                 let san = peer_uri_san(stream.get_ref().1);
                 let (sender, activity) = $dial.$then(stream, $permit).await?;
@@ -355,7 +357,10 @@ impl Dial {
                     })?;
                     crate::core::net::connect_tcp(addr, self.bind.map(|b| b.for_peer(addr))).await.map(Socket::Tcp)
                 }
-                Address::Pipe(path) => UnixStream::connect(path).await.map(Socket::Unix),
+                Address::Pipe(path) => UnixStream::connect(path).await.map(|s| Socket::Other(Box::new(s))),
+                Address::Internal { server_listener_name, .. } => {
+                    internal_listener::connect(server_listener_name).map(|s| Socket::Other(Box::new(s)))
+                }
             }
         };
         match tokio::time::timeout(self.connect_timeout, connect).await {
@@ -377,5 +382,11 @@ impl Dial {
 
 enum Socket {
     Tcp(TcpStream),
-    Unix(UnixStream),
+    /// A Unix socket, or a pipe to an internal listener: rare, so boxed.
+    Other(Box<dyn Io>),
 }
+
+/// What a connection runs over.
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}

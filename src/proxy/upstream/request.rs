@@ -47,6 +47,9 @@ fn authority(uri: &Uri, headers: &http::HeaderMap, address: &Address) -> Result<
     }
     match address {
         Address::Pipe(_) => Ok(Authority::from_static("localhost")),
+        Address::Internal { server_listener_name, .. } => {
+            Ok(Authority::try_from(server_listener_name.as_str()).unwrap_or(Authority::from_static("localhost")))
+        }
         other => Authority::try_from(other.to_string()).map_err(invalid),
     }
 }

@@ -22,5 +22,16 @@ pub async fn connect(address: &Address) -> Result<Channel, tonic::transport::Err
                 }))
                 .await
         }
+        // An internal listener is served by a worker, for the connections the worker opens:
+        // the xDS client, which configures the workers, cannot reach one.
+        Address::Internal { .. } => {
+            Endpoint::from_static("http://xds.local")
+                .connect_with_connector(tower::service_fn(|_| async {
+                    Err::<TokioIo<tokio::net::TcpStream>, _>(std::io::Error::other(
+                        "an internal listener cannot serve xDS",
+                    ))
+                }))
+                .await
+        }
     }
 }

@@ -37,9 +37,14 @@ pub(super) fn transport_socket(proto: core::TransportSocket, warnings: &mut Warn
         let InternalUpstreamTransport { passthrough_metadata, transport_socket: inner } =
             common::unpack(&any).at_field("typed_config")?;
         if !passthrough_metadata.is_empty() {
-            // Only internal listeners read it, and endpoints at internal addresses are refused
-            // when the endpoints are converted, so nothing could receive it.
-            warnings.ignored("typed_config.passthrough_metadata", "only internal listeners read it; none are served");
+            // Copied onto the internal listener's connection for its filters to read; what
+            // reads it in Istio's configuration (an ORIGINAL_DST cluster's
+            // `original_dst_lb_config.metadata_key`) is refused where it is converted, so
+            // nothing served depends on it.
+            warnings.ignored(
+                "typed_config.passthrough_metadata",
+                "nothing Outrider serves reads it (ORIGINAL_DST's metadata_key is refused)",
+            );
         }
         match inner {
             None => Ok(UpstreamTransport::Plain),

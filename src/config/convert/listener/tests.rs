@@ -267,6 +267,10 @@ fn terminal_filter_rules_and_internal_listeners() {
     assert!(l.internal && !l.bind_to_port);
     let err = error(convert(json!({"name": "x", "filter_chains": [{"filters": [tcp]}]})));
     assert_eq!(err.path(), "address");
+    // An internal address names a listener to reach, not one to be.
+    let err = error(convert(json!({"name": "x", "address": {"envoy_internal_address": {"server_listener_name": "y"}},
+        "filter_chains": [{"filters": [tcp]}]})));
+    assert_eq!(err.path(), "address.envoy_internal_address");
 }
 
 #[test]

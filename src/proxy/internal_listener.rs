@@ -1,0 +1,45 @@
+//! Internal listeners (`internal_listener` on a listener, `envoy_internal_address` on an
+//! endpoint): a connection to one never leaves the process. The worker that opens it gets
+//! one end of an in-memory pipe and serves the other end itself, with the named listener's
+//! filter chains, as Envoy's per-worker internal listener registry does: nothing binds a
+//! socket, nothing crosses threads, and the connection's two halves share a worker.
+//!
+//! The worker installs how it serves a connection ([`install`]); the upstream connector
+//! asks for one with [`connect`]. The indirection keeps this module below both: the
+//! connector does not know the listeners, and the listeners do not know the connector.
+
+use std::cell::RefCell;
+use std::io;
+use std::rc::Rc;
+
+use tokio::io::DuplexStream;
+
+/// How much each direction of an internal connection buffers before its writer waits:
+/// Envoy's default `buffer_size_kb` of `envoy.bootstrap.internal_listener`, 1 MiB.
+const BUFFER_BYTES: usize = 1024 * 1024;
+
+/// Serves the server end of a connection to the named listener; `false` when this worker
+/// has no internal listener of that name.
+type Serve = Rc<dyn Fn(DuplexStream, &str) -> bool>;
+
+thread_local! {
+    static SERVE: RefCell<Option<Serve>> = const { RefCell::new(None) };
+}
+
+/// Makes this thread (a worker's) serve the connections it opens to internal listeners.
+pub fn install(serve: impl Fn(DuplexStream, &str) -> bool + 'static) {
+    SERVE.with_borrow_mut(|slot| *slot = Some(Rc::new(serve)));
+}
+
+/// A connection to the internal listener `name`, served by this thread's worker.
+pub fn connect(name: &str) -> io::Result<DuplexStream> {
+    let Some(serve) = SERVE.with_borrow(Clone::clone) else {
+        return Err(io::Error::other("internal listeners are reached from a worker only"));
+    };
+    let (client, server) = tokio::io::duplex(BUFFER_BYTES);
+    if serve(server, name) {
+        Ok(client)
+    } else {
+        Err(io::Error::new(io::ErrorKind::ConnectionRefused, format!("no internal listener named {name:?}")))
+    }
+}
