@@ -29,10 +29,10 @@ use crate::config::route::{
 pub use matching::{is_grpc, request_header_value, request_host};
 pub use mirror::{Shadow, shadows};
 pub use mutations::{
-    UpstreamRequestOptions, apply_request_mutations, apply_response_mutations, set_attempt_headers,
+    UpstreamRequestOptions, add_headers, apply_request_mutations, apply_response_mutations, set_attempt_headers,
     set_response_attempt_count,
 };
-pub use substitution::DownstreamInfo;
+pub use substitution::{DownstreamInfo, substitute};
 pub use timeout::{StreamLimits, expected_timeout, stream_limits};
 
 /// The outcome of routing one request.

@@ -5,6 +5,7 @@
 //! ([`crate::proxy::filters::istio_tcp`]).
 
 mod timeouts;
+mod tunnel;
 
 use crate::proxy::byte_count::ByteCounted;
 use crate::telemetry::ConnectionLife;
@@ -21,9 +22,11 @@ use super::context::WorkerContext;
 use super::filter_chain::ConnectionInfo;
 use super::internal_listener;
 use crate::config::Address;
+use crate::config::cluster::UpstreamProtocol;
 use crate::config::endpoint::LbEndpoint;
 use crate::config::listener::TcpProxy;
 use crate::config::listener::tcp_proxy::TcpCluster;
+use crate::config::listener::tcp_proxy::Tunneling;
 use crate::lb::PickContext;
 use crate::proxy::filters::istio_tcp::stream::{Counted, OnPeer, PeerReader};
 use crate::proxy::filters::istio_tcp::{self, TcpSession};
@@ -121,17 +124,42 @@ async fn proxy_connection<S>(
         );
         let upstream = ByteCounted::new(upstream, &stats.upstream_cx_rx_bytes_total, &stats.upstream_cx_tx_bytes_total);
         let upstream = Active::new(upstream, activity.clone());
-        let copied = match &tls {
-            None => {
+        let http2 = cluster.http.protocol == UpstreamProtocol::Http2;
+        let copied = match (&tls, &proxy.tunneling) {
+            (None, None) => {
                 host.stats.record(Instant::now(), now.elapsed(), true);
                 if let Some(session) = &session {
                     session.upstream_connected(&cluster_name, false);
                 }
                 copy(&mut downstream, upstream, session.as_deref()).await
             }
-            Some(tls) => {
+            (None, Some(tunneling)) => {
+                let Some(tunnel) = open_tunnel(upstream, tunneling, http2, &info, &cluster_name).await else { return };
+                host.stats.record(Instant::now(), now.elapsed(), true);
+                if let Some(session) = &session {
+                    session.upstream_connected(&cluster_name, false);
+                }
+                copy(&mut downstream, tunnel, session.as_deref()).await
+            }
+            (Some(tls), Some(tunneling)) => {
                 let remaining = cluster.connect_timeout.saturating_sub(now.elapsed());
-                let Some(mut upstream) = handshake(upstream, tls, remaining, &host, (&cluster_name, context)).await
+                let alpn = if http2 { ClientAlpn::Http2 } else { ClientAlpn::Http1 };
+                let Some(upstream) = handshake(upstream, tls, alpn, remaining, &host, (&cluster_name, context)).await
+                else {
+                    host.stats.record(Instant::now(), now.elapsed(), false);
+                    continue;
+                };
+                let Some(tunnel) = open_tunnel(upstream, tunneling, http2, &info, &cluster_name).await else { return };
+                host.stats.record(Instant::now(), now.elapsed(), true);
+                if let Some(session) = &session {
+                    session.upstream_connected(&cluster_name, false);
+                }
+                copy(&mut downstream, tunnel, session.as_deref()).await
+            }
+            (Some(tls), None) => {
+                let remaining = cluster.connect_timeout.saturating_sub(now.elapsed());
+                let Some(mut upstream) =
+                    handshake(upstream, tls, ClientAlpn::Tcp, remaining, &host, (&cluster_name, context)).await
                 else {
                     host.stats.record(Instant::now(), now.elapsed(), false);
                     continue;
@@ -164,6 +192,26 @@ async fn proxy_connection<S>(
     }
 }
 
+/// [`tunnel::open`], logged when it fails: the downstream connection then closes.
+async fn open_tunnel<IO>(
+    upstream: IO,
+    tunneling: &Tunneling,
+    http2: bool,
+    info: &ConnectionInfo,
+    cluster_name: &str,
+) -> Option<tunnel::Tunnel<IO>>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    match tunnel::open(upstream, tunneling, http2, info).await {
+        Ok(tunnel) => Some(tunnel),
+        Err(error) => {
+            tracing::debug!(cluster = %cluster_name, %error, "tcp proxy: tunnel not opened; closing");
+            None
+        }
+    }
+}
+
 /// Connects from the cluster's `upstream_bind_config` source address when it has one
 /// (Istio binds inbound passthrough connections to 127.0.0.6, which its iptables rules
 /// let through instead of capturing them again).
@@ -193,6 +241,7 @@ fn choose_cluster(cluster: &TcpCluster, context: &WorkerContext) -> String {
 async fn handshake<IO>(
     upstream: IO,
     tls: &crate::tls::ClientTls,
+    alpn: ClientAlpn,
     remaining: std::time::Duration,
     host: &crate::lb::Host,
     (cluster_name, context): (&str, &WorkerContext),
@@ -201,7 +250,7 @@ where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
     let (worker, cluster) = (&context.clusters.tls.stats.upstream, &host.cluster_stats.ssl);
-    match tokio::time::timeout(remaining, crate::tls::connect(upstream, tls, ClientAlpn::Tcp)).await {
+    match tokio::time::timeout(remaining, crate::tls::connect(upstream, tls, alpn)).await {
         Ok(Ok(upstream)) => {
             worker.handshake();
             cluster.handshake(true);

@@ -41,6 +41,7 @@ mod route_stream_limits;
 mod sizes;
 mod suppress_envoy_headers;
 mod tcp_proxy_timeouts;
+mod tcp_tunneling;
 mod upgrades;
 mod upload_memory;
 mod worker_seeds;

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::config::header_value::HeaderValueOption;
+
 /// Envoy's default TCP proxy `idle_timeout`.
 pub const DEFAULT_TCP_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -22,6 +24,20 @@ pub struct TcpProxy {
     pub max_downstream_connection_duration_jitter: f64,
     /// Hash the downstream source IP for ring hash / maglev clusters.
     pub hash_source_ip: bool,
+    /// `tunneling_config`: the bytes go inside an HTTP `CONNECT` to the upstream (Istio's
+    /// HBONE `connect_originate`) instead of straight on the connection.
+    pub tunneling: Option<Tunneling>,
+}
+
+/// How a TCP proxy tunnels its bytes over HTTP: a `CONNECT` (over HTTP/2 when the cluster
+/// speaks it, else HTTP/1.1), the bytes both ways once the upstream answers 2xx.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tunneling {
+    /// The `CONNECT`'s authority, with the downstream address commands
+    /// (`%DOWNSTREAM_LOCAL_ADDRESS%`, …) substituted per connection.
+    pub hostname: String,
+    /// Added to the `CONNECT` (values substituted the same way).
+    pub headers_to_add: Vec<HeaderValueOption>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -135,6 +135,12 @@ pub fn set_response_attempt_count(forward: &Forward<'_>, response: &mut HeaderMa
     }
 }
 
+/// Adds `add` to `headers` (a request Outrider makes itself, such as a TCP proxy's
+/// tunnel `CONNECT`), values substituted against `downstream`.
+pub fn add_headers(headers: &mut HeaderMap, add: &[HeaderValueOption], downstream: &DownstreamInfo) {
+    evaluate(headers, &[], add, downstream, None);
+}
+
 /// One level: remove, then compute every value against the headers as they are now, then
 /// overwrite, then append.
 fn evaluate(

@@ -15,7 +15,7 @@ pub struct DownstreamInfo {
 }
 
 /// Expands `value`; `request` answers `%REQ(name)%`.
-pub(super) fn substitute(value: &str, downstream: &DownstreamInfo, request: Option<&HeaderMap>) -> String {
+pub fn substitute(value: &str, downstream: &DownstreamInfo, request: Option<&HeaderMap>) -> String {
     if !value.contains('%') {
         return value.to_owned();
     }

@@ -1,9 +1,10 @@
 //! `envoy.filters.network.tcp_proxy` → [`TcpProxy`].
 
 use super::super::common;
+use super::super::route;
 use super::protocol_options::ignore_all;
 use crate::config::error::{ConfigError, Result, Warnings};
-use crate::config::listener::tcp_proxy::{DEFAULT_TCP_IDLE_TIMEOUT, TcpCluster, TcpProxy};
+use crate::config::listener::tcp_proxy::{DEFAULT_TCP_IDLE_TIMEOUT, TcpCluster, TcpProxy, Tunneling};
 use crate::pb::envoy::extensions::filters::network::tcp_proxy::v3 as proto;
 use crate::pb::envoy::r#type::v3 as types;
 
@@ -44,12 +45,10 @@ pub fn tcp_proxy(proto: proto::TcpProxy, warnings: &mut Warnings) -> Result<TcpP
     if !proxy_protocol_tlvs.is_empty() {
         return refuse("proxy_protocol_tlvs", "PROXY protocol");
     }
-    // Tunnelling (Istio's HBONE `connect_originate`) is refused rather than proxied as plain
-    // TCP: the peer expects an HTTP CONNECT (or POST) and its headers, and the bytes alone
-    // would reach it without the identity and metadata the tunnel carries.
-    if tunneling_config.is_some() {
-        return refuse("tunneling_config", "tunnelling TCP over HTTP (CONNECT or POST)");
-    }
+    let tunneling = tunneling_config
+        .map(|t| warnings.within("tunneling_config", |w| tunneling(t, w)))
+        .transpose()
+        .map_err(|e| e.at("tunneling_config"))?;
     if upstream_connect_mode != proto::UpstreamConnectMode::Immediate as i32 {
         return refuse("upstream_connect_mode", "delaying the upstream connection");
     }
@@ -146,5 +145,96 @@ pub fn tcp_proxy(proto: proto::TcpProxy, warnings: &mut Warnings) -> Result<TcpP
             "max_downstream_connection_duration_jitter_percentage",
         )?,
         hash_source_ip,
+        tunneling,
     })
+}
+
+/// The commands a tunnel's hostname and added headers may use: what is known of the
+/// downstream connection when the tunnel opens.
+const TUNNEL_COMMANDS: [&str; 4] = [
+    "DOWNSTREAM_LOCAL_ADDRESS",
+    "DOWNSTREAM_LOCAL_ADDRESS_WITHOUT_PORT",
+    "DOWNSTREAM_REMOTE_ADDRESS",
+    "DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT",
+];
+
+fn tunneling(proto: proto::tcp_proxy::TunnelingConfig, warnings: &mut Warnings) -> Result<Tunneling> {
+    let proto::tcp_proxy::TunnelingConfig {
+        hostname,
+        use_post,
+        headers_to_add,
+        propagate_response_headers,
+        post_path,
+        propagate_response_trailers,
+        request_id_extension,
+        request_id_header,
+        request_id_metadata_key,
+        formatters,
+    } = proto;
+    if use_post || !post_path.is_empty() {
+        let at = if use_post { "use_post" } else { "post_path" };
+        return Err(ConfigError::new(at, "tunnelling in a POST is not supported; CONNECT is"));
+    }
+    if request_id_extension.is_some() {
+        return Err(ConfigError::new("request_id_extension", "request IDs on the CONNECT are not supported"));
+    }
+    if !formatters.is_empty() {
+        return Err(ConfigError::new("formatters", "formatter extensions are not supported"));
+    }
+    if hostname.is_empty() {
+        return Err(ConfigError::new("hostname", "is required"));
+    }
+    tunnel_commands(&hostname).map_err(|e| e.at("hostname"))?;
+    let headers_to_add = headers_to_add
+        .into_iter()
+        .enumerate()
+        .map(|(i, option)| {
+            let at = format!("headers_to_add[{i}]");
+            let option = route::header_value_option(option, true).map_err(|e| e.at(&at))?;
+            tunnel_commands(&option.value).map_err(|e| e.at(format!("{at}.header.value")))?;
+            Ok(option)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    ignore_all(
+        warnings,
+        &[
+            (propagate_response_headers, "propagate_response_headers", "nothing reads the tunnel's response headers"),
+            (
+                propagate_response_trailers,
+                "propagate_response_trailers",
+                "nothing reads the tunnel's response trailers",
+            ),
+            (
+                !request_id_header.is_empty(),
+                "request_id_header",
+                "only used with request_id_extension, which is refused",
+            ),
+            (
+                !request_id_metadata_key.is_empty(),
+                "request_id_metadata_key",
+                "only used with request_id_extension, which is refused",
+            ),
+        ],
+    );
+    Ok(Tunneling { hostname, headers_to_add })
+}
+
+/// Refuses a `%COMMAND%` other than [`TUNNEL_COMMANDS`] (`%%` is a `%`): another would be
+/// sent as it is written.
+fn tunnel_commands(value: &str) -> Result<()> {
+    let mut rest = value;
+    while let Some(start) = rest.find('%') {
+        let after = &rest[start + 1..];
+        if let Some(escaped) = after.strip_prefix('%') {
+            rest = escaped;
+            continue;
+        }
+        let Some(end) = after.find('%') else { return Ok(()) };
+        let command = &after[..end];
+        if !TUNNEL_COMMANDS.contains(&command) {
+            return Err(ConfigError::new("", format!("%{command}% is not supported in a tunnel")));
+        }
+        rest = &after[end + 1..];
+    }
+    Ok(())
 }

@@ -15,13 +15,25 @@ fn tcp_proxy(extra: Value) -> Value {
 }
 
 #[test]
-fn tunneling_config_is_refused_with_its_path() {
-    // Istio's HBONE `connect_originate` shape: proxying these bytes as plain TCP would send
-    // them without the CONNECT and its headers.
-    let e = error(convert(tcp_proxy(json!({"tunneling_config": {"hostname": "%DOWNSTREAM_LOCAL_ADDRESS%",
-        "headers_to_add": [{"header": {"key": "baggage", "value": "k8s.cluster.name=Kubernetes"}}]}}))));
-    assert_eq!(e.path(), "filter_chains[0].filters[0].typed_config.tunneling_config");
-    assert!(convert(tcp_proxy(json!({}))).is_ok());
+fn tunneling_config_takes_istios_shape_and_refuses_what_it_cannot_send() {
+    // Istio's HBONE `connect_originate` shape.
+    let t = converted(json!({"tunneling_config": {"hostname": "%DOWNSTREAM_LOCAL_ADDRESS%",
+        "headers_to_add": [{"header": {"key": "baggage", "value": "k8s.cluster.name=Kubernetes"}}]}}));
+    let tunneling = t.tunneling.unwrap();
+    assert_eq!(tunneling.hostname, "%DOWNSTREAM_LOCAL_ADDRESS%");
+    assert_eq!(tunneling.headers_to_add[0].name, "baggage");
+    assert_eq!(converted(json!({})).tunneling, None);
+    let at = "filter_chains[0].filters[0].typed_config.tunneling_config";
+    let refused = |config: Value| error(convert(tcp_proxy(json!({"tunneling_config": config})))).path().to_owned();
+    assert_eq!(refused(json!({"hostname": "h:1", "use_post": true})), format!("{at}.use_post"));
+    // A command the tunnel cannot evaluate would go out as written.
+    assert_eq!(refused(json!({"hostname": "%UPSTREAM_HOST%"})), format!("{at}.hostname"));
+    assert_eq!(
+        refused(json!({"hostname": "h:1", "headers_to_add": [{"header": {"key": "x", "value": "%START_TIME%"}}]})),
+        format!("{at}.headers_to_add[0].header.value")
+    );
+    assert_eq!(refused(json!({"hostname": ""})), format!("{at}.hostname"));
+    assert!(convert(tcp_proxy(json!({"tunneling_config": {"hostname": "100%% h:1"}}))).is_ok(), "%% is a %");
 }
 
 fn converted(extra: Value) -> TcpProxy {

@@ -1,0 +1,147 @@
+//! TCP over an HTTP tunnel (`tunneling_config`): on the upstream connection (after its TLS
+//! handshake, if any) the TCP proxy sends a `CONNECT` whose authority is the configured
+//! hostname, over HTTP/2 when the cluster speaks it (Istio's HBONE) and HTTP/1.1 otherwise,
+//! as Envoy's tunnelling pools choose; once the upstream answers 2xx, the connection's
+//! bytes go both ways inside that stream. Any other answer closes the downstream
+//! connection, as Envoy closes it.
+//!
+//! Each tunnel has its own upstream connection here; Envoy's HTTP pool (and ztunnel) can
+//! carry many tunnels on one HTTP/2 connection.
+
+use std::fmt;
+
+use http::uri::Authority;
+use http::{HeaderMap, Request, Uri};
+use http_body_util::Empty;
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_util::either::Either;
+
+use crate::config::listener::tcp_proxy::Tunneling;
+use crate::proxy::exec::LocalExec;
+use crate::proxy::filter_chain::ConnectionInfo;
+use crate::proxy::router::{DownstreamInfo, add_headers, substitute};
+use crate::tls::PrefixedStream;
+
+/// Why a tunnel did not open.
+#[derive(Debug)]
+pub enum TunnelError {
+    /// The hostname (after substitution) is no authority.
+    Authority(String),
+    /// The HTTP handshake or the `CONNECT` failed.
+    Http(hyper::Error),
+    /// The upstream answered the `CONNECT` with this status.
+    Refused(http::StatusCode),
+    /// The HTTP/1.1 answer did not parse, or its head was too long.
+    Malformed,
+    Io(std::io::Error),
+}
+
+impl fmt::Display for TunnelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Authority(hostname) => write!(f, "tunnel hostname {hostname:?} is not an authority"),
+            Self::Http(error) => write!(f, "tunnel: {error}"),
+            Self::Refused(status) => write!(f, "the upstream answered the CONNECT with {status}"),
+            Self::Malformed => f.write_str("the upstream's answer to the CONNECT is not HTTP/1.1"),
+            Self::Io(error) => write!(f, "tunnel: {error}"),
+        }
+    }
+}
+
+/// The downstream connection's addresses, for the hostname's and headers' commands.
+fn downstream(info: &ConnectionInfo) -> DownstreamInfo {
+    DownstreamInfo { remote: Some(info.peer), local: Some(info.local), protocol: "" }
+}
+
+/// The most an HTTP/1.1 `CONNECT`'s answer head may take (Envoy's default header limit).
+const MAX_RESPONSE_HEAD: usize = 60 * 1024;
+
+/// A tunnel opened: an HTTP/2 stream, or the HTTP/1.1 connection itself after its answer
+/// (with any bytes read past the answer's head first).
+pub type Tunnel<IO> = Either<TokioIo<Upgraded>, PrefixedStream<IO>>;
+
+/// Opens a tunnel on `io`, an upstream connection just made: the `CONNECT`, its answer,
+/// and the stream the bytes then go through.
+pub async fn open<IO>(
+    io: IO,
+    tunneling: &Tunneling,
+    http2: bool,
+    info: &ConnectionInfo,
+) -> Result<Tunnel<IO>, TunnelError>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let downstream = downstream(info);
+    let hostname = substitute(&tunneling.hostname, &downstream, None);
+    let authority: Authority = hostname.parse().map_err(|_| TunnelError::Authority(hostname.clone()))?;
+    let mut headers = HeaderMap::new();
+    add_headers(&mut headers, &tunneling.headers_to_add, &downstream);
+    if http2 {
+        open_http2(io, authority, headers).await.map(Either::Left)
+    } else {
+        open_http1(io, authority, headers).await.map(Either::Right)
+    }
+}
+
+async fn open_http2<IO>(io: IO, authority: Authority, headers: HeaderMap) -> Result<TokioIo<Upgraded>, TunnelError>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + 'static,
+{
+    let uri = Uri::from(authority);
+    let mut request =
+        Request::connect(uri).body(Empty::<bytes::Bytes>::new()).map_err(|e| TunnelError::Authority(e.to_string()))?;
+    *request.headers_mut() = headers;
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(LocalExec)
+        .timer(TokioTimer::new())
+        .handshake(TokioIo::new(io))
+        .await
+        .map_err(TunnelError::Http)?;
+    tokio::task::spawn_local(connection);
+    let response = sender.send_request(request).await.map_err(TunnelError::Http)?;
+    if !response.status().is_success() {
+        return Err(TunnelError::Refused(response.status()));
+    }
+    hyper::upgrade::on(response).await.map(TokioIo::new).map_err(TunnelError::Http)
+}
+
+/// HTTP/1.1's `CONNECT`, written and read here: hyper's client hands an upgraded HTTP/1.1
+/// connection over only when it can move between threads, and the TCP proxy's upstream
+/// counts its activity on the worker's thread.
+async fn open_http1<IO>(mut io: IO, authority: Authority, headers: HeaderMap) -> Result<PrefixedStream<IO>, TunnelError>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut head = format!("CONNECT {authority} HTTP/1.1\r\nhost: {authority}\r\n").into_bytes();
+    for (name, value) in &headers {
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    io.write_all(&head).await.map_err(TunnelError::Io)?;
+    let mut read = Vec::new();
+    loop {
+        let mut parsed = [httparse::EMPTY_HEADER; 64];
+        let mut response = httparse::Response::new(&mut parsed);
+        match response.parse(&read) {
+            Ok(httparse::Status::Complete(length)) => {
+                let status = response.code.and_then(|c| http::StatusCode::from_u16(c).ok());
+                return match status {
+                    Some(status) if status.is_success() => Ok(PrefixedStream::new(read.split_off(length), io)),
+                    Some(status) => Err(TunnelError::Refused(status)),
+                    None => Err(TunnelError::Malformed),
+                };
+            }
+            Ok(httparse::Status::Partial) if read.len() < MAX_RESPONSE_HEAD => {}
+            _ => return Err(TunnelError::Malformed),
+        }
+        let before = read.len();
+        read.reserve(4096);
+        if io.read_buf(&mut read).await.map_err(TunnelError::Io)? == 0 || read.len() == before {
+            return Err(TunnelError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+    }
+}
