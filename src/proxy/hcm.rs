@@ -4,6 +4,7 @@
 //! words.
 
 mod codec;
+mod connect;
 mod expect_continue;
 mod forwarding;
 mod lifetime;
@@ -183,16 +184,23 @@ async fn forward_request(
     if let Some(log) = pending.as_mut() {
         log.route_name = selection.and_then(|s| s.route).map(|r| r.name.clone()).filter(|n| !n.is_empty());
     }
-    // CONNECT is never proxied (an `upgrade_configs` entry for it is refused): one that
-    // a route matches gets Envoy's 403 for an upgrade nobody allowed; one that none
-    // matches, the router's 404. Either way its connection closes after the answer (see
-    // `serve`), so nothing sent as the tunnel is read as a request.
-    let connect = parts.method == http::Method::CONNECT && selection.and_then(|s| s.route).is_some();
+    // CONNECT is proxied only where a route terminates it (`hcm::connect`: an HTTP/2
+    // CONNECT, the route's CONNECT entry with `connect_config`, the connection manager's
+    // say as for any upgrade). Any other that a route matches gets Envoy's 403 for an
+    // upgrade nobody allowed; one that none matches, the router's 404. Either way an
+    // HTTP/1.1 connection closes after the answer (see `serve`), so nothing sent as the
+    // tunnel is read as a request.
+    let route_action = selection.and_then(|s| s.route).and_then(|r| match &r.action {
+        Action::Route(action) => Some(action),
+        _ => None,
+    });
+    let terminated = route_action.is_some_and(|action| {
+        connect::terminates(&parts, action)
+            && upgrade_allowed(&manager.upgrade_configs, Some(&action.upgrade_configs), "connect")
+    });
+    let connect = parts.method == http::Method::CONNECT && selection.and_then(|s| s.route).is_some() && !terminated;
     if let Some(kind) = upgrade::requested(&mut parts).or_else(|| connect.then(String::new)) {
-        let route = selection.and_then(|s| s.route).and_then(|r| match &r.action {
-            Action::Route(action) => Some(action.upgrade_configs.as_slice()),
-            _ => None,
-        });
+        let route = route_action.map(|action| action.upgrade_configs.as_slice());
         if connect || exchange.upgrades.is_none() || !upgrade_allowed(&manager.upgrade_configs, route, &kind) {
             // Envoy's answer to an upgrade nobody allowed: 403, empty body, nothing
             // forwarded, and the connection closed.
@@ -455,6 +463,10 @@ async fn route_and_forward(
     let name = &cluster.cluster().name;
     if let Some(log) = pending.as_mut() {
         log.upstream_cluster = Some(name.clone());
+    }
+    if connect::terminates(&parts, forward.action) {
+        // Allowed by the connection manager: checked before the filters ran.
+        return Box::pin(connect::terminate(parts, &cluster, snapshot, exchange, stream)).await;
     }
     if let Some(slot) = exchange.upgrades
         && headers::is_upgrade(&parts.headers)

@@ -9,21 +9,16 @@ mod tunnel;
 
 use crate::proxy::byte_count::ByteCounted;
 use crate::telemetry::ConnectionLife;
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
 
 use rand::Rng;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, DuplexStream};
-use tokio::net::{TcpSocket, TcpStream};
-use tokio_util::either::Either;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::context::WorkerContext;
 use super::filter_chain::ConnectionInfo;
-use super::internal_listener;
-use crate::config::Address;
+use super::upstream::raw;
 use crate::config::cluster::UpstreamProtocol;
-use crate::config::endpoint::LbEndpoint;
 use crate::config::listener::TcpProxy;
 use crate::config::listener::tcp_proxy::TcpCluster;
 use crate::config::listener::tcp_proxy::Tunneling;
@@ -104,7 +99,7 @@ async fn proxy_connection<S>(
         let _in_flight = host.stats.start(Instant::now());
         let stats = &host.cluster_stats;
         let connect =
-            tokio::time::timeout(cluster.connect_timeout, connect(host.address(), &host.endpoint, cluster)).await;
+            tokio::time::timeout(cluster.connect_timeout, raw::connect(host.address(), &host.endpoint, cluster)).await;
         let upstream = match connect {
             Ok(Ok(upstream)) => upstream,
             failed => {
@@ -269,36 +264,6 @@ where
             None
         }
     }
-}
-
-/// A TCP connection to `address` (the endpoint's `additional_addresses` raced with it, as
-/// Envoy's happy eyeballs), or a pipe to an internal listener of this worker.
-async fn connect(
-    address: &Address,
-    endpoint: &LbEndpoint,
-    cluster: &crate::config::Cluster,
-) -> std::io::Result<Either<TcpStream, DuplexStream>> {
-    let address = match address {
-        Address::Socket(address) => *address,
-        Address::Internal { server_listener_name, .. } => {
-            return internal_listener::connect(server_listener_name).map(Either::Right);
-        }
-        other => return Err(std::io::Error::other(format!("the TCP proxy cannot reach {other}"))),
-    };
-    let bind = cluster.upstream_bind;
-    let additional = &endpoint.additional_addresses;
-    let stream = if !additional.is_empty() {
-        let addresses: Vec<SocketAddr> = std::iter::once(address).chain(additional.iter().copied()).collect();
-        crate::core::net::connect_any(&addresses, |peer| bind.map(|b| b.for_peer(peer))).await?
-    } else {
-        let socket = if address.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
-        if let Some(source) = bind.map(|b| b.for_peer(address)) {
-            socket.bind(source)?;
-        }
-        socket.connect(address).await?
-    };
-    let _ = stream.set_nodelay(true);
-    Ok(Either::Left(stream))
 }
 
 /// Copies both ways until both ends close; meanwhile a connection with Istio's TCP

@@ -15,6 +15,7 @@ mod error;
 mod feedback;
 mod limits;
 mod pool;
+pub mod raw;
 mod request;
 
 use std::sync::Arc;

@@ -13,6 +13,7 @@ mod accept_exhaustion;
 mod additional_addresses;
 mod attempt_count;
 mod circuit_breakers;
+mod connect_termination;
 mod dns_lookup_family;
 mod expect_continue;
 mod faults_backend;

@@ -147,16 +147,14 @@ pub fn http2_options(proto: core::Http2ProtocolOptions, warnings: &mut Warnings)
         stream_reset_burst,
         stream_reset_rate,
     } = proto;
-    // Extended CONNECT (RFC 8441) and CONNECT itself are not served: Istio asks for them
-    // only on HBONE's CONNECT-terminating listener, refused for its `connect_config`.
-    if allow_connect {
-        return Err(ConfigError::new("allow_connect", "CONNECT over HTTP/2 is not supported"));
-    }
     let flood = "flood protection uses the HTTP/2 library's own limits";
     ignore_all(
         warnings,
         &[
             (allow_metadata, "allow_metadata", "METADATA frames are not supported and are dropped"),
+            // Plain CONNECT needs no setting; what this enables is RFC 8441's extended
+            // CONNECT (WebSocket over HTTP/2), which is not offered: clients then use HTTP/1.1.
+            (allow_connect, "allow_connect", "extended CONNECT (RFC 8441) is not offered; plain CONNECT is served"),
             (max_outbound_frames.is_some(), "max_outbound_frames", flood),
             (max_outbound_control_frames.is_some(), "max_outbound_control_frames", flood),
             (
@@ -270,21 +268,33 @@ mod tests {
         assert_eq!(refused(not_a_host), "default_host_for_http_10");
     }
 
-    /// CONNECT is never proxied: asking for it, on the connection manager or a route, is
-    /// refused with the field's path.
+    /// CONNECT is allowed on the connection manager and terminated on a route whose entry
+    /// has a `connect_config`; what such a config asks for that Outrider cannot do is
+    /// refused with its path.
     #[test]
-    fn connect_upgrades_are_refused_with_their_path() {
+    fn connect_upgrades_and_their_termination() {
         use super::super::upgrade::{hcm_upgrades, route_upgrades};
         use crate::pb::envoy::config::route::v3::route_action::UpgradeConfig as Route;
+        use crate::pb::envoy::config::route::v3::route_action::upgrade_config::ConnectConfig;
         use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::UpgradeConfig as Hcm;
         let websocket = Hcm { upgrade_type: "websocket".into(), ..Default::default() };
         let connect = Hcm { upgrade_type: "CONNECT".into(), ..Default::default() };
-        assert_eq!(hcm_upgrades(vec![websocket, connect]).unwrap_err().path(), "upgrade_configs[1].upgrade_type");
+        let manager = hcm_upgrades(vec![websocket, connect]).unwrap();
+        assert!(manager.iter().all(|u| !u.terminates_connect) && manager[1].upgrade_type == "connect");
         let route = Route { upgrade_type: "connect".into(), ..Default::default() };
-        assert_eq!(route_upgrades(vec![route]).unwrap_err().path(), "upgrade_configs[0].upgrade_type");
+        assert!(!route_upgrades(vec![route]).unwrap()[0].terminates_connect, "no connect_config: not terminated");
         let terminated =
             Route { upgrade_type: "CONNECT".into(), connect_config: Some(Default::default()), ..Default::default() };
-        assert_eq!(route_upgrades(vec![terminated]).unwrap_err().path(), "upgrade_configs[0].connect_config");
+        assert!(route_upgrades(vec![terminated]).unwrap()[0].terminates_connect);
+        let post = Route {
+            upgrade_type: "CONNECT".into(),
+            connect_config: Some(ConnectConfig { allow_post: true, ..Default::default() }),
+            ..Default::default()
+        };
+        assert_eq!(route_upgrades(vec![post]).unwrap_err().path(), "upgrade_configs[0].connect_config.allow_post");
+        let websocket_terminated =
+            Route { upgrade_type: "websocket".into(), connect_config: Some(Default::default()), ..Default::default() };
+        assert_eq!(route_upgrades(vec![websocket_terminated]).unwrap_err().path(), "upgrade_configs[0].connect_config");
     }
 
     /// Envoy would serve a matching upgrade as a plain request; Outrider cannot, so it

@@ -104,14 +104,15 @@ fn by_name<'a>(listeners: &'a [Listener], name: &str) -> &'a Listener {
 
 #[test]
 fn sidecar_listeners_convert() {
-    // HBONE's `connect_terminate` (CONNECT termination), and the internal listeners
-    // `connect_originate` (a TCP proxy tunnelling over CONNECT) and `main_internal`, whose
-    // listener filter (Istio's `set_internal_dst_address`) is not run, are refused; every
-    // other listener, RBAC, ext_authz, JWT and fault filters included, converts.
+    // HBONE's `connect_terminate` (its CONNECT termination is served, Istio's own
+    // `connect_authority` filter is not), and the internal listeners `connect_originate`
+    // (a TCP proxy tunnelling over CONNECT) and `main_internal`, whose listener filter
+    // (Istio's `set_internal_dst_address`) is not run, are refused; every other listener,
+    // RBAC, ext_authz, JWT and fault filters included, converts.
     let listeners = convert_listeners_refusing(
         "sidecar-listeners.config_dump.json",
         &[
-            ("connect_terminate", "CONNECT termination is not supported"),
+            ("connect_terminate", "io.istio.http.connect_authority.Config are not supported"),
             ("connect_originate", "istio.set_internal_dst_address.v1.Config) is not supported"),
             ("main_internal", "istio.set_internal_dst_address.v1.Config) is not supported"),
         ],

@@ -1,0 +1,212 @@
+//! `CONNECT` termination (Istio's HBONE shape on 15008), compared with Envoy 1.40: an
+//! HTTP/2 `CONNECT` to a route whose `CONNECT` entry has a `connect_config` gets 200, and
+//! its stream's bytes reach a TCP echo server through an internal listener; then the whole
+//! HBONE path, a TCP proxy tunnelling into the terminating listener of the same proxy.
+
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::common;
+use common::WAIT;
+use common::differential::{Pair, ROUTER, free_port};
+
+/// A TCP server that echoes what it reads, prefixed with `echo:`.
+async fn echo_server() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let _ = stream.write_all(b"echo:").await;
+                let mut buffer = [0u8; 1024];
+                while let Ok(n) = stream.read(&mut buffer).await {
+                    if n == 0 || stream.write_all(&buffer[..n]).await.is_err() {
+                        break;
+                    }
+                }
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    port
+}
+
+/// The terminating listener on `port`: a connection manager allowing `CONNECT`, whose one
+/// route sends it to `main_internal` (an internal listener proxying TCP to `echo`).
+fn terminating_listener(name: &str, port: u16) -> String {
+    format!(
+        r#"
+  - name: {name}
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: {name}
+          codec_type: HTTP2
+          http2_protocol_options: {{ allow_connect: true }}
+          upgrade_configs: [{{ upgrade_type: CONNECT }}]
+          http_filters: [{{ name: envoy.filters.http.router, typed_config: {{ "@type": {ROUTER} }} }}]
+          route_config:
+            virtual_hosts:
+            - name: default
+              domains: ["*"]
+              routes:
+              - match: {{ connect_matcher: {{}} }}
+                route:
+                  cluster: main_internal
+                  upgrade_configs: [{{ upgrade_type: CONNECT, connect_config: {{}} }}]"#
+    )
+}
+
+const COMMON: &str = r#"
+  - name: main_internal
+    internal_listener: {}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.tcp_proxy
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+          stat_prefix: main_internal
+          cluster: echo"#;
+
+fn clusters(echo: u16, extra: &str) -> String {
+    format!(
+        r#"
+  clusters:
+  - name: main_internal
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: main_internal
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ envoy_internal_address: {{ server_listener_name: main_internal }} }} }}
+  - name: echo
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: echo
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {echo} }} }} }}{extra}
+"#
+    )
+}
+
+const BOOTSTRAP_EXTENSIONS: &str = r#"bootstrap_extensions:
+- name: envoy.bootstrap.internal_listener
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.bootstrap.internal_listener.v3.InternalListener
+"#;
+
+/// An HTTP/2 `CONNECT` to `port`: its status, and what came back through the tunnel for
+/// `hello` (empty when refused).
+async fn connect(port: u16) -> (u16, String) {
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
+    let driver = tokio::spawn(connection);
+    let request = http::Request::connect("10.0.0.5:8080").body(Empty::<Bytes>::new()).unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status().as_u16();
+    if status != 200 {
+        return (status, String::new());
+    }
+    let mut tunnel = TokioIo::new(hyper::upgrade::on(response).await.unwrap());
+    let echoed = echoed(&mut tunnel).await;
+    // The connection closes with its last sender, before the proxy stops.
+    drop((tunnel, sender));
+    let _ = tokio::time::timeout(WAIT, driver).await;
+    (status, echoed)
+}
+
+/// Writes `hello` on `stream`, closes its side once the echo is back, and reads until the
+/// far end closes too, so that no tunnel is left for the proxy's stop to drain.
+async fn echoed<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(stream: &mut S) -> String {
+    stream.write_all(b"hello").await.unwrap();
+    let mut seen = Vec::new();
+    let mut buffer = [0u8; 64];
+    let mut closed = false;
+    loop {
+        if seen.ends_with(b"hello") && !closed {
+            stream.shutdown().await.unwrap();
+            closed = true;
+        }
+        match tokio::time::timeout(WAIT, stream.read(&mut buffer)).await {
+            Ok(Ok(n)) if n > 0 => seen.extend_from_slice(&buffer[..n]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
+#[tokio::test]
+async fn an_http2_connect_is_terminated_into_an_internal_listener() {
+    let echo = echo_server().await;
+    let bootstrap = |port: u16| {
+        format!(
+            "{BOOTSTRAP_EXTENSIONS}static_resources:\n  listeners:{}{COMMON}{}",
+            terminating_listener("connect_terminate", port),
+            clusters(echo, "")
+        )
+    };
+    let pair = Pair::start(bootstrap).await;
+    for (who, port) in pair.ports() {
+        assert_eq!(connect(port).await, (200, "echo:hello".to_owned()), "{who}");
+    }
+    pair.outrider.stop();
+}
+
+#[tokio::test]
+async fn tcp_tunnelled_into_a_terminating_listener_reaches_the_application() {
+    // Outbound and inbound HBONE in one proxy: TCP on `port` is tunnelled in a CONNECT to
+    // the terminating listener, which hands the stream to `main_internal`, which proxies
+    // it to the echo server.
+    let echo = echo_server().await;
+    let bootstrap = |port: u16| {
+        let terminate = free_port();
+        let tunnel = format!(
+            r#"
+  - name: connect_originate
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.tcp_proxy
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+          stat_prefix: connect_originate
+          cluster: hbone
+          tunneling_config: {{ hostname: "10.0.0.5:8080" }}"#
+        );
+        let hbone = format!(
+            r#"
+  - name: hbone
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{ http2_protocol_options: {{}} }}
+    load_assignment:
+      cluster_name: hbone
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {terminate} }} }} }}"#
+        );
+        format!(
+            "{BOOTSTRAP_EXTENSIONS}static_resources:\n  listeners:{tunnel}{}{COMMON}{}",
+            terminating_listener("connect_terminate", terminate),
+            clusters(echo, &hbone)
+        )
+    };
+    let pair = Pair::start(bootstrap).await;
+    for (who, port) in pair.ports() {
+        let mut client = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        assert_eq!(echoed(&mut client).await, "echo:hello", "{who}");
+    }
+    pair.outrider.stop();
+}
