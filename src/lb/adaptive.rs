@@ -20,7 +20,7 @@
 //!   `+ 0` favours the small (20 %); `+ ½` gave it 12–13 % (`bench/RESULTS.md`, S5).
 //!   A recent report also charges the wait behind every caller's requests, M/M/1's
 //!   `latency × u / (1 − u)` at the report's utilization (or this caller's own rate sent
-//!   over the capacity, if higher), and the queue term is the larger of the two waits:
+//!   over the capacity, if higher), added to the first:
 //!   a caller's in-flight count cannot tell a pod limited to a tenth of a CPU from one at
 //!   four tenths, and sees nothing of other callers or a neighbour's use of the CPU.
 //!   Between endpoints of one latency, the lowest wait is the lowest utilization: the
