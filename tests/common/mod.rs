@@ -215,4 +215,5 @@ pub mod load;
 pub mod otlp;
 pub mod peers;
 pub mod skip;
+pub mod tunnel;
 pub mod wait;

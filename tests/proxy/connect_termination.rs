@@ -11,6 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::common;
 use common::WAIT;
 use common::differential::{Pair, ROUTER, free_port};
+use common::tunnel::echo_round;
 
 /// A TCP server that echoes what it reads, prefixed with `echo:`.
 async fn echo_server() -> u16 {
@@ -117,31 +118,11 @@ async fn connect(port: u16) -> (u16, String) {
         return (status, String::new());
     }
     let mut tunnel = TokioIo::new(hyper::upgrade::on(response).await.unwrap());
-    let echoed = echoed(&mut tunnel).await;
+    let echoed = echo_round(&mut tunnel, b"hello").await;
     // The connection closes with its last sender, before the proxy stops.
     drop((tunnel, sender));
     let _ = tokio::time::timeout(WAIT, driver).await;
     (status, echoed)
-}
-
-/// Writes `hello` on `stream`, closes its side once the echo is back, and reads until the
-/// far end closes too, so that no tunnel is left for the proxy's stop to drain.
-async fn echoed<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(stream: &mut S) -> String {
-    stream.write_all(b"hello").await.unwrap();
-    let mut seen = Vec::new();
-    let mut buffer = [0u8; 64];
-    let mut closed = false;
-    loop {
-        if seen.ends_with(b"hello") && !closed {
-            stream.shutdown().await.unwrap();
-            closed = true;
-        }
-        match tokio::time::timeout(WAIT, stream.read(&mut buffer)).await {
-            Ok(Ok(n)) if n > 0 => seen.extend_from_slice(&buffer[..n]),
-            _ => break,
-        }
-    }
-    String::from_utf8_lossy(&seen).into_owned()
 }
 
 #[tokio::test]
@@ -206,7 +187,7 @@ async fn tcp_tunnelled_into_a_terminating_listener_reaches_the_application() {
     let pair = Pair::start(bootstrap).await;
     for (who, port) in pair.ports() {
         let mut client = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-        assert_eq!(echoed(&mut client).await, "echo:hello", "{who}");
+        assert_eq!(echo_round(&mut client, b"hello").await, "echo:hello", "{who}");
     }
     pair.outrider.stop();
 }

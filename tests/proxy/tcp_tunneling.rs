@@ -14,8 +14,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common;
-use common::WAIT;
 use common::differential::Pair;
+use common::tunnel::echo_round;
 
 /// An HTTP/1.1 and HTTP/2 server that takes `CONNECT`s: 200, then `<method> <authority>
 /// <baggage>\n` and an echo of the tunnel's bytes; 403 to any other method or to an
@@ -96,26 +96,10 @@ fn bootstrap(port: u16, server: u16, hostname: &str, http2: bool) -> String {
     )
 }
 
-/// Sends `hello` through the proxy on `port`, closes its side once the echo is back (or
-/// the proxy closed first), and reads everything until the tunnel is closed end to end, so
-/// that no connection is left for the proxy's stop to drain.
+/// Sends `hello` through the proxy on `port` and reads until the tunnel is closed.
 async fn through(port: u16) -> String {
     let mut client = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    client.write_all(b"hello").await.unwrap();
-    let mut seen = Vec::new();
-    let mut buffer = [0u8; 1024];
-    let mut closed = false;
-    loop {
-        if seen.ends_with(b"hello") && !closed {
-            client.shutdown().await.unwrap();
-            closed = true;
-        }
-        match tokio::time::timeout(WAIT, client.read(&mut buffer)).await {
-            Ok(Ok(n)) if n > 0 => seen.extend_from_slice(&buffer[..n]),
-            _ => break,
-        }
-    }
-    String::from_utf8_lossy(&seen).into_owned()
+    echo_round(&mut client, b"hello").await
 }
 
 async fn tunnels_the_bytes(http2: bool) {
