@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common;
 use common::WAIT;
-use common::differential::{Pair, ROUTER, free_port};
+use common::differential::{Pair, ROUTER, free_port, raw_http1};
 use common::tunnel::echo_round;
 
 /// A TCP server that echoes what it reads, prefixed with `echo:`.
@@ -47,7 +47,7 @@ fn terminating_listener(name: &str, port: u16) -> String {
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: {name}
-          codec_type: HTTP2
+          codec_type: AUTO
           http2_protocol_options: {{ allow_connect: true }}
           upgrade_configs: [{{ upgrade_type: CONNECT }}]
           http_filters: [{{ name: envoy.filters.http.router, typed_config: {{ "@type": {ROUTER} }} }}]
@@ -139,6 +139,12 @@ async fn an_http2_connect_is_terminated_into_an_internal_listener() {
     for (who, port) in pair.ports() {
         assert_eq!(connect(port).await, (200, "echo:hello".to_owned()), "{who}");
     }
+    // Outrider only (Envoy terminates it too): an HTTP/1.1 CONNECT gets 403 and nothing
+    // sent after it reaches the echo server.
+    let request = "CONNECT 10.0.0.5:8080 HTTP/1.1\r\nhost: 10.0.0.5:8080\r\n\r\nhello";
+    let (status, _, body) = raw_http1(pair.outrider_port, request).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(!body.contains("echo:"), "{body}");
     pair.outrider.stop();
 }
 
