@@ -466,7 +466,7 @@ async fn route_and_forward(
     }
     if connect::terminates(&parts, forward.action) {
         // Allowed by the connection manager: checked before the filters ran.
-        return Box::pin(connect::terminate(parts, &cluster, snapshot, exchange, stream)).await;
+        return Box::pin(connect::terminate(parts, &forward, &cluster, snapshot, exchange, stream)).await;
     }
     if let Some(slot) = exchange.upgrades
         && headers::is_upgrade(&parts.headers)

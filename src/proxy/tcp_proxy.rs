@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use rand::Rng;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio_util::either::Either;
 
 use super::context::WorkerContext;
 use super::filter_chain::ConnectionInfo;
@@ -25,7 +26,7 @@ use crate::config::listener::tcp_proxy::Tunneling;
 use crate::lb::PickContext;
 use crate::proxy::filters::istio_tcp::stream::{Counted, OnPeer, PeerReader};
 use crate::proxy::filters::istio_tcp::{self, TcpSession};
-use crate::tls::{ClientAlpn, Refusal};
+use crate::tls::ClientAlpn;
 use timeouts::{Active, Activity};
 
 /// Reports the connection's Istio TCP metrics however `serve` ends.
@@ -98,8 +99,7 @@ async fn proxy_connection<S>(
         let cluster = local.cluster();
         let _in_flight = host.stats.start(Instant::now());
         let stats = &host.cluster_stats;
-        let connect =
-            tokio::time::timeout(cluster.connect_timeout, raw::connect(host.address(), &host.endpoint, cluster)).await;
+        let connect = tokio::time::timeout(cluster.connect_timeout, raw::connect_host(&host, cluster)).await;
         let upstream = match connect {
             Ok(Ok(upstream)) => upstream,
             failed => {
@@ -119,7 +119,8 @@ async fn proxy_connection<S>(
         );
         let upstream = ByteCounted::new(upstream, &stats.upstream_cx_rx_bytes_total, &stats.upstream_cx_tx_bytes_total);
         let upstream = Active::new(upstream, activity.clone());
-        let http2 = cluster.http.protocol == UpstreamProtocol::Http2;
+        let worker_tls = &context.clusters.tls.stats.upstream;
+        let remaining = cluster.connect_timeout.saturating_sub(now.elapsed());
         let copied = match (&tls, &proxy.tunneling) {
             (None, None) => {
                 host.stats.record(Instant::now(), now.elapsed(), true);
@@ -128,21 +129,19 @@ async fn proxy_connection<S>(
                 }
                 copy(&mut downstream, upstream, session.as_deref()).await
             }
-            (None, Some(tunneling)) => {
-                let Some(tunnel) = open_tunnel(upstream, tunneling, http2, &info, &cluster_name).await else { return };
-                host.stats.record(Instant::now(), now.elapsed(), true);
-                if let Some(session) = &session {
-                    session.upstream_connected(&cluster_name, false);
-                }
-                copy(&mut downstream, tunnel, session.as_deref()).await
-            }
-            (Some(tls), Some(tunneling)) => {
-                let remaining = cluster.connect_timeout.saturating_sub(now.elapsed());
-                let alpn = if http2 { ClientAlpn::Http2 } else { ClientAlpn::Http1 };
-                let Some(upstream) = handshake(upstream, tls, alpn, remaining, &host, (&cluster_name, context)).await
-                else {
-                    host.stats.record(Instant::now(), now.elapsed(), false);
-                    continue;
+            (tls, Some(tunneling)) => {
+                let http2 = cluster.http.protocol == UpstreamProtocol::Http2;
+                let upstream = match tls {
+                    None => Either::Left(upstream),
+                    Some(tls) => {
+                        let alpn = if http2 { ClientAlpn::Http2 } else { ClientAlpn::Http1 };
+                        let Some(upstream) = raw::handshake(upstream, tls, alpn, remaining, &host, worker_tls).await
+                        else {
+                            host.stats.record(Instant::now(), now.elapsed(), false);
+                            continue;
+                        };
+                        Either::Right(upstream)
+                    }
                 };
                 let Some(tunnel) = open_tunnel(upstream, tunneling, http2, &info, &cluster_name).await else { return };
                 host.stats.record(Instant::now(), now.elapsed(), true);
@@ -152,9 +151,8 @@ async fn proxy_connection<S>(
                 copy(&mut downstream, tunnel, session.as_deref()).await
             }
             (Some(tls), None) => {
-                let remaining = cluster.connect_timeout.saturating_sub(now.elapsed());
                 let Some(mut upstream) =
-                    handshake(upstream, tls, ClientAlpn::Tcp, remaining, &host, (&cluster_name, context)).await
+                    raw::handshake(upstream, tls, ClientAlpn::Tcp, remaining, &host, worker_tls).await
                 else {
                     host.stats.record(Instant::now(), now.elapsed(), false);
                     continue;
@@ -207,9 +205,6 @@ where
     }
 }
 
-/// Connects from the cluster's `upstream_bind_config` source address when it has one
-/// (Istio binds inbound passthrough connections to 127.0.0.6, which its iptables rules
-/// let through instead of capturing them again).
 /// The cluster of this connection: the one named, or one of the weighted ones drawn by
 /// weight.
 fn choose_cluster(cluster: &TcpCluster, context: &WorkerContext) -> String {
@@ -227,41 +222,6 @@ fn choose_cluster(cluster: &TcpCluster, context: &WorkerContext) -> String {
                 })
                 .map(|(name, _)| name.clone())
                 .unwrap_or_default()
-        }
-    }
-}
-
-/// The upstream TLS handshake within `remaining` of the connect timeout, counted in the
-/// worker's and the cluster's TLS stats; `None` when it was refused or timed out.
-async fn handshake<IO>(
-    upstream: IO,
-    tls: &crate::tls::ClientTls,
-    alpn: ClientAlpn,
-    remaining: std::time::Duration,
-    host: &crate::lb::Host,
-    (cluster_name, context): (&str, &WorkerContext),
-) -> Option<tokio_rustls::client::TlsStream<IO>>
-where
-    IO: AsyncRead + AsyncWrite + Unpin,
-{
-    let (worker, cluster) = (&context.clusters.tls.stats.upstream, &host.cluster_stats.ssl);
-    match tokio::time::timeout(remaining, crate::tls::connect(upstream, tls, alpn)).await {
-        Ok(Ok(upstream)) => {
-            worker.handshake();
-            cluster.handshake(true);
-            Some(upstream)
-        }
-        Ok(Err(refused)) => {
-            worker.refused(refused.refusal);
-            cluster.refused(refused.refusal.stat_name());
-            let address = host.address();
-            tracing::info!(cluster = %cluster_name, %address, reason = %refused, "upstream TLS handshake refused");
-            None
-        }
-        Err(_) => {
-            worker.refused(Refusal::Timeout);
-            cluster.refused(Refusal::Timeout.stat_name());
-            None
         }
     }
 }

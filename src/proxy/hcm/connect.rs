@@ -15,16 +15,20 @@ use http::request::Parts;
 use http::{Method, Response, StatusCode, Version};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
+use tokio_util::either::Either;
 
 use super::local_reply::{direct, local, reset_reply};
 use super::observed::StreamInfo;
 use super::{Exchange, ProxyBody};
 use crate::config::route::RouteAction;
 use crate::lb::PickContext;
+use crate::proxy::byte_count::ByteCounted;
 use crate::proxy::clusters::ThreadLocalCluster;
 use crate::proxy::headers::LocalReply;
+use crate::proxy::router::Forward;
 use crate::proxy::upstream::{UpstreamError, raw};
 use crate::store::Snapshot;
+use crate::telemetry::ConnectionLife;
 use crate::tls::ClientAlpn;
 
 /// Whether `action` terminates this request: an HTTP/2 `CONNECT` and a route whose
@@ -36,9 +40,10 @@ pub(super) fn terminates(parts: &Parts, action: &RouteAction) -> bool {
 }
 
 /// Opens the raw connection for the `CONNECT` in `parts` and answers `200`; the tunnel
-/// then runs on a task of its own.
+/// then runs on a task of its own, counted as the cluster's upstream connection.
 pub(super) async fn terminate(
     mut parts: Parts,
+    forward: &Forward<'_>,
     cluster: &ThreadLocalCluster,
     snapshot: &Snapshot,
     exchange: Exchange<'_>,
@@ -50,48 +55,60 @@ pub(super) async fn terminate(
         return local(manager, stream, LocalReply::NoHealthyUpstream, false);
     };
     let now = Instant::now();
-    let hash = crate::lb::hash_policy::request_hash(&[], &parts, Some(downstream.peer.ip()));
+    let hash = crate::lb::hash_policy::request_hash(forward.hash_policy, &parts, Some(downstream.peer.ip()));
     let ctx = PickContext { hash, attempt: 0, previous: &[], now };
     let Some(host) = cluster.pick(&ctx, original_dst, Some(&parts.headers)) else {
         return local(manager, stream, LocalReply::NoHealthyUpstream, false);
     };
-    let failure = |reason: String| UpstreamError::ConnectFailure { address: host.address().to_string(), reason };
+    let address = host.address().to_string();
+    let failure = |reason: String| UpstreamError::ConnectFailure { address: address.clone(), reason };
     let tls = match cluster.tls(&host.endpoint, snapshot, &context.clusters.tls) {
         Ok(tls) => tls,
         Err(error) => return reset_reply(manager, stream, Some(failure(error.to_string())), false, false),
     };
     let config = cluster.cluster();
+    let stats = &host.cluster_stats;
     let in_flight = host.stats.start(now);
-    let connected = tokio::time::timeout(config.connect_timeout, raw::connect(host.address(), &host.endpoint, config));
-    let upstream = match connected.await {
+    let upstream = match tokio::time::timeout(config.connect_timeout, raw::connect_host(&host, config)).await {
         Ok(Ok(upstream)) => upstream,
-        Ok(Err(error)) => {
+        failed => {
+            stats.upstream_cx_connect_fail.inc();
             host.stats.record(Instant::now(), now.elapsed(), false);
-            return reset_reply(manager, stream, Some(failure(error.to_string())), false, false);
-        }
-        Err(_) => {
-            host.stats.record(Instant::now(), now.elapsed(), false);
-            let timeout =
-                UpstreamError::ConnectTimeout { address: host.address().to_string(), timeout: config.connect_timeout };
-            return reset_reply(manager, stream, Some(timeout), false, false);
+            let error = match failed {
+                Ok(Err(error)) => failure(error.to_string()),
+                _ => {
+                    stats.upstream_cx_connect_timeout.inc();
+                    UpstreamError::ConnectTimeout { address: address.clone(), timeout: config.connect_timeout }
+                }
+            };
+            return reset_reply(manager, stream, Some(error), false, false);
         }
     };
+    let life = ConnectionLife::open(
+        &stats.upstream_cx_total,
+        &stats.upstream_cx_active,
+        &stats.upstream_cx_destroy,
+        &stats.upstream_cx_length_ms,
+    );
     let upstream = match tls {
-        None => tokio_util::either::Either::Left(upstream),
-        Some(tls) => match crate::tls::connect(upstream, &tls, ClientAlpn::Tcp).await {
-            Ok(upstream) => tokio_util::either::Either::Right(upstream),
-            Err(refused) => {
+        None => Either::Left(upstream),
+        Some(tls) => {
+            let remaining = config.connect_timeout.saturating_sub(now.elapsed());
+            let worker_tls = &context.clusters.tls.stats.upstream;
+            let Some(upstream) = raw::handshake(upstream, &tls, ClientAlpn::Tcp, remaining, &host, worker_tls).await
+            else {
                 host.stats.record(Instant::now(), now.elapsed(), false);
-                return reset_reply(manager, stream, Some(failure(refused.reason)), false, false);
-            }
-        },
+                return reset_reply(manager, stream, Some(failure("TLS handshake refused".into())), false, false);
+            };
+            Either::Right(upstream)
+        }
     };
     host.stats.record(Instant::now(), now.elapsed(), true);
-    let address = host.address().to_string();
+    let counted = ByteCounted::new(upstream, &stats.upstream_cx_rx_bytes_total, &stats.upstream_cx_tx_bytes_total);
     tokio::task::spawn_local(async move {
-        let _in_flight = in_flight;
+        let (_in_flight, _life) = (in_flight, life);
         let Ok(upgraded) = upgrade.await else { return };
-        let (mut client, mut upstream) = (TokioIo::new(upgraded), upstream);
+        let (mut client, mut upstream) = (TokioIo::new(upgraded), counted);
         if let Err(error) = tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
             tracing::debug!(%address, %error, "CONNECT tunnel ended");
         }

@@ -14,19 +14,19 @@ use tokio::time::Instant;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpStream, UnixStream};
+use tokio_util::either::Either;
 
 use super::RequestBody;
 use super::activity::Activity;
 use super::error::UpstreamError;
 use super::limits::ConnectionPermit;
+use super::raw::{self, RawConnection};
 use crate::config::Address;
 use crate::config::cluster::SourceAddresses;
 use crate::config::cluster::{Cluster, DnsLookupFamily, Http2Settings};
 use crate::proxy::byte_count::ByteCounted;
 use crate::proxy::exec::Spawner;
 use crate::proxy::flow_control;
-use crate::proxy::internal_listener;
 use crate::proxy::transport::HandshakeStats;
 use crate::telemetry::{ClusterStats, ConnectionLife};
 use crate::tls::{ClientAlpn, ClientTls, Refusal};
@@ -103,9 +103,9 @@ macro_rules! over_transport {
     ($dial:expr, $alpn:expr, $then:ident, $permit:expr) => {{
         let started = Instant::now();
         match ($dial.socket().await?, &$dial.tls) {
-            (Socket::Tcp(stream), None) => $dial.$then(stream, $permit).await,
-            (Socket::Other(stream), None) => $dial.$then(stream, $permit).await,
-            (Socket::Tcp(stream), Some(tls)) => {
+            (Either::Left(stream), None) => $dial.$then(stream, $permit).await,
+            (Either::Right(stream), None) => $dial.$then(stream, $permit).await,
+            (Either::Left(stream), Some(tls)) => {
                 let stream = $dial.handshake_tls(stream, tls, $alpn, started).await?;
                 let san = peer_uri_san(stream.get_ref().1);
                 let (sender, activity) = $dial.$then(stream, $permit).await?;
@@ -113,7 +113,7 @@ macro_rules! over_transport {
                 activity.set_local_uri_san(tls.0.local_uri_san.clone());
                 Ok((sender, activity))
             }
-            (Socket::Other(stream), Some(tls)) => {
+            (Either::Right(stream), Some(tls)) => {
                 let stream = $dial.handshake_tls(stream, tls, $alpn, started).await?;
                 let san = peer_uri_san(stream.get_ref().1);
                 let (sender, activity) = $dial.$then(stream, $permit).await?;
@@ -335,34 +335,8 @@ impl Dial {
         ByteCounted::new(io, &self.stats.upstream_cx_rx_bytes_total, &self.stats.upstream_cx_tx_bytes_total)
     }
 
-    async fn socket(&self) -> Result<Socket, UpstreamError> {
-        let connect = async {
-            match &self.address {
-                Address::Socket(addr) if !self.additional.is_empty() => {
-                    let addresses: Vec<SocketAddr> =
-                        std::iter::once(*addr).chain(self.additional.iter().copied()).collect();
-                    let bind = |peer| self.bind.map(|b| b.for_peer(peer));
-                    crate::core::net::connect_any(&addresses, bind).await.map(Socket::Tcp)
-                }
-                Address::Socket(addr) => {
-                    crate::core::net::connect_tcp(*addr, self.bind.map(|b| b.for_peer(*addr))).await.map(Socket::Tcp)
-                }
-                Address::Dns { host, port } => {
-                    let resolved = tokio::net::lookup_host((host.as_str(), *port)).await?;
-                    let addr = self.lookup_family.pick(resolved).ok_or_else(|| {
-                        std::io::Error::new(
-                            std::io::ErrorKind::NotFound,
-                            "the name resolved to no address of its family",
-                        )
-                    })?;
-                    crate::core::net::connect_tcp(addr, self.bind.map(|b| b.for_peer(addr))).await.map(Socket::Tcp)
-                }
-                Address::Pipe(path) => UnixStream::connect(path).await.map(|s| Socket::Other(Box::new(s))),
-                Address::Internal { server_listener_name, .. } => {
-                    internal_listener::connect(server_listener_name).map(|s| Socket::Other(Box::new(s)))
-                }
-            }
-        };
+    async fn socket(&self) -> Result<RawConnection, UpstreamError> {
+        let connect = raw::connect(&self.address, &self.additional, self.bind, self.lookup_family);
         match tokio::time::timeout(self.connect_timeout, connect).await {
             Ok(Ok(socket)) => Ok(socket),
             Ok(Err(error)) => Err(self.failure(error)),
@@ -379,14 +353,3 @@ impl Dial {
         UpstreamError::ConnectFailure { address: self.address.to_string(), reason: error.to_string() }
     }
 }
-
-enum Socket {
-    Tcp(TcpStream),
-    /// A Unix socket, or a pipe to an internal listener: rare, so boxed.
-    Other(Box<dyn Io>),
-}
-
-/// What a connection runs over.
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}

@@ -1,43 +1,102 @@
-//! A raw upstream connection, for the TCP proxy and a terminated `CONNECT`: TCP to an IP
-//! endpoint (its `additional_addresses` raced with it), or a pipe to an internal listener
-//! of this worker. No TLS and no HTTP: the caller adds what its bytes need.
+//! The socket under every upstream connection: TCP to an IP endpoint (its
+//! `additional_addresses` raced with it, as Envoy's happy eyeballs; from the cluster's
+//! `upstream_bind_config` source address when it has one: Istio binds inbound passthrough
+//! connections to 127.0.0.6, which its iptables rules let through instead of capturing
+//! them again), TCP to the address a name resolves to, a Unix socket for a `pipe`, or a
+//! pipe to an internal listener of this worker. The HTTP pools put TLS and HTTP on it; the
+//! TCP proxy and a terminated `CONNECT` take its bytes as they are, after the upstream TLS
+//! handshake ([`handshake`]) when the endpoint's transport socket asks for one.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
-use tokio::io::DuplexStream;
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpStream, UnixStream};
 use tokio_util::either::Either;
 
 use crate::config::Address;
-use crate::config::Cluster;
+use crate::config::cluster::{Cluster, DnsLookupFamily, SourceAddresses};
 use crate::config::endpoint::LbEndpoint;
+use crate::lb::Host;
 use crate::proxy::internal_listener;
+use crate::tls::TlsStats;
+use crate::tls::{ClientAlpn, ClientTls, Refusal};
 
-/// A raw connection: TCP, or a pipe to an internal listener.
-pub type RawConnection = Either<TcpStream, DuplexStream>;
+/// What a connection runs over, when it is not TCP.
+pub trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
 
-/// A TCP connection to `address` (the endpoint's `additional_addresses` raced with it, as
-/// Envoy's happy eyeballs), or a pipe to an internal listener of this worker.
-pub async fn connect(address: &Address, endpoint: &LbEndpoint, cluster: &Cluster) -> std::io::Result<RawConnection> {
-    let address = match address {
-        Address::Socket(address) => *address,
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+/// A socket: TCP, the common case, or one of the rare others, boxed.
+pub type RawConnection = Either<TcpStream, Box<dyn Io>>;
+
+/// A socket to `address`, with the endpoint's `additional` addresses, the cluster's
+/// source address and its `dns_lookup_family`.
+pub async fn connect(
+    address: &Address,
+    additional: &[SocketAddr],
+    bind: Option<SourceAddresses>,
+    lookup_family: DnsLookupFamily,
+) -> std::io::Result<RawConnection> {
+    let bind_for = |peer| bind.map(|b| b.for_peer(peer));
+    let tcp = match address {
+        Address::Socket(addr) if !additional.is_empty() => {
+            let addresses: Vec<SocketAddr> = std::iter::once(*addr).chain(additional.iter().copied()).collect();
+            crate::core::net::connect_any(&addresses, bind_for).await?
+        }
+        Address::Socket(addr) => crate::core::net::connect_tcp(*addr, bind_for(*addr)).await?,
+        Address::Dns { host, port } => {
+            let resolved = tokio::net::lookup_host((host.as_str(), *port)).await?;
+            let addr = lookup_family.pick(resolved).ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::NotFound, "the name resolved to no address of its family")
+            })?;
+            crate::core::net::connect_tcp(addr, bind_for(addr)).await?
+        }
+        Address::Pipe(path) => return Ok(Either::Right(Box::new(UnixStream::connect(path).await?))),
         Address::Internal { server_listener_name, .. } => {
-            return internal_listener::connect(server_listener_name).map(Either::Right);
+            return Ok(Either::Right(Box::new(internal_listener::connect(server_listener_name)?)));
         }
-        other => return Err(std::io::Error::other(format!("no raw connection reaches {other}"))),
     };
-    let bind = cluster.upstream_bind;
-    let additional = &endpoint.additional_addresses;
-    let stream = if !additional.is_empty() {
-        let addresses: Vec<SocketAddr> = std::iter::once(address).chain(additional.iter().copied()).collect();
-        crate::core::net::connect_any(&addresses, |peer| bind.map(|b| b.for_peer(peer))).await?
-    } else {
-        let socket = if address.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
-        if let Some(source) = bind.map(|b| b.for_peer(address)) {
-            socket.bind(source)?;
+    Ok(Either::Left(tcp))
+}
+
+/// [`connect`] to `host` of `cluster`.
+pub async fn connect_host(host: &Host, cluster: &Cluster) -> std::io::Result<RawConnection> {
+    let LbEndpoint { additional_addresses, .. } = host.endpoint.as_ref();
+    connect(host.address(), additional_addresses, cluster.upstream_bind, cluster.lookup_family()).await
+}
+
+/// The upstream TLS handshake of a raw connection within `remaining` of the connect
+/// timeout, counted in the worker's (`worker`) and the cluster's TLS stats; `None` when it
+/// was refused or timed out.
+pub async fn handshake<IO>(
+    upstream: IO,
+    tls: &ClientTls,
+    alpn: ClientAlpn,
+    remaining: Duration,
+    host: &Host,
+    worker: &TlsStats,
+) -> Option<tokio_rustls::client::TlsStream<IO>>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    let cluster = &host.cluster_stats.ssl;
+    match tokio::time::timeout(remaining, crate::tls::connect(upstream, tls, alpn)).await {
+        Ok(Ok(upstream)) => {
+            worker.handshake();
+            cluster.handshake(true);
+            Some(upstream)
         }
-        socket.connect(address).await?
-    };
-    let _ = stream.set_nodelay(true);
-    Ok(Either::Left(stream))
+        Ok(Err(refused)) => {
+            worker.refused(refused.refusal);
+            cluster.refused(refused.refusal.stat_name());
+            tracing::info!(address = %host.address(), reason = %refused, "upstream TLS handshake refused");
+            None
+        }
+        Err(_) => {
+            worker.refused(Refusal::Timeout);
+            cluster.refused(Refusal::Timeout.stat_name());
+            None
+        }
+    }
 }
