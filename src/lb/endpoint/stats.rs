@@ -30,6 +30,38 @@ const OUTCOME_TICK_NANOS: u64 = 50_000_000;
 /// sent over about the last half second, quick enough to see a burst of picks that a
 /// load report (smoothed over a second, a quarter of a second late) cannot.
 const SENT_DECAY: Duration = Duration::from_millis(500);
+/// The rate sent is decayed at most this often: 2 % of `SENT_DECAY`.
+const SENT_TICK_NANOS: u64 = 10_000_000;
+
+/// Counts that decay together by e every `decay`, decayed at most every `every_nanos` (by
+/// the worker that moves `updated` forward) rather than at every addition: counts added in
+/// between decay from the next tick, an error of at most `every_nanos / decay`.
+/// Concurrent additions may lose a count, which leaves the counts valid estimates.
+struct Tick<'a> {
+    updated: &'a AtomicU64,
+    every_nanos: u64,
+    decay: Duration,
+}
+
+impl Tick<'_> {
+    /// Adds one to `count` (one of `counts`) at `at` nanoseconds, first decaying `counts`
+    /// if a tick has passed.
+    fn add_one(&self, at: u64, counts: &[&AtomicU64], count: &AtomicU64) {
+        let updated = self.updated.load(Ordering::Relaxed);
+        let elapsed = at.saturating_sub(updated);
+        if elapsed >= self.every_nanos
+            && self.updated.compare_exchange(updated, at, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            let decay = (-(elapsed as f64) / self.decay.as_nanos() as f64).exp();
+            for count in counts {
+                let decayed = f64::from_bits(count.load(Ordering::Relaxed)) * decay;
+                count.store(decayed.to_bits(), Ordering::Relaxed);
+            }
+        }
+        let next = f64::from_bits(count.load(Ordering::Relaxed)) + 1.0;
+        count.store(next.to_bits(), Ordering::Relaxed);
+    }
+}
 
 /// A load report and when it arrived.
 #[derive(Debug, Clone)]
@@ -103,8 +135,8 @@ struct Written {
     recent_errors: AtomicU64,
     recent_successes: AtomicU64,
     outcomes_updated: AtomicU64,
-    /// Requests sent (f64 bits): +1 each, decaying by e every `SENT_DECAY` since
-    /// `sent_updated` (nanoseconds since `epoch`).
+    /// Requests sent (f64 bits): +1 each, decaying by e every `SENT_DECAY`, decayed when
+    /// `sent_updated` (nanoseconds since `epoch`) ticks (`SENT_TICK_NANOS`).
     recent_sent: AtomicU64,
     sent_updated: AtomicU64,
     /// Errors since the last success.
@@ -187,17 +219,12 @@ impl EndpointStats {
     }
 
     /// Starts a request at `now`: in flight until the returned guard drops, and counted in
-    /// the rate sent. Concurrent starts on two workers may lose one count; the rate stays
-    /// a valid estimate.
+    /// the rate sent (an `exp` at most every `SENT_TICK_NANOS`, not per request).
     pub fn start(self: &Arc<Self>, now: Instant) -> InFlight {
         let written = &self.written;
         written.in_flight.fetch_add(1, Ordering::Relaxed);
-        let at = self.nanos(now);
-        let elapsed = at.saturating_sub(written.sent_updated.load(Ordering::Relaxed)) as f64;
-        let sent = f64::from_bits(written.recent_sent.load(Ordering::Relaxed));
-        let sent = sent * (-elapsed / SENT_DECAY.as_nanos() as f64).exp() + 1.0;
-        written.recent_sent.store(sent.to_bits(), Ordering::Relaxed);
-        written.sent_updated.store(at, Ordering::Relaxed);
+        let tick = Tick { updated: &written.sent_updated, every_nanos: SENT_TICK_NANOS, decay: SENT_DECAY };
+        tick.add_one(self.nanos(now), &[&written.recent_sent], &written.recent_sent);
         InFlight { stats: Arc::clone(self) }
     }
 
@@ -251,21 +278,9 @@ impl EndpointStats {
     /// count, which leaves the counts valid estimates.
     fn count_outcome(&self, now: Instant, success: bool) {
         let written = &self.written;
-        let at = self.nanos(now);
-        let updated = written.outcomes_updated.load(Ordering::Relaxed);
-        let elapsed = at.saturating_sub(updated);
-        if elapsed >= OUTCOME_TICK_NANOS
-            && written.outcomes_updated.compare_exchange(updated, at, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-        {
-            let decay = (-(elapsed as f64) / RTT_DECAY.as_nanos() as f64).exp();
-            for count in [&written.recent_errors, &written.recent_successes] {
-                let decayed = f64::from_bits(count.load(Ordering::Relaxed)) * decay;
-                count.store(decayed.to_bits(), Ordering::Relaxed);
-            }
-        }
+        let tick = Tick { updated: &written.outcomes_updated, every_nanos: OUTCOME_TICK_NANOS, decay: RTT_DECAY };
         let count = if success { &written.recent_successes } else { &written.recent_errors };
-        let next = f64::from_bits(count.load(Ordering::Relaxed)) + 1.0;
-        count.store(next.to_bits(), Ordering::Relaxed);
+        tick.add_one(self.nanos(now), &[&written.recent_errors, &written.recent_successes], count);
     }
 
     /// Peak-EWMA: a slower sample replaces the estimate at once; faster samples pull it
