@@ -40,7 +40,51 @@ pub fn static_cluster(name: &str, port: u16) -> String {
 /// [`static_cluster`] speaking HTTP/2 to its endpoint: a gRPC service (ext_authz, rate
 /// limit, access log service, xDS).
 pub fn grpc_cluster(name: &str, port: u16) -> String {
+    http2_cluster(name, port)
+}
+
+/// [`static_cluster`] speaking HTTP/2 to its endpoint (a tunnel's `CONNECT`).
+pub fn http2_cluster(name: &str, port: u16) -> String {
     cluster_with(name, port, HTTP2)
+}
+
+/// A `STATIC` cluster `name` whose one endpoint is this proxy's internal listener
+/// `listener` (`envoy_internal_address`).
+pub fn internal_cluster(name: &str, listener: &str) -> String {
+    cluster_at(name, &format!("{{ envoy_internal_address: {{ server_listener_name: {listener} }} }}"), "")
+}
+
+/// The bootstrap block Envoy needs before it serves internal listeners (a top-level key,
+/// ending with a newline).
+pub const INTERNAL_LISTENER_EXTENSION: &str = r#"bootstrap_extensions:
+- name: envoy.bootstrap.internal_listener
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.bootstrap.internal_listener.v3.InternalListener
+"#;
+
+/// Where [`tcp_proxy_listener`] is: on 127.0.0.1:`port`.
+pub fn on_loopback(port: u16) -> String {
+    format!("\n    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}")
+}
+
+/// Where [`tcp_proxy_listener`] is: an internal listener.
+pub const INTERNAL: &str = "\n    internal_listener: {}";
+
+/// One item of a bootstrap's `static_resources.listeners`: the listener `name` at `place`
+/// ([`on_loopback`] or [`INTERNAL`]) whose TCP proxy sends every connection to `cluster`;
+/// `extra` is more of the TCP proxy's fields, each line a newline and 10 spaces deep.
+pub fn tcp_proxy_listener(name: &str, place: &str, cluster: &str, extra: &str) -> String {
+    format!(
+        r#"
+  - name: {name}{place}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.tcp_proxy
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+          stat_prefix: {name}
+          cluster: {cluster}{extra}"#
+    )
 }
 
 /// [`grpc_cluster`] whose endpoint is a Unix socket (`pipe`), as Istio's agent serves xDS

@@ -10,7 +10,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common;
 use common::WAIT;
-use common::differential::{Pair, ROUTER, free_port, raw_http1};
+use common::differential::{
+    INTERNAL, INTERNAL_LISTENER_EXTENSION, Pair, ROUTER, free_port, http2_cluster, internal_cluster, on_loopback,
+    raw_http1, static_cluster, tcp_proxy_listener,
+};
 use common::tunnel::echo_round;
 
 /// A TCP server that echoes what it reads, prefixed with `echo:`.
@@ -63,46 +66,16 @@ fn terminating_listener(name: &str, port: u16) -> String {
     )
 }
 
-const COMMON: &str = r#"
-  - name: main_internal
-    internal_listener: {}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.tcp_proxy
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
-          stat_prefix: main_internal
-          cluster: echo"#;
-
-fn clusters(echo: u16, extra: &str) -> String {
+/// The internal listener the terminated `CONNECT`s go to, proxying TCP to `echo`, and the
+/// clusters of both (`extra`: more clusters).
+fn inner_half(echo: u16, extra: &str) -> String {
     format!(
-        r#"
-  clusters:
-  - name: main_internal
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: main_internal
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ envoy_internal_address: {{ server_listener_name: main_internal }} }} }}
-  - name: echo
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: echo
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {echo} }} }} }}{extra}
-"#
+        "{}\n  clusters:{}{}{extra}\n",
+        tcp_proxy_listener("main_internal", INTERNAL, "echo", ""),
+        internal_cluster("main_internal", "main_internal"),
+        static_cluster("echo", echo)
     )
 }
-
-const BOOTSTRAP_EXTENSIONS: &str = r#"bootstrap_extensions:
-- name: envoy.bootstrap.internal_listener
-  typed_config:
-    "@type": type.googleapis.com/envoy.extensions.bootstrap.internal_listener.v3.InternalListener
-"#;
 
 /// An HTTP/2 `CONNECT` to `port`: its status, and what came back through the tunnel for
 /// `hello` (empty when refused).
@@ -130,9 +103,9 @@ async fn an_http2_connect_is_terminated_into_an_internal_listener() {
     let echo = echo_server().await;
     let bootstrap = |port: u16| {
         format!(
-            "{BOOTSTRAP_EXTENSIONS}static_resources:\n  listeners:{}{COMMON}{}",
+            "{INTERNAL_LISTENER_EXTENSION}static_resources:\n  listeners:{}{}",
             terminating_listener("connect_terminate", port),
-            clusters(echo, "")
+            inner_half(echo, "")
         )
     };
     let pair = Pair::start(bootstrap).await;
@@ -156,38 +129,13 @@ async fn tcp_tunnelled_into_a_terminating_listener_reaches_the_application() {
     let echo = echo_server().await;
     let bootstrap = |port: u16| {
         let terminate = free_port();
-        let tunnel = format!(
-            r#"
-  - name: connect_originate
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.tcp_proxy
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
-          stat_prefix: connect_originate
-          cluster: hbone
-          tunneling_config: {{ hostname: "10.0.0.5:8080" }}"#
-        );
-        let hbone = format!(
-            r#"
-  - name: hbone
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{ http2_protocol_options: {{}} }}
-    load_assignment:
-      cluster_name: hbone
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {terminate} }} }} }}"#
-        );
+        let tunnel = r#"
+          tunneling_config: { hostname: "10.0.0.5:8080" }"#;
         format!(
-            "{BOOTSTRAP_EXTENSIONS}static_resources:\n  listeners:{tunnel}{}{COMMON}{}",
+            "{INTERNAL_LISTENER_EXTENSION}static_resources:\n  listeners:{}{}{}",
+            tcp_proxy_listener("connect_originate", &on_loopback(port), "hbone", tunnel),
             terminating_listener("connect_terminate", terminate),
-            clusters(echo, &hbone)
+            inner_half(echo, &http2_cluster("hbone", terminate))
         )
     };
     let pair = Pair::start(bootstrap).await;

@@ -8,29 +8,10 @@
 use crate::common;
 
 use common::backends;
-use common::differential::{HttpListenerExtra, Pair, ROUTER, http_listener, raw_http1, static_cluster};
-
-const INTERNAL_LISTENER_EXTENSION: &str = r#"
-bootstrap_extensions:
-- name: envoy.bootstrap.internal_listener
-  typed_config:
-    "@type": type.googleapis.com/envoy.extensions.bootstrap.internal_listener.v3.InternalListener
-"#;
-
-/// A `STATIC` cluster `name` whose one endpoint is the internal listener `listener`.
-fn internal_cluster(name: &str, listener: &str) -> String {
-    format!(
-        r#"
-  - name: {name}
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: {name}
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ envoy_internal_address: {{ server_listener_name: {listener} }} }} }}"#
-    )
-}
+use common::differential::{
+    HttpListenerExtra, INTERNAL, INTERNAL_LISTENER_EXTENSION, Pair, ROUTER, http_listener, internal_cluster,
+    on_loopback, raw_http1, static_cluster, tcp_proxy_listener,
+};
 
 /// The internal listener `inner`: a connection manager whose route marks the response
 /// and sends the request to `backend`.
@@ -87,20 +68,6 @@ async fn http_through_an_internal_listener_reaches_the_backend() {
     pair.outrider.stop();
 }
 
-fn tcp_listener(name: &str, address: &str, cluster: &str) -> String {
-    format!(
-        r#"
-  - name: {name}{address}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.tcp_proxy
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
-          stat_prefix: {name}
-          cluster: {cluster}"#
-    )
-}
-
 #[tokio::test]
 async fn tcp_through_an_internal_listener_reaches_the_backend() {
     let backend = backends::http(|request| async move {
@@ -111,12 +78,8 @@ async fn tcp_through_an_internal_listener_reaches_the_backend() {
     let bootstrap = |port: u16| {
         format!(
             "{INTERNAL_LISTENER_EXTENSION}static_resources:\n  listeners:{}{}\n  clusters:{}{}\n",
-            tcp_listener(
-                "outer",
-                &format!("\n    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}"),
-                "to_inner"
-            ),
-            tcp_listener("inner", "\n    internal_listener: {}", "backend"),
+            tcp_proxy_listener("outer", &on_loopback(port), "to_inner", ""),
+            tcp_proxy_listener("inner", INTERNAL, "backend", ""),
             internal_cluster("to_inner", "inner"),
             static_cluster("backend", backend.port),
         )

@@ -14,7 +14,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common;
-use common::differential::Pair;
+use common::differential::{Pair, http2_cluster, on_loopback, static_cluster, tcp_proxy_listener};
 use common::tunnel::echo_round;
 
 /// An HTTP/1.1 and HTTP/2 server that takes `CONNECT`s: 200, then `<method> <authority>
@@ -59,40 +59,18 @@ async fn connect_server() -> u16 {
     port
 }
 
-const HTTP2: &str = r#"
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: { http2_protocol_options: {} }"#;
-
 fn bootstrap(port: u16, server: u16, hostname: &str, http2: bool) -> String {
-    let options = if http2 { HTTP2 } else { "" };
-    format!(
-        r#"static_resources:
-  listeners:
-  - name: tunnel
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.tcp_proxy
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
-          stat_prefix: tunnel
-          cluster: connect
+    let tunneling = format!(
+        r#"
           tunneling_config:
             hostname: "{hostname}"
             headers_to_add:
-            - header: {{ key: baggage, value: "k8s.namespace.name=default" }}
-  clusters:
-  - name: connect
-    type: STATIC
-    connect_timeout: 1s{options}
-    load_assignment:
-      cluster_name: connect
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {server} }} }} }}
-"#
+            - header: {{ key: baggage, value: "k8s.namespace.name=default" }}"#
+    );
+    let cluster = if http2 { http2_cluster("connect", server) } else { static_cluster("connect", server) };
+    format!(
+        "static_resources:\n  listeners:{}\n  clusters:{cluster}\n",
+        tcp_proxy_listener("tunnel", &on_loopback(port), "connect", &tunneling)
     )
 }
 
