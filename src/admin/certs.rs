@@ -11,7 +11,6 @@ use serde_json::{Value, json};
 use x509_parser::extensions::GeneralName;
 use x509_parser::pem::Pem;
 
-use crate::config::cluster::UpstreamTransport;
 use crate::config::secret::{DataSource, SecretKind};
 use crate::config::tls::{Certificates, CommonTlsContext, SdsSecretConfig, Validation};
 use crate::store::Snapshot;
@@ -61,10 +60,7 @@ fn contexts(snapshot: &Snapshot) -> Vec<ContextSources<'_>> {
         let cluster = &c.resource;
         std::iter::once(&cluster.transport_socket).chain(cluster.transport_socket_matches.iter().map(|m| &m.transport))
     });
-    let upstream = clusters.filter_map(|t| match t {
-        UpstreamTransport::Tls(tls) => Some(&tls.common),
-        UpstreamTransport::Plain => None,
-    });
+    let upstream = clusters.filter_map(|t| t.tls().map(|tls| &tls.common));
     listeners.map(|tls| &tls.common).chain(upstream).map(|common| sources(snapshot, common)).collect()
 }
 

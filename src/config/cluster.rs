@@ -21,7 +21,8 @@ pub use lb_policy::{
 };
 pub use outlier::OutlierDetection;
 pub use upstream::{
-    Http2Keepalive, Http2Settings, TransportSocketMatch, UpstreamHttpOptions, UpstreamProtocol, UpstreamTransport,
+    Http2Keepalive, Http2Settings, InternalUpstream, TransportSocketMatch, UpstreamHttpOptions, UpstreamProtocol,
+    UpstreamTransport,
 };
 
 use super::endpoint::ClusterLoadAssignment;
@@ -166,6 +167,14 @@ impl Cluster {
     }
 }
 
+/// `envoy.type.metadata.v3.MetadataKey`: a namespace of metadata and the keys into it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetadataKey {
+    pub key: String,
+    /// At least one key.
+    pub path: Vec<String>,
+}
+
 /// `original_dst_lb_config` of an ORIGINAL_DST cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OriginalDstConfig {
@@ -176,6 +185,10 @@ pub struct OriginalDstConfig {
     pub http_header_name: String,
     /// Replaces the port of the original destination.
     pub upstream_port_override: Option<u16>,
+    /// `metadata_key`: the destination (`IP:port`) is read from this key of the request's
+    /// dynamic metadata, else of the connection's, before the connection's own original
+    /// destination (Istio's `connect_originate` names a waypoint this way).
+    pub metadata_key: Option<MetadataKey>,
     /// `cleanup_interval`: hosts are created on demand, one per destination, and removed by
     /// a sweep every interval when nothing picked them since the previous sweep.
     pub cleanup_interval: Duration,
@@ -189,15 +202,16 @@ impl Cluster {
         &self,
         endpoint: &super::endpoint::LbEndpoint,
     ) -> Option<&super::tls::UpstreamTlsContext> {
-        let transport = self
-            .transport_socket_matches
+        self.upstream_transport(endpoint).tls()
+    }
+
+    /// The transport socket for `endpoint`: the first transport socket match whose criteria
+    /// the endpoint's `envoy.transport_socket_match` metadata all carry, else the cluster's.
+    pub fn upstream_transport(&self, endpoint: &super::endpoint::LbEndpoint) -> &UpstreamTransport {
+        self.transport_socket_matches
             .iter()
             .find(|m| m.criteria.iter().all(|(k, v)| endpoint.transport_socket_match.get(k) == Some(v)))
-            .map_or(&self.transport_socket, |m| &m.transport);
-        match transport {
-            UpstreamTransport::Plain => None,
-            UpstreamTransport::Tls(context) => Some(context),
-        }
+            .map_or(&self.transport_socket, |m| &m.transport)
     }
 
     /// The EDS resource this cluster needs, if it is an EDS cluster.
@@ -221,7 +235,7 @@ impl Cluster {
         let transports =
             std::iter::once(&self.transport_socket).chain(self.transport_socket_matches.iter().map(|m| &m.transport));
         for transport in transports {
-            if let UpstreamTransport::Tls(tls) = transport {
+            if let Some(tls) = transport.tls() {
                 for config in tls.common.sds_secret_configs() {
                     if !configs.iter().any(|c| c.name == config.name) {
                         configs.push(config);

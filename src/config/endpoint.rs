@@ -63,6 +63,21 @@ pub struct LbEndpoint {
     /// to the first of all of them that accepts, by Envoy's happy eyeballs. Istio lists a
     /// dual-stack pod's other address here.
     pub additional_addresses: Box<[SocketAddr]>,
+    /// `metadata.filter_metadata` of an endpoint that is an internal address (for the
+    /// cluster's internal upstream transport to pass through), as each namespace's JSON
+    /// text; `None` for every other endpoint, which nothing passes metadata from.
+    pub metadata: Option<Box<EndpointMetadata>>,
+}
+
+/// Namespaces of an endpoint's metadata → each one's fields as JSON text.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct EndpointMetadata(pub BTreeMap<String, String>);
+
+impl EndpointMetadata {
+    /// The fields of `namespace`, if the endpoint has it.
+    pub fn namespace(&self, namespace: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
+        serde_json::from_str(self.0.get(namespace)?).ok()
+    }
 }
 
 /// `endpoint.health_check_config`: where and how the cluster's active health checks probe

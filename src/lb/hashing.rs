@@ -108,6 +108,7 @@ pub fn test_host(address: &str, hostname: &str, hash_key: Option<&str>) -> Arc<H
         hostname: hostname.to_string(),
         health_check: None,
         additional_addresses: Box::default(),
+        metadata: None,
     };
     let stats = Arc::new(super::endpoint::EndpointStats::new(std::time::Instant::now()));
     Arc::new(Host { endpoint: Arc::new(endpoint), stats, priority: 0, locality: 0, cluster_stats: Default::default() })

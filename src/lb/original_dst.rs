@@ -152,6 +152,7 @@ impl DestinationHost {
             hostname: String::new(),
             health_check: None,
             additional_addresses: Box::default(),
+            metadata: None,
         };
         let host = Host {
             endpoint: Arc::new(endpoint),
@@ -202,6 +203,7 @@ mod tests {
             use_http_header: false,
             http_header_name: String::new(),
             upstream_port_override: port_override,
+            metadata_key: None,
             cleanup_interval: Duration::from_secs(5),
         };
         OriginalDst::new(Arc::default(), &config)

@@ -19,6 +19,7 @@ pub(crate) fn hosts(n: usize, now: Instant) -> Vec<Arc<Host>> {
                 hostname: String::new(),
                 health_check: None,
                 additional_addresses: Box::default(),
+                metadata: None,
             };
             Arc::new(Host {
                 endpoint: Arc::new(endpoint),

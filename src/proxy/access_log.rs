@@ -53,6 +53,8 @@ pub struct DownstreamLogInfo {
     pub remote: SocketAddr,
     pub server_name: Option<String>,
     pub peer_uri_san: Option<String>,
+    /// The first URI SAN of the certificate this side presented.
+    pub local_uri_san: Option<Arc<str>>,
 }
 
 /// One request's log record, waiting for the end of its response.

@@ -15,6 +15,7 @@ use super::context::WorkerContext;
 use super::filter_chain::{self, ConnectionInfo};
 use super::filters::{Callouts, ConnectionContext, DownstreamConnection, NetworkFilterStatus};
 use super::hcm::Secure;
+use super::stream_info::StreamState;
 use super::transport::SnapshotSecrets;
 use super::{hcm, original_dst, tcp_proxy};
 use crate::config::Listener;
@@ -47,13 +48,30 @@ pub async fn serve(
 }
 
 /// A connection to an internal listener (`internal_listener`), opened by this worker to an
-/// `envoy_internal_address` endpoint (see `internal_listener`): no socket, so no original
-/// destination to restore, and no IP addresses at either end, as in Envoy, whose
+/// `envoy_internal_address` endpoint (see `internal_listener`), with the filter state and
+/// metadata it `carried` across. It has no IP addresses at either end, as in Envoy, whose
 /// internal connections have `envoy://` addresses; here both are the unspecified
-/// `0.0.0.0:0`, which no filter chain's prefix or port match takes for another.
-pub async fn serve_internal(stream: DuplexStream, listener: Arc<Versioned<Listener>>, context: Rc<WorkerContext>) {
+/// `0.0.0.0:0`, which no filter chain's prefix or port match takes for another. An
+/// `original_dst` listener filter restores them from what was carried, as Envoy's does on
+/// internal connections: the destination from the metadata's
+/// `envoy.filters.listener.original_dst.local` or the filter state's `…local_ip`, the source
+/// from the filter state's `…remote_ip` (Istio's HBONE sets them from the tunnel).
+pub async fn serve_internal(
+    stream: DuplexStream,
+    listener: Arc<Versioned<Listener>>,
+    carried: StreamState,
+    context: Rc<WorkerContext>,
+) {
     let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
-    let info = ConnectionInfo::new(&listener.resource, unspecified, false, unspecified);
+    let (mut local, mut peer, mut restored) = (unspecified, unspecified, false);
+    if listener.resource.listener_filters.iter().any(|f| f.kind == ListenerFilterKind::OriginalDst) {
+        if let Some(destination) = carried.original_destination() {
+            (local, restored) = (destination, true);
+        }
+        peer = carried.original_source().unwrap_or(peer);
+    }
+    let mut info = ConnectionInfo::new(&listener.resource, local, restored, peer);
+    info.stream = (!carried.is_empty()).then(|| Arc::new(carried));
     serve_accepted(stream, info, listener, context).await
 }
 
@@ -225,6 +243,7 @@ where
             Secure::Tls { local_uri_san, .. } => local_uri_san.clone(),
             Secure::Plain => None,
         },
+        stream: info.stream.clone(),
     });
     let mut tcp_session = None;
     if !chain.network_filters.is_empty() {

@@ -6,6 +6,9 @@
 //! criterion matches any value but loses to one that names it.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::proxy::stream_info::StreamState;
 
 use crate::config::listener::chain_matcher::NetworkInput;
 use crate::config::listener::{
@@ -42,6 +45,9 @@ pub struct ConnectionInfo {
     /// The serving listener's `per_connection_buffer_limit_bytes` (see
     /// [`super::flow_control`]).
     pub buffer_limit: u32,
+    /// The filter state and metadata an internal connection arrived with (see
+    /// `stream_info`); `None` for a socket's.
+    pub stream: Option<Arc<StreamState>>,
 }
 
 impl ConnectionInfo {
@@ -59,6 +65,7 @@ impl ConnectionInfo {
             overloadable: !listener.bypass_overload_manager,
             drains_on_health_check_failure: listener.drain_type == DrainType::Default,
             buffer_limit: listener.per_connection_buffer_limit_bytes,
+            stream: None,
         }
     }
 }

@@ -43,10 +43,12 @@ use super::filters::{
     LocalResponse, RequestContext, RequestEnd, ResponseHook,
 };
 use super::headers::{self, Downstream, LocalReply};
+use super::original_dst::DestinationSources;
 use super::path_normalization::{self, Normalized};
 use super::request_trace;
 use super::retry::RetryState;
 use super::router::{self, DownstreamInfo, Forward, Routing, UpstreamRequestOptions};
+use super::stream_info::StreamState;
 use super::upstream::{BoxError, UpstreamError};
 use crate::config::RouteConfiguration;
 use crate::config::listener::{HttpConnectionManager, RouteSource};
@@ -107,6 +109,17 @@ pub(super) struct Exchange<'a> {
     pub buffer_limit: u32,
     /// The stream's one timer: the attempt's timeout shares it with the stream limits.
     timer: &'a stream_timer::StreamTimer,
+}
+
+impl<'a> Exchange<'a> {
+    /// Where an ORIGINAL_DST cluster may find the destination of the request in `parts`.
+    pub(super) fn destination_sources(&self, parts: &'a http::request::Parts) -> DestinationSources<'a> {
+        DestinationSources {
+            restored: self.original_dst,
+            headers: Some(&parts.headers),
+            streams: [parts.extensions.get::<StreamState>(), self.connection.stream.as_deref()],
+        }
+    }
 }
 
 /// One request: path normalization, the connection manager's header handling, route
@@ -258,6 +271,7 @@ fn start_log(
         remote,
         server_name: connection.server_name.clone(),
         peer_uri_san: connection.peer_identity.as_ref().and_then(|p| p.uri_sans.first().cloned()),
+        local_uri_san: connection.local_uri_san.clone(),
     };
     Box::new(PendingLog::new(loggers, SystemTime::now(), Instant::now(), parts, info))
 }
@@ -328,6 +342,10 @@ async fn decode_filters(
         body: decoded.body,
     };
     let status = exchange.filters.decode_headers(&mut request).await;
+    if !metadata.0.is_empty() {
+        // For the router: an ORIGINAL_DST cluster's `metadata_key` reads it.
+        decoded.parts.extensions.get_or_insert_default::<StreamState>().metadata = metadata.clone();
+    }
     if let (Some(span), Some(tracing)) = (&stream.span, &manager.tracing) {
         let route_tracing = routed.selection.and_then(|s| s.route).and_then(|r| r.tracing.as_deref());
         for tag in request_trace::metadata_tags(&request_trace::custom_tags(tracing, route_tracing), &metadata) {
@@ -583,13 +601,13 @@ async fn forward_upgrade(
     stream: &mut StreamInfo,
     slot: &upgrade::UpgradeSlot,
 ) -> Response<ProxyBody> {
-    let Exchange { downstream, original_dst, manager, context, .. } = exchange;
+    let Exchange { downstream, manager, context, .. } = exchange;
     let info = DownstreamInfo { remote: Some(downstream.peer), local: Some(downstream.local), protocol: "HTTP/1.1" };
     let options = UpstreamRequestOptions { suppress_envoy_headers: manager.suppress_envoy_headers, downstream: info };
     router::apply_request_mutations(forward, &mut parts, &options);
     let hash = crate::lb::hash_policy::request_hash(forward.hash_policy, &parts, Some(downstream.peer.ip()));
     let ctx = PickContext { hash, attempt: 0, previous: &[], now: Instant::now() };
-    let Some(host) = cluster.pick(&ctx, original_dst, Some(&parts.headers)) else {
+    let Some(host) = cluster.pick(&ctx, &exchange.destination_sources(&parts)) else {
         return local(manager, stream, LocalReply::NoHealthyUpstream, false);
     };
     let tls = match cluster.tls(&host.endpoint, snapshot, &context.clusters.tls) {

@@ -14,30 +14,33 @@ use std::rc::Rc;
 
 use tokio::io::DuplexStream;
 
+use crate::proxy::stream_info::StreamState;
+
 /// How much each direction of an internal connection buffers before its writer waits:
 /// Envoy's default `buffer_size_kb` of `envoy.bootstrap.internal_listener`, 1 MiB.
 const BUFFER_BYTES: usize = 1024 * 1024;
 
-/// Serves the server end of a connection to the named listener; `false` when this worker
-/// has no internal listener of that name.
-type Serve = Rc<dyn Fn(DuplexStream, &str) -> bool>;
+/// Serves the server end of a connection to the named listener, which starts with the
+/// state carried across; `false` when this worker has no internal listener of that name.
+type Serve = Rc<dyn Fn(DuplexStream, &str, StreamState) -> bool>;
 
 thread_local! {
     static SERVE: RefCell<Option<Serve>> = const { RefCell::new(None) };
 }
 
 /// Makes this thread (a worker's) serve the connections it opens to internal listeners.
-pub fn install(serve: impl Fn(DuplexStream, &str) -> bool + 'static) {
+pub fn install(serve: impl Fn(DuplexStream, &str, StreamState) -> bool + 'static) {
     SERVE.with_borrow_mut(|slot| *slot = Some(Rc::new(serve)));
 }
 
-/// A connection to the internal listener `name`, served by this thread's worker.
-pub fn connect(name: &str) -> io::Result<DuplexStream> {
+/// A connection to the internal listener `name`, served by this thread's worker, carrying
+/// `carried` (filter state and metadata) across.
+pub fn connect(name: &str, carried: StreamState) -> io::Result<DuplexStream> {
     let Some(serve) = SERVE.with_borrow(Clone::clone) else {
         return Err(io::Error::other("internal listeners are reached from a worker only"));
     };
     let (client, server) = tokio::io::duplex(BUFFER_BYTES);
-    if serve(server, name) {
+    if serve(server, name, carried) {
         Ok(client)
     } else {
         Err(io::Error::new(io::ErrorKind::ConnectionRefused, format!("no internal listener named {name:?}")))

@@ -21,6 +21,7 @@ use super::accept_backoff::AcceptBackoff;
 use super::connection;
 use super::context::WorkerContext;
 use super::overload::OverloadState;
+use super::stream_info::StreamState;
 use crate::config::listener::TrafficDirection;
 use crate::config::overload::{ActionKind, LoadShedKind};
 use crate::config::{Address, Listener};
@@ -185,13 +186,13 @@ fn rejected_by_overload(overload: &OverloadState, context: &WorkerContext) -> bo
 /// Serves `stream`, the server end of a connection this worker opened to the internal
 /// listener `name` (see `internal_listener`); `false` when there is no such listener.
 /// Counted as an accepted connection is: listener stats and the worker's drain.
-pub fn accept_internal(stream: DuplexStream, name: &str, context: &Rc<WorkerContext>) -> bool {
+pub fn accept_internal(stream: DuplexStream, name: &str, carried: StreamState, context: &Rc<WorkerContext>) -> bool {
     let snapshot = context.clusters.store.load();
     let Some(listener) = snapshot.listeners.get(name).filter(|l| l.resource.internal) else {
         return false;
     };
     let counted = (context.telemetry.listener(&listener.resource).accepted(), context.connections.open());
-    let serve = connection::serve_internal(stream, listener.clone(), context.clone());
+    let serve = connection::serve_internal(stream, listener.clone(), carried, context.clone());
     tokio::task::spawn_local(async move {
         serve.await;
         drop(counted);

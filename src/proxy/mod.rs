@@ -31,6 +31,7 @@ pub mod response_flags;
 pub mod retry;
 pub mod router;
 pub mod shadow;
+pub mod stream_info;
 pub mod tcp_proxy;
 mod tracers;
 pub mod transport;

@@ -11,8 +11,8 @@
 //!   `bind_to_port: false`). The connection is then that listener's, and is not handed on
 //!   again. When no listener has the address, the receiving listener's own chains take it
 //!   (Istio's `PassthroughCluster`).
-//! - An ORIGINAL_DST cluster connects to the restored address, or to the one named by its
-//!   HTTP header when `use_http_header` is set ([`upstream_destination`]).
+//! - An ORIGINAL_DST cluster connects to the restored address, or to one named by filter
+//!   state, by its `metadata_key` or by its HTTP header ([`upstream_destination`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -26,6 +26,7 @@ use tokio::net::TcpStream;
 use crate::config::cluster::OriginalDstConfig;
 use crate::config::listener::ListenerFilterKind;
 use crate::config::{Address, Listener};
+use crate::proxy::stream_info::{ORIGINAL_DST_ADDRESS, StreamState};
 use crate::store::{Snapshot, Store, Versioned};
 
 /// The listener that serves an accepted connection, and its local address as filter chain
@@ -103,21 +104,36 @@ fn canonical(address: SocketAddr) -> SocketAddr {
     SocketAddr::new(address.ip().to_canonical(), address.port())
 }
 
-/// Where an ORIGINAL_DST cluster connects for a request: the address in the cluster's
-/// header when `use_http_header` is set and the header holds an `IP:port`, else the
-/// connection's restored original destination. `None` means no host (Envoy: "no
-/// downstream connection or no original_dst"), answered as no healthy upstream.
-pub fn upstream_destination(
-    config: &OriginalDstConfig,
-    restored: Option<SocketAddr>,
-    headers: Option<&HeaderMap>,
-) -> Option<SocketAddr> {
-    let from_header = headers
-        .filter(|_| config.use_http_header)
-        .and_then(|h| h.get(config.http_header_name.as_str()))
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<SocketAddr>().ok());
-    from_header.or(restored)
+/// What an ORIGINAL_DST cluster may take a destination from.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DestinationSources<'a> {
+    /// The connection's restored original destination.
+    pub restored: Option<SocketAddr>,
+    /// The request's headers (`use_http_header`).
+    pub headers: Option<&'a HeaderMap>,
+    /// The request's filter state and dynamic metadata, then the connection's.
+    pub streams: [Option<&'a StreamState>; 2],
+}
+
+/// Where an ORIGINAL_DST cluster connects, in Envoy's order: the filter state
+/// `envoy.network.transport_socket.original_dst_address`; the cluster's `metadata_key` in
+/// the dynamic metadata; its header when `use_http_header` is set; the connection's restored
+/// original destination. Only a value that is an `IP:port` counts. `None` means no host
+/// (Envoy: "no downstream connection or no original_dst"), answered as no healthy upstream.
+pub fn upstream_destination(config: &OriginalDstConfig, sources: &DestinationSources<'_>) -> Option<SocketAddr> {
+    let streams = || sources.streams.iter().flatten();
+    let from_filter_state = || streams().find_map(|s| s.filter_state.address(ORIGINAL_DST_ADDRESS));
+    let from_metadata =
+        || config.metadata_key.as_ref().and_then(|k| streams().find_map(|s| s.metadata.address(&k.key, &k.path)));
+    let from_header = || {
+        sources
+            .headers
+            .filter(|_| config.use_http_header)
+            .and_then(|h| h.get(config.http_header_name.as_str()))
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<SocketAddr>().ok())
+    };
+    from_filter_state().or_else(from_metadata).or_else(from_header).or(sources.restored)
 }
 
 // === impl ListenerIndex ===
@@ -244,18 +260,53 @@ static_resources:
             use_http_header: false,
             http_header_name: DEFAULT_ORIGINAL_DST_HEADER.to_owned(),
             upstream_port_override: None,
+            metadata_key: None,
             cleanup_interval: Duration::from_secs(5),
         };
         let restored: SocketAddr = "10.0.0.1:80".parse().unwrap();
         let mut headers = HeaderMap::new();
         headers.insert(DEFAULT_ORIGINAL_DST_HEADER, "[2001:db8::7]:8080".parse().unwrap());
-        assert_eq!(upstream_destination(&config, Some(restored), Some(&headers)), Some(restored));
+        fn destination(
+            config: &OriginalDstConfig,
+            restored: Option<SocketAddr>,
+            headers: Option<&HeaderMap>,
+        ) -> Option<SocketAddr> {
+            upstream_destination(config, &DestinationSources { restored, headers, streams: [None, None] })
+        }
+        assert_eq!(destination(&config, Some(restored), Some(&headers)), Some(restored));
         config.use_http_header = true;
-        assert_eq!(upstream_destination(&config, Some(restored), Some(&headers)), "[2001:db8::7]:8080".parse().ok());
+        let header = "[2001:db8::7]:8080".parse().ok();
+        assert_eq!(destination(&config, Some(restored), Some(&headers)), header);
         headers.insert(DEFAULT_ORIGINAL_DST_HEADER, "not-an-address".parse().unwrap());
-        assert_eq!(upstream_destination(&config, Some(restored), Some(&headers)), Some(restored));
-        assert_eq!(upstream_destination(&config, None, Some(&headers)), None);
-        assert_eq!(upstream_destination(&config, None, None), None);
+        assert_eq!(destination(&config, Some(restored), Some(&headers)), Some(restored));
+        assert_eq!(destination(&config, None, Some(&headers)), None);
+        assert_eq!(destination(&config, None, None), None);
+    }
+
+    #[test]
+    fn filter_state_then_metadata_then_the_restored_destination() {
+        use crate::config::cluster::MetadataKey;
+        use crate::proxy::stream_info::{ORIGINAL_DST_NAMESPACE, SharedWithUpstream};
+        let config = OriginalDstConfig {
+            use_http_header: false,
+            http_header_name: DEFAULT_ORIGINAL_DST_HEADER.to_owned(),
+            upstream_port_override: Some(15008),
+            metadata_key: Some(MetadataKey { key: ORIGINAL_DST_NAMESPACE.into(), path: vec!["waypoint".into()] }),
+            cleanup_interval: Duration::from_secs(5),
+        };
+        let restored = "10.0.0.1:80".parse().ok();
+        let mut connection = StreamState::default();
+        let destination = |connection: &StreamState| {
+            upstream_destination(
+                &config,
+                &DestinationSources { restored, headers: None, streams: [None, Some(connection)] },
+            )
+        };
+        assert_eq!(destination(&connection), restored);
+        connection.metadata.set(ORIGINAL_DST_NAMESPACE, "waypoint".into(), "10.0.0.9:15008".into());
+        assert_eq!(destination(&connection), "10.0.0.9:15008".parse().ok());
+        connection.filter_state.set(ORIGINAL_DST_ADDRESS.into(), "10.0.0.7:443".into(), SharedWithUpstream::None);
+        assert_eq!(destination(&connection), "10.0.0.7:443".parse().ok());
     }
 
     #[test]

@@ -18,6 +18,7 @@ use tokio_util::either::Either;
 
 use super::context::WorkerContext;
 use super::filter_chain::ConnectionInfo;
+use super::original_dst::DestinationSources;
 use super::upstream::raw;
 use crate::config::cluster::UpstreamProtocol;
 use crate::config::listener::TcpProxy;
@@ -87,8 +88,12 @@ async fn proxy_connection<S>(
     for _attempt in 0..proxy.max_connect_attempts.max(1) {
         let now = Instant::now();
         let ctx = PickContext { hash, attempt: 0, previous: &[], now };
-        let restored = info.local_restored.then_some(info.local);
-        let Some(host) = local.pick(&ctx, restored, None) else {
+        let sources = DestinationSources {
+            restored: info.local_restored.then_some(info.local),
+            headers: None,
+            streams: [None, info.stream.as_deref()],
+        };
+        let Some(host) = local.pick(&ctx, &sources) else {
             if let Some(stats) = local.stats() {
                 stats.upstream_cx_none_healthy.inc();
             }
@@ -99,7 +104,11 @@ async fn proxy_connection<S>(
         let cluster = local.cluster();
         let _in_flight = host.stats.start(Instant::now());
         let stats = &host.cluster_stats;
-        let connect = tokio::time::timeout(cluster.connect_timeout, raw::connect_host(&host, cluster)).await;
+        let connect = tokio::time::timeout(
+            cluster.connect_timeout,
+            raw::connect_host(&host, cluster, [None, info.stream.as_deref()]),
+        )
+        .await;
         let upstream = match connect {
             Ok(Ok(upstream)) => upstream,
             failed => {

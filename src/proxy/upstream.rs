@@ -195,8 +195,7 @@ impl Upstreams {
         breakers: Option<&Breakers<'_>>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
         let tls = tls.as_ref().map(|tls| (tls, &self.tls_stats));
-        let extra = &host.endpoint.additional_addresses;
-        let target = Target::new(host.address(), extra, cluster, &host.cluster_stats, tls, self.spawner);
+        let target = Target::new(host.address(), &host.endpoint, cluster, &host.cluster_stats, tls, self.spawner);
         let max_requests = cluster.http.max_requests_per_connection;
         match Protocol::for_request(cluster, downstream_is_h2) {
             Protocol::Http1 => {
@@ -227,8 +226,7 @@ impl Upstreams {
         tls: Option<Arc<ClientTls>>,
     ) -> Result<Response<hyper::body::Incoming>, UpstreamError> {
         let tls = tls.map(|tls| (tls, self.tls_stats.clone()));
-        let extra = &host.endpoint.additional_addresses;
-        let dial = Dial::new(host.address(), extra, cluster, &host.cluster_stats, tls, self.spawner);
+        let dial = Dial::new(host.address(), &host.endpoint, cluster, &host.cluster_stats, tls, self.spawner);
         let endpoint = Arc::new(limits::EndpointConns::default());
         let Some(permit) = limits::connection(None, &endpoint) else { return Err(UpstreamError::Overflow) };
         let (mut sender, _activity) = dial.http1_upgradable(permit).await?;

@@ -42,6 +42,7 @@ fn endpoint((port, weight, health): Ep) -> Arc<LbEndpoint> {
         hostname: String::new(),
         health_check: None,
         additional_addresses: Box::default(),
+        metadata: None,
     })
 }
 

@@ -108,6 +108,7 @@ fn host(address: SocketAddr) -> Host {
             hostname: String::new(),
             health_check: None,
             additional_addresses: Box::default(),
+            metadata: None,
         }),
         stats: Arc::new(EndpointStats::new(Instant::now())),
         cluster_stats: Default::default(),

@@ -44,6 +44,7 @@ fn hosts(n: u32) -> Vec<Arc<Host>> {
                 hostname: String::new(),
                 health_check: None,
                 additional_addresses: Box::default(),
+                metadata: None,
             })
         })
         .collect();

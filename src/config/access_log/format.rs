@@ -80,6 +80,7 @@ pub enum Command {
     DownstreamLocalAddress,
     DownstreamRemoteAddress,
     DownstreamPeerUriSan,
+    DownstreamLocalUriSan,
     RequestedServerName,
     RouteName,
     /// `%DYNAMIC_METADATA(namespace:key:…)%`: a namespace and a path into it.
@@ -232,6 +233,7 @@ fn named(name: &str, argument: Option<&str>) -> Result<Command, FormatError> {
         "DOWNSTREAM_LOCAL_ADDRESS" => plain(Command::DownstreamLocalAddress),
         "DOWNSTREAM_REMOTE_ADDRESS" => plain(Command::DownstreamRemoteAddress),
         "DOWNSTREAM_PEER_URI_SAN" => plain(Command::DownstreamPeerUriSan),
+        "DOWNSTREAM_LOCAL_URI_SAN" => plain(Command::DownstreamLocalUriSan),
         "REQUESTED_SERVER_NAME" => plain(Command::RequestedServerName),
         "ROUTE_NAME" => plain(Command::RouteName),
         "HOSTNAME" => plain(Command::Constant(hostname())),

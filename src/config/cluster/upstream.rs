@@ -16,6 +16,35 @@ pub enum UpstreamTransport {
     Plain,
     /// `envoy.transport_sockets.tls`.
     Tls(Box<UpstreamTlsContext>),
+    /// `envoy.transport_sockets.internal_upstream`: to an internal listener, carrying
+    /// metadata across to the connection it serves.
+    Internal(Box<InternalUpstream>),
+}
+
+impl UpstreamTransport {
+    /// The TLS this transport originates, through an internal upstream's inner socket.
+    pub fn tls(&self) -> Option<&UpstreamTlsContext> {
+        match self {
+            Self::Plain => None,
+            Self::Tls(context) => Some(context),
+            Self::Internal(internal) => internal.inner.tls(),
+        }
+    }
+}
+
+/// `envoy.transport_sockets.internal_upstream`: the connection to an internal listener
+/// carries, as that connection's own dynamic metadata, the namespaces of metadata named by
+/// `passthrough_metadata` (Istio passes the endpoint's `envoy.filters.listener.original_dst`,
+/// the tunnel's destination, to `connect_originate`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct InternalUpstream {
+    /// Namespaces of the endpoint's metadata (kind `host`).
+    pub host_metadata: Vec<String>,
+    /// The cluster's metadata namespaces (kind `cluster`), taken from the cluster when it is
+    /// converted: namespace → its fields.
+    pub cluster_metadata: BTreeMap<String, serde_json::Map<String, serde_json::Value>>,
+    /// The socket inside (`transport_socket`): plain, or TLS over the internal connection.
+    pub inner: UpstreamTransport,
 }
 
 /// One `transport_socket_matches` entry: endpoints whose

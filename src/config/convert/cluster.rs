@@ -135,7 +135,7 @@ pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster
         (
             "metadata",
             metadata.is_some(),
-            "cluster metadata is read only for Istio's service host (istio.services, telemetry)",
+            "cluster metadata is read only for Istio's service host (istio.services, telemetry) and passed through to internal listeners",
         ),
         (
             "upstream_connection_options",
@@ -243,15 +243,19 @@ pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster
             .within("circuit_breakers", |w| circuit_breakers::circuit_breakers(cb, w))
             .at_field("circuit_breakers")?,
     };
-    let transport_socket = match transport_socket {
+    let mut transport_socket = match transport_socket {
         None => UpstreamTransport::Plain,
         Some(socket) => warnings
             .within("transport_socket", |w| transport::transport_socket(socket, w))
             .at_field("transport_socket")?,
     };
-    let transport_socket_matches = warnings
+    let mut transport_socket_matches = warnings
         .within("transport_socket_matches", |w| transport::transport_socket_matches(transport_socket_matches, w))
         .at_field("transport_socket_matches")?;
+    transport::resolve_cluster_metadata(&mut transport_socket, metadata.as_ref())?;
+    for m in &mut transport_socket_matches {
+        transport::resolve_cluster_metadata(&mut m.transport, metadata.as_ref())?;
+    }
     let protocol_fields = protocol::ProtocolFields {
         typed_extension_protocol_options,
         http_protocol_options,

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use super::common;
 use crate::config::Address;
 use crate::config::endpoint::{
-    ClusterLoadAssignment, DEFAULT_OVERPROVISIONING_FACTOR, EndpointHealthCheck, HealthStatus, LbEndpoint, Locality,
-    LocalityLbEndpoints,
+    ClusterLoadAssignment, DEFAULT_OVERPROVISIONING_FACTOR, EndpointHealthCheck, EndpointMetadata, HealthStatus,
+    LbEndpoint, Locality, LocalityLbEndpoints,
 };
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::pb::envoy::config::core::v3 as core;
@@ -148,6 +148,10 @@ fn lb_endpoint(proto: proto::LbEndpoint) -> Result<LbEndpoint> {
         Some(w) => w.value,
     };
     let health = health_status_of(health_status).map_err(|e| e.at("health_status"))?;
+    let internal_metadata = match (&address, metadata.as_ref()) {
+        (Address::Internal { .. }, Some(metadata)) => Some(Box::new(internal_metadata(metadata)?)),
+        _ => None,
+    };
     Ok(LbEndpoint {
         address,
         weight,
@@ -157,7 +161,18 @@ fn lb_endpoint(proto: proto::LbEndpoint) -> Result<LbEndpoint> {
         hostname,
         health_check,
         additional_addresses,
+        metadata: internal_metadata,
     })
+}
+
+/// The metadata of an internal endpoint, namespace by namespace, as JSON text.
+fn internal_metadata(metadata: &core::Metadata) -> Result<EndpointMetadata> {
+    let namespaces = metadata.filter_metadata.iter().map(|(name, fields)| {
+        let json = super::bootstrap::struct_to_json(fields)
+            .map_err(|e| ConfigError::new(format!("metadata.filter_metadata.{name}"), e.to_string()))?;
+        Ok((name.clone(), json.to_string()))
+    });
+    Ok(EndpointMetadata(namespaces.collect::<Result<_>>()?))
 }
 
 /// `Endpoint.HealthCheckConfig`; `None` when it sets nothing.

@@ -1,7 +1,7 @@
 //! `envoy.config.listener.v3.Listener` → [`Listener`]: address, listener filters, filter
 //! chains and their matches, downstream TLS, and the terminal network filter.
 
-mod access_log;
+pub(super) mod access_log;
 mod access_log_filter;
 mod access_log_grpc;
 mod access_log_otel;

@@ -20,6 +20,7 @@ pub mod metadata_exchange;
 pub mod peer_metadata;
 pub mod ratelimit;
 pub mod rbac;
+pub mod set_filter_state;
 
 use std::sync::Arc;
 
@@ -60,6 +61,8 @@ pub enum HttpFilterConfig {
     PeerMetadata(Arc<peer_metadata::PeerMetadata>),
     /// Istio's `istio.stats` (`stats.PluginConfig`).
     IstioStats(Arc<istio_stats::IstioStats>),
+    /// `envoy.filters.http.set_filter_state`.
+    SetFilterState(Arc<set_filter_state::SetFilterState>),
 }
 
 /// One network filter of a filter chain, before its terminal filter.

@@ -209,6 +209,7 @@ fn the_balancer_takes_out_hosts_failed_by_a_check_but_not_without_checks() {
         hostname: String::new(),
         health_check: None,
         additional_addresses: Box::default(),
+        metadata: None,
     };
     let now = Instant::now();
     let host = crate::lb::Host {

@@ -17,6 +17,7 @@ fn endpoint(i: usize, health: HealthStatus) -> Arc<LbEndpoint> {
         hostname: String::new(),
         health_check: None,
         additional_addresses: Box::default(),
+        metadata: None,
     })
 }
 

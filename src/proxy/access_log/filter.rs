@@ -84,6 +84,7 @@ mod tests {
             remote: ([127, 0, 0, 1], 1).into(),
             server_name: None,
             peer_uri_san: None,
+            local_uri_san: None,
         };
         let mut log = PendingLog::new(Vec::new().into(), SystemTime::now(), Instant::now(), &parts, downstream);
         log.respond(status, &http::HeaderMap::new(), flags);

@@ -211,6 +211,7 @@ fn value<'a>(command: &'a Command, record: &'a PendingLog, out: &mut Vec<u8>) ->
         Command::DownstreamLocalAddress => Value::Text(Cow::Owned(address(record.downstream.local))),
         Command::DownstreamRemoteAddress => Value::Text(Cow::Owned(address(record.downstream.remote))),
         Command::DownstreamPeerUriSan => optional(record.downstream.peer_uri_san.as_deref()),
+        Command::DownstreamLocalUriSan => optional(record.downstream.local_uri_san.as_deref()),
         Command::RequestedServerName => optional(record.downstream.server_name.as_deref()),
         Command::RouteName => optional(record.route_name.as_deref().filter(|n| !n.is_empty())),
         Command::DynamicMetadata { namespace, path } => {
@@ -254,6 +255,7 @@ mod tests {
             remote: ([10, 0, 0, 1], 0).into(),
             server_name: None,
             peer_uri_san: None,
+            local_uri_san: None,
         };
         let mut log = PendingLog::new(Vec::new().into(), start, Instant::now(), &parts, downstream);
         let mut headers = http::HeaderMap::new();

@@ -28,6 +28,7 @@ use crate::pb::envoy::service::accesslog::v3::stream_access_logs_message::{
     HttpAccessLogEntries, Identifier, LogEntries,
 };
 use crate::proxy::clusters::WorkerClusters;
+use crate::proxy::original_dst::DestinationSources;
 use crate::proxy::upstream::BoxError;
 use crate::telemetry::Counter;
 
@@ -155,7 +156,7 @@ fn open(clusters: &Rc<WorkerClusters>, config: &GrpcAccessLog) -> Option<mpsc::S
     let snapshot = clusters.store.load();
     let local = clusters.get(&snapshot, config.cluster.as_str())?;
     let pick = PickContext { hash: None, attempt: 0, previous: &[], now: Instant::now() };
-    let host = local.pick(&pick, None, None)?;
+    let host = local.pick(&pick, &DestinationSources::default())?;
     let tls = local.tls(&host.endpoint, &snapshot, &clusters.tls).ok()?;
     let (tx, rx) = mpsc::channel::<Bytes>(STREAM_MESSAGES);
     let body = BodyExt::boxed(StreamBody::new(ReceiverStream::new(rx).map(|b| Ok::<_, BoxError>(Frame::data(b)))));

@@ -5,12 +5,11 @@
 //! attempts and reaches everything of its cluster without a look-up by name.
 
 use std::cell::{Cell, RefCell};
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http::{HeaderMap, Request, Response};
+use http::{Request, Response};
 
-use super::super::original_dst::upstream_destination;
+use super::super::original_dst::{DestinationSources, upstream_destination};
 use super::super::transport::WorkerTls;
 use super::super::upstream::{ClusterPool, Destination, RequestBody, ResponseBody, UpstreamError, Upstreams};
 use crate::config::Cluster;
@@ -104,16 +103,11 @@ impl ThreadLocalCluster {
 
     /// Picks the upstream host: the host of the destination for an ORIGINAL_DST cluster
     /// (see [`upstream_destination`]), else by the cluster's balancer.
-    pub fn pick(
-        &self,
-        ctx: &PickContext<'_>,
-        restored: Option<SocketAddr>,
-        headers: Option<&HeaderMap>,
-    ) -> Option<Arc<Host>> {
+    pub fn pick(&self, ctx: &PickContext<'_>, sources: &DestinationSources<'_>) -> Option<Arc<Host>> {
         let mut picker = self.balanced.as_ref()?.picker.borrow_mut();
         match &self.config.resource.original_dst {
             Some(config) => {
-                let destination = upstream_destination(config, restored, headers)?;
+                let destination = upstream_destination(config, sources)?;
                 picker.pick_destination(destination, ctx.now)
             }
             None => picker.pick(ctx).cloned(),

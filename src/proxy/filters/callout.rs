@@ -10,6 +10,7 @@ use http_body_util::{BodyExt, Full, Limited};
 
 use crate::lb::PickContext;
 use crate::proxy::clusters::WorkerClusters;
+use crate::proxy::original_dst::DestinationSources;
 use crate::proxy::upstream::{RequestBody, ResponseBody};
 
 /// The most a callout's response body may hold.
@@ -95,7 +96,7 @@ impl<'a> Callouts<'a> {
             return Err(CalloutError::NoCluster(cluster_name.to_owned()));
         };
         let pick = PickContext { hash: None, attempt: 0, previous: &[], now: Instant::now() };
-        let Some(host) = local.pick(&pick, None, None) else {
+        let Some(host) = local.pick(&pick, &DestinationSources::default()) else {
             return Err(CalloutError::NoHealthyUpstream(cluster_name.to_owned()));
         };
         let tls =

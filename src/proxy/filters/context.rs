@@ -1,6 +1,5 @@
 //! What a filter sees of a request and its connection, and what it can answer with.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
 use bytes::Bytes;
@@ -10,6 +9,7 @@ use super::callout::Callouts;
 use crate::config::filters::FilterOverride;
 use crate::config::route::{Route, RouteConfiguration, VirtualHost};
 use crate::proxy::response_flags::ResponseFlags;
+pub use crate::proxy::stream_info::DynamicMetadata;
 use crate::tls::PeerIdentity;
 
 /// The downstream connection, as policies see it. Built once per connection.
@@ -28,28 +28,9 @@ pub struct DownstreamConnection {
     pub peer_identity: Option<PeerIdentity>,
     /// The first URI SAN of the certificate Outrider presented on it (its own identity).
     pub local_uri_san: Option<std::sync::Arc<str>>,
-}
-
-/// Per-request dynamic metadata, by filter namespace (`envoy.filters.http.jwt_authn`):
-/// what one filter leaves for a later one (JWT claims for RBAC's `metadata` matcher).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct DynamicMetadata(pub BTreeMap<String, serde_json::Map<String, serde_json::Value>>);
-
-impl DynamicMetadata {
-    /// The value at `path` under `namespace` (`MetadataMatcher`'s `filter` and `path`).
-    pub fn get<K: AsRef<str>>(&self, namespace: &str, path: &[K]) -> Option<&serde_json::Value> {
-        let (first, rest) = path.split_first()?;
-        let mut value = self.0.get(namespace)?.get(first.as_ref())?;
-        for key in rest {
-            value = value.as_object()?.get(key.as_ref())?;
-        }
-        Some(value)
-    }
-
-    /// Sets `key` under `namespace`.
-    pub fn set(&mut self, namespace: &str, key: String, value: serde_json::Value) {
-        self.0.entry(namespace.to_owned()).or_default().insert(key, value);
-    }
+    /// The filter state and metadata an internal connection arrived with (Istio's HBONE:
+    /// the tunnel's peer identity); `None` for a socket's.
+    pub stream: Option<std::sync::Arc<crate::proxy::stream_info::StreamState>>,
 }
 
 /// A change a filter asks for on the response, applied in order to the upstream's

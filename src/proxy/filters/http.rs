@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::context::RequestContext;
 use super::{
     LocalResponse, compressor, cors, ext_authz, fault, health_check, istio_stats, jwt_authn, local_ratelimit,
-    peer_metadata, ratelimit, rbac,
+    peer_metadata, ratelimit, rbac, set_filter_state,
 };
 use crate::config::filters::peer_metadata::LocalNode;
 use crate::config::filters::{FilterOverride, HttpFilterConfig};
@@ -58,6 +58,7 @@ enum Filter {
     RateLimit(ratelimit::RateLimitFilter),
     PeerMetadata(peer_metadata::PeerMetadataFilter),
     IstioStats(istio_stats::IstioStatsFilter),
+    SetFilterState(set_filter_state::SetFilterStateFilter),
 }
 
 impl Filter {
@@ -97,6 +98,9 @@ impl Filter {
             HttpFilterConfig::IstioStats(config) => {
                 Self::IstioStats(istio_stats::IstioStatsFilter::new(config.clone(), factory))
             }
+            HttpFilterConfig::SetFilterState(config) => {
+                Self::SetFilterState(set_filter_state::SetFilterStateFilter::new(config.clone()))
+            }
         }
     }
 
@@ -116,6 +120,7 @@ impl Filter {
             Self::RateLimit(filter) => Box::pin(filter.decode_headers(request)).await,
             Self::PeerMetadata(filter) => filter.decode_headers(request).await,
             Self::IstioStats(filter) => filter.decode_headers(request).await,
+            Self::SetFilterState(filter) => filter.decode_headers(request).await,
         }
     }
 }

@@ -327,6 +327,7 @@ mod tests {
         let telemetry = TcpTelemetry::build(&filters, factory).unwrap();
         let connection = DownstreamConnection {
             local_uri_san: None,
+            stream: None,
             peer: "127.0.0.1:1".parse().unwrap(),
             local: "127.0.0.1:2".parse().unwrap(),
             server_name: None,

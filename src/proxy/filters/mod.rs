@@ -40,6 +40,7 @@ pub mod ratelimit;
 pub mod rbac;
 pub mod registry;
 pub mod route_cluster;
+pub mod set_filter_state;
 pub mod token_bucket;
 
 pub use body::{DownstreamBody, RequestEnd};

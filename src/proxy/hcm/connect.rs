@@ -26,6 +26,7 @@ use crate::proxy::byte_count::ByteCounted;
 use crate::proxy::clusters::ThreadLocalCluster;
 use crate::proxy::headers::LocalReply;
 use crate::proxy::router::Forward;
+use crate::proxy::stream_info::StreamState;
 use crate::proxy::upstream::{UpstreamError, raw};
 use crate::store::Snapshot;
 use crate::telemetry::ConnectionLife;
@@ -49,7 +50,7 @@ pub(super) async fn terminate(
     exchange: Exchange<'_>,
     stream: &mut StreamInfo,
 ) -> Response<ProxyBody> {
-    let Exchange { downstream, original_dst, manager, context, .. } = exchange;
+    let Exchange { downstream, manager, context, .. } = exchange;
     // Put there by hyper for every HTTP/2 CONNECT.
     let Some(upgrade) = parts.extensions.remove::<OnUpgrade>() else {
         return local(manager, stream, LocalReply::NoHealthyUpstream, false);
@@ -57,10 +58,11 @@ pub(super) async fn terminate(
     let now = Instant::now();
     let hash = crate::lb::hash_policy::request_hash(forward.hash_policy, &parts, Some(downstream.peer.ip()));
     let ctx = PickContext { hash, attempt: 0, previous: &[], now };
-    let Some(host) = cluster.pick(&ctx, original_dst, Some(&parts.headers)) else {
+    let Some(host) = cluster.pick(&ctx, &exchange.destination_sources(&parts)) else {
         return local(manager, stream, LocalReply::NoHealthyUpstream, false);
     };
     let address = host.address().to_string();
+    let downstream_state = [parts.extensions.get::<StreamState>(), exchange.connection.stream.as_deref()];
     let failure = |reason: String| UpstreamError::ConnectFailure { address: address.clone(), reason };
     let tls = match cluster.tls(&host.endpoint, snapshot, &context.clusters.tls) {
         Ok(tls) => tls,
@@ -69,21 +71,22 @@ pub(super) async fn terminate(
     let config = cluster.cluster();
     let stats = &host.cluster_stats;
     let in_flight = host.stats.start(now);
-    let upstream = match tokio::time::timeout(config.connect_timeout, raw::connect_host(&host, config)).await {
-        Ok(Ok(upstream)) => upstream,
-        failed => {
-            stats.upstream_cx_connect_fail.inc();
-            host.stats.record(Instant::now(), now.elapsed(), false);
-            let error = match failed {
-                Ok(Err(error)) => failure(error.to_string()),
-                _ => {
-                    stats.upstream_cx_connect_timeout.inc();
-                    UpstreamError::ConnectTimeout { address: address.clone(), timeout: config.connect_timeout }
-                }
-            };
-            return reset_reply(manager, stream, Some(error), false, false);
-        }
-    };
+    let upstream =
+        match tokio::time::timeout(config.connect_timeout, raw::connect_host(&host, config, downstream_state)).await {
+            Ok(Ok(upstream)) => upstream,
+            failed => {
+                stats.upstream_cx_connect_fail.inc();
+                host.stats.record(Instant::now(), now.elapsed(), false);
+                let error = match failed {
+                    Ok(Err(error)) => failure(error.to_string()),
+                    _ => {
+                        stats.upstream_cx_connect_timeout.inc();
+                        UpstreamError::ConnectTimeout { address: address.clone(), timeout: config.connect_timeout }
+                    }
+                };
+                return reset_reply(manager, stream, Some(error), false, false);
+            }
+        };
     let life = ConnectionLife::open(
         &stats.upstream_cx_total,
         &stats.upstream_cx_active,

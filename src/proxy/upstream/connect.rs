@@ -24,9 +24,11 @@ use super::raw::{self, RawConnection};
 use crate::config::Address;
 use crate::config::cluster::SourceAddresses;
 use crate::config::cluster::{Cluster, DnsLookupFamily, Http2Settings};
+use crate::config::endpoint::LbEndpoint;
 use crate::proxy::byte_count::ByteCounted;
 use crate::proxy::exec::Spawner;
 use crate::proxy::flow_control;
+use crate::proxy::stream_info::StreamState;
 use crate::proxy::transport::HandshakeStats;
 use crate::telemetry::{ClusterStats, ConnectionLife};
 use crate::tls::{ClientAlpn, ClientTls, Refusal};
@@ -38,8 +40,8 @@ use crate::tls::{ClientAlpn, ClientTls, Refusal};
 #[derive(Clone, Copy)]
 pub(crate) struct Target<'a> {
     pub address: &'a Address,
-    /// The endpoint's `additional_addresses`, tried by happy eyeballs with `address`.
-    additional: &'a [SocketAddr],
+    /// Its `additional_addresses` are tried by happy eyeballs with `address`.
+    endpoint: &'a LbEndpoint,
     cluster: &'a Cluster,
     stats: &'a Arc<ClusterStats>,
     tls: Option<(&'a Arc<ClientTls>, &'a Arc<HandshakeStats>)>,
@@ -49,13 +51,13 @@ pub(crate) struct Target<'a> {
 impl<'a> Target<'a> {
     pub(crate) fn new(
         address: &'a Address,
-        additional: &'a [SocketAddr],
+        endpoint: &'a LbEndpoint,
         cluster: &'a Cluster,
         stats: &'a Arc<ClusterStats>,
         tls: Option<(&'a Arc<ClientTls>, &'a Arc<HandshakeStats>)>,
         spawner: Spawner,
     ) -> Self {
-        Self { address, additional, cluster, stats, tls, spawner }
+        Self { address, endpoint, cluster, stats, tls, spawner }
     }
 
     /// Which transport a pooled connection must have been made with (see
@@ -72,7 +74,7 @@ impl<'a> Target<'a> {
     /// The owned settings to open a connection with.
     pub(crate) fn dial(&self) -> Dial {
         let tls = self.tls.map(|(tls, stats)| (tls.clone(), stats.clone()));
-        Dial::new(self.address, self.additional, self.cluster, self.stats, tls, self.spawner)
+        Dial::new(self.address, self.endpoint, self.cluster, self.stats, tls, self.spawner)
     }
 }
 
@@ -96,6 +98,10 @@ pub(crate) struct Dial {
     pub stats: Arc<ClusterStats>,
     /// Where the connection's task runs.
     pub spawner: Spawner,
+    /// What a connection to an internal listener carries across: the metadata its transport
+    /// passes through. (A pooled connection is shared by requests, so no request's filter
+    /// state crosses on it; that needs a raw connection, as a terminated `CONNECT` has.)
+    pub carried: Option<Arc<StreamState>>,
 }
 
 /// Opens the socket, runs the TLS handshake if any, then the HTTP handshake `$then`.
@@ -134,17 +140,20 @@ fn peer_uri_san(session: &rustls::ClientConnection) -> Option<String> {
 impl Dial {
     pub(crate) fn new(
         address: &Address,
-        additional: &[SocketAddr],
+        endpoint: &LbEndpoint,
         cluster: &Cluster,
         stats: &Arc<ClusterStats>,
         tls: Option<(Arc<ClientTls>, Arc<HandshakeStats>)>,
         spawner: Spawner,
     ) -> Self {
+        let carried = matches!(address, Address::Internal { .. })
+            .then(|| Arc::new(raw::carried(cluster, endpoint, [None, None])));
         Self {
             spawner,
             stats: stats.clone(),
             address: address.clone(),
-            additional: additional.into(),
+            additional: endpoint.additional_addresses.clone(),
+            carried,
             connect_timeout: cluster.connect_timeout,
             idle_timeout: cluster.http.idle_timeout,
             bind: cluster.upstream_bind,
@@ -336,7 +345,8 @@ impl Dial {
     }
 
     async fn socket(&self) -> Result<RawConnection, UpstreamError> {
-        let connect = raw::connect(&self.address, &self.additional, self.bind, self.lookup_family);
+        let carried = || self.carried.as_deref().cloned().unwrap_or_default();
+        let connect = raw::connect(&self.address, &self.additional, self.bind, self.lookup_family, carried);
         match tokio::time::timeout(self.connect_timeout, connect).await {
             Ok(Ok(socket)) => Ok(socket),
             Ok(Err(error)) => Err(self.failure(error)),

@@ -15,10 +15,11 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio_util::either::Either;
 
 use crate::config::Address;
-use crate::config::cluster::{Cluster, DnsLookupFamily, SourceAddresses};
+use crate::config::cluster::{Cluster, DnsLookupFamily, SourceAddresses, UpstreamTransport};
 use crate::config::endpoint::LbEndpoint;
 use crate::lb::Host;
 use crate::proxy::internal_listener;
+use crate::proxy::stream_info::StreamState;
 use crate::tls::TlsStats;
 use crate::tls::{ClientAlpn, ClientTls, Refusal};
 
@@ -31,12 +32,14 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 pub type RawConnection = Either<TcpStream, Box<dyn Io>>;
 
 /// A socket to `address`, with the endpoint's `additional` addresses, the cluster's
-/// source address and its `dns_lookup_family`.
+/// source address and its `dns_lookup_family`; a connection to an internal listener starts
+/// with `carried` (see [`carried`]).
 pub async fn connect(
     address: &Address,
     additional: &[SocketAddr],
     bind: Option<SourceAddresses>,
     lookup_family: DnsLookupFamily,
+    carried: impl FnOnce() -> StreamState,
 ) -> std::io::Result<RawConnection> {
     let bind_for = |peer| bind.map(|b| b.for_peer(peer));
     let tcp = match address {
@@ -54,16 +57,44 @@ pub async fn connect(
         }
         Address::Pipe(path) => return Ok(Either::Right(Box::new(UnixStream::connect(path).await?))),
         Address::Internal { server_listener_name, .. } => {
-            return Ok(Either::Right(Box::new(internal_listener::connect(server_listener_name)?)));
+            return Ok(Either::Right(Box::new(internal_listener::connect(server_listener_name, carried())?)));
         }
     };
     Ok(Either::Left(tcp))
 }
 
-/// [`connect`] to `host` of `cluster`.
-pub async fn connect_host(host: &Host, cluster: &Cluster) -> std::io::Result<RawConnection> {
+/// [`connect`] to `host` of `cluster`, for a request and connection whose filter state is
+/// `downstream` (the request's, then the connection's).
+pub async fn connect_host(
+    host: &Host,
+    cluster: &Cluster,
+    downstream: [Option<&StreamState>; 2],
+) -> std::io::Result<RawConnection> {
     let LbEndpoint { additional_addresses, .. } = host.endpoint.as_ref();
-    connect(host.address(), additional_addresses, cluster.upstream_bind, cluster.lookup_family()).await
+    let carried = || carried(cluster, &host.endpoint, downstream);
+    connect(host.address(), additional_addresses, cluster.upstream_bind, cluster.lookup_family(), carried).await
+}
+
+/// What a connection to the internal listener `endpoint` carries across: the filter state
+/// of `downstream` (a request's, then its connection's) shared with the upstream, and the
+/// metadata that the endpoint's transport socket passes through (`internal_upstream`'s
+/// `passthrough_metadata`, the endpoint's then the cluster's, as Envoy copies them).
+pub fn carried(cluster: &Cluster, endpoint: &LbEndpoint, downstream: [Option<&StreamState>; 2]) -> StreamState {
+    let mut carried = StreamState::default();
+    for state in downstream.into_iter().flatten() {
+        carried.filter_state.extend_absent(state.filter_state.shared_with_upstream());
+    }
+    if let UpstreamTransport::Internal(internal) = cluster.upstream_transport(endpoint) {
+        for namespace in &internal.host_metadata {
+            if let Some(fields) = endpoint.metadata.as_ref().and_then(|m| m.namespace(namespace)) {
+                carried.metadata.0.insert(namespace.clone(), fields);
+            }
+        }
+        for (namespace, fields) in &internal.cluster_metadata {
+            carried.metadata.0.entry(namespace.clone()).or_insert_with(|| fields.clone());
+        }
+    }
+    carried
 }
 
 /// The upstream TLS handshake of a raw connection within `remaining` of the connect

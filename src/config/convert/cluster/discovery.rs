@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::config::address::Address;
 use crate::config::cluster::{
     DEFAULT_INITIAL_FETCH_TIMEOUT, DEFAULT_ORIGINAL_DST_CLEANUP_INTERVAL, DEFAULT_ORIGINAL_DST_HEADER, DnsLookupFamily,
-    DnsSettings, EdsConfig, OriginalDstConfig, SourceAddresses,
+    DnsSettings, EdsConfig, MetadataKey, OriginalDstConfig, SourceAddresses,
 };
 use crate::config::convert::common;
 use crate::config::endpoint::ClusterLoadAssignment;
@@ -184,9 +184,7 @@ pub(super) fn original_dst_config(
     let c::OriginalDstLbConfig { use_http_header, http_header_name, upstream_port_override, metadata_key } =
         proto.unwrap_or_default();
     let at = "original_dst_lb_config";
-    if metadata_key.is_some() {
-        return Err(ConfigError::new("metadata_key", "destinations from metadata are not supported").at(at));
-    }
+    let metadata_key = metadata_key.map(|k| metadata_key_of(k).map_err(|e| e.at("metadata_key").at(at))).transpose()?;
     let upstream_port_override = upstream_port_override
         .map(|p| u16::try_from(p.value).map_err(|_| ConfigError::new("upstream_port_override", "is not a port")))
         .transpose()
@@ -198,7 +196,28 @@ pub(super) fn original_dst_config(
         Some(Duration::ZERO) => return Err(ConfigError::new("cleanup_interval", "must be greater than 0s")),
         Some(interval) => interval,
     };
-    Ok(OriginalDstConfig { use_http_header, http_header_name, upstream_port_override, cleanup_interval })
+    Ok(OriginalDstConfig { use_http_header, http_header_name, upstream_port_override, metadata_key, cleanup_interval })
+}
+
+/// `envoy.type.metadata.v3.MetadataKey`: a namespace and a path of keys (no key empty).
+fn metadata_key_of(proto: crate::pb::envoy::r#type::metadata::v3::MetadataKey) -> Result<MetadataKey> {
+    use crate::pb::envoy::r#type::metadata::v3::metadata_key::path_segment::Segment;
+    let crate::pb::envoy::r#type::metadata::v3::MetadataKey { key, path } = proto;
+    if key.is_empty() {
+        return Err(ConfigError::new("key", "must not be empty"));
+    }
+    if path.is_empty() {
+        return Err(ConfigError::new("path", "must have at least one key"));
+    }
+    let path = path
+        .into_iter()
+        .enumerate()
+        .map(|(i, segment)| match segment.segment {
+            Some(Segment::Key(k)) if !k.is_empty() => Ok(k),
+            _ => Err(ConfigError::new(format!("path[{i}].key"), "must not be empty")),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(MetadataKey { key, path })
 }
 
 pub(super) fn upstream_bind(proto: core::BindConfig, warnings: &mut Warnings) -> Result<Option<SourceAddresses>> {

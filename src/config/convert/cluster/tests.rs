@@ -152,8 +152,17 @@ fn original_dst_cleanup_interval_defaults_and_must_be_positive() {
     let zero = json!({"name": "p", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED", "cleanup_interval": "0s"});
     assert_eq!(error_path(zero), "cleanup_interval");
     let header = json!({"name": "p", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
-        "original_dst_lb_config": {"metadata_key": {"key": "k", "path": [{"key": "p"}]}}});
-    assert_eq!(error_path(header), "original_dst_lb_config.metadata_key");
+        "original_dst_lb_config": {"metadata_key": {"key": "k", "path": []}}});
+    assert_eq!(error_path(header), "original_dst_lb_config.metadata_key.path");
+    // Istio's connect_originate: a waypoint named by the endpoint's metadata, else the
+    // tunnel's destination on 15008.
+    let hbone = json!({"name": "connect_originate", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
+        "original_dst_lb_config": {"upstream_port_override": 15008,
+            "metadata_key": {"key": "envoy.filters.listener.original_dst", "path": [{"key": "waypoint"}]}}});
+    let original_dst = convert(hbone).unwrap().0.original_dst.unwrap();
+    assert_eq!(original_dst.upstream_port_override, Some(15008));
+    let key = original_dst.metadata_key.unwrap();
+    assert_eq!((key.key.as_str(), key.path), ("envoy.filters.listener.original_dst", vec!["waypoint".to_owned()]));
     let (_, warnings) = convert(json!({"name": "s", "type": "STATIC", "cleanup_interval": "1s"})).unwrap();
     assert!(warnings.items().iter().any(|w| w.path == "cleanup_interval"));
 }
@@ -251,7 +260,11 @@ fn istio_testdata_clusters_convert() {
             assert_eq!(c.circuit_breakers.high.max_connections, 100_000);
         }
         if c.name.starts_with("inbound-vip") {
-            assert_eq!(c.transport_socket, UpstreamTransport::Plain);
+            // Istio's waypoint VIP clusters reach connect_originate with the destination
+            // passed through.
+            let UpstreamTransport::Internal(internal) = &c.transport_socket else { panic!("{name}: not internal") };
+            assert_eq!(internal.host_metadata, ["envoy.filters.listener.original_dst"]);
+            assert_eq!(internal.inner, UpstreamTransport::Plain);
             assert_eq!(c.eds_service_name(), Some(c.name.as_str()));
         }
     }

@@ -4,12 +4,14 @@ use std::collections::BTreeMap;
 
 use prost::Name;
 
-use crate::config::cluster::{TransportSocketMatch, UpstreamTransport};
+use crate::config::cluster::{InternalUpstream, TransportSocketMatch, UpstreamTransport};
 use crate::config::convert::{common, tls};
 use crate::config::error::{AtField, ConfigError, Result, Warnings};
 use crate::pb::envoy::config::cluster::v3::cluster;
 use crate::pb::envoy::config::core::v3 as core;
 use crate::pb::envoy::extensions::transport_sockets as sockets;
+use crate::pb::envoy::extensions::transport_sockets::internal_upstream::v3::internal_upstream_transport::MetadataValueSource as MetadataKindNamespace;
+use crate::pb::envoy::r#type::metadata::v3::metadata_kind;
 use crate::pb::google::protobuf as gpb;
 
 use sockets::internal_upstream::v3::InternalUpstreamTransport;
@@ -36,25 +38,66 @@ pub(super) fn transport_socket(proto: core::TransportSocket, warnings: &mut Warn
     } else if type_name == InternalUpstreamTransport::full_name() {
         let InternalUpstreamTransport { passthrough_metadata, transport_socket: inner } =
             common::unpack(&any).at_field("typed_config")?;
-        if !passthrough_metadata.is_empty() {
-            // Copied onto the internal listener's connection for its filters to read; what
-            // reads it in Istio's configuration (an ORIGINAL_DST cluster's
-            // `original_dst_lb_config.metadata_key`) is refused where it is converted, so
-            // nothing served depends on it.
-            warnings.ignored(
-                "typed_config.passthrough_metadata",
-                "nothing Outrider serves reads it (ORIGINAL_DST's metadata_key is refused)",
-            );
-        }
-        match inner {
-            None => Ok(UpstreamTransport::Plain),
+        let inner = match inner {
+            None => UpstreamTransport::Plain,
             Some(inner) => warnings
                 .within("typed_config.transport_socket", |w| transport_socket(inner, w))
-                .at_field("typed_config.transport_socket"),
+                .at_field("typed_config.transport_socket")?,
+        };
+        let mut internal = InternalUpstream { host_metadata: Vec::new(), cluster_metadata: BTreeMap::new(), inner };
+        for (i, passthrough) in passthrough_metadata.into_iter().enumerate() {
+            passthrough_entry(passthrough, &mut internal)
+                .map_err(|e| e.at(format_args!("typed_config.passthrough_metadata[{i}]")))?;
         }
+        Ok(UpstreamTransport::Internal(Box::new(internal)))
     } else {
         Err(ConfigError::new("typed_config", format!("transport socket {type_name} is not supported")))
     }
+}
+
+/// One `passthrough_metadata` entry: a namespace of the endpoint's (`host`) or the cluster's
+/// metadata. The cluster's are filled in with the cluster's own metadata by
+/// [`resolve_cluster_metadata`].
+fn passthrough_entry(proto: MetadataKindNamespace, internal: &mut InternalUpstream) -> Result<()> {
+    use metadata_kind::Kind;
+    let MetadataKindNamespace { kind, name } = proto;
+    if name.is_empty() {
+        return Err(ConfigError::new("name", "must not be empty"));
+    }
+    match kind.and_then(|k| k.kind) {
+        Some(Kind::Host(_)) => internal.host_metadata.push(name),
+        Some(Kind::Cluster(_)) => {
+            internal.cluster_metadata.insert(name, serde_json::Map::new());
+        }
+        Some(Kind::Request(_) | Kind::Route(_)) => {
+            return Err(ConfigError::new("kind", "only host and cluster metadata pass through to a connection"));
+        }
+        None => return Err(ConfigError::new("kind", "is required")),
+    }
+    Ok(())
+}
+
+/// Gives the internal upstream transports of a cluster the namespaces of the cluster's
+/// `metadata` they pass through (a namespace the cluster lacks passes nothing, as in Envoy).
+pub(super) fn resolve_cluster_metadata(
+    transport: &mut UpstreamTransport,
+    metadata: Option<&core::Metadata>,
+) -> Result<()> {
+    let UpstreamTransport::Internal(internal) = transport else { return Ok(()) };
+    let names: Vec<String> = internal.cluster_metadata.keys().cloned().collect();
+    for name in names {
+        let fields = metadata.and_then(|m| m.filter_metadata.get(&name));
+        let fields = match fields.map(super::super::bootstrap::struct_to_json) {
+            Some(Ok(serde_json::Value::Object(fields))) => fields,
+            Some(Ok(_)) | None => {
+                internal.cluster_metadata.remove(&name);
+                continue;
+            }
+            Some(Err(e)) => return Err(ConfigError::new(format!("metadata.filter_metadata.{name}"), e.to_string())),
+        };
+        internal.cluster_metadata.insert(name, fields);
+    }
+    Ok(())
 }
 
 fn by_name(name: &str, warnings: &mut Warnings) -> Result<UpstreamTransport> {
@@ -136,11 +179,40 @@ mod tests {
         assert_eq!(transport.unwrap(), UpstreamTransport::Plain);
         let internal = json!({"name": "internal_upstream", "typed_config": {
             "@type": format!("{SOCKETS}.internal_upstream.v3.InternalUpstreamTransport"),
-            "passthrough_metadata": [{"kind": {"host": {}}, "name": "envoy.filters.listener.original_dst"}],
+            "passthrough_metadata": [
+                {"kind": {"host": {}}, "name": "envoy.filters.listener.original_dst"},
+                {"kind": {"cluster": {}}, "name": "istio"}],
             "transport_socket": {"name": "raw_buffer"}}});
         let (transport, warnings) = convert(internal);
-        assert_eq!(transport.unwrap(), UpstreamTransport::Plain);
-        assert_eq!(warnings.items()[0].path, "typed_config.passthrough_metadata");
+        let UpstreamTransport::Internal(internal) = transport.unwrap() else { panic!("not internal") };
+        assert_eq!(internal.host_metadata, ["envoy.filters.listener.original_dst"]);
+        assert!(internal.cluster_metadata.contains_key("istio"));
+        assert_eq!(internal.inner, UpstreamTransport::Plain);
+        assert!(warnings.items().is_empty());
+    }
+
+    #[test]
+    fn cluster_metadata_passes_through_only_what_the_cluster_has() {
+        let internal = json!({"name": "internal_upstream", "typed_config": {
+            "@type": format!("{SOCKETS}.internal_upstream.v3.InternalUpstreamTransport"),
+            "passthrough_metadata": [{"kind": {"cluster": {}}, "name": "istio"}, {"kind": {"cluster": {}}, "name": "absent"}],
+            "transport_socket": {"name": "raw_buffer"}}});
+        let (transport, _) = convert(internal);
+        let mut transport = transport.unwrap();
+        let (metadata, _) = json::from_value::<core::Metadata>(
+            "envoy.config.core.v3.Metadata",
+            json!({"filter_metadata": {"istio": {"services": [{"host": "a.default.svc.cluster.local"}]}}}),
+        )
+        .unwrap();
+        resolve_cluster_metadata(&mut transport, Some(&metadata)).unwrap();
+        let UpstreamTransport::Internal(internal) = transport else { panic!("not internal") };
+        assert_eq!(internal.cluster_metadata.keys().collect::<Vec<_>>(), ["istio"]);
+        assert_eq!(internal.cluster_metadata["istio"]["services"][0]["host"], "a.default.svc.cluster.local");
+        let request = json!({"name": "internal_upstream", "typed_config": {
+            "@type": format!("{SOCKETS}.internal_upstream.v3.InternalUpstreamTransport"),
+            "passthrough_metadata": [{"kind": {"request": {}}, "name": "x"}], "transport_socket": {"name": "raw_buffer"}}});
+        let (refused, _) = convert(request);
+        assert_eq!(refused.unwrap_err().path(), "typed_config.passthrough_metadata[0].kind");
     }
 
     #[test]

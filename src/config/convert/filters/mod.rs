@@ -21,6 +21,7 @@ pub(crate) mod metadata_exchange;
 mod peer_metadata;
 mod ratelimit;
 pub(crate) mod rbac;
+mod set_filter_state;
 #[cfg(test)]
 mod tests;
 
@@ -54,6 +55,9 @@ pub fn http_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<HttpFilt
         ratelimit::TYPE => HttpFilterConfig::RateLimit(Arc::new(ratelimit::ratelimit(any, warnings)?)),
         peer_metadata::TYPE => HttpFilterConfig::PeerMetadata(Arc::new(peer_metadata::peer_metadata(any, warnings)?)),
         istio_stats::TYPE => HttpFilterConfig::IstioStats(Arc::new(istio_stats::istio_stats(any, warnings)?)),
+        set_filter_state::TYPE => {
+            HttpFilterConfig::SetFilterState(Arc::new(set_filter_state::set_filter_state(any, warnings)?))
+        }
         _ => return Ok(None),
     }))
 }

@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::super::context::{DownstreamConnection, DynamicMetadata};
 use crate::config::filters::rbac::{Action, MetadataMatcher, Permission, Policies, Policy, Principal, ValueMatcher};
 use crate::proxy::router::request_header_value;
+use crate::proxy::stream_info::PEER_PRINCIPAL;
 
 /// What the matchers read.
 pub struct Attributes<'a> {
@@ -119,9 +120,14 @@ fn authenticated(name: Option<&crate::config::route::StringMatcher>, connection:
     }
 }
 
-/// What Istio's `istio_authn` network filter publishes as `io.istio.peer_principal`: the
-/// first `spiffe://` URI SAN of the client certificate, on TLS connections that have one.
+/// The filter state `io.istio.peer_principal`: what the connection arrived with (an HBONE
+/// tunnel's client, set by Istio's `connect_authority` filter on the terminating side),
+/// else what Istio's `istio_authn` network filter publishes: the first `spiffe://` URI SAN
+/// of the client certificate, on TLS connections that have one.
 fn peer_principal(connection: &DownstreamConnection) -> Option<&str> {
+    if let Some(principal) = connection.stream.as_ref().and_then(|s| s.filter_state.get(PEER_PRINCIPAL)) {
+        return Some(principal);
+    }
     if !connection.tls {
         return None;
     }

@@ -70,6 +70,7 @@ fn sidecar_rbac_filters_convert_and_enforce() {
     let enforced = http.iter().find_map(|r| r.rules.as_ref()).unwrap();
     let connection = |uri: &str| DownstreamConnection {
         local_uri_san: None,
+        stream: None,
         peer: "10.0.0.7:50000".parse().unwrap(),
         local: "10.0.0.1:8080".parse().unwrap(),
         server_name: None,

@@ -35,6 +35,7 @@ fn policies(action: &str, permission: Value, principal: Value) -> Policies {
 fn connection() -> DownstreamConnection {
     DownstreamConnection {
         local_uri_san: None,
+        stream: None,
         peer: "10.1.2.3:40000".parse().unwrap(),
         local: "10.0.0.1:8080".parse().unwrap(),
         server_name: None,
