@@ -56,12 +56,16 @@ pub async fn serve(
 /// internal connections: the destination from the metadata's
 /// `envoy.filters.listener.original_dst.local` or the filter state's `…local_ip`, the source
 /// from the filter state's `…remote_ip` (Istio's HBONE sets them from the tunnel).
-pub async fn serve_internal(
+///
+/// Returns `None` when no filter chain can take the connection, known before any byte is
+/// read when no listener filter reads bytes for it: the connection is then refused, as
+/// Envoy's opener sees it fail (a terminated `CONNECT` answers 503).
+pub fn serve_internal(
     stream: DuplexStream,
     listener: Arc<Versioned<Listener>>,
     carried: StreamState,
     context: Rc<WorkerContext>,
-) {
+) -> Option<impl Future<Output = ()>> {
     let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
     let (mut local, mut peer, mut restored) = (unspecified, unspecified, false);
     if listener.resource.listener_filters.iter().any(|f| f.kind == ListenerFilterKind::OriginalDst) {
@@ -72,7 +76,13 @@ pub async fn serve_internal(
     }
     let mut info = ConnectionInfo::new(&listener.resource, local, restored, peer);
     info.stream = (!carried.is_empty()).then(|| Arc::new(carried));
-    serve_accepted(stream, info, listener, context).await
+    let inspects = [ListenerFilterKind::TlsInspector, ListenerFilterKind::HttpInspector]
+        .into_iter()
+        .any(|kind| runs_listener_filter(&listener.resource, kind, local.port()));
+    if !inspects && filter_chain::select(&listener.resource, &info).is_none() {
+        return None;
+    }
+    Some(serve_accepted(stream, info, listener, context))
 }
 
 /// The rest of a connection's way once the listener that serves it is known.

@@ -21,15 +21,16 @@ use crate::proxy::stream_info::StreamState;
 const BUFFER_BYTES: usize = 1024 * 1024;
 
 /// Serves the server end of a connection to the named listener, which starts with the
-/// state carried across; `false` when this worker has no internal listener of that name.
-type Serve = Rc<dyn Fn(DuplexStream, &str, StreamState) -> bool>;
+/// state carried across; why not when this worker has no internal listener of that name or
+/// the listener does not take the connection.
+type Serve = Rc<dyn Fn(DuplexStream, &str, StreamState) -> Result<(), String>>;
 
 thread_local! {
     static SERVE: RefCell<Option<Serve>> = const { RefCell::new(None) };
 }
 
 /// Makes this thread (a worker's) serve the connections it opens to internal listeners.
-pub fn install(serve: impl Fn(DuplexStream, &str, StreamState) -> bool + 'static) {
+pub fn install(serve: impl Fn(DuplexStream, &str, StreamState) -> Result<(), String> + 'static) {
     SERVE.with_borrow_mut(|slot| *slot = Some(Rc::new(serve)));
 }
 
@@ -40,9 +41,8 @@ pub fn connect(name: &str, carried: StreamState) -> io::Result<DuplexStream> {
         return Err(io::Error::other("internal listeners are reached from a worker only"));
     };
     let (client, server) = tokio::io::duplex(BUFFER_BYTES);
-    if serve(server, name, carried) {
-        Ok(client)
-    } else {
-        Err(io::Error::new(io::ErrorKind::ConnectionRefused, format!("no internal listener named {name:?}")))
+    match serve(server, name, carried) {
+        Ok(()) => Ok(client),
+        Err(reason) => Err(io::Error::new(io::ErrorKind::ConnectionRefused, reason)),
     }
 }

@@ -184,20 +184,28 @@ fn rejected_by_overload(overload: &OverloadState, context: &WorkerContext) -> bo
 }
 
 /// Serves `stream`, the server end of a connection this worker opened to the internal
-/// listener `name` (see `internal_listener`); `false` when there is no such listener.
-/// Counted as an accepted connection is: listener stats and the worker's drain.
-pub fn accept_internal(stream: DuplexStream, name: &str, carried: StreamState, context: &Rc<WorkerContext>) -> bool {
+/// listener `name` (see `internal_listener`); why not when there is no such listener or
+/// none of its filter chains takes the connection. Counted as an accepted connection is:
+/// listener stats and the worker's drain.
+pub fn accept_internal(
+    stream: DuplexStream,
+    name: &str,
+    carried: StreamState,
+    context: &Rc<WorkerContext>,
+) -> Result<(), String> {
     let snapshot = context.clusters.store.load();
     let Some(listener) = snapshot.listeners.get(name).filter(|l| l.resource.internal) else {
-        return false;
+        return Err(format!("no internal listener named {name:?}"));
+    };
+    let Some(serve) = connection::serve_internal(stream, listener.clone(), carried, context.clone()) else {
+        return Err(format!("no filter chain of internal listener {name:?} takes the connection"));
     };
     let counted = (context.telemetry.listener(&listener.resource).accepted(), context.connections.open());
-    let serve = connection::serve_internal(stream, listener.clone(), carried, context.clone());
     tokio::task::spawn_local(async move {
         serve.await;
         drop(counted);
     });
-    true
+    Ok(())
 }
 
 async fn accept_loop(socket: TcpListener, current: Current, context: Rc<WorkerContext>, stopped: shutdown::Signal) {

@@ -166,7 +166,8 @@ async fn run(
     // Connections this worker opens to internal listeners are served here, by this worker.
     let weak = Rc::downgrade(&context);
     internal_listener::install(move |stream, name, carried| {
-        weak.upgrade().is_some_and(|context| listener::accept_internal(stream, name, carried, &context))
+        let context = weak.upgrade().ok_or("the worker is stopping")?;
+        listener::accept_internal(stream, name, carried, &context)
     });
     let mut listeners = ListenerManager::default();
     let mut changes = store.subscribe();

@@ -5,6 +5,28 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::WAIT;
 
+/// A TCP server on loopback that answers each connection with `prefix`, then echoes what it
+/// reads until the client closes.
+pub async fn echo_server(prefix: &'static str) -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let _ = stream.write_all(prefix.as_bytes()).await;
+                let mut buffer = [0u8; 1024];
+                while let Ok(n) = stream.read(&mut buffer).await {
+                    if n == 0 || stream.write_all(&buffer[..n]).await.is_err() {
+                        break;
+                    }
+                }
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    port
+}
+
 /// Writes `sent` on `stream`, closes its side once what came back ends with `sent` (or
 /// the far end closed first), and reads until the far end closes too, so that no tunnel is
 /// left for a proxy's stop to drain. Returns everything read.

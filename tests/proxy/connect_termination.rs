@@ -6,7 +6,6 @@
 use bytes::Bytes;
 use http_body_util::Empty;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common;
 use common::WAIT;
@@ -14,28 +13,7 @@ use common::differential::{
     INTERNAL, INTERNAL_LISTENER_EXTENSION, Pair, ROUTER, free_port, http2_cluster, internal_cluster, on_loopback,
     raw_http1, static_cluster, tcp_proxy_listener,
 };
-use common::tunnel::echo_round;
-
-/// A TCP server that echoes what it reads, prefixed with `echo:`.
-async fn echo_server() -> u16 {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let _ = stream.write_all(b"echo:").await;
-                let mut buffer = [0u8; 1024];
-                while let Ok(n) = stream.read(&mut buffer).await {
-                    if n == 0 || stream.write_all(&buffer[..n]).await.is_err() {
-                        break;
-                    }
-                }
-                let _ = stream.shutdown().await;
-            });
-        }
-    });
-    port
-}
+use common::tunnel::{echo_round, echo_server};
 
 /// The terminating listener on `port`: a connection manager allowing `CONNECT`, whose one
 /// route sends it to `main_internal` (an internal listener proxying TCP to `echo`).
@@ -100,7 +78,7 @@ async fn connect(port: u16) -> (u16, String) {
 
 #[tokio::test]
 async fn an_http2_connect_is_terminated_into_an_internal_listener() {
-    let echo = echo_server().await;
+    let echo = echo_server("echo:").await;
     let bootstrap = |port: u16| {
         format!(
             "{INTERNAL_LISTENER_EXTENSION}static_resources:\n  listeners:{}{}",
@@ -126,7 +104,7 @@ async fn tcp_tunnelled_into_a_terminating_listener_reaches_the_application() {
     // Outbound and inbound HBONE in one proxy: TCP on `port` is tunnelled in a CONNECT to
     // the terminating listener, which hands the stream to `main_internal`, which proxies
     // it to the echo server.
-    let echo = echo_server().await;
+    let echo = echo_server("echo:").await;
     let bootstrap = |port: u16| {
         let terminate = free_port();
         let tunnel = r#"

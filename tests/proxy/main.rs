@@ -21,6 +21,7 @@ mod filter_chain_match;
 mod flow_control;
 mod framing_corpus;
 mod fuzz_smoke;
+mod hbone;
 mod headers_with_underscores;
 mod health_check;
 mod hostile_http;

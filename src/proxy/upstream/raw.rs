@@ -81,10 +81,11 @@ pub async fn connect_host(
 /// `passthrough_metadata`, the endpoint's then the cluster's, as Envoy copies them).
 pub fn carried(cluster: &Cluster, endpoint: &LbEndpoint, downstream: [Option<&StreamState>; 2]) -> StreamState {
     let mut carried = StreamState::default();
-    for state in downstream.into_iter().flatten() {
-        carried.filter_state.extend_absent(state.filter_state.shared_with_upstream());
-    }
+    // Only the internal upstream transport carries anything, as in Envoy.
     if let UpstreamTransport::Internal(internal) = cluster.upstream_transport(endpoint) {
+        for state in downstream.into_iter().flatten() {
+            carried.filter_state.extend_absent(state.filter_state.shared_with_upstream());
+        }
         for namespace in &internal.host_metadata {
             if let Some(fields) = endpoint.metadata.as_ref().and_then(|m| m.namespace(namespace)) {
                 carried.metadata.0.insert(namespace.clone(), fields);

@@ -1,0 +1,276 @@
+//! Istio's HBONE mechanics, as istiod renders them for a sidecar with `ENABLE_HBONE`,
+//! through Envoy 1.40 and Outrider and compared:
+//! - inbound: the `CONNECT` terminating listener sets the tunnel's destination (its
+//!   `:authority`) as filter state shared with the upstream (`set_filter_state`, Istio's
+//!   `connect_authority`); the terminated stream goes to the internal listener
+//!   `main_internal`, whose `original_dst` listener filter restores that destination, so the
+//!   filter chain of the destination's port serves the stream;
+//! - outbound: an endpoint that is the internal listener `connect_originate` carries the
+//!   destination in its metadata, passed through by the `internal_upstream` transport;
+//!   `connect_originate` restores it and tunnels to it through an ORIGINAL_DST cluster whose
+//!   `upstream_port_override` is the HBONE port and whose `metadata_key` would name a
+//!   waypoint.
+
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+use crate::common;
+use common::WAIT;
+use common::differential::{
+    INTERNAL, INTERNAL_LISTENER_EXTENSION, Pair, ROUTER, free_port, on_loopback, static_cluster, tcp_proxy_listener,
+};
+use common::tunnel::{echo_round, echo_server};
+
+/// The application ports behind the sidecar, as `main_internal` matches them.
+const PORT_A: u16 = 8080;
+const PORT_B: u16 = 9090;
+
+/// Istio's `connect_authority` filter (the part that needs no TLS): the destination and the
+/// source of the tunnel, shared with the upstream once.
+const CONNECT_AUTHORITY: &str = r#"
+          - name: connect_authority
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.set_filter_state.v3.Config
+              on_request_headers:
+              - object_key: envoy.filters.listener.original_dst.local_ip
+                format_string: { text_format_source: { inline_string: "%REQ(:AUTHORITY)%" } }
+                shared_with_upstream: ONCE
+              - object_key: envoy.filters.listener.original_dst.remote_ip
+                format_string: { text_format_source: { inline_string: "%DOWNSTREAM_REMOTE_ADDRESS%" } }
+                shared_with_upstream: ONCE"#;
+
+/// The terminating listener on 127.0.0.1:`port`, as istiod renders `connect_terminate`
+/// (plaintext here: TLS is the listener's transport socket, tested elsewhere).
+fn connect_terminate(port: u16) -> String {
+    format!(
+        r#"
+  - name: connect_terminate
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: connect_terminate
+          codec_type: HTTP2
+          http2_protocol_options: {{ allow_connect: true }}
+          upgrade_configs: [{{ upgrade_type: CONNECT }}]
+          http_filters:{CONNECT_AUTHORITY}
+          - {{ name: envoy.filters.http.router, typed_config: {{ "@type": {ROUTER} }} }}
+          route_config:
+            virtual_hosts:
+            - name: default
+              domains: ["*"]
+              routes:
+              - match: {{ connect_matcher: {{}} }}
+                route:
+                  cluster: main_internal
+                  upgrade_configs: [{{ upgrade_type: CONNECT, connect_config: {{}} }}]"#
+    )
+}
+
+/// `main_internal`: the destination restored by `original_dst`, one filter chain per
+/// application port (each proxying TCP to its application, `app_a` and `app_b`).
+fn main_internal() -> String {
+    let chain = |port: u16, cluster: &str| {
+        format!(
+            r#"
+    - filter_chain_match: {{ destination_port: {port}, prefix_ranges: [{{ address_prefix: 127.0.0.1, prefix_len: 32 }}] }}
+      filters:
+      - name: envoy.filters.network.tcp_proxy
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+          stat_prefix: {cluster}
+          cluster: {cluster}"#
+        )
+    };
+    format!(
+        r#"
+  - name: main_internal{INTERNAL}
+    listener_filters:
+    - name: envoy.filters.listener.original_dst
+      typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.listener.original_dst.v3.OriginalDst }}
+    filter_chains:{}{}"#,
+        chain(PORT_A, "app_a"),
+        chain(PORT_B, "app_b")
+    )
+}
+
+/// The `main_internal` cluster as istiod renders it: the internal upstream transport, which
+/// carries the filter state shared with the upstream across.
+const MAIN_INTERNAL_CLUSTER: &str = r#"
+  - name: main_internal
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: main_internal
+      endpoints:
+      - lb_endpoints:
+        - endpoint: { address: { envoy_internal_address: { server_listener_name: main_internal } } }
+    transport_socket:
+      name: internal_upstream
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.internal_upstream.v3.InternalUpstreamTransport
+        transport_socket:
+          name: raw_buffer
+          typed_config: { "@type": type.googleapis.com/envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer }"#;
+
+/// The inbound half: the terminating listener on `terminate`, `main_internal` and their
+/// clusters; `listeners` and `clusters` are more of each.
+fn inbound(terminate: u16, apps: (u16, u16), listeners: &str, clusters: &str) -> String {
+    format!(
+        "{INTERNAL_LISTENER_EXTENSION}static_resources:\n  listeners:{}{}{listeners}\n  clusters:{MAIN_INTERNAL_CLUSTER}{}{}{clusters}\n",
+        connect_terminate(terminate),
+        main_internal(),
+        static_cluster("app_a", apps.0),
+        static_cluster("app_b", apps.1),
+    )
+}
+
+/// An HTTP/2 `CONNECT` to `authority` through the proxy on `port`: its status, and what
+/// came back through the tunnel for `hello`.
+async fn connect(port: u16, authority: &str) -> (u16, String) {
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await.unwrap();
+    let driver = tokio::spawn(connection);
+    let request = http::Request::connect(authority).body(Empty::<Bytes>::new()).unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let mut echoed = String::new();
+    if status == 200 {
+        let mut tunnel = TokioIo::new(hyper::upgrade::on(response).await.unwrap());
+        echoed = echo_round(&mut tunnel, b"hello").await;
+    } else {
+        drop(response);
+    }
+    // The connection closes with its last sender, before the proxy stops.
+    drop(sender);
+    let _ = tokio::time::timeout(WAIT, driver).await;
+    (status, echoed)
+}
+
+#[tokio::test]
+async fn the_tunnels_authority_chooses_the_inner_filter_chain() {
+    let apps = (echo_server("a:").await, echo_server("b:").await);
+    let t = std::time::Instant::now();
+    let pair = Pair::start(|port| inbound(port, apps, "", "")).await;
+    eprintln!("TIMING start {:?}", t.elapsed());
+    let mut seen = Vec::new();
+    for (who, port) in pair.ports() {
+        let answers = (
+            connect(port, &format!("127.0.0.1:{PORT_A}")).await,
+            connect(port, &format!("127.0.0.1:{PORT_B}")).await,
+            // No filter chain for the port: the inner connection is closed at once.
+            connect(port, "127.0.0.1:7070").await,
+        );
+        assert_eq!(answers.0, (200, "a:hello".to_owned()), "{who}");
+        assert_eq!(answers.1, (200, "b:hello".to_owned()), "{who}");
+        assert!(!answers.2.1.contains("hello"), "{who}: {answers:?}");
+        seen.push((who, answers));
+    }
+    if let [(_, envoy), (_, outrider)] = seen.as_slice() {
+        assert_eq!(envoy, outrider, "Envoy and Outrider differ");
+    }
+    let t = std::time::Instant::now();
+    pair.outrider.stop();
+    eprintln!("TIMING stop {:?}", t.elapsed());
+}
+
+/// The outbound half on the client's `port`: a TCP proxy to the cluster `amb`, whose one
+/// endpoint is `connect_originate` with the destination 127.0.0.1:`PORT_B` in its metadata
+/// (passed through when `passthrough` is set), and `connect_originate` tunnelling to that
+/// destination's HBONE port, `terminate`.
+fn outbound(port: u16, terminate: u16, passthrough: bool) -> (String, String) {
+    let transport = if passthrough {
+        r#"
+    transport_socket_matches:
+    - name: hbone
+      match: { tunnel: http }
+      transport_socket:
+        name: envoy.transport_sockets.internal_upstream
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.internal_upstream.v3.InternalUpstreamTransport
+          passthrough_metadata: [{ kind: { host: {} }, name: envoy.filters.listener.original_dst }]
+          transport_socket:
+            name: envoy.transport_sockets.raw_buffer
+            typed_config: { "@type": type.googleapis.com/envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer }"#
+    } else {
+        ""
+    };
+    let listeners = format!(
+        "{}{}",
+        tcp_proxy_listener("outbound", &on_loopback(port), "amb", ""),
+        tcp_proxy_listener(
+            "connect_originate",
+            &format!(
+                "{INTERNAL}
+    listener_filters:
+    - name: envoy.filters.listener.original_dst
+      typed_config: {{ \"@type\": type.googleapis.com/envoy.extensions.filters.listener.original_dst.v3.OriginalDst }}"
+            ),
+            "connect_originate",
+            "\n          tunneling_config: { hostname: \"%DOWNSTREAM_LOCAL_ADDRESS%\" }"
+        )
+    );
+    let clusters = format!(
+        r#"
+  - name: amb
+    type: STATIC
+    connect_timeout: 1s{transport}
+    load_assignment:
+      cluster_name: amb
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ envoy_internal_address: {{ server_listener_name: connect_originate, endpoint_id: "127.0.0.1:{PORT_B}" }} }} }}
+          metadata:
+            filter_metadata:
+              envoy.filters.listener.original_dst: {{ local: "127.0.0.1:{PORT_B}" }}
+              envoy.transport_socket_match: {{ tunnel: http }}
+  - name: connect_originate
+    type: ORIGINAL_DST
+    lb_policy: CLUSTER_PROVIDED
+    connect_timeout: 1s
+    original_dst_lb_config:
+      upstream_port_override: {terminate}
+      metadata_key: {{ key: envoy.filters.listener.original_dst, path: [{{ key: waypoint }}] }}
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{ http2_protocol_options: {{ allow_connect: true }} }}"#
+    );
+    (listeners, clusters)
+}
+
+#[tokio::test]
+async fn an_endpoints_metadata_names_the_destination_of_its_tunnel() {
+    let apps = (echo_server("a:").await, echo_server("b:").await);
+    for passthrough in [true, false] {
+        let pair = Pair::start(|port| {
+            let terminate = free_port();
+            let (listeners, clusters) = outbound(port, terminate, passthrough);
+            inbound(terminate, apps, &listeners, &clusters)
+        })
+        .await;
+        let mut seen = Vec::new();
+        for (who, port) in pair.ports() {
+            let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            let echoed = echo_round(&mut stream, b"hello").await;
+            if passthrough {
+                // Outbound HBONE to the application on PORT_B, through the same proxy's
+                // inbound HBONE.
+                assert_eq!(echoed, "b:hello", "{who}");
+            } else {
+                // Without the metadata, connect_originate has no destination to restore:
+                // the ORIGINAL_DST cluster has no host, and nothing reaches an application.
+                assert!(!echoed.contains(':'), "{who}: {echoed}");
+            }
+            seen.push(echoed);
+        }
+        if let [envoy, outrider] = seen.as_slice() {
+            assert_eq!(envoy, outrider, "Envoy and Outrider differ (passthrough {passthrough})");
+        }
+        pair.outrider.stop();
+    }
+}
