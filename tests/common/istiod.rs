@@ -25,6 +25,8 @@ pub struct Istiod {
     /// istiod's CA and TLS discovery (`--secureGRPCAddr`, 15012 in a mesh), when started so.
     pub secure: Option<SocketAddr>,
     ca: Option<IstiodCa>,
+    /// More environment for istiod (feature flags such as `PILOT_ENABLE_AMBIENT`).
+    env: Vec<(&'static str, &'static str)>,
     dir: tempfile::TempDir,
 }
 
@@ -55,8 +57,25 @@ impl Istiod {
         Self::start_with_ca(binary, mesh, configs, None).await
     }
 
+    /// As [`Istiod::start`], with ambient mode on (`PILOT_ENABLE_AMBIENT`): istiod renders
+    /// HBONE for sidecars whose node metadata has `ENABLE_HBONE`. (Without Kubernetes its
+    /// ambient index is off; `tests/peers/istio/file-mode-ambient.patch`.)
+    pub async fn start_ambient(binary: &Path, configs: &[(&str, &str)]) -> Istiod {
+        Self::start_with_env(binary, "", configs, None, vec![("PILOT_ENABLE_AMBIENT", "true")]).await
+    }
+
     /// As [`Istiod::start_with_mesh`], and with `ca`: its CA and TLS discovery on `secure`.
     pub async fn start_with_ca(binary: &Path, mesh: &str, configs: &[(&str, &str)], ca: Option<IstiodCa>) -> Istiod {
+        Self::start_with_env(binary, mesh, configs, ca, Vec::new()).await
+    }
+
+    async fn start_with_env(
+        binary: &Path,
+        mesh: &str,
+        configs: &[(&str, &str)],
+        ca: Option<IstiodCa>,
+        env: Vec<(&'static str, &'static str)>,
+    ) -> Istiod {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("config")).unwrap();
         let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
@@ -69,6 +88,7 @@ impl Istiod {
             webhook: loopback(free_port()),
             secure: ca.as_ref().map(|_| loopback(free_port())),
             ca,
+            env,
             dir,
         };
         if !mesh.is_empty() {
@@ -120,6 +140,7 @@ impl Istiod {
         if let Some(ca) = &self.ca {
             command.env("ENABLE_CA_SERVER", "true").env("ROOT_CA_DIR", &ca.root_ca_dir).env("JWT_RULE", &ca.jwt_rule);
         }
+        command.envs(self.env.iter().copied());
         let child = command
             .arg("discovery")
             .arg("--registries=")

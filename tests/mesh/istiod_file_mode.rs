@@ -28,7 +28,7 @@ use tls_support::yaml as tls_yaml;
 /// serving Istio's two secrets, `default` (the workload certificate) and `ROOTCA`.
 pub(crate) struct Agent {
     sds: ControlPlane,
-    ca: Ca,
+    pub(crate) ca: Ca,
 }
 
 impl Agent {

@@ -25,6 +25,7 @@ mod istio_agent;
 mod istio_stats;
 mod istiod_adaptive;
 mod istiod_file_mode;
+mod istiod_hbone;
 mod istiod_telemetry;
 mod k8s_manifests;
 mod load_report;

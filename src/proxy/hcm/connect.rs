@@ -78,7 +78,10 @@ pub(super) async fn terminate(
                 stats.upstream_cx_connect_fail.inc();
                 host.stats.record(Instant::now(), now.elapsed(), false);
                 let error = match failed {
-                    Ok(Err(error)) => failure(error.to_string()),
+                    Ok(Err(error)) => {
+                        tracing::debug!(%address, %error, "CONNECT: no upstream connection");
+                        failure(error.to_string())
+                    }
                     _ => {
                         stats.upstream_cx_connect_timeout.inc();
                         UpstreamError::ConnectTimeout { address: address.clone(), timeout: config.connect_timeout }

@@ -359,6 +359,7 @@ impl Dial {
     }
 
     fn failure(&self, error: impl std::fmt::Display) -> UpstreamError {
+        tracing::debug!(address = %self.address, %error, "upstream connection failed");
         self.stats.upstream_cx_connect_fail.inc();
         UpstreamError::ConnectFailure { address: self.address.to_string(), reason: error.to_string() }
     }
