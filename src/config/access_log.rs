@@ -1,15 +1,14 @@
 //! Access loggers of an HTTP connection manager: where each writes and in what format.
 
 pub mod filter;
-pub mod format;
 pub mod open_telemetry;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use super::format::LogFormat;
 pub use filter::AccessLogFilter;
-pub use format::LogFormat;
 
 /// One access logger of a connection manager.
 #[derive(Debug, Clone, PartialEq)]

@@ -12,6 +12,7 @@ pub mod convert;
 pub mod endpoint;
 pub mod error;
 pub mod filters;
+pub mod format;
 pub mod header_value;
 pub mod listener;
 pub mod matcher;

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::format::Piece;
+use crate::config::format::Piece;
 
 /// One OpenTelemetry access logger.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

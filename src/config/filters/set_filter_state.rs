@@ -2,7 +2,7 @@
 //! headers and connection (Istio's `connect_authority` on the HBONE terminating listener
 //! sets the tunnel's destination and peer identity this way, shared with the upstream).
 
-use crate::config::access_log::format::Piece;
+use crate::config::format::Piece;
 
 /// The filter's `on_request_headers` entries, in order.
 #[derive(Debug, Clone, PartialEq)]

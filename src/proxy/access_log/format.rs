@@ -10,7 +10,7 @@ use std::io::Write as _;
 
 use super::{PendingLog, protocol, time};
 use crate::config::access_log::LogFormat;
-use crate::config::access_log::format::{Command, JsonField, Piece};
+use crate::config::format::{Command, JsonField, Piece};
 
 /// One command's value.
 #[derive(Debug)]
@@ -236,7 +236,7 @@ fn address(address: std::net::SocketAddr) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::access_log::format::parse;
+    use crate::config::format::parse;
     use crate::proxy::access_log::DownstreamLogInfo;
     use crate::proxy::response_flags::ResponseFlags;
     use std::time::{Duration, Instant, SystemTime};

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::time::SystemTime;
 
-use crate::config::access_log::format::{TimeFormat, TimePiece};
+use crate::config::format::{TimeFormat, TimePiece};
 
 const WEEKDAYS: [&str; 7] = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"];
 const MONTHS: [&str; 12] = [
@@ -136,7 +136,7 @@ fn fraction(nanos: u32, digits: u8, out: &mut Vec<u8>) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::access_log::format::time_format;
+    use crate::config::format::time_format;
     use std::time::Duration;
 
     fn at(format: Option<&str>) -> String {

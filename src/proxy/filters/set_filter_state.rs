@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::context::RequestContext;
 use super::http::{FilterHeadersStatus, HttpFilter};
-use crate::config::access_log::format::{Command, Piece};
 use crate::config::filters::set_filter_state::{self as config, SetFilterState};
+use crate::config::format::{Command, Piece};
 use crate::proxy::router::request_header_value;
 use crate::proxy::stream_info::{FilterStateValue, SharedWithUpstream, StreamState};
 

@@ -7,9 +7,9 @@
 use super::super::common;
 use super::super::listener::access_log::log_format;
 use crate::config::access_log::LogFormat;
-use crate::config::access_log::format::{Command, Piece};
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::set_filter_state::{FilterStateValue, SetFilterState, SharedWithUpstream};
+use crate::config::format::{Command, Piece};
 use crate::pb::envoy::extensions::filters::common::set_filter_state::v3 as common_proto;
 use crate::pb::envoy::extensions::filters::http::set_filter_state::v3 as proto;
 use crate::pb::google::protobuf::Any;

@@ -5,8 +5,8 @@
 
 use super::super::common;
 use crate::config::access_log::LogFormat;
-use crate::config::access_log::format::{self, JsonField};
 use crate::config::error::{ConfigError, Result, Warnings};
+use crate::config::format::{self, JsonField};
 use crate::config::listener::http_connection_manager::{AccessLog, AccessLogSink};
 use crate::pb::envoy::config::accesslog::v3 as proto;
 use crate::pb::envoy::config::core::v3::{SubstitutionFormatString, data_source, substitution_format_string};

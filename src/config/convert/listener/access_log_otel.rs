@@ -9,9 +9,9 @@ use std::time::Duration;
 use prost::Message;
 
 use super::super::common;
-use crate::config::access_log::format;
 use crate::config::access_log::open_telemetry::{OpenTelemetryAccessLog, OtelTemplate};
 use crate::config::error::{ConfigError, Result, Warnings};
+use crate::config::format;
 use crate::pb::envoy::config::core::v3::{ApiVersion, GrpcService, grpc_service};
 use crate::pb::envoy::extensions::access_loggers::grpc::v3::CommonGrpcAccessLogConfig;
 use crate::pb::envoy::extensions::access_loggers::open_telemetry::v3::OpenTelemetryAccessLogConfig;

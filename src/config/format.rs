@@ -1,6 +1,6 @@
 //! Envoy's format command language (`SubstitutionFormatString`), parsed once when the
 //! configuration is converted: a format is a list of literal and command pieces that the
-//! proxy fills in per request (its access log formatter).
+//! proxy fills in per request (its access log formatter, `set_filter_state`).
 //!
 //! A command is `%NAME%`, `%NAME(argument)%` or either followed by `:max_length`; `%%`
 //! is a literal `%`. A command Envoy does not know, or one Outrider does not implement, is
