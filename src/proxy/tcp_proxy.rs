@@ -7,6 +7,8 @@
 mod timeouts;
 mod tunnel;
 
+use tunnel::PooledTunnelError;
+
 use crate::proxy::byte_count::ByteCounted;
 use crate::telemetry::ConnectionLife;
 use std::rc::Rc;
@@ -104,6 +106,30 @@ async fn proxy_connection<S>(
         let cluster = local.cluster();
         let _in_flight = host.stats.start(Instant::now());
         let stats = &host.cluster_stats;
+        if let Some(tunneling) = proxy.tunneling.as_ref().filter(|_| pools_tunnels(cluster, &host)) {
+            // A stream of a pooled connection, whose bytes the connection counts.
+            let opened = tunnel::open_pooled(&local, &context.clusters.upstreams, &host, tls, tunneling, &info).await;
+            let (tunnel, _lease) = match opened {
+                Ok(opened) => opened,
+                Err(PooledTunnelError::Connect(error)) => {
+                    tracing::debug!(cluster = %cluster_name, %error, "tcp proxy: no connection for the tunnel");
+                    host.stats.record(Instant::now(), now.elapsed(), false);
+                    continue;
+                }
+                Err(PooledTunnelError::Tunnel(error)) => {
+                    tracing::debug!(cluster = %cluster_name, %error, "tcp proxy: tunnel not opened; closing");
+                    return;
+                }
+            };
+            host.stats.record(Instant::now(), now.elapsed(), true);
+            if let Some(session) = &session {
+                session.upstream_connected(&cluster_name, false);
+            }
+            if let Err(error) = copy(&mut downstream, Active::new(tunnel, activity.clone()), session.as_deref()).await {
+                tracing::debug!(cluster = %cluster_name, address = %host.address(), %error, "tcp proxy: tunnel ended");
+            }
+            return;
+        }
         let connect = tokio::time::timeout(
             cluster.connect_timeout,
             raw::connect_host(&host, cluster, [None, info.stream.as_deref()]),
@@ -192,6 +218,14 @@ async fn proxy_connection<S>(
         }
         return;
     }
+}
+
+/// Whether tunnels to `host` are streams of the cluster's pooled HTTP/2 connections: over
+/// HTTP/2 to an address that is not an internal listener (a connection to one carries the
+/// downstream connection's filter state, so it is that connection's own).
+fn pools_tunnels(cluster: &crate::config::Cluster, host: &crate::lb::Host) -> bool {
+    cluster.http.protocol == UpstreamProtocol::Http2
+        && !matches!(host.address(), crate::config::Address::Internal { .. })
 }
 
 /// [`tunnel::open`], logged when it fails: the downstream connection then closes.

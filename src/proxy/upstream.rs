@@ -69,6 +69,12 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The body of a request sent upstream: the downstream body, or a buffered copy of it for
 /// retries, boxed so that one pool serves both.
 pub type RequestBody = BoxBody<Bytes, BoxError>;
+
+/// Keeps a pooled connection busy while a tunnel on it lasts (see
+/// [`Upstreams::open_connect`]).
+pub struct TunnelLease {
+    _lease: activity::Lease,
+}
 /// The body of a response handed downstream.
 pub type ResponseBody = ObservedBody<UpstreamBody>;
 
@@ -212,6 +218,27 @@ impl Upstreams {
                 Ok(response.map(|body| UpstreamBody::new(body, lease, None)))
             }
         }
+    }
+
+    /// Opens an HTTP/2 `CONNECT` tunnel (`request`, authority-form) to `host` on a pooled
+    /// HTTP/2 connection of the cluster: one connection carries many tunnels, as Envoy's
+    /// pool and ztunnel's HBONE pool do. Returns the answer (a 2xx is taken over with
+    /// `hyper::upgrade::on`) and the lease that keeps its connection from going idle while
+    /// the tunnel lasts. Tunnels do not count against the cluster's `max_connections`.
+    pub async fn open_connect(
+        &self,
+        host: &Host,
+        cluster: &Cluster,
+        pool: &Arc<ClusterPool>,
+        request: Request<RequestBody>,
+        tls: Option<Arc<ClientTls>>,
+    ) -> Result<(Response<hyper::body::Incoming>, TunnelLease), UpstreamError> {
+        let tls = tls.as_ref().map(|tls| (tls, &self.tls_stats));
+        let target = Target::new(host.address(), &host.endpoint, cluster, &host.cluster_stats, tls, self.spawner);
+        let mut conn = pool.http2(&target, cluster.http.max_requests_per_connection, None).await?;
+        let lease = conn.activity.lease();
+        let response = conn.sender.send_request(request).await.map_err(|e| UpstreamError::from_hyper(&e))?;
+        Ok((response, TunnelLease { _lease: lease }))
     }
 
     /// Sends an upgrade request (`Upgrade: websocket`) to `host` on a connection of its

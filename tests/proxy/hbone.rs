@@ -9,16 +9,18 @@
 //!   destination in its metadata, passed through by the `internal_upstream` transport;
 //!   `connect_originate` restores it and tunnels to it through an ORIGINAL_DST cluster whose
 //!   `upstream_port_override` is the HBONE port and whose `metadata_key` would name a
-//!   waypoint.
+//!   waypoint; tunnels to one destination share one HTTP/2 connection.
 
 use bytes::Bytes;
 use http_body_util::Empty;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::common;
 use common::WAIT;
 use common::differential::{
-    INTERNAL, INTERNAL_LISTENER_EXTENSION, Pair, ROUTER, free_port, on_loopback, static_cluster, tcp_proxy_listener,
+    INTERNAL, INTERNAL_LISTENER_EXTENSION, Pair, ROUTER, free_port, on_loopback, stat_value, static_cluster,
+    tcp_proxy_listener,
 };
 use common::tunnel::{echo_round, echo_server};
 
@@ -273,4 +275,40 @@ async fn an_endpoints_metadata_names_the_destination_of_its_tunnel() {
         }
         pair.outrider.stop();
     }
+}
+
+#[tokio::test]
+async fn tunnels_to_one_destination_share_one_http2_connection() {
+    let apps = (echo_server("a:").await, echo_server("b:").await);
+    let pair = Pair::start(|port| {
+        let terminate = free_port();
+        let (listeners, clusters) = outbound(port, terminate, true);
+        inbound(terminate, apps, &listeners, &clusters)
+    })
+    .await;
+    for (who, port) in pair.ports() {
+        // Three tunnels open at once, each answered before the next opens.
+        let mut open = Vec::new();
+        for _ in 0..3 {
+            let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            stream.write_all(b"hello").await.unwrap();
+            let mut answer = vec![0u8; "b:hello".len()];
+            tokio::time::timeout(WAIT, stream.read_exact(&mut answer)).await.unwrap().unwrap();
+            assert_eq!(answer, b"b:hello", "{who}");
+            open.push(stream);
+        }
+        let admin = match who {
+            "envoy" => pair.envoy.as_ref().unwrap().admin,
+            _ => pair.outrider.admin_address,
+        };
+        let (_, stats) = common::admin_get(admin, "/stats").await;
+        let connections = stat_value(&stats, "cluster.connect_originate.upstream_cx_total");
+        assert_eq!(connections, 1, "{who}: one HTTP/2 connection carries the three tunnels");
+        for mut stream in open {
+            stream.shutdown().await.unwrap();
+            let mut rest = Vec::new();
+            let _ = tokio::time::timeout(WAIT, stream.read_to_end(&mut rest)).await;
+        }
+    }
+    pair.outrider.stop();
 }

@@ -11,7 +11,9 @@ use http::{Request, Response};
 
 use super::super::original_dst::{DestinationSources, upstream_destination};
 use super::super::transport::WorkerTls;
-use super::super::upstream::{ClusterPool, Destination, RequestBody, ResponseBody, UpstreamError, Upstreams};
+use super::super::upstream::{
+    ClusterPool, Destination, RequestBody, ResponseBody, TunnelLease, UpstreamError, Upstreams,
+};
 use crate::config::Cluster;
 use crate::config::cluster::LbPolicy;
 use crate::config::endpoint::LbEndpoint;
@@ -135,6 +137,18 @@ impl ThreadLocalCluster {
             kept.push((key, generation, tls.clone()));
         }
         Ok(tls)
+    }
+
+    /// Opens an HTTP/2 `CONNECT` tunnel to `host` on this worker's pool of the cluster (see
+    /// [`Upstreams::open_connect`]).
+    pub async fn open_connect(
+        &self,
+        upstreams: &Upstreams,
+        host: &Host,
+        request: Request<RequestBody>,
+        tls: Option<Arc<ClientTls>>,
+    ) -> Result<(Response<hyper::body::Incoming>, TunnelLease), UpstreamError> {
+        upstreams.open_connect(host, &self.config.resource, &self.pool, request, tls).await
     }
 
     /// Sends `request` to `host` on this worker's pool of the cluster, under its circuit

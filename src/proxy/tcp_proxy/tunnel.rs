@@ -5,23 +5,31 @@
 //! bytes go both ways inside that stream. Any other answer closes the downstream
 //! connection, as Envoy closes it.
 //!
-//! Each tunnel has its own upstream connection here; Envoy's HTTP pool (and ztunnel) can
-//! carry many tunnels on one HTTP/2 connection.
+//! Over HTTP/2 to an IP endpoint, tunnels share the cluster's pooled connections, many
+//! streams on one connection, as Envoy's HTTP pool and ztunnel's HBONE pool carry them
+//! ([`open_pooled`]); over HTTP/1.1, or to an internal listener (whose connection carries
+//! this connection's filter state across), each tunnel has its own upstream connection.
 
 use std::fmt;
 
 use http::uri::Authority;
-use http::{HeaderMap, Request, Uri};
+use http::{Request, Uri};
 use http_body_util::Empty;
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_util::either::Either;
 
+use std::sync::Arc;
+
 use crate::config::listener::tcp_proxy::Tunneling;
+use crate::lb::Host;
+use crate::proxy::clusters::ThreadLocalCluster;
 use crate::proxy::exec::LocalExec;
 use crate::proxy::filter_chain::ConnectionInfo;
 use crate::proxy::router::{DownstreamInfo, add_headers, substitute};
+use crate::proxy::upstream::{RequestBody, TunnelLease, UpstreamError, Upstreams};
+use crate::tls::ClientTls;
 use crate::tls::PrefixedStream;
 
 /// Why a tunnel did not open.
@@ -62,6 +70,44 @@ const MAX_RESPONSE_HEAD: usize = 60 * 1024;
 /// (with any bytes read past the answer's head first).
 pub type Tunnel<IO> = Either<TokioIo<Upgraded>, PrefixedStream<IO>>;
 
+/// The `CONNECT` for this connection: the hostname's and headers' commands filled in.
+fn connect_request<B: Default>(tunneling: &Tunneling, info: &ConnectionInfo) -> Result<Request<B>, TunnelError> {
+    let downstream = downstream(info);
+    let hostname = substitute(&tunneling.hostname, &downstream, None);
+    let authority: Authority = hostname.parse().map_err(|_| TunnelError::Authority(hostname.clone()))?;
+    let mut request =
+        Request::connect(Uri::from(authority)).body(B::default()).map_err(|e| TunnelError::Authority(e.to_string()))?;
+    add_headers(request.headers_mut(), &tunneling.headers_to_add, &downstream);
+    Ok(request)
+}
+
+/// Why a pooled tunnel did not open: no connection to the host (another host may be
+/// tried), or the tunnel itself failed.
+#[derive(Debug)]
+pub enum PooledTunnelError {
+    Connect(UpstreamError),
+    Tunnel(TunnelError),
+}
+
+/// Opens a tunnel as a stream of one of `cluster`'s pooled HTTP/2 connections to `host`.
+pub async fn open_pooled(
+    cluster: &ThreadLocalCluster,
+    upstreams: &Upstreams,
+    host: &Host,
+    tls: Option<Arc<ClientTls>>,
+    tunneling: &Tunneling,
+    info: &ConnectionInfo,
+) -> Result<(TokioIo<Upgraded>, TunnelLease), PooledTunnelError> {
+    let request = connect_request::<RequestBody>(tunneling, info).map_err(PooledTunnelError::Tunnel)?;
+    let (response, lease) =
+        cluster.open_connect(upstreams, host, request, tls).await.map_err(PooledTunnelError::Connect)?;
+    if !response.status().is_success() {
+        return Err(PooledTunnelError::Tunnel(TunnelError::Refused(response.status())));
+    }
+    let upgraded = hyper::upgrade::on(response).await.map_err(|e| PooledTunnelError::Tunnel(TunnelError::Http(e)))?;
+    Ok((TokioIo::new(upgraded), lease))
+}
+
 /// Opens a tunnel on `io`, an upstream connection just made: the `CONNECT`, its answer,
 /// and the stream the bytes then go through.
 pub async fn open<IO>(
@@ -73,26 +119,18 @@ pub async fn open<IO>(
 where
     IO: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    let downstream = downstream(info);
-    let hostname = substitute(&tunneling.hostname, &downstream, None);
-    let authority: Authority = hostname.parse().map_err(|_| TunnelError::Authority(hostname.clone()))?;
-    let mut headers = HeaderMap::new();
-    add_headers(&mut headers, &tunneling.headers_to_add, &downstream);
+    let request = connect_request::<Empty<bytes::Bytes>>(tunneling, info)?;
     if http2 {
-        open_http2(io, authority, headers).await.map(Either::Left)
+        open_http2(io, request).await.map(Either::Left)
     } else {
-        open_http1(io, authority, headers).await.map(Either::Right)
+        open_http1(io, request).await.map(Either::Right)
     }
 }
 
-async fn open_http2<IO>(io: IO, authority: Authority, headers: HeaderMap) -> Result<TokioIo<Upgraded>, TunnelError>
+async fn open_http2<IO>(io: IO, request: Request<Empty<bytes::Bytes>>) -> Result<TokioIo<Upgraded>, TunnelError>
 where
     IO: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    let uri = Uri::from(authority);
-    let mut request =
-        Request::connect(uri).body(Empty::<bytes::Bytes>::new()).map_err(|e| TunnelError::Authority(e.to_string()))?;
-    *request.headers_mut() = headers;
     let (mut sender, connection) = hyper::client::conn::http2::Builder::new(LocalExec)
         .timer(TokioTimer::new())
         .handshake(TokioIo::new(io))
@@ -109,12 +147,13 @@ where
 /// HTTP/1.1's `CONNECT`, written and read here: hyper's client hands an upgraded HTTP/1.1
 /// connection over only when it can move between threads, and the TCP proxy's upstream
 /// counts its activity on the worker's thread.
-async fn open_http1<IO>(mut io: IO, authority: Authority, headers: HeaderMap) -> Result<PrefixedStream<IO>, TunnelError>
+async fn open_http1<IO, B>(mut io: IO, request: Request<B>) -> Result<PrefixedStream<IO>, TunnelError>
 where
     IO: AsyncRead + AsyncWrite + Unpin,
 {
+    let authority = request.uri().authority().map_or("", |a| a.as_str());
     let mut head = format!("CONNECT {authority} HTTP/1.1\r\nhost: {authority}\r\n").into_bytes();
-    for (name, value) in &headers {
+    for (name, value) in request.headers() {
         head.extend_from_slice(name.as_str().as_bytes());
         head.extend_from_slice(b": ");
         head.extend_from_slice(value.as_bytes());
