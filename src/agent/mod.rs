@@ -10,12 +10,14 @@
 //! - [`ca_client`]: one `CreateCertificate` call: key, CSR, token, chain back.
 //! - [`certificates`]: the renewal loop, publishing `default` and `ROOTCA` over SDS.
 //! - [`xds_proxy`]: the ADS relay to istiod.
+//! - [`dns`]: the DNS proxy (`ISTIO_META_DNS_CAPTURE`), fed by the relay.
 //! - [`status`], [`probers`]: the status port (15020): readiness, the application's
 //!   rewritten probes, merged metrics.
 
 pub mod ca_client;
 pub mod certificates;
 pub mod channel;
+pub mod dns;
 pub mod probers;
 pub mod settings;
 pub mod status;
@@ -56,6 +58,8 @@ pub struct Agent {
     sds: Option<Serving>,
     /// The SDS server's resources (the published secrets), for tests and the admin view.
     pub secrets: XdsServer,
+    /// The DNS proxy, when DNS capture is on.
+    pub dns: Option<Arc<dns::Dns>>,
 }
 
 impl Agent {
@@ -77,8 +81,16 @@ impl Agent {
 
         let channel =
             channel::secure_channel(&settings.discovery_address, &settings.discovery_server_name, &settings.root_cert)?;
-        let relay = AggregatedDiscoveryServiceServer::new(xds_proxy::XdsProxy::new(settings.clone(), channel))
-            .max_encoding_message_size(usize::MAX);
+        let dns = match &settings.dns {
+            None => None,
+            Some(dns) => Some(
+                dns::Dns::start(dns, signal.clone())
+                    .map_err(|e| AgentError::Socket(PathBuf::from(dns.address.to_string()), e))?,
+            ),
+        };
+        let relay =
+            AggregatedDiscoveryServiceServer::new(xds_proxy::XdsProxy::new(settings.clone(), channel, dns.clone()))
+                .max_encoding_message_size(usize::MAX);
         let stopped = signal.clone().triggered();
         tokio::spawn(async move {
             let served = tonic::transport::Server::builder()
@@ -89,7 +101,7 @@ impl Agent {
                 tracing::error!(error = %e, "the xDS relay stopped");
             }
         });
-        Ok(Agent { settings, signal, stop, sds: Some(sds), secrets })
+        Ok(Agent { settings, signal, stop, sds: Some(sds), secrets, dns })
     }
 
     /// Serves the status port for the proxy whose admin server is at `admin`; returns the

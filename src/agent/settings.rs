@@ -57,6 +57,8 @@ pub struct AgentSettings {
     /// The status server's address (pilot-agent's 15020 on every interface: the kubelet
     /// probes it from outside the pod; `STATUS_PORT` overrides the port).
     pub status_address: std::net::SocketAddr,
+    /// The DNS proxy, when `ISTIO_META_DNS_CAPTURE` is `true`.
+    pub dns: Option<super::dns::DnsSettings>,
 }
 
 /// A setting that could not be read, with the variable it came from.
@@ -151,6 +153,8 @@ impl AgentSettings {
                     })?,
                 },
             )),
+            dns: super::dns::DnsSettings::from_env(env, &namespace)
+                .map_err(|why| SettingsError { variable: "ISTIO_META_DNS_CAPTURE".into(), why })?,
         })
     }
 }

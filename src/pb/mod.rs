@@ -35,6 +35,13 @@ mod own {
                 tonic::include_proto!("istio.v1.auth");
             }
         }
+        pub mod networking {
+            pub mod nds {
+                pub mod v1 {
+                    tonic::include_proto!("istio.networking.nds.v1");
+                }
+            }
+        }
         pub mod envoy {
             pub mod config {
                 pub mod filter {
@@ -104,6 +111,8 @@ pub use own::envoy_tcp::envoy::tcp::metadataexchange::config as istio_tcp_metada
 pub use own::io::istio::http::peer_metadata as istio_peer_metadata;
 /// `istio.envoy.config.filter.http.alpn.v2alpha1`: Istio's `istio.alpn` filter config.
 pub use own::istio::envoy::config::filter::http::alpn::v2alpha1 as istio_alpn;
+/// `istio.networking.nds.v1`: istiod's name table for the DNS proxy (NDS).
+pub use own::istio::networking::nds::v1 as istio_nds;
 /// `istio.v1.auth`: istiod's certificate service (`IstioCertificateService`).
 pub use own::istio::v1::auth as istio_ca;
 /// `outrider.echo.v1`: the echo service that tests, the demo and benches use as a backend.
