@@ -68,8 +68,10 @@ struct Pod {
 const LOOP: Pod = Pod { name: "app-1", service_account: "default", ip: "127.0.0.1" };
 
 /// A sidecar's bootstrap whose xDS and SDS are the agent's Unix sockets, as Istio's
-/// template writes it (interception NONE: istiod's listeners bind their ports).
-fn agentless_bootstrap(xds: &Path, sds: &Path, pod: &Pod) -> Bootstrap {
+/// template writes it (interception NONE: istiod's listeners bind their ports); `dns`: the
+/// node says `DNS_CAPTURE`, as Istio's template does with `ISTIO_META_DNS_CAPTURE`.
+fn agentless_bootstrap(xds: &Path, sds: &Path, pod: &Pod, dns: bool) -> Bootstrap {
+    let dns = if dns { "    DNS_CAPTURE: \"true\"\n" } else { "" };
     let Pod { name, service_account, ip } = pod;
     let node = sidecar_node_id(ip, name, "default");
     let clusters = grpc_pipe_cluster("xds-grpc", xds) + &grpc_pipe_cluster("sds-grpc", sds);
@@ -89,7 +91,7 @@ node:
     INSTANCE_IPS: {ip}
     INTERCEPTION_MODE: NONE
     LABELS: {{ app: {service_account}, version: v1 }}
-admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}
+{dns}admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}
 dynamic_resources:
   ads_config:
     api_type: DELTA_GRPC
@@ -171,6 +173,12 @@ impl Mesh {
     /// `pod`'s agent (its projected token: `sub` its service account, audience istio-ca;
     /// certificates asked for `ttl`) and its proxy, reading the agent's sockets.
     async fn pod(&self, pod: &Pod, ttl: &str) -> (Agent, outrider::app::Running) {
+        self.pod_with(pod, ttl, &[]).await
+    }
+
+    /// [`Mesh::pod`] with more of the agent's environment; `ISTIO_META_DNS_CAPTURE` there
+    /// also marks the node for DNS capture.
+    async fn pod_with(&self, pod: &Pod, ttl: &str, extra: &[(&str, String)]) -> (Agent, outrider::app::Running) {
         let secure = self.istiod.secure.unwrap();
         let dir = self.work.path().join(pod.name);
         let claims = json!({
@@ -193,10 +201,12 @@ impl Mesh {
             ("OUTRIDER_TOKEN_PATH", token.display().to_string()),
             ("SECRET_TTL", ttl.to_owned()),
         ];
-        let settings = AgentSettings::from_env(&env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()).unwrap();
+        let env = env.into_iter().chain(extra.iter().cloned());
+        let settings = AgentSettings::from_env(&env.map(|(k, v)| (k.to_owned(), v)).collect()).unwrap();
+        let dns = settings.dns.is_some();
         let (xds, sds) = (dir.join("etc/istio/proxy/XDS"), dir.join("workload-spiffe-uds/socket"));
         let agent = Agent::start(settings, &sds, &xds).unwrap();
-        let outrider = outrider::app::start(agentless_bootstrap(&xds, &sds, pod)).await.unwrap();
+        let outrider = outrider::app::start(agentless_bootstrap(&xds, &sds, pod, dns)).await.unwrap();
         (agent, outrider)
     }
 }
@@ -362,6 +372,69 @@ spec:
     })
     .await;
     assert_eq!(get(outbound, HOST, "/ok").await.0, 200);
+    let updates = xds_updates(&outrider).await;
+    assert!(updates.values().all(|(_, rejected)| *rejected == 0), "rejected: {updates:?}");
+    outrider.stop();
+    agent.stop().await;
+}
+
+/// A host the mesh names with an address of its own (a ServiceEntry's `addresses`), which
+/// no resolver outside the mesh knows.
+fn dns_configs() -> String {
+    r#"apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: { name: db, namespace: default }
+spec:
+  hosts: [db.mesh.example]
+  addresses: [240.240.1.1]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{ number: 5432, name: tcp, protocol: TCP }]
+  endpoints: [{ address: 127.0.0.1 }]
+"#
+    .to_owned()
+}
+
+/// A DNS question to `resolver` over UDP: the answer's code and the records' data.
+async fn resolve(resolver: std::net::SocketAddr, name: &str) -> (u16, Vec<String>) {
+    use hickory_proto::op::{Message, MessageType, OpCode, Query};
+    use hickory_proto::rr::{Name, RecordType};
+    let mut message = Message::new(7, MessageType::Query, OpCode::Query);
+    message.metadata.recursion_desired = true;
+    message.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    socket.send_to(&message.to_vec().unwrap(), resolver).await.unwrap();
+    let mut buffer = vec![0u8; 4096];
+    let (n, _) = tokio::time::timeout(common::WAIT, socket.recv_from(&mut buffer)).await.unwrap().unwrap();
+    let answer = Message::from_vec(&buffer[..n]).unwrap();
+    (u16::from(answer.metadata.response_code), answer.answers.iter().map(|r| r.data.to_string()).collect())
+}
+
+/// DNS capture in the one-process pod: the relay asks istiod for its name table on the
+/// proxy's own ADS stream and keeps it from the proxy; the DNS proxy answers the mesh's
+/// names from it (the host, and the host with the pod's first search domain as a CNAME to
+/// it) and fails what it cannot relay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_name_table_arrives_on_the_relayed_stream_and_the_dns_proxy_answers_from_it() {
+    let Some(binary) = Istiod::binary("the_name_table_arrives_on_the_relayed_stream") else { return };
+    let mesh = Mesh::start(&binary, &[("mesh.yaml", &dns_configs())]).await;
+    let resolv_conf = mesh.work.path().join("resolv.conf");
+    // No nameserver: a name outside the mesh cannot be relayed, and fails.
+    std::fs::write(&resolv_conf, "search default.svc.cluster.local svc.cluster.local cluster.local\n").unwrap();
+    let extra = [
+        ("ISTIO_META_DNS_CAPTURE", "true".to_owned()),
+        ("DNS_PROXY_ADDR", "127.0.0.1:0".to_owned()),
+        ("OUTRIDER_RESOLV_CONF", resolv_conf.display().to_string()),
+    ];
+    let (agent, outrider) = mesh.pod_with(&LOOP, "1h", &extra).await;
+    let dns = agent.dns.clone().expect("DNS capture is on");
+    wait::until_true("istiod's name table arrived", async || dns.is_ready()).await;
+
+    assert_eq!(resolve(dns.address, "db.mesh.example.").await, (0, vec!["240.240.1.1".to_owned()]));
+    let searched = resolve(dns.address, "db.mesh.example.default.svc.cluster.local.").await;
+    assert_eq!(searched, (0, vec!["db.mesh.example.".to_owned(), "240.240.1.1".to_owned()]));
+    assert_eq!(resolve(dns.address, "elsewhere.example.org.").await, (2, Vec::new()), "SERVFAIL");
+    // The proxy saw no name table: everything it was sent, it took.
     let updates = xds_updates(&outrider).await;
     assert!(updates.values().all(|(_, rejected)| *rejected == 0), "rejected: {updates:?}");
     outrider.stop();
