@@ -8,8 +8,17 @@ use super::options::Family;
 
 /// `iptables-save -t nat` (or ip6tables-save).
 pub fn save_nat(family: Family) -> Result<String, CaptureError> {
+    save(family, "nat")
+}
+
+/// `iptables-save -t raw` (DNS capture's conntrack zones).
+pub fn save_raw(family: Family) -> Result<String, CaptureError> {
+    save(family, "raw")
+}
+
+fn save(family: Family, table: &str) -> Result<String, CaptureError> {
     let program = format!("{}-save", family.iptables());
-    let output = checked(&program, Command::new(&program).args(["-t", "nat"]).output())?;
+    let output = checked(&program, Command::new(&program).args(["-t", table]).output())?;
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 

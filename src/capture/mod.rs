@@ -60,6 +60,11 @@ fn remove(options: &Options, family: Family) -> Result<(), CaptureError> {
     for command in clean::commands(&saved, &options.exclude_interfaces) {
         exec::iptables(family, &command)?;
     }
+    // DNS capture's conntrack zones, if an earlier capture had it on.
+    let saved = exec::save_raw(family)?;
+    for command in clean::commands(&saved, &[]) {
+        exec::iptables(family, &command)?;
+    }
     Ok(())
 }
 

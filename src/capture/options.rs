@@ -54,6 +54,18 @@ pub struct CaptureArgs {
     /// Also install the rules with ip6tables (and add ::6 to lo, the inbound source).
     #[arg(long)]
     pub ipv6: bool,
+    /// Send the application's DNS to the sidecar's DNS proxy on 15053 (istio-iptables'
+    /// `--redirect-dns`, set by Istio's injector with `ISTIO_META_DNS_CAPTURE`): queries to
+    /// the pod's resolvers (`--dns-servers`), or to any server with `--capture-all-dns`.
+    #[arg(long)]
+    pub redirect_dns: bool,
+    /// With `--redirect-dns`: every DNS query, whatever server it is sent to.
+    #[arg(long)]
+    pub capture_all_dns: bool,
+    /// With `--redirect-dns`: the pod's resolvers; default: the nameservers of
+    /// /etc/resolv.conf, as istio-iptables reads them.
+    #[arg(long)]
+    pub dns_servers: Option<String>,
     /// Remove the rules instead of installing them.
     #[arg(long)]
     pub clean: bool,
@@ -126,6 +138,12 @@ pub struct Options {
     pub exclude_outbound_ports: Vec<String>,
     pub exclude_interfaces: Vec<String>,
     pub ipv6: bool,
+    /// `--redirect-dns`: DNS to the sidecar's DNS proxy.
+    pub redirect_dns: bool,
+    /// `--capture-all-dns`.
+    pub capture_all_dns: bool,
+    /// The resolvers whose queries are captured (without `--capture-all-dns`).
+    pub dns_servers: Vec<IpAddr>,
 }
 
 impl Options {
@@ -134,6 +152,10 @@ impl Options {
             return Err(invalid("--mode", &args.mode, "only REDIRECT is supported"));
         }
         let outbound_all = args.outbound_ranges.trim() == "*";
+        // As istio-iptables: the flag, or the environment Istio's injector gives the init
+        // container (ProxyConfig's `proxyMetadata`).
+        let redirect_dns = args.redirect_dns
+            || ["REDIRECT_DNS", "ISTIO_META_DNS_CAPTURE"].iter().any(|k| std::env::var(k).is_ok_and(|v| v == "true"));
         Ok(Self {
             proxy_port: args.proxy_port,
             inbound_capture_port: args.inbound_capture_port,
@@ -155,6 +177,15 @@ impl Options {
                 .map(|name| interface("--exclude-interfaces", name))
                 .collect::<Result<_, _>>()?,
             ipv6: args.ipv6,
+            redirect_dns,
+            capture_all_dns: args.capture_all_dns,
+            dns_servers: match (&args.dns_servers, redirect_dns && !args.capture_all_dns) {
+                (Some(list), _) => items(list)
+                    .map(|item| item.parse().map_err(|_| invalid("--dns-servers", item, "not an IP address")))
+                    .collect::<Result<_, _>>()?,
+                (None, true) => resolv_conf_servers(),
+                (None, false) => Vec::new(),
+            },
         })
     }
 
@@ -169,6 +200,12 @@ fn invalid(flag: &str, value: &str, why: &str) -> CaptureError {
 }
 
 /// Comma-separated items, blanks dropped.
+/// The nameservers of /etc/resolv.conf (none when it cannot be read).
+fn resolv_conf_servers() -> Vec<IpAddr> {
+    let Ok(text) = std::fs::read("/etc/resolv.conf") else { return Vec::new() };
+    resolv_conf::Config::parse_with_errors(&text).0.nameservers.iter().map(Into::into).collect()
+}
+
 fn items(list: &str) -> impl Iterator<Item = &str> {
     list.split(',').map(str::trim).filter(|s| !s.is_empty())
 }

@@ -21,12 +21,28 @@ pub const INBOUND: &str = "ISTIO_INBOUND";
 pub const REDIRECT: &str = "ISTIO_REDIRECT";
 pub const IN_REDIRECT: &str = "ISTIO_IN_REDIRECT";
 pub const OUTPUT: &str = "ISTIO_OUTPUT";
-/// The chains Outrider creates, in creation order.
-pub const CHAINS: [&str; 4] = [INBOUND, REDIRECT, IN_REDIRECT, OUTPUT];
+/// DNS capture's chain (in `nat` and in `raw`).
+pub const OUTPUT_DNS: &str = "ISTIO_OUTPUT_DNS";
+/// The chains Outrider creates in `nat`, in creation order.
+pub const CHAINS: [&str; 5] = [INBOUND, REDIRECT, IN_REDIRECT, OUTPUT, OUTPUT_DNS];
+/// The chains DNS capture creates in `raw` (its conntrack zones).
+pub const RAW_CHAINS: [&str; 2] = [OUTPUT_DNS, INBOUND];
 
-/// One rule appended to a chain of the `nat` table.
+/// The sidecar's DNS proxy port.
+pub const DNS_PROXY_PORT: &str = "15053";
+
+/// The table a rule goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Table {
+    Nat,
+    /// Only DNS capture's conntrack zones.
+    Raw,
+}
+
+/// One rule appended to a chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
+    pub table: Table,
     pub chain: &'static str,
     pub args: Vec<String>,
 }
@@ -50,16 +66,23 @@ impl Ruleset {
     }
 
     /// `iptables-restore --noflush` input: declares (and so empties) the chains, then
-    /// appends every rule, in one transaction.
+    /// appends every rule, in one transaction per table (`raw` only with DNS capture).
     pub fn restore_input(&self) -> String {
-        let mut out = String::from("*nat\n");
-        for chain in CHAINS {
-            let _ = writeln!(out, ":{chain} - [0:0]");
+        let mut out = String::new();
+        for (table, name, chains) in [(Table::Nat, "nat", &CHAINS[..]), (Table::Raw, "raw", &RAW_CHAINS[..])] {
+            let rules: Vec<&Rule> = self.rules.iter().filter(|r| r.table == table).collect();
+            if rules.is_empty() && table == Table::Raw {
+                continue;
+            }
+            let _ = writeln!(out, "*{name}");
+            for chain in chains {
+                let _ = writeln!(out, ":{chain} - [0:0]");
+            }
+            for rule in rules {
+                let _ = writeln!(out, "-A {} {}", rule.chain, rule.args.join(" "));
+            }
+            out.push_str("COMMIT\n");
         }
-        for rule in &self.rules {
-            let _ = writeln!(out, "-A {} {}", rule.chain, rule.args.join(" "));
-        }
-        out.push_str("COMMIT\n");
         out
     }
 }
@@ -72,7 +95,11 @@ struct Rules {
 
 impl Rules {
     fn add(&mut self, chain: &'static str, args: &[&str]) {
-        self.rules.push(Rule { chain, args: args.iter().map(|a| (*a).to_owned()).collect() });
+        self.add_to(Table::Nat, chain, args);
+    }
+
+    fn add_to(&mut self, table: Table, chain: &'static str, args: &[&str]) {
+        self.rules.push(Rule { table, chain, args: args.iter().map(|a| (*a).to_owned()).collect() });
     }
 
     fn localhost(&self) -> &'static str {
@@ -128,10 +155,20 @@ impl Rules {
     }
 
     fn output(&mut self, options: &Options) {
-        self.add("OUTPUT", &["-p", "tcp", "-j", OUTPUT]);
+        // With DNS capture UDP goes through ISTIO_OUTPUT too (istio-iptables sends every
+        // protocol there); without it only TCP, the only protocol redirected.
+        let dns = options.redirect_dns;
+        if dns {
+            self.add("OUTPUT", &["-j", OUTPUT]);
+        } else {
+            self.add("OUTPUT", &["-p", "tcp", "-j", OUTPUT]);
+        }
         // Port exclusions come before anything that could send the connection back in.
         for port in &options.exclude_outbound_ports {
             self.add(OUTPUT, &["-p", "tcp", "--dport", port, "-j", "RETURN"]);
+            if dns {
+                self.add(OUTPUT, &["-p", "udp", "--dport", port, "-j", "RETURN"]);
+            }
         }
         let (localhost, source) = (self.localhost(), self.inbound_source());
         self.add(OUTPUT, &["-o", "lo", "-s", source, "-j", "RETURN"]);
@@ -142,32 +179,38 @@ impl Rules {
         let owners = options.proxy_uids.iter().map(|id| ("--uid-owner", id.as_str()));
         let owners = owners.chain(options.proxy_gids.iter().map(|id| ("--gid-owner", id.as_str())));
         for (flag, id) in owners {
-            // The proxy calling the pod's own address over lo: that is inbound traffic.
+            // The proxy calling the pod's own address over lo: that is inbound traffic
+            // (its DNS too is its own, with DNS capture: app → DNS proxy → resolver).
+            // (Only for the uid: istio-iptables leaves the gid's rule as it is.)
+            let dns_and_tunnel = format!("53,{tunnel}");
+            let ports: &[&str] = if dns && flag == "--uid-owner" {
+                &["-m", "multiport", "!", "--dports", &dns_and_tunnel]
+            } else {
+                &["!", "--dport", &tunnel]
+            };
             let to_inbound = [
-                "-o",
-                "lo",
-                "!",
-                "-d",
-                localhost,
-                "-p",
-                "tcp",
-                "!",
-                "--dport",
-                &tunnel,
-                "-m",
-                "owner",
-                flag,
-                id,
-                "-j",
-                IN_REDIRECT,
+                &["-o", "lo", "!", "-d", localhost, "-p", "tcp"],
+                ports,
+                &["-m", "owner", flag, id, "-j", IN_REDIRECT],
             ];
-            self.add(OUTPUT, &to_inbound);
+            self.add(OUTPUT, &to_inbound.concat());
             if !includes_loopback {
-                // Anyone else over lo: the application talking to itself.
-                self.add(OUTPUT, &["-o", "lo", "-m", "owner", "!", flag, id, "-j", "RETURN"]);
+                // Anyone else over lo: the application talking to itself (but its DNS to a
+                // resolver on loopback is captured, with DNS capture).
+                if dns {
+                    self.add(
+                        OUTPUT,
+                        &["-o", "lo", "-p", "tcp", "!", "--dport", "53", "-m", "owner", "!", flag, id, "-j", "RETURN"],
+                    );
+                } else {
+                    self.add(OUTPUT, &["-o", "lo", "-m", "owner", "!", flag, id, "-j", "RETURN"]);
+                }
             }
             // The proxy's own outbound connections.
             self.add(OUTPUT, &["-m", "owner", flag, id, "-j", "RETURN"]);
+        }
+        if dns {
+            self.dns(options);
         }
         // Localhost: sidecar-aware applications and container-to-container traffic.
         self.add(OUTPUT, &["-d", localhost, "-j", "RETURN"]);
@@ -184,6 +227,65 @@ impl Rules {
             for cidr in options.outbound_ranges.iter().filter(|c| c.family() == family) {
                 self.add(OUTPUT, &["-d", &cidr.to_string(), "-j", REDIRECT]);
             }
+        }
+    }
+
+    /// DNS capture, as istio-iptables' `SetupDNSRedir`: the application's queries (the
+    /// proxy's own left before this) to the pod's resolvers, or to any server, go to the DNS
+    /// proxy; in `raw`, the proxy's queries to resolvers and its answers to the application
+    /// are kept in separate conntrack zones, so that UDP replies are not matched to the
+    /// wrong flow.
+    fn dns(&mut self, options: &Options) {
+        let family = self.family;
+        let servers: Vec<String> = options
+            .dns_servers
+            .iter()
+            .filter(|ip| ip.is_ipv4() == (family == Family::V4))
+            .map(|ip| match family {
+                Family::V4 => format!("{ip}/32"),
+                Family::V6 => format!("{ip}/128"),
+            })
+            .collect();
+        let all = options.capture_all_dns;
+        self.add_to(Table::Raw, "OUTPUT", &["-j", OUTPUT_DNS]);
+        if all || !servers.is_empty() {
+            self.add(OUTPUT, &["-j", OUTPUT_DNS]);
+        }
+        for protocol in ["tcp", "udp"] {
+            if all {
+                let to_ports = if protocol == "udp" { "--to-port" } else { "--to-ports" };
+                self.add(OUTPUT_DNS, &["-p", protocol, "--dport", "53", "-j", "REDIRECT", to_ports, DNS_PROXY_PORT]);
+            }
+            // istio-iptables writes `--to-port` for UDP; iptables takes either.
+            let to_ports = if protocol == "udp" { "--to-port" } else { "--to-ports" };
+            for server in servers.iter().filter(|_| !all) {
+                let redirect =
+                    ["-p", protocol, "--dport", "53", "-d", server, "-j", "REDIRECT", to_ports, DNS_PROXY_PORT];
+                self.add(OUTPUT_DNS, &redirect);
+            }
+        }
+        let owners = options.proxy_uids.iter().map(|id| ("--uid-owner", id.as_str()));
+        let owners = owners.chain(options.proxy_gids.iter().map(|id| ("--gid-owner", id.as_str())));
+        for (flag, id) in owners {
+            let to_resolvers = ["-p", "udp", "--dport", "53", "-m", "owner", flag, id, "-j", "CT", "--zone", "1"];
+            self.add_to(Table::Raw, OUTPUT_DNS, &to_resolvers);
+            let answers = ["-p", "udp", "--sport", DNS_PROXY_PORT, "-m", "owner", flag, id, "-j", "CT", "--zone", "2"];
+            self.add_to(Table::Raw, OUTPUT_DNS, &answers);
+        }
+        if all {
+            self.add_to(Table::Raw, "PREROUTING", &["-j", INBOUND]);
+            self.add_to(Table::Raw, OUTPUT_DNS, &["-p", "udp", "--dport", "53", "-j", "CT", "--zone", "2"]);
+            self.add_to(Table::Raw, INBOUND, &["-p", "udp", "--sport", "53", "-j", "CT", "--zone", "1"]);
+            return;
+        }
+        if !servers.is_empty() {
+            self.add_to(Table::Raw, "PREROUTING", &["-j", INBOUND]);
+        }
+        for server in &servers {
+            let queries = ["-p", "udp", "--dport", "53", "-d", server, "-j", "CT", "--zone", "2"];
+            self.add_to(Table::Raw, OUTPUT_DNS, &queries);
+            let replies = ["-p", "udp", "--sport", "53", "-s", server, "-j", "CT", "--zone", "1"];
+            self.add_to(Table::Raw, INBOUND, &replies);
         }
     }
 }

@@ -3,6 +3,7 @@
 use clap::Parser;
 
 use super::options::{CaptureArgs, Family, Options};
+use super::rules::Table;
 use super::{CaptureError, Ruleset, clean};
 
 #[derive(Parser)]
@@ -179,4 +180,85 @@ COMMIT
         ]
     );
     assert!(clean::commands("*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n", &[]).is_empty());
+}
+
+/// istio-iptables' `--redirect-dns` with two proxy uids and gids and the pod's resolver at
+/// 127.0.0.53 (Istio's own `dns-uid-gid` case: no inbound or outbound capture), rule for
+/// rule as istio-iptables writes them.
+#[test]
+fn dns_capture_is_istio_iptables_redirect_dns() {
+    let flags =
+        ["-u", "3,4", "-g", "1,2", "-b", "", "-d", "", "-i", "", "--redirect-dns", "--dns-servers", "127.0.0.53"];
+    let rules = Ruleset::build(&options(&flags).unwrap(), Family::V4);
+    let of = |table: Table| -> Vec<String> {
+        rules
+            .rules
+            .iter()
+            .filter(|r| r.table == table)
+            .map(|r| format!("-A {} {}", r.chain, r.args.join(" ")))
+            .collect()
+    };
+    let mut nat = vec![
+        "-A ISTIO_INBOUND -p tcp --dport 15008 -j RETURN".to_owned(),
+        "-A ISTIO_REDIRECT -p tcp -j REDIRECT --to-ports 15001".into(),
+        "-A ISTIO_IN_REDIRECT -p tcp -j REDIRECT --to-ports 15006".into(),
+        "-A OUTPUT -j ISTIO_OUTPUT".into(),
+        "-A ISTIO_OUTPUT -o lo -s 127.0.0.6/32 -j RETURN".into(),
+    ];
+    for uid in ["3", "4"] {
+        nat.push(format!("-A ISTIO_OUTPUT -o lo ! -d 127.0.0.1/32 -p tcp -m multiport ! --dports 53,15008 -m owner --uid-owner {uid} -j ISTIO_IN_REDIRECT"));
+        nat.push(format!("-A ISTIO_OUTPUT -o lo -p tcp ! --dport 53 -m owner ! --uid-owner {uid} -j RETURN"));
+        nat.push(format!("-A ISTIO_OUTPUT -m owner --uid-owner {uid} -j RETURN"));
+    }
+    for gid in ["1", "2"] {
+        nat.push(format!("-A ISTIO_OUTPUT -o lo ! -d 127.0.0.1/32 -p tcp ! --dport 15008 -m owner --gid-owner {gid} -j ISTIO_IN_REDIRECT"));
+        nat.push(format!("-A ISTIO_OUTPUT -o lo -p tcp ! --dport 53 -m owner ! --gid-owner {gid} -j RETURN"));
+        nat.push(format!("-A ISTIO_OUTPUT -m owner --gid-owner {gid} -j RETURN"));
+    }
+    nat.extend([
+        "-A ISTIO_OUTPUT -j ISTIO_OUTPUT_DNS".to_owned(),
+        "-A ISTIO_OUTPUT_DNS -p tcp --dport 53 -d 127.0.0.53/32 -j REDIRECT --to-ports 15053".into(),
+        "-A ISTIO_OUTPUT_DNS -p udp --dport 53 -d 127.0.0.53/32 -j REDIRECT --to-port 15053".into(),
+        "-A ISTIO_OUTPUT -d 127.0.0.1/32 -j RETURN".into(),
+    ]);
+    assert_eq!(of(Table::Nat), nat);
+    let mut raw = vec!["-A OUTPUT -j ISTIO_OUTPUT_DNS".to_owned()];
+    for owner in ["--uid-owner 3", "--uid-owner 4", "--gid-owner 1", "--gid-owner 2"] {
+        raw.push(format!("-A ISTIO_OUTPUT_DNS -p udp --dport 53 -m owner {owner} -j CT --zone 1"));
+        raw.push(format!("-A ISTIO_OUTPUT_DNS -p udp --sport 15053 -m owner {owner} -j CT --zone 2"));
+    }
+    raw.extend([
+        "-A PREROUTING -j ISTIO_INBOUND".to_owned(),
+        "-A ISTIO_OUTPUT_DNS -p udp --dport 53 -d 127.0.0.53/32 -j CT --zone 2".into(),
+        "-A ISTIO_INBOUND -p udp --sport 53 -s 127.0.0.53/32 -j CT --zone 1".into(),
+    ]);
+    assert_eq!(of(Table::Raw), raw);
+    let input = rules.restore_input();
+    assert!(input.contains("COMMIT\n*raw\n:ISTIO_OUTPUT_DNS - [0:0]\n:ISTIO_INBOUND - [0:0]\n"), "{input}");
+    // Without DNS capture, nothing in raw and TCP only through ISTIO_OUTPUT, as before.
+    let plain = Ruleset::build(&options(&[]).unwrap(), Family::V4);
+    assert!(plain.rules.iter().all(|r| r.table == Table::Nat));
+    assert!(!plain.restore_input().contains("*raw"));
+}
+
+#[test]
+fn capture_all_dns_redirects_every_server_and_clean_removes_raw_too() {
+    let rules = Ruleset::build(&options(&["--redirect-dns", "--capture-all-dns"]).unwrap(), Family::V4);
+    let lines: Vec<String> = rules.rules.iter().map(|r| format!("-A {} {}", r.chain, r.args.join(" "))).collect();
+    assert!(lines.contains(&"-A ISTIO_OUTPUT_DNS -p udp --dport 53 -j REDIRECT --to-port 15053".to_owned()));
+    assert!(lines.contains(&"-A ISTIO_INBOUND -p udp --sport 53 -j CT --zone 1".to_owned()));
+    let saved = "*raw\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:ISTIO_OUTPUT_DNS - [0:0]\n:ISTIO_INBOUND - [0:0]\n\
+-A PREROUTING -j ISTIO_INBOUND\n-A OUTPUT -j ISTIO_OUTPUT_DNS\n-A OUTPUT -j CT --notrack\nCOMMIT\n";
+    let commands: Vec<String> = clean::commands(saved, &[]).iter().map(|c| c.join(" ")).collect();
+    assert_eq!(
+        commands,
+        [
+            "-t raw -D PREROUTING -j ISTIO_INBOUND",
+            "-t raw -D OUTPUT -j ISTIO_OUTPUT_DNS",
+            "-t raw -F ISTIO_OUTPUT_DNS",
+            "-t raw -F ISTIO_INBOUND",
+            "-t raw -X ISTIO_OUTPUT_DNS",
+            "-t raw -X ISTIO_INBOUND",
+        ]
+    );
 }

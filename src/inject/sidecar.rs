@@ -59,9 +59,11 @@ pub struct Workload<'a> {
     pub proxy_metadata: BTreeMap<String, String>,
 }
 
-/// The init container that installs the capture rules, with Istio's `istio-iptables` flags.
-pub fn init_container(settings: &Settings) -> Value {
-    json!({
+/// The init container that installs the capture rules, with Istio's `istio-iptables` flags
+/// and, as Istio's template gives it, ProxyConfig's `proxyMetadata` as its environment
+/// (`ISTIO_META_DNS_CAPTURE` there turns DNS capture on).
+pub fn init_container(settings: &Settings, workload: &Workload) -> Value {
+    let mut container = json!({
         "name": INIT_NAME,
         "image": settings.init_image,
         "args": ["capture", "-p", "15001", "-z", "15006", "-u", "1337", "-g", "1337", "-m", "REDIRECT",
@@ -76,7 +78,13 @@ pub fn init_container(settings: &Settings) -> Value {
             "runAsNonRoot": false,
             "runAsUser": 0,
         },
-    })
+    });
+    if !workload.proxy_metadata.is_empty() {
+        let env: Vec<Value> =
+            workload.proxy_metadata.iter().map(|(name, value)| json!({ "name": name, "value": value })).collect();
+        container["env"] = Value::Array(env);
+    }
+    container
 }
 
 /// The proxy, as a native sidecar: started before the application's containers, ready

@@ -275,6 +275,13 @@ fn proxy_metadata_reaches_the_sidecar_and_its_node_metadata() {
     assert_eq!(env_of("ISTIO_META_OUTRIDER_LB"), ["adaptive"], "the pod's entry wins");
     assert_eq!(env_of("ISTIO_META_DNS_CAPTURE"), ["true"], "mesh-wide entries stay");
     assert_eq!(env_of("ISTIO_META_CLUSTER_ID"), ["west"], "one variable of a name");
+    // The capture init container gets them too, as Istio's template gives them: DNS
+    // capture follows ISTIO_META_DNS_CAPTURE there.
+    let init = &pod["spec"]["initContainers"][0];
+    assert_eq!(init["args"][0], "capture");
+    assert!(
+        init["env"].as_array().unwrap().iter().any(|e| e["name"] == "ISTIO_META_DNS_CAPTURE" && e["value"] == "true")
+    );
 
     let mut downward = pod_env();
     downward.insert("ISTIO_META_OUTRIDER_LB".into(), "adaptive".into());

@@ -126,7 +126,7 @@ fn inject_pod(
     };
     let workload =
         Workload { owner_kind, name, labels: &labels, app_containers, ports, app_probers, app_metrics, proxy_metadata };
-    let mut init = vec![sidecar::init_container(settings), sidecar::sidecar_container(settings, &workload)];
+    let mut init = vec![sidecar::init_container(settings, &workload), sidecar::sidecar_container(settings, &workload)];
     if let Some(Value::Array(existing)) = spec.remove("initContainers") {
         init.extend(existing);
     }
