@@ -17,6 +17,7 @@ mod agent_ca;
 mod agent_istiod;
 mod agent_status;
 mod capture_netns;
+mod dns_reference;
 mod edge_corpus;
 mod inject;
 mod interop_go_control_plane;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Go peers the interoperability tests run against, from the Go module proxy:
-#   istio's pilot-discovery (istiod) and pilot-agent, go-control-plane's integration test
+#   istio's pilot-discovery (istiod), pilot-agent and its DNS proxy alone
+#   (istio/dns_reference.go), go-control-plane's integration test
 #   server, grpc-go's interop server and client, and grpc-orca-backend (grpc-orca/main.go:
 #   the scenario lab's backend written with grpc-go and its ORCA package).
 # `build.sh NAME...` builds only those peers (istio, go-control-plane, grpc-interop, grpc-orca).
@@ -72,7 +73,8 @@ patch_istio() {
 
 build istio istio \
   pilot-discovery=istio.io/istio/pilot/cmd/pilot-discovery \
-  pilot-agent=istio.io/istio/pilot/cmd/pilot-agent
+  pilot-agent=istio.io/istio/pilot/cmd/pilot-agent \
+  istio-dns-reference=.
 build go-control-plane go-control-plane \
   go-control-plane-test-server=github.com/envoyproxy/go-control-plane/pkg/test/main
 build grpc-interop grpc-interop \
