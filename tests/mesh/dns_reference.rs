@@ -73,7 +73,7 @@ fn name_table() -> NameTable {
                 registry: (*registry).to_owned(),
                 shortname: (*shortname).to_owned(),
                 namespace: (*namespace).to_owned(),
-                alt_hosts: Vec::new(),
+                ..NameInfo::default()
             };
             ((*host).to_owned(), info)
         })
