@@ -145,13 +145,20 @@ pub fn parse(source: &DataSource) -> Vec<CertInfo> {
                 .unwrap_or_default();
             Some(CertInfo {
                 path: path.clone(),
-                serial_number: cert.raw_serial().iter().map(|b| format!("{b:02x}")).collect(),
+                serial_number: serial_hex(cert.raw_serial()),
                 subject_alt_names: sans,
                 not_before: time(validity.not_before.timestamp()),
                 not_after: time(validity.not_after.timestamp()),
             })
         })
         .collect()
+}
+
+/// The serial as Envoy prints it: the DER integer's bytes in hex, with the zero byte DER
+/// puts before a serial whose first bit is set (the parser's bytes leave it out).
+fn serial_hex(raw: &[u8]) -> String {
+    let sign = if raw.first().is_some_and(|b| b & 0x80 != 0) { "00" } else { "" };
+    sign.to_owned() + &raw.iter().map(|b| format!("{b:02x}")).collect::<String>()
 }
 
 fn san(name: &GeneralName<'_>) -> Option<Value> {
@@ -189,6 +196,8 @@ mod tests {
         assert_eq!(certs.len(), 1);
         let cert = &certs[0];
         assert_eq!(cert.serial_number, "0abc");
+        // A serial whose first bit is set keeps DER's zero byte, as Envoy prints it.
+        assert_eq!(serial_hex(&[0xa5, 0x48]), "00a548");
         assert_eq!(cert.subject_alt_names[0], json!({ "dns": "a.example" }));
         assert_eq!(cert.subject_alt_names[1], json!({ "uri": "spiffe://cluster.local/ns/a/sa/b" }));
         let shown = cert.json(cert.not_before);

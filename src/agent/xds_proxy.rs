@@ -21,12 +21,12 @@ use tonic::{Request, Response, Status, Streaming};
 use super::dns::{Dns, NAME_TABLE_TYPE};
 use super::settings::AgentSettings;
 use crate::config::ResourceType;
-use crate::pb::envoy::service::discovery::v3::Resource;
 use crate::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use crate::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryService;
 use crate::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
 };
+use crate::pb::google::protobuf::Any;
 use crate::pb::google::rpc::Status as RpcStatus;
 
 type Responses<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -79,69 +79,98 @@ fn table_status(applied: Result<(), String>) -> Option<RpcStatus> {
     applied.err().map(|message| RpcStatus { code: tonic::Code::Internal as i32, message, details: Vec::new() })
 }
 
-/// A SotW stream with the DNS proxy fed: the name table asked for after the proxy's first
-/// listener request, and its answers kept from the proxy.
-fn sotw_with_dns(
-    downstream: Streaming<DiscoveryRequest>,
-    dns: Arc<Dns>,
-) -> (impl Stream<Item = DiscoveryRequest> + Send + 'static, impl Fn(&DiscoveryResponse) -> bool + Send + 'static) {
-    let (inject, injected) = mpsc::unbounded_channel();
-    let ask = inject.clone();
-    let mut asked = false;
-    let listeners = ResourceType::Listener.type_url();
-    let downstream = requests(downstream).inspect(move |request: &DiscoveryRequest| {
-        if !asked && request.type_url == listeners {
-            asked = true;
-            let _ = ask.send(DiscoveryRequest { type_url: NAME_TABLE_TYPE.to_owned(), ..Default::default() });
-        }
-    });
-    let keep = move |response: &DiscoveryResponse| {
-        if response.type_url != NAME_TABLE_TYPE {
-            return false;
-        }
-        let applied = response.resources.first().map_or(Ok(()), |table| dns.apply(table));
-        let _ = inject.send(DiscoveryRequest {
+/// What the relay needs of a stream's messages (SotW or Delta) to ask for the name table
+/// and take its answers.
+trait NameTableStream {
+    type Request: Send + 'static;
+    type Response;
+    fn type_url(request: &Self::Request) -> &str;
+    /// The request for the name table.
+    fn ask() -> Self::Request;
+    /// `None` when `response` is not a name table; else the table, if it has one.
+    fn table(response: &Self::Response) -> Option<Option<&Any>>;
+    /// The ACK (or, with `error`, the NACK) of `response`.
+    fn ack(response: &Self::Response, error: Option<RpcStatus>) -> Self::Request;
+}
+
+struct Sotw;
+
+impl NameTableStream for Sotw {
+    type Request = DiscoveryRequest;
+    type Response = DiscoveryResponse;
+
+    fn type_url(request: &DiscoveryRequest) -> &str {
+        &request.type_url
+    }
+
+    fn ask() -> DiscoveryRequest {
+        DiscoveryRequest { type_url: NAME_TABLE_TYPE.to_owned(), ..Default::default() }
+    }
+
+    fn table(response: &DiscoveryResponse) -> Option<Option<&Any>> {
+        (response.type_url == NAME_TABLE_TYPE).then(|| response.resources.first())
+    }
+
+    fn ack(response: &DiscoveryResponse, error: Option<RpcStatus>) -> DiscoveryRequest {
+        DiscoveryRequest {
             version_info: response.version_info.clone(),
             response_nonce: response.nonce.clone(),
             type_url: NAME_TABLE_TYPE.to_owned(),
-            error_detail: table_status(applied),
+            error_detail: error,
             ..Default::default()
-        });
-        true
-    };
-    (with_injected(downstream, injected), keep)
+        }
+    }
 }
 
-/// [`sotw_with_dns`] for a Delta stream.
-fn delta_with_dns(
-    downstream: Streaming<DeltaDiscoveryRequest>,
+struct Delta;
+
+impl NameTableStream for Delta {
+    type Request = DeltaDiscoveryRequest;
+    type Response = DeltaDiscoveryResponse;
+
+    fn type_url(request: &DeltaDiscoveryRequest) -> &str {
+        &request.type_url
+    }
+
+    fn ask() -> DeltaDiscoveryRequest {
+        DeltaDiscoveryRequest { type_url: NAME_TABLE_TYPE.to_owned(), ..Default::default() }
+    }
+
+    fn table(response: &DeltaDiscoveryResponse) -> Option<Option<&Any>> {
+        (response.type_url == NAME_TABLE_TYPE).then(|| response.resources.first().and_then(|r| r.resource.as_ref()))
+    }
+
+    fn ack(response: &DeltaDiscoveryResponse, error: Option<RpcStatus>) -> DeltaDiscoveryRequest {
+        DeltaDiscoveryRequest {
+            response_nonce: response.nonce.clone(),
+            type_url: NAME_TABLE_TYPE.to_owned(),
+            error_detail: error,
+            ..Default::default()
+        }
+    }
+}
+
+/// A stream with the DNS proxy fed: the name table asked for after the proxy's first
+/// listener request, and its answers (which the returned function says are kept) handed
+/// to `dns` and ACKed on the stream, never forwarded to the proxy.
+fn with_dns<K: NameTableStream>(
+    downstream: Streaming<K::Request>,
     dns: Arc<Dns>,
-) -> (
-    impl Stream<Item = DeltaDiscoveryRequest> + Send + 'static,
-    impl Fn(&DeltaDiscoveryResponse) -> bool + Send + 'static,
-) {
+) -> (impl Stream<Item = K::Request> + Send + 'static, impl Fn(&K::Response) -> bool + Send + 'static) {
     let (inject, injected) = mpsc::unbounded_channel();
     let ask = inject.clone();
     let mut asked = false;
     let listeners = ResourceType::Listener.type_url();
-    let downstream = requests(downstream).inspect(move |request: &DeltaDiscoveryRequest| {
-        if !asked && request.type_url == listeners {
+    let downstream = requests(downstream).inspect(move |request: &K::Request| {
+        if !asked && K::type_url(request) == listeners {
             asked = true;
-            let _ = ask.send(DeltaDiscoveryRequest { type_url: NAME_TABLE_TYPE.to_owned(), ..Default::default() });
+            let _ = ask.send(K::ask());
         }
     });
-    let keep = move |response: &DeltaDiscoveryResponse| {
-        if response.type_url != NAME_TABLE_TYPE {
-            return false;
-        }
-        let table = response.resources.first().and_then(|r: &Resource| r.resource.as_ref());
+    let keep = move |response: &K::Response| {
+        let Some(table) = K::table(response) else { return false };
         let applied = table.map_or(Ok(()), |table| dns.apply(table));
-        let _ = inject.send(DeltaDiscoveryRequest {
-            response_nonce: response.nonce.clone(),
-            type_url: NAME_TABLE_TYPE.to_owned(),
-            error_detail: table_status(applied),
-            ..Default::default()
-        });
+        let _ = inject.send(K::ack(response, table_status(applied)));
         true
     };
     (with_injected(downstream, injected), keep)
@@ -161,7 +190,7 @@ impl AggregatedDiscoveryService for XdsProxy {
             let responses = self.client().stream_aggregated_resources(upstream).await?.into_inner();
             return Ok(Response::new(Box::pin(responses)));
         };
-        let (requests, keep) = sotw_with_dns(request.into_inner(), dns);
+        let (requests, keep) = with_dns::<Sotw>(request.into_inner(), dns);
         let responses = self.client().stream_aggregated_resources(self.upstream(requests)?).await?.into_inner();
         let responses = responses.filter(move |r| std::future::ready(!r.as_ref().is_ok_and(&keep)));
         Ok(Response::new(Box::pin(responses)))
@@ -176,7 +205,7 @@ impl AggregatedDiscoveryService for XdsProxy {
             let responses = self.client().delta_aggregated_resources(upstream).await?.into_inner();
             return Ok(Response::new(Box::pin(responses)));
         };
-        let (requests, keep) = delta_with_dns(request.into_inner(), dns);
+        let (requests, keep) = with_dns::<Delta>(request.into_inner(), dns);
         let responses = self.client().delta_aggregated_resources(self.upstream(requests)?).await?.into_inner();
         let responses = responses.filter(move |r| std::future::ready(!r.as_ref().is_ok_and(&keep)));
         Ok(Response::new(Box::pin(responses)))

@@ -47,3 +47,36 @@ pub async fn echo_round<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, sent:
     }
     String::from_utf8_lossy(&seen).into_owned()
 }
+
+/// One item of a bootstrap's `static_resources.listeners`: `name` on 127.0.0.1:`port`, a
+/// connection manager that terminates HTTP/2 `CONNECT`s (Istio's `connect_terminate`) and
+/// sends them to `main_internal`; `filters` are HTTP filters before the router, each line a
+/// newline and 10 spaces deep.
+pub fn connect_terminate_listener(name: &str, port: u16, filters: &str) -> String {
+    let router = super::differential::ROUTER;
+    format!(
+        r#"
+  - name: {name}
+    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: {name}
+          codec_type: AUTO
+          http2_protocol_options: {{ allow_connect: true }}
+          upgrade_configs: [{{ upgrade_type: CONNECT }}]
+          http_filters:{filters}
+          - {{ name: envoy.filters.http.router, typed_config: {{ "@type": {router} }} }}
+          route_config:
+            virtual_hosts:
+            - name: default
+              domains: ["*"]
+              routes:
+              - match: {{ connect_matcher: {{}} }}
+                route:
+                  cluster: main_internal
+                  upgrade_configs: [{{ upgrade_type: CONNECT, connect_config: {{}} }}]"#
+    )
+}

@@ -398,7 +398,7 @@ async fn an_istiod_restart_under_load_loses_no_request() {
 
 /// The inbound side as istiod renders it for a workload: a Sidecar ingress port in front of
 /// the application, PeerAuthentication and AuthorizationPolicy selecting the workload.
-fn inbound_configs(port: u16, app: u16, mode: &str) -> String {
+pub(crate) fn inbound_configs(port: u16, app: u16, mode: &str) -> String {
     format!(
         r#"apiVersion: networking.istio.io/v1
 kind: Sidecar

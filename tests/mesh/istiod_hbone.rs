@@ -10,7 +10,7 @@
 //! another identity gets what its identity allows.
 
 use crate::common;
-use crate::istiod_file_mode::{Agent, get, named_backend, sidecar_bootstrap_with, xds_updates};
+use crate::istiod_file_mode::{Agent, get, inbound_configs, named_backend, sidecar_bootstrap_with, xds_updates};
 use crate::tls_support;
 
 use bytes::Bytes;
@@ -32,33 +32,7 @@ const HBONE: u16 = 15008;
 /// workload: `tunnel: http`, no sidecar mutual TLS).
 fn configs(outbound: u16, inbound: u16, application: u16) -> String {
     format!(
-        r#"apiVersion: networking.istio.io/v1
-kind: Sidecar
-metadata: {{ name: app, namespace: default }}
-spec:
-  workloadSelector: {{ labels: {{ app: app }} }}
-  ingress:
-  - port: {{ number: {inbound}, protocol: HTTP, name: http }}
-    defaultEndpoint: 127.0.0.1:{application}
-  egress:
-  - hosts: ["./*"]
----
-apiVersion: security.istio.io/v1
-kind: PeerAuthentication
-metadata: {{ name: app, namespace: default }}
-spec:
-  selector: {{ matchLabels: {{ app: app }} }}
-  mtls: {{ mode: STRICT }}
----
-apiVersion: security.istio.io/v1
-kind: AuthorizationPolicy
-metadata: {{ name: deny-admin, namespace: default }}
-spec:
-  selector: {{ matchLabels: {{ app: app }} }}
-  action: DENY
-  rules:
-  - to: [{{ operation: {{ paths: ["/admin*"] }} }}]
----
+        r#"{}---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
 metadata: {{ name: deny-caller, namespace: default }}
@@ -82,7 +56,8 @@ spec:
   - address: 127.0.0.1
     serviceAccount: default
     labels: {{ app: app, security.istio.io/tlsMode: disabled, networking.istio.io/tunnel: http }}
-"#
+"#,
+        inbound_configs(inbound, application, "STRICT")
     )
 }
 

@@ -10,38 +10,15 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use crate::common;
 use common::WAIT;
 use common::differential::{
-    INTERNAL, INTERNAL_LISTENER_EXTENSION, Pair, ROUTER, free_port, http2_cluster, internal_cluster, on_loopback,
-    raw_http1, static_cluster, tcp_proxy_listener,
+    INTERNAL, INTERNAL_LISTENER_EXTENSION, Pair, free_port, http2_cluster, internal_cluster, on_loopback, raw_http1,
+    static_cluster, tcp_proxy_listener,
 };
-use common::tunnel::{echo_round, echo_server};
+use common::tunnel::{connect_terminate_listener, echo_round, echo_server};
 
 /// The terminating listener on `port`: a connection manager allowing `CONNECT`, whose one
 /// route sends it to `main_internal` (an internal listener proxying TCP to `echo`).
 fn terminating_listener(name: &str, port: u16) -> String {
-    format!(
-        r#"
-  - name: {name}
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: {name}
-          codec_type: AUTO
-          http2_protocol_options: {{ allow_connect: true }}
-          upgrade_configs: [{{ upgrade_type: CONNECT }}]
-          http_filters: [{{ name: envoy.filters.http.router, typed_config: {{ "@type": {ROUTER} }} }}]
-          route_config:
-            virtual_hosts:
-            - name: default
-              domains: ["*"]
-              routes:
-              - match: {{ connect_matcher: {{}} }}
-                route:
-                  cluster: main_internal
-                  upgrade_configs: [{{ upgrade_type: CONNECT, connect_config: {{}} }}]"#
-    )
+    connect_terminate_listener(name, port, "")
 }
 
 /// The internal listener the terminated `CONNECT`s go to, proxying TCP to `echo`, and the

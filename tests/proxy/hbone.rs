@@ -19,10 +19,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::common;
 use common::WAIT;
 use common::differential::{
-    INTERNAL, INTERNAL_LISTENER_EXTENSION, Pair, ROUTER, free_port, on_loopback, stat_value, static_cluster,
-    tcp_proxy_listener,
+    INTERNAL, INTERNAL_LISTENER_EXTENSION, Pair, free_port, on_loopback, stat_value, static_cluster, tcp_proxy_listener,
 };
-use common::tunnel::{echo_round, echo_server};
+use common::tunnel::{connect_terminate_listener, echo_round, echo_server};
 
 /// The application ports behind the sidecar, as `main_internal` matches them.
 const PORT_A: u16 = 8080;
@@ -45,31 +44,7 @@ const CONNECT_AUTHORITY: &str = r#"
 /// The terminating listener on 127.0.0.1:`port`, as istiod renders `connect_terminate`
 /// (plaintext here: TLS is the listener's transport socket, tested elsewhere).
 fn connect_terminate(port: u16) -> String {
-    format!(
-        r#"
-  - name: connect_terminate
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: connect_terminate
-          codec_type: HTTP2
-          http2_protocol_options: {{ allow_connect: true }}
-          upgrade_configs: [{{ upgrade_type: CONNECT }}]
-          http_filters:{CONNECT_AUTHORITY}
-          - {{ name: envoy.filters.http.router, typed_config: {{ "@type": {ROUTER} }} }}
-          route_config:
-            virtual_hosts:
-            - name: default
-              domains: ["*"]
-              routes:
-              - match: {{ connect_matcher: {{}} }}
-                route:
-                  cluster: main_internal
-                  upgrade_configs: [{{ upgrade_type: CONNECT, connect_config: {{}} }}]"#
-    )
+    connect_terminate_listener("connect_terminate", port, CONNECT_AUTHORITY)
 }
 
 /// `main_internal`: the destination restored by `original_dst`, one filter chain per
