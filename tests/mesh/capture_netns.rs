@@ -13,7 +13,7 @@ use crate::netns;
 
 use crate::common::skip::{Tool, skipped};
 use netns::istio::bootstrap;
-use netns::{CLIENT_V4, CLIENT_V6, Lab, POD_V4, POD_V6, get, serve, wait_for_listener};
+use netns::{CLIENT_V4, CLIENT_V6, Lab, POD_V4, POD_V6, get, in_netns, serve, wait_for_listener};
 
 /// The ISTIO_* rules of the pod's nat tables, IPv4 and IPv6.
 fn capture_rules(lab: &Lab) -> Vec<String> {
@@ -163,4 +163,109 @@ fn capture_overhead() {
         let at = |q: f64| us(samples[((samples.len() - 1) as f64 * q) as usize]);
         println!("{name:>15}: mean {mean:8.1}  p50 {:8.1}  p90 {:8.1}  p99 {:8.1}", at(0.5), at(0.9), at(0.99));
     }
+}
+
+/// A DNS question to `server` (port 53) from a process in `ns` that is not the proxy, over
+/// UDP or TCP: the addresses answered.
+fn dns_query(ns: &str, server: &str, name: &'static str, tcp: bool) -> Vec<String> {
+    use hickory_proto::op::{Message, MessageType, OpCode, Query};
+    use hickory_proto::rr::{Name, RecordType};
+    use std::io::{Read, Write};
+    let server: std::net::SocketAddr = format!("{server}:53").parse().unwrap();
+    in_netns(ns, move || {
+        let mut message = Message::new(9, MessageType::Query, OpCode::Query);
+        message.metadata.recursion_desired = true;
+        message.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
+        let query = message.to_vec().unwrap();
+        let timeout = Some(std::time::Duration::from_secs(5));
+        let answer = if tcp {
+            let mut stream = std::net::TcpStream::connect_timeout(&server, timeout.unwrap()).unwrap();
+            stream.set_read_timeout(timeout).unwrap();
+            let mut framed = u16::try_from(query.len()).unwrap().to_be_bytes().to_vec();
+            framed.extend_from_slice(&query);
+            stream.write_all(&framed).unwrap();
+            let mut length = [0u8; 2];
+            stream.read_exact(&mut length).unwrap();
+            let mut answer = vec![0u8; usize::from(u16::from_be_bytes(length))];
+            stream.read_exact(&mut answer).unwrap();
+            answer
+        } else {
+            let socket = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+            socket.set_read_timeout(timeout).unwrap();
+            socket.send_to(&query, server).unwrap();
+            let mut buffer = vec![0u8; 4096];
+            let (n, from) = socket.recv_from(&mut buffer).unwrap();
+            assert_eq!(from, server, "the answer comes back from the address asked");
+            buffer.truncate(n);
+            buffer
+        };
+        Message::from_vec(&answer).unwrap().answers.iter().map(|r| r.data.to_string()).collect()
+    })
+}
+
+/// DNS capture as Istio's init container installs it with `ISTIO_META_DNS_CAPTURE`: the
+/// application's questions to the pod's resolver (here the client's address, where no DNS
+/// server runs) reach the DNS proxy on 15053 in the pod, over UDP and TCP, and get its
+/// answers as if from the resolver; `--clean` removes the `raw` table's rules too.
+#[test]
+fn dns_to_the_pods_resolver_reaches_the_dns_proxy() {
+    if let Some(why) = netns::unavailable() {
+        return skipped(Tool::Netns, "dns_to_the_pods_resolver_reaches_the_dns_proxy", &why);
+    }
+    use outrider::agent::dns::{Dns, DnsSettings, NAME_TABLE_TYPE};
+    use outrider::pb::istio_nds::NameTable;
+    use outrider::pb::istio_nds::name_table::NameInfo;
+
+    let lab = Lab::new();
+    let files = netns::Files::new(&bootstrap());
+    let binary = files.binary.clone();
+    let capture = ["capture", "-u", "1337", "-b", "", "-i", "", "--redirect-dns", "--dns-servers", CLIENT_V4];
+    lab.exec(&lab.pod, &binary, &capture);
+    let raw = lab.exec(&lab.pod, "iptables-save", &["-t", "raw"]);
+    assert!(
+        raw.contains("-A ISTIO_OUTPUT_DNS -p udp -m udp --dport 53 -m owner --uid-owner 1337 -j CT --zone 1"),
+        "{raw}"
+    );
+
+    // The DNS proxy, on a thread in the pod's namespace for the test's life, as the proxy's
+    // uid (1337): its answers are told apart from the application's queries by owner.
+    let (ready, started) = std::sync::mpsc::channel();
+    in_netns(&lab.pod, move || {
+        std::thread::spawn(move || {
+            // This thread only: the test's other threads stay root.
+            rustix::thread::set_thread_uid(rustix::process::Uid::from_raw(1337)).unwrap();
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async move {
+                let (_keep, stopped) = outrider::core::shutdown::channel();
+                let settings = DnsSettings {
+                    // pilot-agent's address: answers leave from the address captured queries
+                    // were redirected to, so conntrack maps them back to the resolver's.
+                    address: "127.0.0.1:15053".parse().unwrap(),
+                    namespace: "default".into(),
+                    domain: "default.svc.cluster.local".into(),
+                    resolv_conf: "/nonexistent".into(),
+                };
+                let dns = Dns::start(&settings, stopped).unwrap();
+                let info =
+                    NameInfo { ips: vec!["240.240.1.1".into()], registry: "External".into(), ..NameInfo::default() };
+                let table = NameTable { table: [("db.mesh.example".to_owned(), info)].into_iter().collect() };
+                let any = outrider::pb::google::protobuf::Any {
+                    type_url: NAME_TABLE_TYPE.to_owned(),
+                    value: prost::Message::encode_to_vec(&table),
+                };
+                dns.apply(&any).unwrap();
+                ready.send(()).unwrap();
+                std::future::pending::<()>().await;
+            });
+        });
+    });
+    started.recv_timeout(std::time::Duration::from_secs(10)).unwrap();
+
+    assert_eq!(dns_query(&lab.pod, CLIENT_V4, "db.mesh.example.", false), ["240.240.1.1"]);
+    assert_eq!(dns_query(&lab.pod, CLIENT_V4, "db.mesh.example.", true), ["240.240.1.1"]);
+
+    lab.exec(&lab.pod, &binary, &["capture", "--clean"]);
+    let raw = lab.exec(&lab.pod, "iptables-save", &["-t", "raw"]);
+    assert!(!raw.contains("ISTIO_"), "{raw}");
+    assert_eq!(capture_rules(&lab), Vec::<String>::new());
 }
