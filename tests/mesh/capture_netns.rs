@@ -177,9 +177,10 @@ fn dns_query(ns: &str, server: &str, name: &'static str, tcp: bool) -> Vec<Strin
         message.metadata.recursion_desired = true;
         message.add_query(Query::query(Name::from_ascii(name).unwrap(), RecordType::A));
         let query = message.to_vec().unwrap();
-        let timeout = Some(std::time::Duration::from_secs(5));
+        let limit = std::time::Duration::from_secs(5);
+        let timeout = Some(limit);
         let answer = if tcp {
-            let mut stream = std::net::TcpStream::connect_timeout(&server, timeout.unwrap()).unwrap();
+            let mut stream = std::net::TcpStream::connect_timeout(&server, limit).unwrap();
             stream.set_read_timeout(timeout).unwrap();
             let mut framed = u16::try_from(query.len()).unwrap().to_be_bytes().to_vec();
             framed.extend_from_slice(&query);
