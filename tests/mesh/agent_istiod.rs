@@ -69,8 +69,9 @@ const LOOP: Pod = Pod { name: "app-1", service_account: "default", ip: "127.0.0.
 
 /// A sidecar's bootstrap whose xDS and SDS are the agent's Unix sockets, as Istio's
 /// template writes it (interception NONE: istiod's listeners bind their ports); `dns`: the
-/// node says `DNS_CAPTURE`, as Istio's template does with `ISTIO_META_DNS_CAPTURE`.
-fn agentless_bootstrap(xds: &Path, sds: &Path, pod: &Pod, dns: bool) -> Bootstrap {
+/// node says `DNS_CAPTURE`, as Istio's template does with `ISTIO_META_DNS_CAPTURE`;
+/// `api_type`: Delta ADS (`DELTA_GRPC`, Istio's default) or SotW (`GRPC`).
+fn agentless_bootstrap(xds: &Path, sds: &Path, pod: &Pod, dns: bool, api_type: &str) -> Bootstrap {
     let dns = if dns { "    DNS_CAPTURE: \"true\"\n" } else { "" };
     let Pod { name, service_account, ip } = pod;
     let node = sidecar_node_id(ip, name, "default");
@@ -94,7 +95,7 @@ node:
 {dns}admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}
 dynamic_resources:
   ads_config:
-    api_type: DELTA_GRPC
+    api_type: {api_type}
     transport_api_version: V3
     set_node_on_first_message_only: true
     grpc_services: [{{ envoy_grpc: {{ cluster_name: xds-grpc }} }}]
@@ -173,12 +174,18 @@ impl Mesh {
     /// `pod`'s agent (its projected token: `sub` its service account, audience istio-ca;
     /// certificates asked for `ttl`) and its proxy, reading the agent's sockets.
     async fn pod(&self, pod: &Pod, ttl: &str) -> (Agent, outrider::app::Running) {
-        self.pod_with(pod, ttl, &[]).await
+        self.pod_with(pod, ttl, &[], "DELTA_GRPC").await
     }
 
     /// [`Mesh::pod`] with more of the agent's environment; `ISTIO_META_DNS_CAPTURE` there
     /// also marks the node for DNS capture.
-    async fn pod_with(&self, pod: &Pod, ttl: &str, extra: &[(&str, String)]) -> (Agent, outrider::app::Running) {
+    async fn pod_with(
+        &self,
+        pod: &Pod,
+        ttl: &str,
+        extra: &[(&str, String)],
+        api_type: &str,
+    ) -> (Agent, outrider::app::Running) {
         let secure = self.istiod.secure.unwrap();
         let dir = self.work.path().join(pod.name);
         let claims = json!({
@@ -206,7 +213,7 @@ impl Mesh {
         let dns = settings.dns.is_some();
         let (xds, sds) = (dir.join("etc/istio/proxy/XDS"), dir.join("workload-spiffe-uds/socket"));
         let agent = Agent::start(settings, &sds, &xds).unwrap();
-        let outrider = outrider::app::start(agentless_bootstrap(&xds, &sds, pod, dns)).await.unwrap();
+        let outrider = outrider::app::start(agentless_bootstrap(&xds, &sds, pod, dns, api_type)).await.unwrap();
         (agent, outrider)
     }
 }
@@ -426,17 +433,20 @@ async fn the_name_table_arrives_on_the_relayed_stream_and_the_dns_proxy_answers_
         ("DNS_PROXY_ADDR", "127.0.0.1:0".to_owned()),
         ("OUTRIDER_RESOLV_CONF", resolv_conf.display().to_string()),
     ];
-    let (agent, outrider) = mesh.pod_with(&LOOP, "1h", &extra).await;
-    let dns = agent.dns.clone().expect("DNS capture is on");
-    wait::until_true("istiod's name table arrived", async || dns.is_ready()).await;
+    // The relay asks on both kinds of ADS stream.
+    for api_type in ["DELTA_GRPC", "GRPC"] {
+        let (agent, outrider) = mesh.pod_with(&LOOP, "1h", &extra, api_type).await;
+        let dns = agent.dns.clone().expect("DNS capture is on");
+        wait::until_true("istiod's name table arrived", async || dns.is_ready()).await;
 
-    assert_eq!(resolve(dns.address, "db.mesh.example.").await, (0, vec!["240.240.1.1".to_owned()]));
-    let searched = resolve(dns.address, "db.mesh.example.default.svc.cluster.local.").await;
-    assert_eq!(searched, (0, vec!["db.mesh.example.".to_owned(), "240.240.1.1".to_owned()]));
-    assert_eq!(resolve(dns.address, "elsewhere.example.org.").await, (2, Vec::new()), "SERVFAIL");
-    // The proxy saw no name table: everything it was sent, it took.
-    let updates = xds_updates(&outrider).await;
-    assert!(updates.values().all(|(_, rejected)| *rejected == 0), "rejected: {updates:?}");
-    outrider.stop();
-    agent.stop().await;
+        assert_eq!(resolve(dns.address, "db.mesh.example.").await, (0, vec!["240.240.1.1".to_owned()]), "{api_type}");
+        let searched = resolve(dns.address, "db.mesh.example.default.svc.cluster.local.").await;
+        assert_eq!(searched, (0, vec!["db.mesh.example.".to_owned(), "240.240.1.1".to_owned()]));
+        assert_eq!(resolve(dns.address, "elsewhere.example.org.").await, (2, Vec::new()), "SERVFAIL");
+        // The proxy saw no name table: everything it was sent, it took.
+        let updates = xds_updates(&outrider).await;
+        assert!(updates.values().all(|(_, rejected)| *rejected == 0), "{api_type} rejected: {updates:?}");
+        outrider.stop();
+        agent.stop().await;
+    }
 }
