@@ -11,7 +11,7 @@
 
 mod body;
 pub(crate) mod labels;
-pub(crate) mod series;
+pub mod series;
 
 use std::borrow::Cow;
 use std::cell::Cell;
@@ -279,25 +279,26 @@ impl Pending {
             };
             labels.push((tag, Cow::Owned(value.unwrap_or_default())));
         }
-        let series = shared.series.get(&labels, self.grpc);
-        if let Some(counter) = &series.requests_total {
-            counter.inc();
-        }
-        if let Some(histogram) = &series.request_duration_milliseconds {
-            histogram.record(self.started.elapsed());
-        }
-        if let Some(histogram) = &series.request_bytes {
-            histogram.record_value(self.request_bytes);
-        }
-        if let Some(histogram) = &series.response_bytes {
-            histogram.record_value(self.response_bytes);
-        }
-        if let Some(counter) = &series.response_messages_total {
-            counter.add(self.frames.messages);
-        }
-        if let (Some(counter), Some(frames)) = (&series.request_messages_total, &self.request_frames) {
-            counter.add(frames.lock().unwrap_or_else(PoisonError::into_inner).messages);
-        }
+        shared.series.with(&labels, self.grpc, |series| {
+            if let Some(counter) = &series.requests_total {
+                counter.inc();
+            }
+            if let Some(histogram) = &series.request_duration_milliseconds {
+                histogram.record(self.started.elapsed());
+            }
+            if let Some(histogram) = &series.request_bytes {
+                histogram.record_value(self.request_bytes);
+            }
+            if let Some(histogram) = &series.response_bytes {
+                histogram.record_value(self.response_bytes);
+            }
+            if let Some(counter) = &series.response_messages_total {
+                counter.add(self.frames.messages);
+            }
+            if let (Some(counter), Some(frames)) = (&series.request_messages_total, &self.request_frames) {
+                counter.add(frames.lock().unwrap_or_else(PoisonError::into_inner).messages);
+            }
+        });
     }
 }
 

@@ -1,13 +1,19 @@
 //! The metric cells of each label set, created once per set and then found without the
-//! stats store's lock: a sharded map keyed by the label values, shared by every worker.
+//! stats store's lock: a sharded map keyed by the label values, shared by every worker,
+//! registers each set once; in front of it each worker keeps its own map of the sets it
+//! has reported into, so that a request finds its cells with no lock and no write to
+//! memory another worker uses (the cells themselves are the shared stats).
 //!
 //! A stat's flat name is Istio's (`reporter=.=destination;.;source_workload=.=x;.;…;.;
 //! istio_requests_total`), so a bootstrap `stats_matcher` with Istio's `reporter=` prefix
 //! keeps it; its Prometheus family is `istio_requests_total` with the labels.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
+
+use thread_local::ThreadLocal;
 
 use crate::config::filters::istio_stats::{IstioMetric, IstioStats, STANDARD_TAGS, TagOverride};
 use crate::telemetry::{Counter, Histogram, StatName, Stats};
@@ -48,6 +54,8 @@ pub struct SeriesCache {
     hasher: std::collections::hash_map::RandomState,
     shards: [Shard<Series>; SHARDS],
     tcp: [Shard<TcpSeries>; SHARDS],
+    /// Each worker's own view of `shards`.
+    local: ThreadLocal<RefCell<HashMap<String, Arc<Series>>>>,
 }
 
 /// A label set as a string key: the values, each followed by a separator no label value
@@ -68,7 +76,14 @@ fn owned<K: AsRef<str>, V: AsRef<str>>(labels: &[(K, V)]) -> Vec<(String, String
 
 impl SeriesCache {
     pub fn new(stats: Arc<Stats>, config: Arc<IstioStats>) -> Self {
-        Self { stats, config, hasher: Default::default(), shards: Default::default(), tcp: Default::default() }
+        Self {
+            stats,
+            config,
+            hasher: Default::default(),
+            shards: Default::default(),
+            tcp: Default::default(),
+            local: ThreadLocal::new(),
+        }
     }
 
     /// The TCP cells for `labels`, registered on first use.
@@ -92,12 +107,29 @@ impl SeriesCache {
         lock(shard).entry(key).or_insert(series).clone()
     }
 
-    /// The cells for `labels` (the standard labels, then the configuration's added ones),
-    /// registered on first use. `grpc` requests also get the response message counter
-    /// (request messages would need the request body's frames, which are not watched).
-    pub fn get<K: AsRef<str>, V: AsRef<str>>(&self, labels: &[(K, V)], grpc: bool) -> Arc<Series> {
+    /// Runs `report` on the cells for `labels` (the standard labels, then the
+    /// configuration's added ones), registered on first use. `grpc` requests also get the
+    /// message counters. Found in this worker's own map: no lock, and no reference count
+    /// another worker writes (the cells are lent, not cloned).
+    pub fn with<K: AsRef<str>, V: AsRef<str>, R>(
+        &self,
+        labels: &[(K, V)],
+        grpc: bool,
+        report: impl FnOnce(&Series) -> R,
+    ) -> R {
         let mut key = key(labels);
         key.push(if grpc { 'g' } else { 'h' });
+        let local = self.local.get_or_default();
+        if let Some(series) = local.borrow().get(&key) {
+            return report(series);
+        }
+        let series = self.shared(key.clone(), labels, grpc);
+        local.borrow_mut().insert(key, series.clone());
+        report(&series)
+    }
+
+    /// The cells for `labels` in the map every worker shares, registered on first use.
+    fn shared<K: AsRef<str>, V: AsRef<str>>(&self, key: String, labels: &[(K, V)], grpc: bool) -> Arc<Series> {
         let shard = &self.shards[(self.hasher.hash_one(&key) as usize) % SHARDS];
         if let Some(series) = lock(shard).get(&key) {
             return series.clone();
@@ -194,8 +226,7 @@ mod tests {
         // Istio's bootstrap keeps `reporter=` (and drops, say, every `cluster.` stat).
         let stats = Arc::new(Stats::with_matcher(|flat| !flat.starts_with("reporter=")));
         let cache = SeriesCache::new(stats.clone(), Arc::new(IstioStats::default()));
-        let series = cache.get(&standard(), true);
-        series.requests_total.as_ref().unwrap().inc();
+        cache.with(&standard(), true, |series| series.requests_total.as_ref().unwrap().inc());
         let families: std::collections::BTreeSet<String> = stats.samples().into_iter().map(|(n, _)| n.family).collect();
         let expected = [
             "istio_request_bytes",
@@ -212,12 +243,19 @@ mod tests {
     fn one_label_set_is_registered_once() {
         let stats = Arc::new(Stats::default());
         let cache = SeriesCache::new(stats.clone(), Arc::new(IstioStats::default()));
-        let a = cache.get(&standard(), false);
-        let b = cache.get(&standard(), false);
-        assert!(Arc::ptr_eq(&a, &b));
-        assert!(a.response_messages_total.is_none(), "only gRPC counts messages");
-        a.requests_total.as_ref().unwrap().inc();
-        assert_eq!(b.requests_total.as_ref().unwrap().get(), 1);
+        let a = cache.with(&standard(), false, |s| std::ptr::from_ref(s) as usize);
+        let b = cache.with(&standard(), false, |s| std::ptr::from_ref(s) as usize);
+        assert_eq!(a, b, "one registration");
+        cache.with(&standard(), false, |s| {
+            assert!(s.response_messages_total.is_none(), "only gRPC counts messages");
+            s.requests_total.as_ref().unwrap().inc();
+        });
+        // Another worker finds the same cells.
+        let stats_cache = Arc::new(cache);
+        let other = stats_cache.clone();
+        let seen =
+            std::thread::spawn(move || other.with(&standard(), false, |s| s.requests_total.as_ref().unwrap().get()));
+        assert_eq!(seen.join().unwrap(), 1);
     }
 
     #[test]
@@ -237,8 +275,7 @@ mod tests {
         labels.push(("".into(), "unused".into())); // override 0 computes nothing
         labels.push(("request_protocol".into(), "GET".into()));
         labels.push(("user".into(), "x".into()));
-        let series = cache.get(&labels, false);
-        assert!(series.request_bytes.is_none());
+        cache.with(&labels, false, |series| assert!(series.request_bytes.is_none()));
         let samples = stats.samples();
         let total = samples.iter().find(|(n, _)| n.family == "istio_requests_total").unwrap();
         assert!(!total.0.labels.iter().any(|(k, _)| k == "source_principal"));
