@@ -203,15 +203,30 @@ fn encode_limited(message: Message, limit: usize) -> Option<Vec<u8>> {
 /// Serves DNS over UDP and TCP on `address` until `stopped`; returns the address bound
 /// (the same port for both). Binds at once; must run inside a Tokio runtime.
 pub fn serve(address: SocketAddr, proxy: Arc<DnsProxy>, stopped: Signal) -> std::io::Result<SocketAddr> {
-    let udp = std::net::UdpSocket::bind(address)?;
+    let (udp, tcp) = bind_both(address)?;
     let bound = udp.local_addr()?;
-    let tcp = std::net::TcpListener::bind(bound)?;
     udp.set_nonblocking(true)?;
     tcp.set_nonblocking(true)?;
     let (udp, tcp) = (UdpSocket::from_std(udp)?, TcpListener::from_std(tcp)?);
     tokio::spawn(serve_udp(Arc::new(udp), proxy.clone(), stopped.clone()));
     tokio::spawn(serve_tcp(tcp, proxy, stopped));
     Ok(bound)
+}
+
+/// A UDP socket and a TCP listener on one port. With port 0 the system picks the UDP port,
+/// which TCP may have in use: another is tried then, a few times.
+fn bind_both(address: SocketAddr) -> std::io::Result<(std::net::UdpSocket, std::net::TcpListener)> {
+    let attempts = if address.port() == 0 { 16 } else { 1 };
+    let mut last = None;
+    for _ in 0..attempts {
+        let udp = std::net::UdpSocket::bind(address)?;
+        match std::net::TcpListener::bind(udp.local_addr()?) {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(error) if error.kind() == std::io::ErrorKind::AddrInUse => last = Some(error),
+            Err(error) => return Err(error),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::ErrorKind::AddrInUse.into()))
 }
 
 async fn serve_udp(socket: Arc<UdpSocket>, proxy: Arc<DnsProxy>, stopped: Signal) {
