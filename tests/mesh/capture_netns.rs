@@ -242,6 +242,7 @@ fn dns_to_the_pods_resolver_reaches_the_dns_proxy() {
                     // pilot-agent's address: answers leave from the address captured queries
                     // were redirected to, so conntrack maps them back to the resolver's.
                     address: "127.0.0.1:15053".parse().unwrap(),
+                    localhost: false,
                     namespace: "default".into(),
                     domain: "default.svc.cluster.local".into(),
                     resolv_conf: "/nonexistent".into(),

@@ -144,6 +144,7 @@ async fn answers_match_istios_dns_proxy_for_the_same_name_table() {
 
     let settings = DnsSettings {
         address: "127.0.0.1:0".parse().unwrap(),
+        localhost: false,
         namespace: "default".into(),
         domain: "default.svc.cluster.local".into(),
         resolv_conf: "/etc/resolv.conf".into(),

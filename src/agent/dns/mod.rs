@@ -33,6 +33,9 @@ pub const DEFAULT_ADDRESS: &str = "127.0.0.1:15053";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DnsSettings {
     pub address: SocketAddr,
+    /// The address was pilot-agent's `localhost`: the proxy also answers on `::1` when the
+    /// pod has IPv6 resolvers (whose captured queries are redirected there).
+    pub localhost: bool,
     /// The pod's namespace (`POD_NAMESPACE`).
     pub namespace: String,
     /// The proxy's DNS domain: `<namespace>.svc.cluster.local`, as pilot-agent defaults it.
@@ -49,10 +52,12 @@ impl DnsSettings {
             return Ok(None);
         }
         let text = get("DNS_PROXY_ADDR").unwrap_or(DEFAULT_ADDRESS);
+        let localhost = text.starts_with("localhost:") || text == DEFAULT_ADDRESS;
         let text = text.strip_prefix("localhost:").map_or_else(|| text.to_owned(), |port| format!("127.0.0.1:{port}"));
         let address = text.parse().map_err(|_| format!("DNS_PROXY_ADDR: {text:?} is not an address"))?;
         Ok(Some(Self {
             address,
+            localhost,
             namespace: namespace.to_owned(),
             domain: format!("{namespace}.svc.cluster.local"),
             resolv_conf: PathBuf::from(get("OUTRIDER_RESOLV_CONF").unwrap_or("/etc/resolv.conf")),
@@ -80,9 +85,18 @@ impl Dns {
                 (Vec::new(), Vec::new())
             }
         };
+        let ipv6_resolvers = upstreams.iter().any(SocketAddr::is_ipv6);
         let proxy = DnsProxy::new(upstreams);
-        let address = server::serve(settings.address, proxy.clone(), stopped)?;
+        let address = server::serve(settings.address, proxy.clone(), stopped.clone())?;
         tracing::info!(%address, "DNS proxy serving");
+        if settings.localhost && ipv6_resolvers {
+            // A pod without IPv6 loopback has no IPv6 queries to answer either.
+            let v6 = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, address.port()));
+            match server::serve(v6, proxy.clone(), stopped) {
+                Ok(v6) => tracing::info!(address = %v6, "DNS proxy serving"),
+                Err(error) => tracing::warn!(address = %v6, %error, "DNS proxy not serving IPv6"),
+            }
+        }
         let pod = PodDns::new(&settings.namespace, &settings.domain, search);
         Ok(Arc::new(Dns { proxy, pod, address }))
     }
@@ -133,12 +147,37 @@ mod tests {
         let env = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
         assert_eq!(DnsSettings::from_env(&env(&[]), "ns"), Ok(None));
         let on = DnsSettings::from_env(&env(&[("ISTIO_META_DNS_CAPTURE", "true")]), "ns").unwrap().unwrap();
-        assert_eq!(on.address, "127.0.0.1:15053".parse().unwrap());
+        assert_eq!((on.address, on.localhost), ("127.0.0.1:15053".parse().unwrap(), true));
         assert_eq!(on.domain, "ns.svc.cluster.local");
         let moved = env(&[("ISTIO_META_DNS_CAPTURE", "true"), ("DNS_PROXY_ADDR", "localhost:5353")]);
         assert_eq!(DnsSettings::from_env(&moved, "ns").unwrap().unwrap().address, "127.0.0.1:5353".parse().unwrap());
+        let fixed = env(&[("ISTIO_META_DNS_CAPTURE", "true"), ("DNS_PROXY_ADDR", "127.0.0.1:5353")]);
+        assert!(!DnsSettings::from_env(&fixed, "ns").unwrap().unwrap().localhost);
         let bad = env(&[("ISTIO_META_DNS_CAPTURE", "true"), ("DNS_PROXY_ADDR", "nowhere")]);
         assert!(DnsSettings::from_env(&bad, "ns").is_err());
+    }
+
+    #[tokio::test]
+    async fn with_ipv6_resolvers_localhost_means_both_loopbacks() {
+        if std::net::UdpSocket::bind("[::1]:0").is_err() {
+            println!("SKIPPED: with_ipv6_resolvers_localhost_means_both_loopbacks: no IPv6 loopback");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let resolv_conf = dir.path().join("resolv.conf");
+        std::fs::write(&resolv_conf, "nameserver fd00::10\n").unwrap();
+        let settings = DnsSettings {
+            address: "127.0.0.1:0".parse().unwrap(),
+            localhost: true,
+            namespace: "ns".into(),
+            domain: "ns.svc.cluster.local".into(),
+            resolv_conf,
+        };
+        let (_stop, stopped) = crate::core::shutdown::channel();
+        let dns = Dns::start(&settings, stopped).unwrap();
+        let v6 = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, dns.address.port()));
+        // Bound: a second bind of the same port fails.
+        assert!(std::net::UdpSocket::bind(v6).is_err(), "the proxy answers on {v6}");
     }
 
     #[test]
