@@ -342,20 +342,30 @@ async fn decode_filters(
         body: decoded.body,
     };
     let status = exchange.filters.decode_headers(&mut request).await;
-    if !metadata.0.is_empty() {
-        // For the router: an ORIGINAL_DST cluster's `metadata_key` reads it.
-        decoded.parts.extensions.get_or_insert_default::<StreamState>().metadata = metadata.clone();
-    }
     if let (Some(span), Some(tracing)) = (&stream.span, &manager.tracing) {
         let route_tracing = routed.selection.and_then(|s| s.route).and_then(|r| r.tracing.as_deref());
         for tag in request_trace::metadata_tags(&request_trace::custom_tags(tracing, route_tracing), &metadata) {
             span.set(tag);
         }
     }
-    if let Some(log) = pending.as_mut()
-        && !metadata.0.is_empty()
-    {
-        log.metadata = Some(metadata);
+    if !metadata.0.is_empty() {
+        // The access log, and the router of a forwarded request (an ORIGINAL_DST cluster's
+        // `metadata_key` reads it): copied only when both want it.
+        let forwarded = matches!(status, FilterHeadersStatus::Continue);
+        let for_router = match pending.as_mut() {
+            Some(log) if forwarded => {
+                log.metadata = Some(metadata.clone());
+                Some(metadata)
+            }
+            Some(log) => {
+                log.metadata = Some(metadata);
+                None
+            }
+            None => forwarded.then_some(metadata),
+        };
+        if let Some(metadata) = for_router {
+            decoded.parts.extensions.get_or_insert_default::<StreamState>().metadata = metadata;
+        }
     }
     match status {
         FilterHeadersStatus::LocalReply(reply) => Some(reply),
@@ -607,7 +617,7 @@ async fn forward_upgrade(
     router::apply_request_mutations(forward, &mut parts, &options);
     let hash = crate::lb::hash_policy::request_hash(forward.hash_policy, &parts, Some(downstream.peer.ip()));
     let ctx = PickContext { hash, attempt: 0, previous: &[], now: Instant::now() };
-    let Some(host) = cluster.pick(&ctx, &exchange.destination_sources(&parts)) else {
+    let Some(host) = cluster.pick(&ctx, || exchange.destination_sources(&parts)) else {
         return local(manager, stream, LocalReply::NoHealthyUpstream, false);
     };
     let tls = match cluster.tls(&host.endpoint, snapshot, &context.clusters.tls) {

@@ -90,12 +90,12 @@ async fn proxy_connection<S>(
     for _attempt in 0..proxy.max_connect_attempts.max(1) {
         let now = Instant::now();
         let ctx = PickContext { hash, attempt: 0, previous: &[], now };
-        let sources = DestinationSources {
+        let sources = || DestinationSources {
             restored: info.local_restored.then_some(info.local),
             headers: None,
             streams: [None, info.stream.as_deref()],
         };
-        let Some(host) = local.pick(&ctx, &sources) else {
+        let Some(host) = local.pick(&ctx, sources) else {
             if let Some(stats) = local.stats() {
                 stats.upstream_cx_none_healthy.inc();
             }

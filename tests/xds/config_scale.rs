@@ -200,14 +200,14 @@ async fn a_worker_resolves_a_cluster_once_per_publication() {
     let other = worker.get(&snapshot, &changed).unwrap();
     assert!(Rc::ptr_eq(&first, &worker.get(&snapshot, &kept).unwrap()), "no new resolution without a publication");
     let ctx = PickContext { hash: None, attempt: 0, previous: &[], now: std::time::Instant::now() };
-    assert!(first.pick(&ctx, &outrider::proxy::original_dst::DestinationSources::default()).is_some());
+    assert!(first.pick(&ctx, outrider::proxy::original_dst::DestinationSources::default).is_some());
 
     mesh.push(ResourceType::ClusterLoadAssignment, vec![assignment(7, 81..84)], &[]);
     let snapshot = mesh.store.load();
     assert!(Rc::ptr_eq(&first, &worker.get(&snapshot, &kept).unwrap()), "an unchanged cluster is kept");
     let rebuilt = worker.get(&snapshot, &changed).unwrap();
     assert!(!Rc::ptr_eq(&other, &rebuilt), "the changed cluster is resolved anew");
-    let picked = rebuilt.pick(&ctx, &outrider::proxy::original_dst::DestinationSources::default()).unwrap();
+    let picked = rebuilt.pick(&ctx, outrider::proxy::original_dst::DestinationSources::default).unwrap();
     assert!((81..84).contains(&picked.address().to_string().rsplit(':').next().unwrap().parse::<u32>().unwrap()));
 
     mesh.push(ResourceType::Cluster, Vec::new(), std::slice::from_ref(&kept));

@@ -156,7 +156,7 @@ fn open(clusters: &Rc<WorkerClusters>, config: &GrpcAccessLog) -> Option<mpsc::S
     let snapshot = clusters.store.load();
     let local = clusters.get(&snapshot, config.cluster.as_str())?;
     let pick = PickContext { hash: None, attempt: 0, previous: &[], now: Instant::now() };
-    let host = local.pick(&pick, &DestinationSources::default())?;
+    let host = local.pick(&pick, DestinationSources::default)?;
     let tls = local.tls(&host.endpoint, &snapshot, &clusters.tls).ok()?;
     let (tx, rx) = mpsc::channel::<Bytes>(STREAM_MESSAGES);
     let body = BodyExt::boxed(StreamBody::new(ReceiverStream::new(rx).map(|b| Ok::<_, BoxError>(Frame::data(b)))));

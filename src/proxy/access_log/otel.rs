@@ -207,7 +207,7 @@ async fn export(
         return false;
     };
     let pick = PickContext { hash: None, attempt: 0, previous: &[], now: Instant::now() };
-    let Some(host) = local.pick(&pick, &DestinationSources::default()) else { return false };
+    let Some(host) = local.pick(&pick, DestinationSources::default) else { return false };
     let Ok(tls) = local.tls(&host.endpoint, &snapshot, &clusters.tls) else { return false };
     let body = Full::new(frame(request)).map_err(|never| -> BoxError { match never {} }).boxed();
     let Ok(mut call) = Request::post(format!("http://{}{PATH}", config.authority)).body(body) else { return false };

@@ -104,12 +104,17 @@ impl ThreadLocalCluster {
     }
 
     /// Picks the upstream host: the host of the destination for an ORIGINAL_DST cluster
-    /// (see [`upstream_destination`]), else by the cluster's balancer.
-    pub fn pick(&self, ctx: &PickContext<'_>, sources: &DestinationSources<'_>) -> Option<Arc<Host>> {
+    /// (see [`upstream_destination`]; its `sources` are gathered only for such a cluster),
+    /// else by the cluster's balancer.
+    pub fn pick<'s>(
+        &self,
+        ctx: &PickContext<'_>,
+        sources: impl FnOnce() -> DestinationSources<'s>,
+    ) -> Option<Arc<Host>> {
         let mut picker = self.balanced.as_ref()?.picker.borrow_mut();
         match &self.config.resource.original_dst {
             Some(config) => {
-                let destination = upstream_destination(config, sources)?;
+                let destination = upstream_destination(config, &sources())?;
                 picker.pick_destination(destination, ctx.now)
             }
             None => picker.pick(ctx).cloned(),

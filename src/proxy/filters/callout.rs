@@ -96,7 +96,7 @@ impl<'a> Callouts<'a> {
             return Err(CalloutError::NoCluster(cluster_name.to_owned()));
         };
         let pick = PickContext { hash: None, attempt: 0, previous: &[], now: Instant::now() };
-        let Some(host) = local.pick(&pick, &DestinationSources::default()) else {
+        let Some(host) = local.pick(&pick, DestinationSources::default) else {
             return Err(CalloutError::NoHealthyUpstream(cluster_name.to_owned()));
         };
         let tls =

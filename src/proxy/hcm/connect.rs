@@ -58,7 +58,7 @@ pub(super) async fn terminate(
     let now = Instant::now();
     let hash = crate::lb::hash_policy::request_hash(forward.hash_policy, &parts, Some(downstream.peer.ip()));
     let ctx = PickContext { hash, attempt: 0, previous: &[], now };
-    let Some(host) = cluster.pick(&ctx, &exchange.destination_sources(&parts)) else {
+    let Some(host) = cluster.pick(&ctx, || exchange.destination_sources(&parts)) else {
         return local(manager, stream, LocalReply::NoHealthyUpstream, false);
     };
     let address = host.address().to_string();

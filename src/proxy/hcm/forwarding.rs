@@ -135,7 +135,7 @@ impl Forwarding<'_, '_> {
     fn pick(&mut self, attempts: &Attempts, now: Instant) -> Result<Picked, Box<Response<ProxyBody>>> {
         let avoid: &[Arc<Host>] = if self.retry.avoid_previous_hosts() { &attempts.previous } else { &[] };
         let ctx = PickContext { hash: self.hash, attempt: 0, previous: avoid, now };
-        let Some(host) = self.cluster.pick(&ctx, &self.exchange.destination_sources(self.parts)) else {
+        let Some(host) = self.cluster.pick(&ctx, || self.exchange.destination_sources(self.parts)) else {
             if let Some(stats) = self.cluster.stats() {
                 stats.upstream_cx_none_healthy.inc();
             }
