@@ -2,7 +2,7 @@
 # What the tests need, installed before `cargo nextest run` — sourced by the test command
 # (tests/run.sh) and by CI (.ci/run). Each part is best effort: Envoy 1.40 (the other half
 # of the differential tests), iproute2 and iptables (the capture tests, as root),
-# kubernetes-validate, the Go peers built from source, Chromium, cargo-nextest. It exports
+# kubernetes-validate, the Go peers and ztunnel built from source, Chromium, cargo-nextest. It exports
 # OUTRIDER_EXPECT, the tools present afterwards: a test that skips for want of one of them
 # fails (tests/common/skip.rs). Set OUTRIDER_EXPECT yourself to expect less (or more).
 # Sourced, so it leaves the caller's shell options as they were.
@@ -46,6 +46,12 @@ if command -v go >/dev/null && bash tests/peers/build.sh; then
   expect+=(peers)
 else
   echo "tests/setup.sh: Go peers not built; the tests that need them will say SKIPPED"
+fi
+
+if bash tests/peers/ztunnel/build.sh; then
+  expect+=(ztunnel)
+else
+  echo "tests/setup.sh: ztunnel not built; the tests that need it will say SKIPPED"
 fi
 
 bash tests/install-nextest.sh

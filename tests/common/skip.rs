@@ -1,5 +1,5 @@
 //! The one way a test says it did not run. A test whose tool is missing (Envoy, a Go peer,
-//! the manifest validator, network namespaces, a browser) prints `SKIPPED: <what>: <why>` and returns;
+//! ztunnel, the manifest validator, network namespaces, a browser) prints `SKIPPED: <what>: <why>` and returns;
 //! it never passes silently. `tests/setup.sh` installs the tools and lists in `OUTRIDER_EXPECT`
 //! the ones it installed: a test that skips for want of a tool the run expects fails instead,
 //! so a check that could run is never lost to a wrong path.
@@ -17,6 +17,8 @@ pub enum Tool {
     Netns,
     /// Debian's headless Chromium, for the admin pages that draw in the browser.
     Chromium,
+    /// ztunnel, built from its source (`tests/peers/ztunnel/build.sh`).
+    Ztunnel,
 }
 
 impl Tool {
@@ -28,6 +30,7 @@ impl Tool {
             Tool::Validator => "validator",
             Tool::Netns => "netns",
             Tool::Chromium => "chromium",
+            Tool::Ztunnel => "ztunnel",
         }
     }
 

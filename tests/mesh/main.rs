@@ -33,3 +33,4 @@ mod load_report;
 mod tls_inbound;
 mod tls_mesh;
 mod tls_rotation;
+mod ztunnel_hbone;

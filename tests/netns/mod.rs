@@ -112,6 +112,28 @@ impl Lab {
             .unwrap();
         self.processes.push((child, Some(log)));
     }
+
+    /// Starts `program args` inside `ns` as root with `env` added to its environment, logging
+    /// to `log`; stopped on drop.
+    pub fn spawn_with(
+        &mut self,
+        ns: &str,
+        program: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+        log: std::path::PathBuf,
+    ) {
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", ns, program])
+            .args(args)
+            .envs(env.iter().copied())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        self.processes.push((child, Some(log)));
+    }
 }
 
 impl Drop for Lab {
@@ -159,6 +181,18 @@ impl Files {
 
     pub fn log(&self) -> std::path::PathBuf {
         self.dir.path().join("outrider.log")
+    }
+
+    /// Writes `contents` to `name` beside the bootstrap; its path.
+    pub fn write(&self, name: &str, contents: &str) -> String {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, contents).unwrap();
+        path.to_str().unwrap().to_owned()
+    }
+
+    /// The path of `name` beside the bootstrap.
+    pub fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
     }
 }
 

@@ -2,9 +2,10 @@
 //! SAN (with `server.test` as DNS SAN so that plain TLS clients accept them too).
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose, SanType,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
 };
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 /// The trust domain of every identity here.
@@ -14,9 +15,11 @@ pub fn spiffe(service_account: &str) -> String {
     format!("{TRUST_DOMAIN}/ns/default/sa/{service_account}")
 }
 
-/// A certificate authority.
+/// A certificate authority: its certificate, and what signs in its name.
 pub struct Ca {
-    issuer: CertifiedIssuer<'static, KeyPair>,
+    issuer: Issuer<'static, KeyPair>,
+    pem: String,
+    der: CertificateDer<'static>,
 }
 
 /// A workload certificate and its key.
@@ -35,16 +38,26 @@ impl Ca {
         params.distinguished_name = dn;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        Self { issuer }
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        Self { pem: cert.pem(), der: cert.der().clone(), issuer: Issuer::new(params, key) }
+    }
+
+    /// A CA made elsewhere, from its certificate and its PKCS #8 key (PEM): a peer's test
+    /// root, whose certificates the peer trusts.
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Self {
+        let key = KeyPair::from_pem(key_pem).unwrap();
+        let issuer = Issuer::from_ca_cert_pem(cert_pem, key).unwrap();
+        let der = CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap();
+        Self { issuer, pem: cert_pem.to_owned(), der }
     }
 
     pub fn pem(&self) -> String {
-        self.issuer.pem()
+        self.pem.clone()
     }
 
     pub fn der(&self) -> CertificateDer<'static> {
-        self.issuer.der().clone()
+        self.der.clone()
     }
 
     /// A certificate for `spiffe_id`, valid from 1975 to 4096.

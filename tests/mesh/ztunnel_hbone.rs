@@ -1,0 +1,482 @@
+//! HBONE between a sidecar and ztunnel, Istio's proxy for ambient workloads, built from its
+//! source (`tests/peers/ztunnel/build.sh`). Each runs in a pod of its own: a network namespace
+//! with the pod's address, the two joined by a veth pair. Both identities come from one root,
+//! ztunnel's test CA (`FAKE_CA`), whose key signs the sidecar's certificate here.
+//!
+//! - **Sidecar → ztunnel**: the sidecar pod's application calls the ambient pod's through
+//!   the sidecar, with Istio's outbound HBONE shapes: an endpoint that is the internal
+//!   listener `connect_originate` carrying the destination, a TCP proxy tunnelling it as an
+//!   HTTP/2 `CONNECT` over mutual TLS to ztunnel's 15008. ztunnel checks the sidecar's
+//!   identity against its authorization policy; the sidecar checks ztunnel's certificate
+//!   names the workload it expects.
+//! - **ztunnel → sidecar**: the ambient pod's application calls the sidecar pod's through
+//!   ztunnel (its SOCKS5 port stands in for its traffic capture). ztunnel opens HBONE to the
+//!   sidecar's 15008 and checks the certificate is the destination workload's; the
+//!   sidecar's `connect_terminate` and `main_internal` send the tunnel to the inbound chain of
+//!   its port, whose RBAC sees ztunnel's identity (`io.istio.peer_principal`).
+//!
+//! The same bootstrap runs Envoy 1.40 as the sidecar in a second pair of pods, and what the
+//! applications saw is compared.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::Duration;
+
+use crate::common;
+use crate::netns::{self, CLIENT_V4, Lab, POD_V4, in_netns, serve, wait_for_listener};
+use crate::tls_support::pki;
+use common::differential::{INTERNAL, INTERNAL_LISTENER_EXTENSION, on_loopback, static_cluster, tcp_proxy_listener};
+
+/// The pod where ztunnel serves the ambient workload `ambient` (the lab's "client" side).
+const AMBIENT: &str = CLIENT_V4;
+/// The sidecar pod's workload `sidecar` (the lab's "pod" side).
+const SIDECAR: &str = POD_V4;
+/// One more address of the sidecar pod, which ztunnel's workload table gives to a workload of
+/// another identity: what answers there has the sidecar's certificate, not that one's.
+const IMPOSTOR: &str = "198.18.0.3";
+/// Istio's HBONE port, which ztunnel always dials.
+const HBONE: u16 = 15008;
+/// Application ports: `OPEN` is allowed to the other side's identity on both pods, `PRIVATE`
+/// to an identity no one has.
+const OPEN: u16 = 8080;
+const PRIVATE: u16 = 9090;
+/// The sidecar's outbound listeners, each standing for the captured call it names.
+const TO_AMBIENT_OPEN: u16 = 15101;
+const TO_AMBIENT_PRIVATE: u16 = 15102;
+const TO_AMBIENT_AS_IMPOSTOR: u16 = 15103;
+
+fn spiffe(service_account: &str) -> String {
+    pki::spiffe(service_account)
+}
+
+/// ztunnel's workloads and policy (its `LOCAL_XDS_PATH` file): `ambient`, served by this
+/// ztunnel; `sidecar` and `impostor`, reached over HBONE. `ambient` takes `OPEN` from the
+/// identity `sidecar` and `PRIVATE` from `nobody`.
+fn ztunnel_config() -> String {
+    let workload = |name: &str, ip: &str| {
+        format!(
+            r#"
+- uid: Kubernetes//Pod/default/{name}
+  name: {name}
+  namespace: default
+  serviceAccount: {name}
+  trustDomain: cluster.local
+  workloadIps: ["{ip}"]
+  protocol: HBONE
+  node: node
+  services: {{}}"#
+        )
+    };
+    let allow = |name: &str, principal: &str, port: u16| {
+        format!(
+            r#"
+- name: {name}
+  namespace: default
+  scope: Namespace
+  action: Allow
+  dryRun: false
+  rules: [[[{{ principals: [!Exact "cluster.local/ns/default/sa/{principal}"] }}], [{{ destinationPorts: [{port}] }}]]]"#
+        )
+    };
+    format!(
+        "workloads:{}{}{}\npolicies:{}{}\n",
+        workload("ambient", AMBIENT),
+        workload("sidecar", SIDECAR),
+        workload("impostor", IMPOSTOR),
+        allow("sidecar-to-open", "sidecar", OPEN),
+        allow("nobody-to-private", "nobody", PRIVATE),
+    )
+}
+
+/// Where the sidecar's certificate, key and trusted root are.
+struct Certificates {
+    chain: String,
+    key: String,
+    root: String,
+}
+
+impl Certificates {
+    /// The `common_tls_context` of a TLS context whose other fields are `depth` spaces deep:
+    /// this pair and root, TLS 1.3 and `h2`, the peer's URI SAN matched by `san_matcher`.
+    fn tls(&self, depth: usize, san_matcher: &str) -> String {
+        let text = format!(
+            r#"
+          common_tls_context:
+            tls_params: {{ tls_minimum_protocol_version: TLSv1_3, tls_maximum_protocol_version: TLSv1_3 }}
+            alpn_protocols: [h2]
+            tls_certificates: [{{ certificate_chain: {{ filename: "{}" }}, private_key: {{ filename: "{}" }} }}]
+            validation_context:
+              trusted_ca: {{ filename: "{}" }}
+              match_typed_subject_alt_names: [{{ san_type: URI, matcher: {san_matcher} }}]"#,
+            self.chain, self.key, self.root
+        );
+        text.replace("\n          ", &format!("\n{}", " ".repeat(depth)))
+    }
+}
+
+/// An outbound cluster whose one endpoint is the internal listener `originate`, carrying the
+/// destination `ip:port` in its metadata (Istio's `tunnel: http` endpoint).
+fn hbone_service(name: &str, originate: &str, ip: &str, port: u16) -> String {
+    format!(
+        r#"
+  - name: {name}
+    type: STATIC
+    connect_timeout: 5s
+    transport_socket_matches:
+    - name: hbone
+      match: {{ tunnel: http }}
+      transport_socket:
+        name: envoy.transport_sockets.internal_upstream
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.internal_upstream.v3.InternalUpstreamTransport
+          passthrough_metadata: [{{ kind: {{ host: {{}} }}, name: envoy.filters.listener.original_dst }}]
+          transport_socket:
+            name: envoy.transport_sockets.raw_buffer
+            typed_config: {{ "@type": type.googleapis.com/envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer }}
+    load_assignment:
+      cluster_name: {name}
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ envoy_internal_address: {{ server_listener_name: {originate}, endpoint_id: "{ip}:{port}" }} }} }}
+          metadata:
+            filter_metadata:
+              envoy.filters.listener.original_dst: {{ local: "{ip}:{port}" }}
+              envoy.transport_socket_match: {{ tunnel: http }}"#
+    )
+}
+
+/// The internal listener `name` and its ORIGINAL_DST cluster: the restored destination
+/// tunnelled as an HTTP/2 `CONNECT` to its HBONE port over mutual TLS, the server's
+/// certificate required to name `expected`.
+fn originate(name: &str, certificates: &Certificates, expected: &str) -> (String, String) {
+    let listener = tcp_proxy_listener(
+        name,
+        &format!(
+            "{INTERNAL}
+    listener_filters:
+    - name: envoy.filters.listener.original_dst
+      typed_config: {{ \"@type\": type.googleapis.com/envoy.extensions.filters.listener.original_dst.v3.OriginalDst }}"
+        ),
+        name,
+        "\n          tunneling_config: { hostname: \"%DOWNSTREAM_LOCAL_ADDRESS%\" }",
+    );
+    let cluster = format!(
+        r#"
+  - name: {name}
+    type: ORIGINAL_DST
+    lb_policy: CLUSTER_PROVIDED
+    connect_timeout: 5s
+    original_dst_lb_config:
+      upstream_port_override: {HBONE}
+      metadata_key: {{ key: envoy.filters.listener.original_dst, path: [{{ key: waypoint }}] }}
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{ http2_protocol_options: {{ allow_connect: true }} }}
+    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext{}"#,
+        certificates.tls(8, &format!("{{ exact: \"{expected}\" }}"))
+    );
+    (listener, cluster)
+}
+
+/// Istio's `connect_terminate` on 0.0.0.0:15008: mutual TLS (a client certificate of the
+/// trust domain required), HTTP/2 `CONNECT` to `main_internal`, with the tunnel's
+/// destination, source and peer identity as filter state shared with the upstream once.
+fn connect_terminate(certificates: &Certificates) -> String {
+    let router = common::differential::ROUTER;
+    let state = |key: &str, factory: &str, format: &str| {
+        format!(
+            r#"
+              - object_key: {key}{factory}
+                format_string: {{ text_format_source: {{ inline_string: "{format}" }} }}
+                shared_with_upstream: ONCE"#
+        )
+    };
+    format!(
+        r#"
+  - name: connect_terminate
+    address: {{ socket_address: {{ address: 0.0.0.0, port_value: {HBONE} }} }}
+    filter_chains:
+    - transport_socket:
+        name: tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+          require_client_certificate: true{tls}
+      filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: connect_terminate
+          codec_type: HTTP2
+          http2_protocol_options: {{ allow_connect: true, max_concurrent_streams: 100 }}
+          upgrade_configs: [{{ upgrade_type: CONNECT }}]
+          http_filters:
+          - name: connect_authority
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.set_filter_state.v3.Config
+              on_request_headers:{local}{remote}{peer}
+          - {{ name: envoy.filters.http.router, typed_config: {{ "@type": {router} }} }}
+          route_config:
+            virtual_hosts:
+            - name: default
+              domains: ["*"]
+              routes:
+              - match: {{ connect_matcher: {{}} }}
+                route:
+                  cluster: main_internal
+                  upgrade_configs: [{{ upgrade_type: CONNECT, connect_config: {{}} }}]"#,
+        tls = certificates.tls(10, "{ prefix: \"spiffe://cluster.local/\" }"),
+        local = state("envoy.filters.listener.original_dst.local_ip", "", "%REQ(:AUTHORITY)%"),
+        remote = state("envoy.filters.listener.original_dst.remote_ip", "", "%DOWNSTREAM_REMOTE_ADDRESS%"),
+        peer = state(
+            "io.istio.peer_principal",
+            "\n                factory_key: envoy.string",
+            "%DOWNSTREAM_PEER_URI_SAN%"
+        ),
+    )
+}
+
+/// `main_internal`: the tunnel's destination restored; per application port of this pod's
+/// address, RBAC on the tunnel's peer identity (`allowed`), then the application.
+fn main_internal() -> String {
+    let chain = |port: u16, allowed: &str| {
+        format!(
+            r#"
+    - filter_chain_match: {{ destination_port: {port}, prefix_ranges: [{{ address_prefix: {SIDECAR}, prefix_len: 32 }}] }}
+      filters:
+      - name: envoy.filters.network.rbac
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC
+          stat_prefix: tcp.
+          rules:
+            policies:
+              allow:
+                permissions: [{{ any: true }}]
+                principals:
+                - filter_state: {{ key: io.istio.peer_principal, string_match: {{ exact: "{allowed}" }} }}
+      - name: envoy.filters.network.tcp_proxy
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+          stat_prefix: inbound_{port}
+          cluster: inbound_{port}"#
+        )
+    };
+    format!(
+        r#"
+  - name: main_internal{INTERNAL}
+    listener_filters:
+    - name: envoy.filters.listener.original_dst
+      typed_config: {{ "@type": type.googleapis.com/envoy.extensions.filters.listener.original_dst.v3.OriginalDst }}
+    filter_chains:{}{}"#,
+        chain(OPEN, &spiffe("ambient")),
+        chain(PRIVATE, &spiffe("nobody")),
+    )
+}
+
+/// The sidecar's bootstrap: outbound listeners for the calls to the ambient pod, both HBONE
+/// originators (one expecting ztunnel's identity, one another), and the inbound HBONE side.
+fn sidecar_bootstrap(certificates: &Certificates) -> String {
+    let (originator, originate_cluster) = originate("connect_originate", certificates, &spiffe("ambient"));
+    let (impostor, impostor_cluster) = originate("connect_originate_impostor", certificates, &spiffe("impostor"));
+    let outbound =
+        |port: u16, cluster: &str| tcp_proxy_listener(&format!("outbound_{port}"), &on_loopback(port), cluster, "");
+    format!(
+        r#"{INTERNAL_LISTENER_EXTENSION}admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 15000 }} }} }}
+static_resources:
+  listeners:{}{}{}{originator}{impostor}{}{}
+  clusters:{}{}{}{originate_cluster}{impostor_cluster}
+  - name: main_internal
+    type: STATIC
+    connect_timeout: 5s
+    load_assignment:
+      cluster_name: main_internal
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ envoy_internal_address: {{ server_listener_name: main_internal }} }} }}
+    transport_socket:
+      name: internal_upstream
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.internal_upstream.v3.InternalUpstreamTransport
+        transport_socket:
+          name: raw_buffer
+          typed_config: {{ "@type": type.googleapis.com/envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer }}{}{}
+"#,
+        outbound(TO_AMBIENT_OPEN, "ambient_open"),
+        outbound(TO_AMBIENT_PRIVATE, "ambient_private"),
+        outbound(TO_AMBIENT_AS_IMPOSTOR, "ambient_as_impostor"),
+        connect_terminate(certificates),
+        main_internal(),
+        hbone_service("ambient_open", "connect_originate", AMBIENT, OPEN),
+        hbone_service("ambient_private", "connect_originate", AMBIENT, PRIVATE),
+        hbone_service("ambient_as_impostor", "connect_originate_impostor", AMBIENT, OPEN),
+        static_cluster(&format!("inbound_{OPEN}"), OPEN),
+        static_cluster(&format!("inbound_{PRIVATE}"), PRIVATE),
+    )
+}
+
+/// One HTTP/1.1 `GET /` through ztunnel's SOCKS5 port in `ns` to `destination`: the whole
+/// answer, empty when the connection closed without one.
+fn get_through_ztunnel(ns: &str, destination: &str) -> String {
+    let destination: SocketAddr = destination.parse().unwrap();
+    in_netns(ns, move || {
+        let mut stream =
+            TcpStream::connect_timeout(&"127.0.0.1:15080".parse().unwrap(), Duration::from_secs(5)).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        // RFC 1928: no authentication, then CONNECT to an IPv4 address.
+        let SocketAddr::V4(v4) = destination else { panic!("IPv4 only") };
+        let mut hello = [0u8; 2];
+        stream.write_all(&[5, 1, 0]).unwrap();
+        stream.read_exact(&mut hello).unwrap();
+        assert_eq!(hello, [5, 0], "SOCKS5 greeting");
+        let mut request = vec![5, 1, 0, 1];
+        request.extend_from_slice(&v4.ip().octets());
+        request.extend_from_slice(&v4.port().to_be_bytes());
+        stream.write_all(&request).unwrap();
+        let mut reply = [0u8; 10];
+        if stream.read_exact(&mut reply).is_err() || reply[1] != 0 {
+            return String::new();
+        }
+        let _ = stream.write_all(b"GET / HTTP/1.1\r\nhost: sidecar\r\nconnection: close\r\n\r\n");
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    })
+}
+
+/// The body of an HTTP answer (empty without one), without the peer address the test
+/// servers add (it differs between runs).
+fn body(answer: &str) -> String {
+    let body = answer.split_once("\r\n\r\n").map(|(_, body)| body).unwrap_or_default();
+    without_peer(body)
+}
+
+fn without_peer(body: &str) -> String {
+    body.split(" peer=").next().unwrap_or_default().to_owned()
+}
+
+/// The sidecar proxy under test.
+#[derive(Clone, Copy, Debug)]
+enum Sidecar {
+    Outrider,
+    Envoy,
+}
+
+/// What the applications saw with `sidecar` beside ztunnel, each call's answer's body.
+fn run(ztunnel: &Path, sidecar: Sidecar) -> Vec<(&'static str, String)> {
+    // Before the lab: its processes' logs are read when it drops.
+    let files = netns::Files::new("");
+    let mut lab = Lab::new();
+    lab.exec(&lab.pod, "ip", &["addr", "add", &format!("{IMPOSTOR}/32"), "dev", "lo"]);
+    let ca = pki::Ca::from_pem(
+        &std::fs::read_to_string(ztunnel.join("root-cert.pem")).unwrap(),
+        &std::fs::read_to_string(ztunnel.join("ca-key.pem")).unwrap(),
+    );
+    let leaf = ca.leaf(&spiffe("sidecar"));
+    let certificates = Certificates {
+        chain: files.write("cert-chain.pem", &leaf.cert_pem),
+        key: files.write("key.pem", &leaf.key_pem),
+        root: files.write("root-cert.pem", &ca.pem()),
+    };
+    let bootstrap = files.write("sidecar.yaml", &sidecar_bootstrap(&certificates));
+    let local_xds = files.write("ztunnel.yaml", &ztunnel_config());
+
+    serve(&lab.client, &format!("{AMBIENT}:{OPEN}"), "ambient-open");
+    serve(&lab.client, &format!("{AMBIENT}:{PRIVATE}"), "ambient-private");
+    serve(&lab.pod, &format!("127.0.0.1:{OPEN}"), "sidecar-open");
+    serve(&lab.pod, &format!("127.0.0.1:{PRIVATE}"), "sidecar-private");
+
+    let ztunnel_binary = ztunnel.join("ztunnel");
+    let client_ns = lab.client.clone();
+    lab.spawn_with(
+        &client_ns,
+        ztunnel_binary.to_str().unwrap(),
+        &["proxy"],
+        &[
+            ("PROXY_MODE", "dedicated"),
+            ("PROXY_WORKLOAD_INFO", "default/ambient/ambient"),
+            ("FAKE_CA", "true"),
+            ("LOCAL_XDS_PATH", &local_xds),
+            ("XDS_ADDRESS", ""),
+            ("UNSTABLE_ENABLE_SOCKS5", "true"),
+            // The application sees ztunnel's address: spoofing the caller's would need the routing that
+            // Istio's CNI sets up in a real pod.
+            ("ENABLE_ORIG_SRC", "false"),
+            ("RUST_LOG", "info"),
+        ],
+        files.path("ztunnel.log"),
+    );
+    let pod_ns = lab.pod.clone();
+    match sidecar {
+        Sidecar::Outrider => {
+            lab.spawn_with(&pod_ns, &files.binary, &["run", "-c", &bootstrap], &[], files.path("sidecar.log"));
+        }
+        Sidecar::Envoy => {
+            let envoy = common::differential::envoy_binary().unwrap();
+            let args = ["-c", &bootstrap, "--concurrency", "1", "--use-dynamic-base-id", "--disable-hot-restart"];
+            lab.spawn_with(&pod_ns, envoy.to_str().unwrap(), &args, &[], files.path("sidecar.log"));
+        }
+    }
+    wait_for_listener(&lab.client, &format!("{AMBIENT}:{HBONE}"));
+    wait_for_listener(&lab.client, "127.0.0.1:15080");
+    wait_for_listener(&lab.pod, &format!("{SIDECAR}:{HBONE}"));
+    wait_for_listener(&lab.pod, &format!("127.0.0.1:{TO_AMBIENT_AS_IMPOSTOR}"));
+
+    let through_sidecar = |port: u16| {
+        let reply = netns::get(&lab.pod, &format!("127.0.0.1:{port}"), "ambient");
+        reply.map(|reply| without_peer(&reply.body)).unwrap_or_default()
+    };
+    let seen = vec![
+        ("sidecar → ztunnel, allowed", through_sidecar(TO_AMBIENT_OPEN)),
+        ("sidecar → ztunnel, a port ztunnel allows another identity", through_sidecar(TO_AMBIENT_PRIVATE)),
+        ("sidecar → ztunnel, expecting another identity", through_sidecar(TO_AMBIENT_AS_IMPOSTOR)),
+        ("ztunnel → sidecar, allowed", body(&get_through_ztunnel(&lab.client, &format!("{SIDECAR}:{OPEN}")))),
+        (
+            "ztunnel → sidecar, a port the sidecar allows another identity",
+            body(&get_through_ztunnel(&lab.client, &format!("{SIDECAR}:{PRIVATE}"))),
+        ),
+        (
+            "ztunnel → a workload of another identity, answered with the sidecar's certificate",
+            body(&get_through_ztunnel(&lab.client, &format!("{IMPOSTOR}:{OPEN}"))),
+        ),
+    ];
+    if std::env::var_os("OUTRIDER_TEST_LOGS").is_some() {
+        for log in ["ztunnel.log", "sidecar.log"] {
+            eprintln!("--- {sidecar:?} {log}:\n{}", std::fs::read_to_string(files.path(log)).unwrap_or_default());
+        }
+    }
+    seen
+}
+
+#[test]
+fn hbone_both_ways_between_a_sidecar_and_ztunnel() {
+    let test = "hbone_both_ways_between_a_sidecar_and_ztunnel";
+    if let Some(why) = netns::unavailable() {
+        common::skip::skipped(common::skip::Tool::Netns, test, &why);
+        return;
+    }
+    let Some(ztunnel) = common::peers::ztunnel(test) else { return };
+    let outrider = run(&ztunnel, Sidecar::Outrider);
+    let expected = vec![
+        ("sidecar → ztunnel, allowed", "ambient-open".to_owned()),
+        ("sidecar → ztunnel, a port ztunnel allows another identity", String::new()),
+        ("sidecar → ztunnel, expecting another identity", String::new()),
+        ("ztunnel → sidecar, allowed", "sidecar-open".to_owned()),
+        ("ztunnel → sidecar, a port the sidecar allows another identity", String::new()),
+        ("ztunnel → a workload of another identity, answered with the sidecar's certificate", String::new()),
+    ];
+    assert_eq!(outrider, expected, "Outrider beside ztunnel");
+    if common::differential::envoy_binary().is_none() {
+        common::skip::skipped(
+            common::skip::Tool::Envoy,
+            test,
+            "envoy not found (bench/install-envoy.sh): no comparison",
+        );
+        return;
+    }
+    let envoy = run(&ztunnel, Sidecar::Envoy);
+    assert_eq!(envoy, outrider, "Envoy 1.40 and Outrider beside ztunnel differ");
+}
