@@ -29,6 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 PathBuf::from("proto/istio/peer_metadata.proto"),
                 PathBuf::from("proto/istio/metadata_exchange.proto"),
                 PathBuf::from("proto/istio/nds.proto"),
+                PathBuf::from("proto/istio/workload.proto"),
                 PathBuf::from("proto/envoy_contrib/peak_ewma.proto"),
                 PathBuf::from("proto/envoy_contrib/peak_ewma_filter.proto"),
             ],

@@ -277,10 +277,12 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
                 cluster_name: bootstrap.node.cluster.clone(),
                 zone_name: bootstrap.node.locality.zone.clone(),
             },
-            ..ProxyTelemetry::new(stats.clone(), tracing.clone()).with_node(LocalNode {
-                id: bootstrap.node.id.clone(),
-                workload: WorkloadMetadata::from_node_metadata(&bootstrap.node.metadata),
-            })
+            ..ProxyTelemetry::new(stats.clone(), tracing.clone())
+                .with_node(LocalNode {
+                    id: bootstrap.node.id.clone(),
+                    workload: WorkloadMetadata::from_node_metadata(&bootstrap.node.metadata),
+                })
+                .with_workloads(ads.as_ref().and_then(|config| config.workloads.clone()))
         },
         tls: tls.clone(),
         rng_seed,

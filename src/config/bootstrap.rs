@@ -42,6 +42,11 @@ pub struct Bootstrap {
     pub stats: super::stats::StatsConfig,
     /// `overload_manager`: resource monitors and what their pressure sets in force.
     pub overload: super::overload::OverloadConfig,
+    /// `bootstrap_extensions` has Istio's `istio.workload.BootstrapExtension`: the ADS
+    /// stream also subscribes to istiod's workload metadata (WDS, Delta only), which names
+    /// a peer that sent no metadata headers (`workload_discovery` in Istio's peer metadata
+    /// filter).
+    pub workload_discovery: bool,
     /// Everything that was set but is ignored, with its path: shown by `outrider validate`
     /// and logged once at start-up.
     pub ignored: Vec<Ignored>,
@@ -189,5 +194,31 @@ mod tests {
                 "admin": { "address": { "pipe": { "path": "/a" } } },
             })
         );
+    }
+
+    /// Istio's ambient-enabled bootstrap: its metadata discovery extension over ADS turns
+    /// WDS on; the internal listener extension needs nothing; any other source is refused.
+    #[test]
+    fn bootstrap_extensions_turn_workload_discovery_on() {
+        let with = |extension: &str| {
+            Bootstrap::parse(&format!(
+                r#"
+bootstrap_extensions:
+- name: envoy.bootstrap.internal_listener
+  typed_config: {{ "@type": type.googleapis.com/envoy.extensions.bootstrap.internal_listener.v3.InternalListener }}
+- name: metadata_discovery
+  typed_config:
+    "@type": type.googleapis.com/udpa.type.v1.TypedStruct
+    type_url: type.googleapis.com/istio.workload.BootstrapExtension
+    value: {extension}
+"#
+            ))
+        };
+        let bootstrap = with("{ config_source: { ads: {} } }").unwrap();
+        assert!(bootstrap.workload_discovery);
+        assert!(!bootstrap.ignored.iter().any(|i| i.path.starts_with("bootstrap_extensions")), "{:?}", bootstrap.ignored);
+        let error = with("{ config_source: { path_config_source: { path: /w } } }").unwrap_err().to_string();
+        assert!(error.contains("bootstrap_extensions[1].typed_config.config_source"), "{error}");
+        assert!(!Bootstrap::parse("node: { id: a }").unwrap().workload_discovery);
     }
 }

@@ -35,6 +35,9 @@ mod own {
                 tonic::include_proto!("istio.v1.auth");
             }
         }
+        pub mod workload {
+            tonic::include_proto!("istio.workload");
+        }
         pub mod networking {
             pub mod nds {
                 pub mod v1 {
@@ -115,6 +118,8 @@ pub use own::istio::envoy::config::filter::http::alpn::v2alpha1 as istio_alpn;
 pub use own::istio::networking::nds::v1 as istio_nds;
 /// `istio.v1.auth`: istiod's certificate service (`IstioCertificateService`).
 pub use own::istio::v1::auth as istio_ca;
+/// `istio.workload`: istiod's workload metadata (WDS), for telemetry's peer discovery.
+pub use own::istio::workload as istio_workload;
 /// `outrider.echo.v1`: the echo service that tests, the demo and benches use as a backend.
 #[cfg(feature = "testkit")]
 pub use own::outrider::echo::v1 as echo;

@@ -18,7 +18,7 @@ use crate::config::filters::peer_metadata::LocalNode;
 use crate::config::listener::HttpConnectionManager;
 use crate::config::listener::http_connection_manager::{AccessLog, AccessLogSink};
 use crate::config::tracing::TracingConfig;
-use crate::store::Store;
+use crate::store::{Store, WorkloadIndex};
 use crate::telemetry::line_writer::FLUSH_INTERVAL;
 use crate::telemetry::stats::Scope;
 use crate::telemetry::{HttpStats, LineWriters, ListenerStats, LogSink, Stats, Tracing, WorkerLineBuffer};
@@ -32,6 +32,9 @@ pub struct ProxyTelemetry {
     pub tracing: Option<Tracing>,
     /// This proxy's node as Istio's telemetry filters name it.
     pub node: Arc<LocalNode>,
+    /// The workloads istiod's metadata discovery names, by address (when the bootstrap asks
+    /// for it): Istio's peer metadata filter's `workload_discovery`.
+    pub workloads: Option<Arc<WorkloadIndex>>,
     /// The connection managers' own providers (`tracing.provider`).
     pub tracers: Arc<Tracers>,
     /// This proxy's node, for the OpenTelemetry access logger's built-in labels.
@@ -48,6 +51,7 @@ impl ProxyTelemetry {
             tracing,
             tracers,
             node: Arc::default(),
+            workloads: None,
             node_labels: NodeLabels::default(),
         }
     }
@@ -55,6 +59,11 @@ impl ProxyTelemetry {
     /// The node Istio's metadata exchange announces and `istio.stats` reports as.
     pub fn with_node(self, node: LocalNode) -> Self {
         Self { node: Arc::new(node), ..self }
+    }
+
+    /// Where peers without metadata headers are looked up by address.
+    pub fn with_workloads(self, workloads: Option<Arc<WorkloadIndex>>) -> Self {
+        Self { workloads, ..self }
     }
 }
 

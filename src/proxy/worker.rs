@@ -78,8 +78,11 @@ impl Workers {
         crate::telemetry::shards::set_workers(count);
         let synced = Arc::new(watch::Sender::new(vec![0; count]));
         let limits = Arc::new(ConnectionLimits::new(options.telemetry.stats.clone()));
-        let filters =
-            Arc::new(FilterChains::new(options.telemetry.stats.clone()).with_node(options.telemetry.node.clone()));
+        let filters = Arc::new(
+            FilterChains::new(options.telemetry.stats.clone())
+                .with_node(options.telemetry.node.clone())
+                .with_workloads(options.telemetry.workloads.clone()),
+        );
         let mut threads = Vec::with_capacity(count);
         for id in 0..count {
             let (store, balancers, options, synced, limits, filters) =

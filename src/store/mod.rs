@@ -11,6 +11,7 @@ mod raw;
 mod reconcile;
 mod snapshot;
 mod state;
+mod workloads;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -21,6 +22,7 @@ pub use raw::Raw;
 pub use reconcile::reconcile_endpoints;
 pub use snapshot::{Changes, Resources, Snapshot, TypeVersion, Versioned};
 pub use state::{ConfigState, WarmingTimeouts};
+pub use workloads::{WORKLOAD_TYPE, WorkloadIndex};
 
 /// Holds the current snapshot and tells watchers when it changes.
 #[derive(Debug)]

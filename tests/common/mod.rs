@@ -93,7 +93,12 @@ fn encode<M: Message + Default>(full_name: &str, value: serde_json::Value) -> Ve
 
 /// A bootstrap that reaches the control plane on `port` over ADS (`GRPC` or `DELTA_GRPC`).
 pub fn bootstrap(port: u16, api_type: &str) -> Bootstrap {
-    Bootstrap::parse(&format!(
+    Bootstrap::parse(&bootstrap_text(port, api_type)).unwrap()
+}
+
+/// [`bootstrap`]'s text, for a test that adds to it.
+pub fn bootstrap_text(port: u16, api_type: &str) -> String {
+    format!(
         r#"
 node: {{ id: "sidecar~10.0.0.1~app-1.default~default.svc.cluster.local", cluster: test }}
 admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 0 }} }} }}
@@ -120,8 +125,7 @@ static_resources:
       - lb_endpoints:
         - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}
 "#
-    ))
-    .unwrap()
+    )
 }
 
 /// Starts Outrider in-process against `control_plane`.

@@ -25,12 +25,12 @@ use tls_support::pki::{self, Ca};
 use tls_support::yaml::{self, Http};
 use tls_support::{addr, free_port};
 
-use common::{ControlPlane, WAIT, bootstrap, wait, wait_snapshot};
+use common::{ControlPlane, WAIT, wait, wait_snapshot};
 
 const OUTBOUND_CLUSTER: &str = "outbound|9080||reviews.bookinfo.svc.cluster.local";
 
 /// Node metadata as istio-agent writes it for a pod.
-fn node_metadata(workload: &str, app: &str, namespace: &str) -> serde_json::Map<String, Value> {
+pub(crate) fn node_metadata(workload: &str, app: &str, namespace: &str) -> serde_json::Map<String, Value> {
     let value = json!({
         "NAME": format!("{workload}-5d8c7f9b6-x2k4q"),
         "NAMESPACE": namespace,
@@ -80,7 +80,7 @@ fn istio_filters(inbound: bool) -> Value {
     ])
 }
 
-fn hcm(routes: Value, inbound: bool) -> Value {
+pub(crate) fn hcm(routes: Value, inbound: bool) -> Value {
     json!([{
         "name": "envoy.filters.network.http_connection_manager",
         "typed_config": {
@@ -92,14 +92,14 @@ fn hcm(routes: Value, inbound: bool) -> Value {
     }])
 }
 
-fn route(prefix: &str, cluster: &str) -> Value {
+pub(crate) fn route(prefix: &str, cluster: &str) -> Value {
     json!({ "name": "default", "match": { "prefix": prefix }, "route": { "cluster": cluster } })
 }
 
 /// One Outrider with its own control plane and node metadata.
-struct Sidecar {
-    _control_plane: ControlPlane,
-    outrider: outrider::app::Running,
+pub(crate) struct Sidecar {
+    pub(crate) control_plane: ControlPlane,
+    pub(crate) outrider: outrider::app::Running,
 }
 
 impl Sidecar {
@@ -107,6 +107,16 @@ impl Sidecar {
         node_id: &str,
         metadata: serde_json::Map<String, Value>,
         resources: [(&[String], ResourceType); 3],
+    ) -> Self {
+        Self::start_with(node_id, metadata, resources, "").await
+    }
+
+    /// [`start`](Self::start) with `extra` top-level keys in the bootstrap.
+    pub(crate) async fn start_with(
+        node_id: &str,
+        metadata: serde_json::Map<String, Value>,
+        resources: [(&[String], ResourceType); 3],
+        extra: &str,
     ) -> Self {
         let control_plane = ControlPlane::start().await;
         let mut listeners = 0;
@@ -117,17 +127,18 @@ impl Sidecar {
                 listeners = yamls.len();
             }
         }
-        let mut bootstrap = bootstrap(control_plane.port, "DELTA_GRPC");
+        let text = format!("{}{extra}", common::bootstrap_text(control_plane.port, "DELTA_GRPC"));
+        let mut bootstrap = outrider::config::bootstrap::Bootstrap::parse(&text).unwrap();
         bootstrap.node.id = node_id.to_owned();
         bootstrap.node.metadata = metadata;
         let outrider = outrider::app::start_with(bootstrap, 1).await.unwrap();
         wait_snapshot(&outrider.store, |s| s.ready && s.listeners.len() == listeners).await;
         outrider.listeners_ready().await;
-        Self { _control_plane: control_plane, outrider }
+        Self { control_plane, outrider }
     }
 
     /// `/stats/prometheus`, parsed.
-    async fn prometheus(&self) -> prometheus_parse::Scrape {
+    pub(crate) async fn prometheus(&self) -> prometheus_parse::Scrape {
         let (status, body) = common::admin_get(self.outrider.admin_address, "/stats/prometheus").await;
         assert_eq!(status, 200);
         prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).unwrap()
@@ -139,7 +150,7 @@ impl Sidecar {
 }
 
 /// An HTTP backend answering with whether Istio's peer headers reached it.
-async fn header_backend() -> u16 {
+pub(crate) async fn header_backend() -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
@@ -210,7 +221,7 @@ fn counter(sample: &prometheus_parse::Sample) -> f64 {
     }
 }
 
-fn total(scrape: &prometheus_parse::Scrape, family: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn total(scrape: &prometheus_parse::Scrape, family: &str, labels: &[(&str, &str)]) -> f64 {
     samples(scrape, family, labels).into_iter().map(counter).sum()
 }
 

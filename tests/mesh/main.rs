@@ -33,4 +33,5 @@ mod load_report;
 mod tls_inbound;
 mod tls_mesh;
 mod tls_rotation;
+mod workload_discovery;
 mod ztunnel_hbone;

@@ -21,7 +21,6 @@ use crate::config::secret::StringMatcher;
 use crate::core::cpu_usage::CpuSource;
 use crate::pb::envoy::config::bootstrap::v3 as proto;
 use crate::pb::envoy::config::core::v3 as core;
-use crate::pb::google::protobuf as gpb;
 
 /// A field that is set when it differs from its protobuf default.
 fn is_set<T: Default + PartialEq>(value: &T) -> bool {
@@ -152,10 +151,11 @@ fn bootstrap_checked(document: serde_json::Value, warnings: &mut Warnings) -> Re
         stats_server_version_override, stats_flush, stats_eviction);
     ignore_set!(warnings, "not used by Outrider";
         node_context_params, cluster_manager, flags_path, watchdog, watchdogs,
-        use_tcp_for_dns_lookups, dns_resolution_config, typed_dns_resolver_config, bootstrap_extensions,
+        use_tcp_for_dns_lookups, dns_resolution_config, typed_dns_resolver_config,
         fatal_actions, config_sources, default_config_source, default_socket_interface, inline_headers,
         perf_tracing_file_path, default_regex_engine, xds_config_tracker_extension, application_log_config,
         grpc_async_client_manager_config, memory_allocator_manager, enable_worker_cpu_affinity);
+    let workload_discovery = extensions(&bootstrap_extensions, warnings)?;
     let overload = match overload_manager {
         Some(manager) => warnings
             .within("overload_manager", |w| overload::overload(manager, w))
@@ -256,9 +256,52 @@ fn bootstrap_checked(document: serde_json::Value, warnings: &mut Warnings) -> Re
         tracing,
         stats,
         overload,
+        workload_discovery,
         ignored: Vec::new(),
         document: text,
     })
+}
+
+/// `bootstrap_extensions`: whether Istio's workload metadata discovery is asked for
+/// (`istio.workload.BootstrapExtension`, over ADS). The internal listener extension needs
+/// nothing (Outrider serves internal listeners without it); others are not used.
+fn extensions(extensions: &[core::TypedExtensionConfig], warnings: &mut Warnings) -> Result<bool> {
+    const INTERNAL_LISTENER: &str = "envoy.extensions.bootstrap.internal_listener.v3.InternalListener";
+    const WORKLOAD_DISCOVERY: &str = "istio.workload.BootstrapExtension";
+    let mut workload_discovery = false;
+    for (i, extension) in extensions.iter().enumerate() {
+        let at = format!("bootstrap_extensions[{i}]");
+        let Some(any) = &extension.typed_config else {
+            warnings.ignored(at, "an extension without a typed_config is not used");
+            continue;
+        };
+        match super::listener::filter_kind::config_type(any).as_str() {
+            INTERNAL_LISTENER => {}
+            WORKLOAD_DISCOVERY => {
+                let at = format!("{at}.typed_config");
+                let config =
+                    super::filters::istio_json::config_object(any, WORKLOAD_DISCOVERY).map_err(|e| e.at(&at))?;
+                for (key, value) in &config {
+                    let name = super::filters::istio_json::field(key);
+                    match name.as_str() {
+                        "config_source" if value.get("ads").is_some() => {}
+                        "config_source" => {
+                            return Err(ConfigError::new(
+                                format!("{at}.config_source"),
+                                "workload metadata is only discovered over ADS",
+                            ));
+                        }
+                        _ => {
+                            return Err(ConfigError::new(format!("{at}.{name}"), "unknown field of BootstrapExtension"));
+                        }
+                    }
+                }
+                workload_discovery = true;
+            }
+            other => warnings.ignored(at, format!("{other} is not used by Outrider")),
+        }
+    }
+    Ok(workload_discovery)
 }
 
 fn convert_node(node: core::Node, warnings: &mut Warnings) -> Result<Node> {
@@ -280,7 +323,7 @@ fn convert_node(node: core::Node, warnings: &mut Warnings) -> Result<Node> {
     let locality = locality.map(|core::Locality { region, zone, sub_zone }| Locality { region, zone, sub_zone });
     let metadata = match metadata {
         None => serde_json::Map::new(),
-        Some(metadata) => match struct_to_json(&metadata) {
+        Some(metadata) => match common::struct_to_json(&metadata) {
             Ok(serde_json::Value::Object(map)) => map,
             _ => return Err(ConfigError::new("metadata", "cannot be represented as JSON")),
         },
@@ -360,11 +403,6 @@ fn proxy_lb_policy(metadata: &serde_json::Map<String, serde_json::Value>) -> Res
         }),
         None => Err(ConfigError::new(PROXY_LB_METADATA_KEY, format!("must be a string (known: {known})"))),
     }
-}
-
-/// A `google.protobuf.Struct` in its JSON form.
-pub fn struct_to_json(value: &gpb::Struct) -> std::result::Result<serde_json::Value, crate::pb::json::JsonError> {
-    crate::pb::json::to_value("google.protobuf.Struct", &prost::Message::encode_to_vec(value))
 }
 
 /// The admin server's address and `allow_paths` (each converted with its path, so that a

@@ -123,6 +123,11 @@ pub fn unpack<M: prost::Message + prost::Name + Default>(any: &gpb::Any) -> Resu
 }
 
 /// The message name of a type URL: `type.googleapis.com/envoy.a.B` → `envoy.a.B`.
+/// A `google.protobuf.Struct` in its JSON form.
+pub fn struct_to_json(value: &gpb::Struct) -> std::result::Result<serde_json::Value, crate::pb::json::JsonError> {
+    crate::pb::json::to_value("google.protobuf.Struct", &prost::Message::encode_to_vec(value))
+}
+
 pub fn type_name(type_url: &str) -> &str {
     type_url.rsplit('/').next().unwrap_or(type_url)
 }

@@ -168,7 +168,7 @@ fn lb_endpoint(proto: proto::LbEndpoint) -> Result<LbEndpoint> {
 /// The metadata of an internal endpoint, namespace by namespace, as JSON text.
 fn internal_metadata(metadata: &core::Metadata) -> Result<EndpointMetadata> {
     let namespaces = metadata.filter_metadata.iter().map(|(name, fields)| {
-        let json = super::bootstrap::struct_to_json(fields)
+        let json = super::common::struct_to_json(fields)
             .map_err(|e| ConfigError::new(format!("metadata.filter_metadata.{name}"), e.to_string()))?;
         Ok((name.clone(), json.to_string()))
     });

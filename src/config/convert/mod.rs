@@ -15,6 +15,7 @@ pub mod listener;
 pub mod route;
 pub mod secret;
 pub mod tls;
+pub mod workload;
 
 use prost::Message;
 

@@ -11,6 +11,11 @@ use std::collections::BTreeMap;
 pub struct PeerMetadata {
     /// `downstream_discovery` has `istio_headers`: the request's `x-envoy-peer-metadata`.
     pub downstream_discovery: bool,
+    /// `downstream_discovery` has `workload_discovery`: a request whose headers named no
+    /// peer is from the workload at the connection's peer address, as istiod's workload
+    /// metadata (WDS) names it (an ambient workload behind ztunnel; over HBONE, the tunnel's
+    /// source). Headers are consulted first, as istiod lists them.
+    pub downstream_workload_discovery: bool,
     /// `upstream_discovery` has `istio_headers`: the response's `x-envoy-peer-metadata`.
     pub upstream_discovery: bool,
     /// `downstream_propagation` has `istio_headers`: this proxy's metadata on the response,
@@ -35,6 +40,7 @@ impl PeerMetadata {
         }
         Self {
             downstream_discovery: true,
+            downstream_workload_discovery: false,
             upstream_discovery: true,
             downstream_propagation: inbound,
             upstream_propagation: !inbound,

@@ -33,6 +33,14 @@ pub struct DownstreamConnection {
     pub stream: Option<std::sync::Arc<crate::proxy::stream_info::StreamState>>,
 }
 
+impl DownstreamConnection {
+    /// The peer identity an internal connection carried across (`io.istio.peer_principal`:
+    /// an HBONE tunnel's client certificate, set by the terminating listener).
+    pub fn carried_peer_principal(&self) -> Option<&str> {
+        self.stream.as_ref().and_then(|s| s.filter_state.get(crate::proxy::stream_info::PEER_PRINCIPAL))
+    }
+}
+
 /// A change a filter asks for on the response, applied in order to the upstream's
 /// response or to the local reply.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,6 +11,7 @@ use super::{
 };
 use crate::config::filters::peer_metadata::LocalNode;
 use crate::config::filters::{FilterOverride, HttpFilterConfig};
+use crate::store::WorkloadIndex;
 use crate::telemetry::Stats;
 
 /// What a filter decided about a request's headers.
@@ -40,6 +41,8 @@ pub struct FactoryContext<'a> {
     pub filter_name: &'a str,
     /// This proxy's node (id and Istio workload metadata), from the bootstrap.
     pub node: &'a LocalNode,
+    /// The workloads istiod's metadata discovery names, when the bootstrap asks for them.
+    pub workloads: Option<&'a Arc<WorkloadIndex>>,
     /// The listener's `traffic_direction` is INBOUND (Istio's reporter side).
     pub inbound: bool,
 }

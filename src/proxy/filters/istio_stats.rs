@@ -128,7 +128,11 @@ impl HttpFilter for IstioStatsFilter {
             cluster,
             cluster_service_host,
             route_name: route.map(|r| r.name.clone()).filter(|n| !n.is_empty()),
-            peer_san: request.connection.peer_identity.as_ref().and_then(|p| p.uri_sans.first().cloned()),
+            // Over HBONE the tunnel's peer, carried to the internal listener; else the TLS peer.
+            peer_san: match request.connection.carried_peer_principal() {
+                Some(principal) => Some(principal.to_owned()),
+                None => request.connection.peer_identity.as_ref().and_then(|p| p.uri_sans.first().cloned()),
+            },
             upstream_san: None,
             // Server side: the certificate this sidecar presented to the client; client
             // side, the one it presented upstream (set with the response).

@@ -321,7 +321,14 @@ mod tests {
     fn a_long_connection_reports_its_bytes_as_they_pass_and_the_rest_at_close() {
         let stats = Arc::new(Stats::default());
         let node = LocalNode::default();
-        let factory = FactoryContext { stats: &stats, stat_prefix: "", filter_name: "", node: &node, inbound: true };
+        let factory = FactoryContext {
+            stats: &stats,
+            stat_prefix: "",
+            filter_name: "",
+            node: &node,
+            workloads: None,
+            inbound: true,
+        };
         let config = Arc::new(IstioStats::default());
         let filters = [NetworkFilter { name: "istio.stats".into(), config: NetworkFilterConfig::IstioStats(config) }];
         let telemetry = TcpTelemetry::build(&filters, factory).unwrap();

@@ -17,6 +17,7 @@ use http::{HeaderName, HeaderValue};
 use super::context::{ProxyBody, RequestContext, ResponseHook};
 use super::http::{FactoryContext, FilterHeadersStatus, HttpFilter};
 use crate::config::filters::peer_metadata::{PeerMetadata, WorkloadMetadata};
+use crate::store::WorkloadIndex;
 
 /// The peers one request learnt of, shared by the filters that read or fill them. Kept
 /// in the request's extensions (never sent on the wire).
@@ -62,6 +63,8 @@ pub struct PeerMetadataFilter {
     id: HeaderValue,
     metadata: HeaderValue,
     peers: Arc<cache::PeerCache>,
+    /// istiod's workload metadata, when the bootstrap subscribes to it.
+    workloads: Option<Arc<WorkloadIndex>>,
 }
 
 static METADATA: HeaderName = HeaderName::from_static(wire::METADATA);
@@ -76,7 +79,8 @@ impl PeerMetadataFilter {
         let metadata =
             HeaderValue::from_str(&wire::encode(&node.workload)).unwrap_or_else(|_| HeaderValue::from_static(""));
         let config = Arc::new(config.for_direction(factory.inbound));
-        Self { config, id, metadata, peers: Arc::new(cache::PeerCache::default()) }
+        let workloads = factory.workloads.cloned();
+        Self { config, id, metadata, peers: Arc::new(cache::PeerCache::default()), workloads }
     }
 }
 
@@ -95,6 +99,12 @@ impl HttpFilter for PeerMetadataFilter {
             }
             headers.remove(&METADATA_ID);
             headers.remove(&METADATA);
+        }
+        if self.config.downstream_workload_discovery
+            && exchange.downstream().is_none()
+            && let Some(peer) = self.workloads.as_ref().and_then(|index| index.peer(request.connection.peer.ip()))
+        {
+            exchange.set_downstream(peer);
         }
         if self.config.upstream_propagation {
             headers.insert(METADATA_ID.clone(), self.id.clone());

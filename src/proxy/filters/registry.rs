@@ -10,6 +10,7 @@ use super::network::NetworkFilterChain;
 use crate::config::filters::NetworkFilter;
 use crate::config::filters::peer_metadata::LocalNode;
 use crate::config::listener::HttpConnectionManager;
+use crate::store::WorkloadIndex;
 use crate::telemetry::Stats;
 
 /// The runtime of every filter chain in use, by the address of its configuration.
@@ -17,6 +18,7 @@ use crate::telemetry::Stats;
 pub struct FilterChains {
     stats: Arc<Stats>,
     node: Arc<LocalNode>,
+    workloads: Option<Arc<WorkloadIndex>>,
     http: Mutex<Cache<HttpConnectionManager, HttpFilterChain>>,
     network: Mutex<Cache<[NetworkFilter], NetworkFilterChain>>,
 }
@@ -37,6 +39,11 @@ impl FilterChains {
         Self { node, ..self }
     }
 
+    /// Where peers without metadata headers are looked up by address.
+    pub fn with_workloads(self, workloads: Option<Arc<WorkloadIndex>>) -> Self {
+        Self { workloads, ..self }
+    }
+
     pub fn node(&self) -> &LocalNode {
         &self.node
     }
@@ -55,6 +62,7 @@ impl FilterChains {
             stat_prefix: &manager.stat_prefix,
             filter_name: "",
             node: &self.node,
+            workloads: self.workloads.as_ref(),
             inbound,
         };
         lock(&self.http).get_or_build(manager, || HttpFilterChain::build(&manager.http_filters, factory))
@@ -68,8 +76,14 @@ impl FilterChains {
 
     /// [`network`](Self::network) of a listener that is `inbound` or not.
     pub fn network_of(&self, filters: &Arc<[NetworkFilter]>, inbound: bool) -> Arc<NetworkFilterChain> {
-        let factory =
-            FactoryContext { stats: &self.stats, stat_prefix: "", filter_name: "", node: &self.node, inbound };
+        let factory = FactoryContext {
+            stats: &self.stats,
+            stat_prefix: "",
+            filter_name: "",
+            node: &self.node,
+            workloads: self.workloads.as_ref(),
+            inbound,
+        };
         lock(&self.network).get_or_build(filters, || NetworkFilterChain::build(filters, factory))
     }
 }

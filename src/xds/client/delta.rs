@@ -10,6 +10,7 @@ use super::AdsClientConfig;
 use super::session::Session;
 use super::sotw::{MAX_MESSAGE_SIZE, nack_status};
 use super::validate::{Incoming, refuse_duplicate_addresses};
+use super::workloads;
 use crate::config::ResourceType;
 use crate::core::backoff::Backoff;
 use crate::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
@@ -24,6 +25,9 @@ pub async fn run(
 ) -> Result<(), tonic::Status> {
     let (tx, rx) = mpsc::unbounded_channel();
     let mut stream = Stream { tx, config, node_sent: false, subscribed: BTreeMap::new(), subscriptions_for: None };
+    if let Some(index) = &config.workloads {
+        stream.send_request(workloads::subscribe(index));
+    }
     for resource_type in ResourceType::ALL {
         // Resume: tell the server which versions are held, so it sends only what changed.
         // As Envoy: the versions of the ACKed responses, not of what is held (a NACKed
@@ -87,6 +91,21 @@ impl Stream<'_> {
     /// Handles one response: applies what is valid of it, then ACKs it, or NACKs it with
     /// the invalid resources. Returns whether it was ACKed.
     fn handle(&mut self, session: &mut Session, response: DeltaDiscoveryResponse) -> bool {
+        if response.type_url == crate::store::WORKLOAD_TYPE
+            && let Some(index) = &self.config.workloads
+        {
+            let detail = workloads::apply(index, &response);
+            if let Some(detail) = &detail {
+                tracing::warn!(resource = "workloads", %detail, "rejected (NACK)");
+            }
+            self.send_request(DeltaDiscoveryRequest {
+                type_url: response.type_url,
+                response_nonce: response.nonce,
+                error_detail: detail.map(nack_status),
+                ..Default::default()
+            });
+            return true;
+        }
         let DeltaDiscoveryResponse { system_version_info, resources, type_url, removed_resources, nonce, .. } =
             response;
         let Some(resource_type) = ResourceType::from_type_url(&type_url) else {
@@ -202,11 +221,16 @@ impl Stream<'_> {
 
     /// Sends `request` for `resource_type`, with the node when it is due.
     fn send(&mut self, resource_type: ResourceType, mut request: DeltaDiscoveryRequest) {
+        request.type_url = resource_type.type_url().to_owned();
+        self.send_request(request);
+    }
+
+    /// Sends `request` (its type set), with the node when it is due.
+    fn send_request(&mut self, mut request: DeltaDiscoveryRequest) {
         if !self.node_sent || !self.config.set_node_on_first_message_only {
             request.node = Some(self.config.node.clone());
         }
         self.node_sent = true;
-        request.type_url = resource_type.type_url().to_owned();
         // A closed channel means the stream ended; the receive side reports why.
         let _ = self.tx.send(request);
     }

@@ -16,6 +16,7 @@ pub mod status;
 mod timers;
 mod transport;
 mod validate;
+mod workloads;
 
 use std::sync::Arc;
 
@@ -26,7 +27,7 @@ use crate::config::{ConfigError, ResourceType};
 use crate::core::backoff::Backoff;
 use crate::core::shutdown::Signal;
 use crate::pb::envoy::config::core::v3 as core;
-use crate::store::{ConfigState, Store, WarmingTimeouts};
+use crate::store::{ConfigState, Store, WarmingTimeouts, WorkloadIndex};
 use session::Session;
 use status::Recovery;
 
@@ -42,6 +43,23 @@ pub struct AdsClientConfig {
     pub cds: Option<SourceSettings>,
     /// Seed for the reconnect jitter.
     pub seed: u64,
+    /// Where istiod's workload metadata (WDS) goes, when the bootstrap asks for it: the
+    /// stream subscribes to it by wildcard (Delta only, as Istio; see `workloads`).
+    pub workloads: Option<Arc<WorkloadIndex>>,
+}
+
+/// The index istiod's workload metadata fills, when the bootstrap asks for it over Delta.
+/// Istio asks for it only with Delta ADS (its agent turns it off for SotW); a SotW stream
+/// does not subscribe, and the peer metadata filter's `workload_discovery` finds no one.
+fn workload_index(bootstrap: &Bootstrap, api_type: ApiType) -> Option<Arc<WorkloadIndex>> {
+    if !bootstrap.workload_discovery {
+        return None;
+    }
+    if api_type == ApiType::Sotw {
+        tracing::warn!("workload metadata discovery needs Delta ADS (DELTA_GRPC); not subscribed");
+        return None;
+    }
+    Some(Arc::default())
 }
 
 impl AdsClientConfig {
@@ -71,6 +89,7 @@ impl AdsClientConfig {
             lds: *lds,
             cds: *cds,
             seed: seed_from(&bootstrap.node.id),
+            workloads: workload_index(bootstrap, *api_type),
         }))
     }
 

@@ -87,7 +87,7 @@ pub(super) fn resolve_cluster_metadata(
     let names: Vec<String> = internal.cluster_metadata.keys().cloned().collect();
     for name in names {
         let fields = metadata.and_then(|m| m.filter_metadata.get(&name));
-        let fields = match fields.map(super::super::bootstrap::struct_to_json) {
+        let fields = match fields.map(super::super::common::struct_to_json) {
             Some(Ok(serde_json::Value::Object(fields))) => fields,
             Some(Ok(_)) | None => {
                 internal.cluster_metadata.remove(&name);

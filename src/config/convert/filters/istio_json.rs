@@ -3,8 +3,7 @@
 //! as the typed message. Both are read here into the same JSON document, so each filter
 //! has one reader, with the field paths of the configuration.
 
-use super::super::bootstrap::struct_to_json;
-use super::super::common::type_name;
+use super::super::common::{struct_to_json, type_name};
 use crate::config::error::{ConfigError, Result};
 use crate::pb::google::protobuf::{Any, Struct};
 

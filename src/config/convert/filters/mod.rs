@@ -12,7 +12,7 @@ mod fault;
 pub(crate) mod fractional_percent;
 mod grpc_service;
 mod health_check;
-mod istio_json;
+pub(super) mod istio_json;
 mod istio_stats;
 mod istio_wasm;
 mod jwt_authn;

@@ -18,8 +18,11 @@ pub fn peer_metadata(any: &Any, warnings: &mut Warnings) -> Result<PeerMetadata>
     for (key, value) in &config {
         let name = field(key);
         match name.as_str() {
-            "downstream_discovery" => out.downstream_discovery = discovery(value, &name, warnings)?,
-            "upstream_discovery" => out.upstream_discovery = discovery(value, &name, warnings)?,
+            "downstream_discovery" => {
+                let found = discovery(value, &name, true, warnings)?;
+                (out.downstream_discovery, out.downstream_workload_discovery) = found;
+            }
+            "upstream_discovery" => out.upstream_discovery = discovery(value, &name, false, warnings)?.0,
             "downstream_propagation" => out.downstream_propagation = propagation(value, &name)?,
             "upstream_propagation" => out.upstream_propagation = propagation(value, &name)?,
             "shared_with_upstream" => {
@@ -42,9 +45,11 @@ pub fn peer_metadata(any: &Any, warnings: &mut Warnings) -> Result<PeerMetadata>
     Ok(out)
 }
 
-/// Whether the list has `istio_headers`; other methods are left out with a warning.
-fn discovery(value: &serde_json::Value, at: &str, warnings: &mut Warnings) -> Result<bool> {
+/// Whether the list has `istio_headers`, and `workload_discovery` (run only `downstream`);
+/// other methods are left out with a warning.
+fn discovery(value: &serde_json::Value, at: &str, downstream: bool, warnings: &mut Warnings) -> Result<(bool, bool)> {
     let mut istio_headers = false;
+    let mut workload_discovery = false;
     for (i, method) in list(value, at)?.iter().enumerate() {
         let at = format!("{at}[{i}]");
         for (key, settings) in object(method, &at)?.iter() {
@@ -55,7 +60,20 @@ fn discovery(value: &serde_json::Value, at: &str, warnings: &mut Warnings) -> Re
                     object(settings, &format!("{at}.{name}"))?;
                     istio_headers = true;
                 }
-                "workload_discovery" | "baggage" | "upstream_filter_state" => warnings.ignored(
+                "workload_discovery" if downstream => {
+                    if !istio_headers {
+                        warnings.ignored(
+                            format!("{at}.{name}"),
+                            "the peer's headers are consulted before its address's workload, whatever the order",
+                        );
+                    }
+                    workload_discovery = true;
+                }
+                "workload_discovery" => warnings.ignored(
+                    format!("{at}.{name}"),
+                    "the upstream peer is named only by its headers; the workload at its address is not looked up",
+                ),
+                "baggage" | "upstream_filter_state" => warnings.ignored(
                     format!("{at}.{name}"),
                     "peer discovery method not run by Outrider; the peer stays unknown when no header names it",
                 ),
@@ -63,7 +81,7 @@ fn discovery(value: &serde_json::Value, at: &str, warnings: &mut Warnings) -> Re
             }
         }
     }
-    Ok(istio_headers)
+    Ok((istio_headers, workload_discovery))
 }
 
 /// Whether the list has `istio_headers`. A method that would add other headers (`baggage`)

@@ -60,6 +60,7 @@ fn istiods_sidecar_metadata_filters_convert() {
     );
     let Some(HttpFilterConfig::PeerMetadata(mx)) = convert(&inbound).0.unwrap() else { panic!() };
     assert!(mx.downstream_discovery && mx.downstream_propagation && !mx.upstream_propagation);
+    assert!(mx.downstream_workload_discovery && !mx.upstream_discovery);
 }
 
 #[test]

@@ -9,7 +9,6 @@ use serde_json::Value;
 use super::super::context::{DownstreamConnection, DynamicMetadata};
 use crate::config::filters::rbac::{Action, MetadataMatcher, Permission, Policies, Policy, Principal, ValueMatcher};
 use crate::proxy::router::request_header_value;
-use crate::proxy::stream_info::PEER_PRINCIPAL;
 
 /// What the matchers read.
 pub struct Attributes<'a> {
@@ -125,7 +124,7 @@ fn authenticated(name: Option<&crate::config::route::StringMatcher>, connection:
 /// else what Istio's `istio_authn` network filter publishes: the first `spiffe://` URI SAN
 /// of the client certificate, on TLS connections that have one.
 fn peer_principal(connection: &DownstreamConnection) -> Option<&str> {
-    if let Some(principal) = connection.stream.as_ref().and_then(|s| s.filter_state.get(PEER_PRINCIPAL)) {
+    if let Some(principal) = connection.carried_peer_principal() {
         return Some(principal);
     }
     if !connection.tls {
