@@ -216,7 +216,11 @@ bootstrap_extensions:
         };
         let bootstrap = with("{ config_source: { ads: {} } }").unwrap();
         assert!(bootstrap.workload_discovery);
-        assert!(!bootstrap.ignored.iter().any(|i| i.path.starts_with("bootstrap_extensions")), "{:?}", bootstrap.ignored);
+        assert!(
+            !bootstrap.ignored.iter().any(|i| i.path.starts_with("bootstrap_extensions")),
+            "{:?}",
+            bootstrap.ignored
+        );
         let error = with("{ config_source: { path_config_source: { path: /w } } }").unwrap_err().to_string();
         assert!(error.contains("bootstrap_extensions[1].typed_config.config_source"), "{error}");
         assert!(!Bootstrap::parse("node: { id: a }").unwrap().workload_discovery);

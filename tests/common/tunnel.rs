@@ -53,11 +53,22 @@ pub async fn echo_round<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, sent:
 /// sends them to `main_internal`; `filters` are HTTP filters before the router, each line a
 /// newline and 10 spaces deep.
 pub fn connect_terminate_listener(name: &str, port: u16, filters: &str) -> String {
+    connect_terminate_at(
+        name,
+        &format!("{{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}"),
+        "",
+        filters,
+    )
+}
+
+/// [`connect_terminate_listener`] at `address` (YAML flow), with `transport`: the filter
+/// chain's `transport_socket` block (each line a newline and 6 spaces deep), or nothing.
+pub fn connect_terminate_at(name: &str, address: &str, transport: &str, filters: &str) -> String {
     let router = super::differential::ROUTER;
     format!(
         r#"
   - name: {name}
-    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }}
+    address: {address}
     filter_chains:
     - filters:
       - name: envoy.filters.network.http_connection_manager
@@ -77,6 +88,26 @@ pub fn connect_terminate_listener(name: &str, port: u16, filters: &str) -> Strin
               - match: {{ connect_matcher: {{}} }}
                 route:
                   cluster: main_internal
-                  upgrade_configs: [{{ upgrade_type: CONNECT, connect_config: {{}} }}]"#
+                  upgrade_configs: [{{ upgrade_type: CONNECT, connect_config: {{}} }}]{transport}"#
+    )
+}
+
+/// Istio's `connect_originate` cluster as an item of `static_resources.clusters`: ORIGINAL_DST
+/// to the restored destination's port `hbone` (or the waypoint the endpoint metadata names),
+/// HTTP/2 with `CONNECT`; `extra` is more of the cluster's fields (4 spaces deep).
+pub fn connect_originate_cluster(name: &str, hbone: u16, extra: &str) -> String {
+    format!(
+        r#"
+  - name: {name}
+    type: ORIGINAL_DST
+    lb_policy: CLUSTER_PROVIDED
+    connect_timeout: 5s
+    original_dst_lb_config:
+      upstream_port_override: {hbone}
+      metadata_key: {{ key: envoy.filters.listener.original_dst, path: [{{ key: waypoint }}] }}
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{ http2_protocol_options: {{ allow_connect: true }} }}{extra}"#
     )
 }

@@ -27,6 +27,7 @@ use crate::common;
 use crate::netns::{self, CLIENT_V4, Lab, POD_V4, in_netns, serve, wait_for_listener};
 use crate::tls_support::pki;
 use common::differential::{INTERNAL, INTERNAL_LISTENER_EXTENSION, on_loopback, static_cluster, tcp_proxy_listener};
+use common::tunnel::{connect_originate_cluster, connect_terminate_at};
 
 /// The pod where ztunnel serves the ambient workload `ambient` (the lab's "client" side).
 const AMBIENT: &str = CLIENT_V4;
@@ -161,25 +162,15 @@ fn originate(name: &str, certificates: &Certificates, expected: &str) -> (String
         name,
         "\n          tunneling_config: { hostname: \"%DOWNSTREAM_LOCAL_ADDRESS%\" }",
     );
-    let cluster = format!(
+    let transport = format!(
         r#"
-  - name: {name}
-    type: ORIGINAL_DST
-    lb_policy: CLUSTER_PROVIDED
-    connect_timeout: 5s
-    original_dst_lb_config:
-      upstream_port_override: {HBONE}
-      metadata_key: {{ key: envoy.filters.listener.original_dst, path: [{{ key: waypoint }}] }}
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{ http2_protocol_options: {{ allow_connect: true }} }}
     transport_socket:
       name: envoy.transport_sockets.tls
       typed_config:
         "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext{}"#,
         certificates.tls(8, &format!("{{ exact: \"{expected}\" }}"))
     );
+    let cluster = connect_originate_cluster(name, HBONE, &transport);
     (listener, cluster)
 }
 
@@ -187,7 +178,6 @@ fn originate(name: &str, certificates: &Certificates, expected: &str) -> (String
 /// trust domain required), HTTP/2 `CONNECT` to `main_internal`, with the tunnel's
 /// destination, source and peer identity as filter state shared with the upstream once.
 fn connect_terminate(certificates: &Certificates) -> String {
-    let router = common::differential::ROUTER;
     let state = |key: &str, factory: &str, format: &str| {
         format!(
             r#"
@@ -196,48 +186,27 @@ fn connect_terminate(certificates: &Certificates) -> String {
                 shared_with_upstream: ONCE"#
         )
     };
-    format!(
+    let filters = format!(
         r#"
-  - name: connect_terminate
-    address: {{ socket_address: {{ address: 0.0.0.0, port_value: {HBONE} }} }}
-    filter_chains:
-    - transport_socket:
-        name: tls
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
-          require_client_certificate: true{tls}
-      filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: connect_terminate
-          codec_type: HTTP2
-          http2_protocol_options: {{ allow_connect: true, max_concurrent_streams: 100 }}
-          upgrade_configs: [{{ upgrade_type: CONNECT }}]
-          http_filters:
           - name: connect_authority
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.set_filter_state.v3.Config
-              on_request_headers:{local}{remote}{peer}
-          - {{ name: envoy.filters.http.router, typed_config: {{ "@type": {router} }} }}
-          route_config:
-            virtual_hosts:
-            - name: default
-              domains: ["*"]
-              routes:
-              - match: {{ connect_matcher: {{}} }}
-                route:
-                  cluster: main_internal
-                  upgrade_configs: [{{ upgrade_type: CONNECT, connect_config: {{}} }}]"#,
-        tls = certificates.tls(10, "{ prefix: \"spiffe://cluster.local/\" }"),
-        local = state("envoy.filters.listener.original_dst.local_ip", "", "%REQ(:AUTHORITY)%"),
-        remote = state("envoy.filters.listener.original_dst.remote_ip", "", "%DOWNSTREAM_REMOTE_ADDRESS%"),
-        peer = state(
-            "io.istio.peer_principal",
-            "\n                factory_key: envoy.string",
-            "%DOWNSTREAM_PEER_URI_SAN%"
-        ),
-    )
+              on_request_headers:{}{}{}"#,
+        state("envoy.filters.listener.original_dst.local_ip", "", "%REQ(:AUTHORITY)%"),
+        state("envoy.filters.listener.original_dst.remote_ip", "", "%DOWNSTREAM_REMOTE_ADDRESS%"),
+        state("io.istio.peer_principal", "\n                factory_key: envoy.string", "%DOWNSTREAM_PEER_URI_SAN%"),
+    );
+    let transport = format!(
+        r#"
+      transport_socket:
+        name: tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+          require_client_certificate: true{}"#,
+        certificates.tls(10, "{ prefix: \"spiffe://cluster.local/\" }")
+    );
+    let address = format!("{{ socket_address: {{ address: 0.0.0.0, port_value: {HBONE} }} }}");
+    connect_terminate_at("connect_terminate", &address, &transport, &filters)
 }
 
 /// The inbound side's Istio telemetry (Outrider only: Envoy 1.40 has no Istio filters): the

@@ -21,7 +21,7 @@ use common::WAIT;
 use common::differential::{
     INTERNAL, INTERNAL_LISTENER_EXTENSION, Pair, free_port, on_loopback, stat_value, static_cluster, tcp_proxy_listener,
 };
-use common::tunnel::{connect_terminate_listener, echo_round, echo_server};
+use common::tunnel::{connect_originate_cluster, connect_terminate_listener, echo_round, echo_server};
 
 /// The application ports behind the sidecar, as `main_internal` matches them.
 const PORT_A: u16 = 8080;
@@ -204,18 +204,8 @@ fn outbound(port: u16, terminate: u16, passthrough: bool) -> (String, String) {
           metadata:
             filter_metadata:
               envoy.filters.listener.original_dst: {{ local: "127.0.0.1:{PORT_B}" }}
-              envoy.transport_socket_match: {{ tunnel: http }}
-  - name: connect_originate
-    type: ORIGINAL_DST
-    lb_policy: CLUSTER_PROVIDED
-    connect_timeout: 1s
-    original_dst_lb_config:
-      upstream_port_override: {terminate}
-      metadata_key: {{ key: envoy.filters.listener.original_dst, path: [{{ key: waypoint }}] }}
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{ http2_protocol_options: {{ allow_connect: true }} }}"#
+              envoy.transport_socket_match: {{ tunnel: http }}{}"#,
+        connect_originate_cluster("connect_originate", terminate, "")
     );
     (listeners, clusters)
 }

@@ -292,7 +292,10 @@ fn extensions(extensions: &[core::TypedExtensionConfig], warnings: &mut Warnings
                             ));
                         }
                         _ => {
-                            return Err(ConfigError::new(format!("{at}.{name}"), "unknown field of BootstrapExtension"));
+                            return Err(ConfigError::new(
+                                format!("{at}.{name}"),
+                                "unknown field of BootstrapExtension",
+                            ));
                         }
                     }
                 }
