@@ -111,3 +111,22 @@ pub fn connect_originate_cluster(name: &str, hbone: u16, extra: &str) -> String 
         explicit_http_config: {{ http2_protocol_options: {{ allow_connect: true }} }}{extra}"#
     )
 }
+
+/// The `main_internal` cluster as istiod renders it: the internal upstream transport, which
+/// carries the filter state shared with the upstream across.
+pub const MAIN_INTERNAL_CLUSTER: &str = r#"
+  - name: main_internal
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: main_internal
+      endpoints:
+      - lb_endpoints:
+        - endpoint: { address: { envoy_internal_address: { server_listener_name: main_internal } } }
+    transport_socket:
+      name: internal_upstream
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.internal_upstream.v3.InternalUpstreamTransport
+        transport_socket:
+          name: raw_buffer
+          typed_config: { "@type": type.googleapis.com/envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer }"#;

@@ -27,7 +27,7 @@ use crate::common;
 use crate::netns::{self, CLIENT_V4, Lab, POD_V4, in_netns, serve, wait_for_listener};
 use crate::tls_support::pki;
 use common::differential::{INTERNAL, INTERNAL_LISTENER_EXTENSION, on_loopback, static_cluster, tcp_proxy_listener};
-use common::tunnel::{connect_originate_cluster, connect_terminate_at};
+use common::tunnel::{MAIN_INTERNAL_CLUSTER, connect_originate_cluster, connect_terminate_at};
 
 /// The pod where ztunnel serves the ambient workload `ambient` (the lab's "client" side).
 const AMBIENT: &str = CLIENT_V4;
@@ -319,22 +319,7 @@ fn sidecar_bootstrap(certificates: &Certificates, telemetry: Option<&str>) -> St
         r#"{head}admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 15000 }} }} }}
 static_resources:
   listeners:{}{}{}{originator}{impostor}{}{}
-  clusters:{xds}{}{}{}{originate_cluster}{impostor_cluster}
-  - name: main_internal
-    type: STATIC
-    connect_timeout: 5s
-    load_assignment:
-      cluster_name: main_internal
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{ address: {{ envoy_internal_address: {{ server_listener_name: main_internal }} }} }}
-    transport_socket:
-      name: internal_upstream
-      typed_config:
-        "@type": type.googleapis.com/envoy.extensions.transport_sockets.internal_upstream.v3.InternalUpstreamTransport
-        transport_socket:
-          name: raw_buffer
-          typed_config: {{ "@type": type.googleapis.com/envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer }}{}{}
+  clusters:{xds}{}{}{}{originate_cluster}{impostor_cluster}{MAIN_INTERNAL_CLUSTER}{}{}
 "#,
         outbound(TO_AMBIENT_OPEN, "ambient_open"),
         outbound(TO_AMBIENT_PRIVATE, "ambient_private"),

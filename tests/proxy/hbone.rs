@@ -21,7 +21,9 @@ use common::WAIT;
 use common::differential::{
     INTERNAL, INTERNAL_LISTENER_EXTENSION, Pair, free_port, on_loopback, stat_value, static_cluster, tcp_proxy_listener,
 };
-use common::tunnel::{connect_originate_cluster, connect_terminate_listener, echo_round, echo_server};
+use common::tunnel::{
+    MAIN_INTERNAL_CLUSTER, connect_originate_cluster, connect_terminate_listener, echo_round, echo_server,
+};
 
 /// The application ports behind the sidecar, as `main_internal` matches them.
 const PORT_A: u16 = 8080;
@@ -73,25 +75,6 @@ fn main_internal() -> String {
         chain(PORT_B, "app_b")
     )
 }
-
-/// The `main_internal` cluster as istiod renders it: the internal upstream transport, which
-/// carries the filter state shared with the upstream across.
-const MAIN_INTERNAL_CLUSTER: &str = r#"
-  - name: main_internal
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: main_internal
-      endpoints:
-      - lb_endpoints:
-        - endpoint: { address: { envoy_internal_address: { server_listener_name: main_internal } } }
-    transport_socket:
-      name: internal_upstream
-      typed_config:
-        "@type": type.googleapis.com/envoy.extensions.transport_sockets.internal_upstream.v3.InternalUpstreamTransport
-        transport_socket:
-          name: raw_buffer
-          typed_config: { "@type": type.googleapis.com/envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer }"#;
 
 /// The inbound half: the terminating listener on `terminate`, `main_internal` and their
 /// clusters; `listeners` and `clusters` are more of each.
