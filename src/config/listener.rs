@@ -104,6 +104,21 @@ pub enum ListenerFilterKind {
     HttpInspector,
     /// Restores the original destination address (see [`Listener::use_original_dst`]).
     OriginalDst,
+    /// Reads the HAProxy PROXY protocol header a load balancer puts before the
+    /// connection's bytes: the client's address becomes the connection's peer, and the
+    /// address the client connected to its (restored) local address.
+    ProxyProtocol(ProxyProtocolConfig),
+}
+
+/// `envoy.filters.listener.proxy_protocol`'s settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyProtocolConfig {
+    /// `allow_requests_without_proxy_protocol`: a connection that does not start with a
+    /// header goes on unchanged (against the standard, as Envoy allows it).
+    pub allow_without_header: bool,
+    /// `disallowed_versions`: a header of version 1 / 2 closes the connection.
+    pub v1_disallowed: bool,
+    pub v2_disallowed: bool,
 }
 
 /// `ListenerFilterChainMatchPredicate`.

@@ -17,9 +17,9 @@ use super::filters::{Callouts, ConnectionContext, DownstreamConnection, NetworkF
 use super::hcm::Secure;
 use super::stream_info::StreamState;
 use super::transport::SnapshotSecrets;
-use super::{hcm, original_dst, tcp_proxy};
+use super::{hcm, original_dst, proxy_protocol, tcp_proxy};
 use crate::config::Listener;
-use crate::config::listener::{FilterChain, ListenerFilterKind, TerminalFilter};
+use crate::config::listener::{FilterChain, ListenerFilterKind, ProxyProtocolConfig, TerminalFilter};
 use crate::config::tls::DownstreamTlsContext;
 use crate::store::Versioned;
 use crate::tls::{self, Inspection, PrefixedStream, Refusal};
@@ -78,7 +78,8 @@ pub fn serve_internal(
     info.stream = (!carried.is_empty()).then(|| Arc::new(carried));
     let inspects = [ListenerFilterKind::TlsInspector, ListenerFilterKind::HttpInspector]
         .into_iter()
-        .any(|kind| runs_listener_filter(&listener.resource, kind, local.port()));
+        .any(|kind| runs_listener_filter(&listener.resource, kind, local.port()))
+        || proxy_protocol_filter(&listener.resource, local.port()).is_some();
     if !inspects && filter_chain::select(&listener.resource, &info).is_none() {
         return None;
     }
@@ -94,10 +95,23 @@ async fn serve_accepted<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    let (local, peer) = (info.local, info.peer);
+    let (mut local, mut peer) = (info.local, info.peer);
     // The listener filters of the listener that serves the connection (after a hand-off,
     // the one bound to the original destination), as Envoy runs them.
     let (mut stream, mut read) = (stream, Vec::new());
+    if let Some(config) = proxy_protocol_filter(&listener.resource, local.port()) {
+        match Box::pin(read_proxy_header(&mut stream, &mut read, &listener.resource, &config)).await {
+            Ok(proxy_protocol::Header::Proxied { source, destination }) => {
+                (info.peer, info.local, info.local_restored) = (source, destination, true);
+                (local, peer) = (destination, source);
+            }
+            Ok(proxy_protocol::Header::Local | proxy_protocol::Header::Absent) => {}
+            Err(reason) => {
+                tracing::debug!(listener = %listener.resource.name, %peer, %reason, "PROXY protocol filter closed the connection");
+                return;
+            }
+        }
+    }
     if runs_listener_filter(&listener.resource, ListenerFilterKind::TlsInspector, local.port()) {
         // Boxed, as each step below: the connection's task then keeps no room for a step
         // that is over (see the end of this function).
@@ -151,6 +165,39 @@ async fn serve_accepted<S>(
     match &chain.tls {
         None => Box::pin(terminal(stream, info, chain, Secure::Plain, context)).await,
         Some(tls) => Box::pin(terminate_tls(stream, info, &listener, chain, tls, context)).await,
+    }
+}
+
+/// The listener's PROXY protocol filter, if it runs for connections to `port`.
+fn proxy_protocol_filter(listener: &Listener, port: u16) -> Option<ProxyProtocolConfig> {
+    listener.listener_filters.iter().find_map(|f| match f.kind {
+        ListenerFilterKind::ProxyProtocol(config) if !f.disabled_when.as_ref().is_some_and(|p| p.matches(port)) => {
+            Some(config)
+        }
+        _ => None,
+    })
+}
+
+/// The PROXY protocol header within `listener_filters_timeout`. A header that does not
+/// arrive in time closes the connection (continuing would take its bytes for the
+/// application's), unless the listener continues on a timeout and the filter allows
+/// connections without one.
+async fn read_proxy_header<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    read: &mut Vec<u8>,
+    listener: &Listener,
+    config: &ProxyProtocolConfig,
+) -> Result<proxy_protocol::Header, String> {
+    let header = proxy_protocol::read_header(stream, read, config);
+    let Some(limit) = listener.listener_filters_timeout else {
+        return header.await;
+    };
+    match tokio::time::timeout(limit, header).await {
+        Ok(result) => result,
+        Err(_) if listener.continue_on_listener_filters_timeout && config.allow_without_header => {
+            Ok(proxy_protocol::Header::Absent)
+        }
+        Err(_) => Err(format!("listener filters timed out after {limit:?}")),
     }
 }
 

@@ -452,6 +452,19 @@ struct Routed<'a> {
 
 /// The router: answers locally (no route, direct response, redirect) or forwards to the
 /// route's cluster with retries and timeouts (see [`Forwarding`]).
+/// The matched route's response header mutations on its local answer (a direct response
+/// or a redirect), as Envoy applies them, `%REQ(…)%` answered from the request.
+fn local_answer_mutations(
+    layers: &router::HeaderLayers<'_>,
+    response: &mut Response<ProxyBody>,
+    downstream: Downstream,
+    request: &http::request::Parts,
+) {
+    let protocol = if request.version == Version::HTTP_2 { "HTTP/2" } else { "HTTP/1.1" };
+    let info = DownstreamInfo { remote: Some(downstream.peer), local: Some(downstream.local), protocol };
+    router::apply_response_mutations(layers, response.headers_mut(), &info, Some(&request.headers));
+}
+
 async fn route_and_forward(
     mut parts: http::request::Parts,
     body: DownstreamBody,
@@ -467,18 +480,21 @@ async fn route_and_forward(
     let forward = match router::route_selected(routes, selection, &parts, random) {
         Routing::Forward(forward) => forward,
         Routing::NoRoute => return local(manager, stream, LocalReply::NoRoute, is_grpc),
-        Routing::DirectResponse { status, body, .. } => {
+        Routing::DirectResponse { status, body, response_headers } => {
             stream.direct_response = true;
             stream.details = Some("direct_response".into());
-            return direct(manager, status, body);
+            let mut response = direct(manager, status, body);
+            local_answer_mutations(&response_headers, &mut response, downstream, &parts);
+            return response;
         }
-        Routing::Redirect { status, location, .. } => {
+        Routing::Redirect { status, location, response_headers } => {
             stream.redirect = true;
             stream.details = Some("direct_response".into());
             let mut response = direct(manager, status, Bytes::new());
             if let Ok(location) = HeaderValue::from_str(&location) {
                 response.headers_mut().insert(http::header::LOCATION, location);
             }
+            local_answer_mutations(&response_headers, &mut response, downstream, &parts);
             return response;
         }
     };

@@ -25,6 +25,7 @@ pub mod observe;
 pub mod original_dst;
 pub mod overload;
 pub mod path_normalization;
+pub mod proxy_protocol;
 pub mod replay_body;
 pub mod request_trace;
 pub mod response_flags;

@@ -33,6 +33,7 @@ mod listener_drain_type;
 mod listener_sockets;
 mod overload_manager;
 mod proxy_e2e;
+mod proxy_protocol;
 mod proxy_router;
 mod proxy_upstream;
 mod request_timeout;

@@ -29,7 +29,7 @@ use crate::config::address::Address;
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::listener::{
     CidrRange, DEFAULT_BUFFER_LIMIT_BYTES, DEFAULT_LISTENER_FILTERS_TIMEOUT, DrainType, Listener, ListenerFilter,
-    ListenerFilterKind, ListenerFilterPredicate, TrafficDirection,
+    ListenerFilterKind, ListenerFilterPredicate, ProxyProtocolConfig, TrafficDirection,
 };
 use crate::pb::envoy::config::core::v3 as core;
 use crate::pb::envoy::config::listener::v3 as proto;
@@ -150,10 +150,19 @@ pub fn listener(proto: proto::Listener, warnings: &mut Warnings) -> Result<Liste
             listener_address(&address).map_err(|e| e.at(format!("{at}.address")))
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut filters = Vec::new();
+    let mut filters: Vec<ListenerFilter> = Vec::new();
     for (i, filter) in listener_filters.into_iter().enumerate() {
         let at = format!("listener_filters[{i}]");
-        filters.push(listener_filter(filter, &at, warnings).map_err(|e| e.at(&at))?);
+        let filter = listener_filter(filter, &at, warnings).map_err(|e| e.at(&at))?;
+        // The header is the connection's first bytes: an inspector before it would read
+        // it as TLS or HTTP (Envoy runs them in order and fails those connections).
+        let inspected = filters
+            .iter()
+            .any(|f| matches!(f.kind, ListenerFilterKind::TlsInspector | ListenerFilterKind::HttpInspector));
+        if matches!(filter.kind, ListenerFilterKind::ProxyProtocol(_)) && inspected {
+            return Err(ConfigError::new(at, "the PROXY protocol filter must come before the TLS and HTTP inspectors"));
+        }
+        filters.push(filter);
     }
     let (filter_chains, default_filter_chain, filter_chain_matcher) =
         filter_chain::filter_chains(filter_chains, default_filter_chain, filter_chain_matcher, warnings)?;
@@ -242,7 +251,11 @@ fn listener_filter(proto: proto::ListenerFilter, at: &str, warnings: &mut Warnin
     } else if is(ORIGINAL_DST, "envoy.filters.listener.original_dst") {
         ListenerFilterKind::OriginalDst
     } else if is(PROXY_PROTOCOL, "envoy.filters.listener.proxy_protocol") {
-        return Err(ConfigError::new("", "the PROXY protocol listener filter is not supported"));
+        let config = match any {
+            Some(any) => proxy_protocol(any, warnings).map_err(|e| e.at("typed_config"))?,
+            None => ProxyProtocolConfig { allow_without_header: false, v1_disallowed: false, v2_disallowed: false },
+        };
+        ListenerFilterKind::ProxyProtocol(config)
     } else {
         // A listener filter decides what a connection gets before any chain sees it (its
         // destination, its limits, who may connect): one not run would fail open.
@@ -251,6 +264,45 @@ fn listener_filter(proto: proto::ListenerFilter, at: &str, warnings: &mut Warnin
     };
     let disabled_when = filter_disabled.map(|p| predicate(p).map_err(|e| e.at("filter_disabled"))).transpose()?;
     Ok(ListenerFilter { kind, disabled_when })
+}
+
+/// `envoy.extensions.filters.listener.proxy_protocol.v3.ProxyProtocol`. TLVs are neither
+/// turned into metadata (`rules`) nor passed on (`pass_through_tlvs`): refused rather than
+/// dropped, since a policy may match on them.
+fn proxy_protocol(any: &crate::pb::google::protobuf::Any, warnings: &mut Warnings) -> Result<ProxyProtocolConfig> {
+    use crate::pb::envoy::extensions::filters::listener::proxy_protocol::v3::ProxyProtocol;
+    let ProxyProtocol {
+        rules,
+        allow_requests_without_proxy_protocol,
+        pass_through_tlvs,
+        disallowed_versions,
+        stat_prefix,
+        tlv_location: _, // where TLVs would go; none are kept
+    } = common::unpack::<ProxyProtocol>(any)?;
+    if !rules.is_empty() {
+        return Err(ConfigError::new("rules", "PROXY protocol TLVs as dynamic metadata are not supported"));
+    }
+    if pass_through_tlvs.is_some() {
+        return Err(ConfigError::new("pass_through_tlvs", "passing PROXY protocol TLVs on is not supported"));
+    }
+    if !stat_prefix.is_empty() {
+        warnings.ignored("stat_prefix", "the PROXY protocol filter keeps no statistics of its own");
+    }
+    let mut config = ProxyProtocolConfig {
+        allow_without_header: allow_requests_without_proxy_protocol,
+        v1_disallowed: false,
+        v2_disallowed: false,
+    };
+    for (i, version) in disallowed_versions.iter().enumerate() {
+        match version {
+            0 => config.v1_disallowed = true,
+            1 => config.v2_disallowed = true,
+            other => {
+                return Err(ConfigError::new(format!("disallowed_versions[{i}]"), format!("unknown version {other}")));
+            }
+        }
+    }
+    Ok(config)
 }
 
 fn tls_inspector(any: &crate::pb::google::protobuf::Any, warnings: &mut Warnings) -> Result<()> {
