@@ -266,6 +266,9 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         tokio::spawn(crate::proxy::load_report::keep_reporting(load.clone(), cpu, signal.clone()));
     }
     let worker_options = WorkerOptions {
+        internal_buffer_bytes: bootstrap
+            .internal_listener_buffer_kb
+            .map_or(crate::proxy::internal_listener::DEFAULT_BUFFER_BYTES, |kb| kb as usize * 1024),
         inbound_load,
         drain: draining,
         inbound_drain: inbound_draining,

@@ -47,6 +47,9 @@ pub struct Bootstrap {
     /// a peer that sent no metadata headers (`workload_discovery` in Istio's peer metadata
     /// filter).
     pub workload_discovery: bool,
+    /// The internal listener extension's `buffer_size_kb`: what each direction of an
+    /// internal connection buffers (1 MiB when unset, as Envoy).
+    pub internal_listener_buffer_kb: Option<u32>,
     /// Everything that was set but is ignored, with its path: shown by `outrider validate`
     /// and logged once at start-up.
     pub ignored: Vec<Ignored>,
@@ -216,6 +219,7 @@ bootstrap_extensions:
         };
         let bootstrap = with("{ config_source: { ads: {} } }").unwrap();
         assert!(bootstrap.workload_discovery);
+        assert_eq!(bootstrap.internal_listener_buffer_kb, None, "1 MiB, Envoy's default");
         assert!(
             !bootstrap.ignored.iter().any(|i| i.path.starts_with("bootstrap_extensions")),
             "{:?}",

@@ -16,9 +16,9 @@ use tokio::io::DuplexStream;
 
 use crate::proxy::stream_info::StreamState;
 
-/// How much each direction of an internal connection buffers before its writer waits:
-/// Envoy's default `buffer_size_kb` of `envoy.bootstrap.internal_listener`, 1 MiB.
-const BUFFER_BYTES: usize = 1024 * 1024;
+/// How much each direction of an internal connection buffers before its writer waits, by
+/// default: Envoy's default `buffer_size_kb` of `envoy.bootstrap.internal_listener`, 1 MiB.
+pub const DEFAULT_BUFFER_BYTES: usize = 1024 * 1024;
 
 /// Serves the server end of a connection to the named listener, which starts with the
 /// state carried across; why not when this worker has no internal listener of that name or
@@ -26,21 +26,22 @@ const BUFFER_BYTES: usize = 1024 * 1024;
 type Serve = Rc<dyn Fn(DuplexStream, &str, StreamState) -> Result<(), String>>;
 
 thread_local! {
-    static SERVE: RefCell<Option<Serve>> = const { RefCell::new(None) };
+    static SERVE: RefCell<Option<(Serve, usize)>> = const { RefCell::new(None) };
 }
 
-/// Makes this thread (a worker's) serve the connections it opens to internal listeners.
-pub fn install(serve: impl Fn(DuplexStream, &str, StreamState) -> Result<(), String> + 'static) {
-    SERVE.with_borrow_mut(|slot| *slot = Some(Rc::new(serve)));
+/// Makes this thread (a worker's) serve the connections it opens to internal listeners,
+/// each direction buffering `buffer_bytes` (the bootstrap extension's `buffer_size_kb`).
+pub fn install(buffer_bytes: usize, serve: impl Fn(DuplexStream, &str, StreamState) -> Result<(), String> + 'static) {
+    SERVE.with_borrow_mut(|slot| *slot = Some((Rc::new(serve), buffer_bytes)));
 }
 
 /// A connection to the internal listener `name`, served by this thread's worker, carrying
 /// `carried` (filter state and metadata) across.
 pub fn connect(name: &str, carried: StreamState) -> io::Result<DuplexStream> {
-    let Some(serve) = SERVE.with_borrow(Clone::clone) else {
+    let Some((serve, buffer_bytes)) = SERVE.with_borrow(Clone::clone) else {
         return Err(io::Error::other("internal listeners are reached from a worker only"));
     };
-    let (client, server) = tokio::io::duplex(BUFFER_BYTES);
+    let (client, server) = tokio::io::duplex(buffer_bytes);
     match serve(server, name, carried) {
         Ok(()) => Ok(client),
         Err(reason) => Err(io::Error::new(io::ErrorKind::ConnectionRefused, reason)),

@@ -57,6 +57,8 @@ pub struct WorkerOptions {
     pub overload: Arc<OverloadState>,
     /// The inbound counts load reports are made from; `None`: no reports.
     pub inbound_load: Option<Arc<super::load_report::InboundLoad>>,
+    /// What each direction of an internal connection buffers (`buffer_size_kb`).
+    pub internal_buffer_bytes: usize,
 }
 
 /// The running workers.
@@ -168,7 +170,7 @@ async fn run(
     });
     // Connections this worker opens to internal listeners are served here, by this worker.
     let weak = Rc::downgrade(&context);
-    internal_listener::install(move |stream, name, carried| {
+    internal_listener::install(options.internal_buffer_bytes, move |stream, name, carried| {
         let context = weak.upgrade().ok_or("the worker is stopping")?;
         listener::accept_internal(stream, name, carried, &context)
     });

@@ -30,9 +30,12 @@ fn istio_sidecar_bootstrap_loads_with_a_list_of_what_is_ignored() {
     assert_eq!(bootstrap.static_listeners.len(), 2);
 
     let ignored: Vec<_> = bootstrap.ignored.iter().map(|i| i.path.as_str()).collect();
-    for expected in ["stats_config.stats_tags", "bootstrap_extensions"] {
-        assert!(ignored.contains(&expected), "{expected} is reported as ignored: {ignored:?}");
-    }
+    assert!(ignored.contains(&"stats_config.stats_tags"), "stats_tags is reported as ignored: {ignored:?}");
+    // The internal listener extension's buffer size is taken; the workloads' metadata is
+    // not asked for (no ambient here).
+    assert!(!ignored.iter().any(|p| p.starts_with("bootstrap_extensions")), "{ignored:?}");
+    assert_eq!(bootstrap.internal_listener_buffer_kb, Some(64));
+    assert!(!bootstrap.workload_discovery);
     assert!(!ignored.iter().any(|p| p.starts_with("layered_runtime")), "layered_runtime is ignored silently");
     // Istio's global connection limit is i32::MAX: understood as no limit, not ignored.
     assert!(!ignored.iter().any(|p| p.starts_with("overload_manager")), "{ignored:?}");

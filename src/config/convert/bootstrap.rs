@@ -155,7 +155,8 @@ fn bootstrap_checked(document: serde_json::Value, warnings: &mut Warnings) -> Re
         fatal_actions, config_sources, default_config_source, default_socket_interface, inline_headers,
         perf_tracing_file_path, default_regex_engine, xds_config_tracker_extension, application_log_config,
         grpc_async_client_manager_config, memory_allocator_manager, enable_worker_cpu_affinity);
-    let workload_discovery = extensions(&bootstrap_extensions, warnings)?;
+    let BootstrapExtensions { workload_discovery, internal_listener_buffer_kb } =
+        extensions(&bootstrap_extensions, warnings)?;
     let overload = match overload_manager {
         Some(manager) => warnings
             .within("overload_manager", |w| overload::overload(manager, w))
@@ -257,18 +258,27 @@ fn bootstrap_checked(document: serde_json::Value, warnings: &mut Warnings) -> Re
         stats,
         overload,
         workload_discovery,
+        internal_listener_buffer_kb,
         ignored: Vec::new(),
         document: text,
     })
 }
 
-/// `bootstrap_extensions`: whether Istio's workload metadata discovery is asked for
-/// (`istio.workload.BootstrapExtension`, over ADS). The internal listener extension needs
-/// nothing (Outrider serves internal listeners without it); others are not used.
-fn extensions(extensions: &[core::TypedExtensionConfig], warnings: &mut Warnings) -> Result<bool> {
+/// What `bootstrap_extensions` asks for.
+#[derive(Default)]
+struct BootstrapExtensions {
+    /// Istio's workload metadata discovery (`istio.workload.BootstrapExtension`, over ADS).
+    workload_discovery: bool,
+    /// The internal listener extension's `buffer_size_kb` (Outrider serves internal
+    /// listeners without the extension too).
+    internal_listener_buffer_kb: Option<u32>,
+}
+
+/// `bootstrap_extensions`; others than the two Outrider knows are not used.
+fn extensions(extensions: &[core::TypedExtensionConfig], warnings: &mut Warnings) -> Result<BootstrapExtensions> {
     const INTERNAL_LISTENER: &str = "envoy.extensions.bootstrap.internal_listener.v3.InternalListener";
     const WORKLOAD_DISCOVERY: &str = "istio.workload.BootstrapExtension";
-    let mut workload_discovery = false;
+    let mut found = BootstrapExtensions::default();
     for (i, extension) in extensions.iter().enumerate() {
         let at = format!("bootstrap_extensions[{i}]");
         let Some(any) = &extension.typed_config else {
@@ -276,7 +286,28 @@ fn extensions(extensions: &[core::TypedExtensionConfig], warnings: &mut Warnings
             continue;
         };
         match super::listener::filter_kind::config_type(any).as_str() {
-            INTERNAL_LISTENER => {}
+            INTERNAL_LISTENER => {
+                let at = format!("{at}.typed_config");
+                let config =
+                    super::filters::istio_json::config_object(any, INTERNAL_LISTENER).map_err(|e| e.at(&at))?;
+                for (key, value) in &config {
+                    let name = super::filters::istio_json::field(key);
+                    match name.as_str() {
+                        // A `UInt32Value`: a number in JSON, as in a `TypedStruct`.
+                        "buffer_size_kb" => {
+                            // Envoy's proto bounds it: 1 to 8192.
+                            // (A `Struct` holds numbers as doubles.)
+                            let whole = value.as_f64().filter(|kb| kb.fract() == 0.0 && (0.0..=8192.0).contains(kb));
+                            let kb = value.as_u64().or(whole.map(|kb| kb as u64)).and_then(|kb| u32::try_from(kb).ok());
+                            let kb = kb.filter(|kb| (1..=8192).contains(kb)).ok_or_else(|| {
+                                ConfigError::new(format!("{at}.buffer_size_kb"), "must be 1 to 8192 (KiB)")
+                            })?;
+                            found.internal_listener_buffer_kb = Some(kb);
+                        }
+                        _ => warnings.ignored(format!("{at}.{name}"), "not used by Outrider's internal listeners"),
+                    }
+                }
+            }
             WORKLOAD_DISCOVERY => {
                 let at = format!("{at}.typed_config");
                 let config =
@@ -299,12 +330,12 @@ fn extensions(extensions: &[core::TypedExtensionConfig], warnings: &mut Warnings
                         }
                     }
                 }
-                workload_discovery = true;
+                found.workload_discovery = true;
             }
             other => warnings.ignored(at, format!("{other} is not used by Outrider")),
         }
     }
-    Ok(workload_discovery)
+    Ok(found)
 }
 
 fn convert_node(node: core::Node, warnings: &mut Warnings) -> Result<Node> {
