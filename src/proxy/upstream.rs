@@ -212,10 +212,11 @@ impl Upstreams {
             Protocol::Http2 => {
                 let request = request::http2(request, host.address())?;
                 let mut conn = pool.http2(&target, max_requests, breakers).await?;
+                let slot = limits::active_request(breakers)?;
                 let lease = conn.activity.lease();
                 let response = conn.sender.send_request(request).await.map_err(|e| UpstreamError::from_hyper(&e))?;
                 let response = with_peer(response, &conn.activity);
-                Ok(response.map(|body| UpstreamBody::new(body, lease, None)))
+                Ok(response.map(|body| UpstreamBody::new(body, lease, None).holding(slot)))
             }
         }
     }
@@ -296,6 +297,14 @@ impl Upstreams {
         // out on a fresh connection: nothing reached the upstream, so this is not a retry.
         loop {
             let (mut conn, reused) = pool.http1(target, breakers, http1_only).await?;
+            let slot = match limits::active_request(breakers) {
+                Ok(slot) => slot,
+                Err(overflow) => {
+                    // The connection stays the pool's, ready for the next request.
+                    pool.checkin(target.address, conn).put();
+                    return Err(overflow);
+                }
+            };
             conn.requests += 1;
             let lease = conn.activity.lease();
             match conn.sender.try_send_request(request).await {
@@ -303,7 +312,7 @@ impl Upstreams {
                     let response = with_peer(response, &conn.activity);
                     let reusable = max_requests.is_none_or(|max| conn.requests < max);
                     let checkin = reusable.then(|| pool.checkin(target.address, conn));
-                    return Ok(response.map(|body| UpstreamBody::new(body, lease, checkin)));
+                    return Ok(response.map(|body| UpstreamBody::new(body, lease, checkin).holding(slot)));
                 }
                 Err(mut error) => match error.take_message() {
                     Some(unsent) if reused => request = unsent,

@@ -1,4 +1,4 @@
-//! Circuit breakers `max_connections` and `max_pending_requests` (cluster and per host)
+//! Circuit breakers `max_connections`, `max_pending_requests` and `max_requests` (cluster and per host)
 //! through the proxy, against backends that hold their responses until the test releases
 //! them, so every limit is reached deterministically.
 
@@ -60,6 +60,34 @@ async fn max_connections_makes_requests_wait_for_a_connection_instead_of_opening
     assert_eq!(held.backend.seen.connections(), 1);
     assert_eq!(resources.pending_requests(Priority::Default), 0);
     assert!(lab::stat(&lab.outrider, "cluster.backend.upstream_cx_overflow").unwrap() >= 1.0);
+    lab.outrider.stop();
+}
+
+/// `max_requests` bounds requests on connections, not the ones pending for a connection:
+/// as in Envoy's pools, which take the request slot when they attach a request to a ready
+/// connection. With HTTP/1.1, `max_connections` already bounds the active requests, so
+/// requests queued behind it do not overflow (a burst of twice Envoy's default 1 024 in
+/// flight got 503 for about half its requests before).
+#[tokio::test]
+async fn max_requests_counts_requests_on_connections_not_pending_ones() {
+    let held = backends::held().await;
+    let breakers =
+        "circuit_breakers: { thresholds: [{ max_connections: 1, max_pending_requests: 5, max_requests: 1 }] }\n";
+    let lab = lab::start_default(&[held.backend.port], breakers).await;
+    let resources = resources(&lab);
+
+    let first = spawn_get(&lab);
+    wait_arrived(&held, 1).await;
+    let (second, third) = (spawn_get(&lab), spawn_get(&lab));
+    wait_pending(&resources, 2).await;
+    assert_eq!(resources.rq_pending_overflow.load(Ordering::SeqCst), 0, "pending requests are not active ones");
+
+    held.release(3);
+    for answer in [first, second, third] {
+        assert!(answer.await.unwrap().ok());
+    }
+    assert_eq!(held.backend.seen.requests(), 3);
+    assert_eq!(lab::stat(&lab.outrider, "cluster.backend.upstream_rq_pending_overflow"), Some(0.0));
     lab.outrider.stop();
 }
 

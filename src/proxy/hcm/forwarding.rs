@@ -57,8 +57,6 @@ pub(super) struct Forwarding<'a, 'f> {
 /// The endpoint an attempt goes to, with what it holds for it.
 struct Picked {
     host: Arc<Host>,
-    /// The attempt's request slot under `max_requests`, held until its response ends.
-    slot: Option<Slot>,
     tls: Option<Arc<ClientTls>>,
 }
 
@@ -141,18 +139,8 @@ impl Forwarding<'_, '_> {
             }
             return Err(Box::new(self.reply(LocalReply::NoHealthyUpstream)));
         };
-        // Circuit breakers: every attempt takes a request slot, every retry a retry slot.
-        // Routes carry no priority in Outrider's model: all requests are default priority.
-        let limits = &self.cluster.cluster().circuit_breakers;
-        let slot = match self.cluster.resources().map(|r| r.try_request(limits, Priority::Default)) {
-            Some(None) => {
-                host.cluster_stats.upstream_rq_pending_overflow.inc();
-                let response = overflow(self.exchange.manager, self.stream, self.is_grpc);
-                return Err(Box::new(self.after_attempts(response)));
-            }
-            Some(slot) => slot,
-            None => None,
-        };
+        // Circuit breakers: an attempt takes its request slot when the pool gives it a
+        // connection (`upstream::limits::active_request`), every retry a retry slot here.
         if let Some(log) = self.pending.as_mut() {
             log.upstream_host = Some(host.address().to_string());
         }
@@ -161,7 +149,7 @@ impl Forwarding<'_, '_> {
         }
         let clusters = &self.exchange.context.clusters;
         match self.cluster.tls(&host.endpoint, self.snapshot, &clusters.tls) {
-            Ok(tls) => Ok(Picked { host, slot, tls }),
+            Ok(tls) => Ok(Picked { host, tls }),
             Err(error) => {
                 let failure =
                     UpstreamError::ConnectFailure { address: host.address().to_string(), reason: error.to_string() };
@@ -230,7 +218,7 @@ impl Forwarding<'_, '_> {
         remaining: Option<Duration>,
         attempts: &mut Attempts,
     ) -> Next {
-        let Picked { host, slot: request_slot, .. } = picked;
+        let Picked { host, .. } = picked;
         if let Attempted::Failed(UpstreamError::Overflow) = outcome {
             // max_pending_requests: Envoy never retries an overflow.
             let response = overflow(self.exchange.manager, self.stream, self.is_grpc);
@@ -283,7 +271,7 @@ impl Forwarding<'_, '_> {
             (_, Attempted::Response(response)) => {
                 let response =
                     respond(manager, self.forward, response, attempts.started, self.retry.attempts(), &self.options);
-                Next::Reply(hold_until_body_ends(response, request_slot))
+                Next::Reply(response)
             }
             (_, Attempted::Failed(_)) if self.bodies.failed() => {
                 Next::Reply(codec_refusal(manager, self.stream, CodecRefusal::MalformedBody, is_grpc))
@@ -391,17 +379,4 @@ fn respond(
     headers::set_upstream_service_time(&mut parts.headers, started.elapsed(), options.suppress_envoy_headers);
     headers::mutate_response_headers(manager, None, &mut parts.headers);
     Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed_unsync())
-}
-
-/// Keeps `slot` (a circuit-breaker request slot) until the response body ends or drops:
-/// a streaming response counts as an active request for as long as it streams.
-fn hold_until_body_ends(response: Response<ProxyBody>, slot: Option<Slot>) -> Response<ProxyBody> {
-    let Some(slot) = slot else { return response };
-    response.map(|body| {
-        body.map_frame(move |frame| {
-            let _held = &slot;
-            frame
-        })
-        .boxed_unsync()
-    })
 }

@@ -18,11 +18,20 @@ pub struct UpstreamBody {
     inner: Incoming,
     lease: Option<Lease>,
     checkin: Option<Checkin>,
+    /// The request's slot under the cluster's `max_requests`: a streaming response is an
+    /// active request for as long as it streams.
+    _request: Option<crate::lb::resources::Slot>,
 }
 
 impl UpstreamBody {
     pub(crate) fn new(inner: Incoming, lease: Lease, checkin: Option<Checkin>) -> Self {
-        Self { inner, lease: Some(lease), checkin }
+        Self { inner, lease: Some(lease), checkin, _request: None }
+    }
+
+    /// The body, holding `slot` until it ends or drops.
+    pub(crate) fn holding(mut self, slot: Option<crate::lb::resources::Slot>) -> Self {
+        self._request = slot;
+        self
     }
 
     fn finish(&mut self, ended: bool) {

@@ -85,6 +85,21 @@ pub(crate) fn pending(breakers: Option<&Breakers<'_>>) -> Result<Option<Slot>, U
     }
 }
 
+/// A request slot under `max_requests` for a request that has its connection, or the
+/// overflow error (503, UO), as Envoy's pools check it when they attach a request to a
+/// ready connection: requests pending for a connection do not count (`max_pending_requests`
+/// bounds those), so with HTTP/1.1 the active requests are bounded by the connections.
+pub(crate) fn active_request(breakers: Option<&Breakers<'_>>) -> Result<Option<Slot>, UpstreamError> {
+    let Some(breakers) = breakers else { return Ok(None) };
+    match breakers.resources.try_request(breakers.limits, Priority::Default) {
+        Some(slot) => Ok(Some(slot)),
+        None => {
+            breakers.stats.upstream_rq_pending_overflow.inc();
+            Err(UpstreamError::Overflow)
+        }
+    }
+}
+
 /// Room for a new connection to the endpoint of `endpoint`, or `None` when
 /// `max_connections` says to wait for one of the pool's own.
 pub(crate) fn connection(breakers: Option<&Breakers<'_>>, endpoint: &Arc<EndpointConns>) -> Option<ConnectionPermit> {
