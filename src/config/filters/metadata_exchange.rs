@@ -8,4 +8,7 @@
 pub struct TcpMetadataExchange {
     /// The ALPN protocol that says the peer speaks the exchange.
     pub protocol: String,
+    /// `enable_discovery`: a downstream peer that does not speak the exchange is the
+    /// workload at its address, as istiod's workload metadata (WDS) names it.
+    pub enable_discovery: bool,
 }

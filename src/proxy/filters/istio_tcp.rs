@@ -25,6 +25,7 @@ use crate::config::filters::metadata_exchange::TcpMetadataExchange;
 use crate::config::filters::peer_metadata::WorkloadMetadata;
 use crate::config::filters::{NetworkFilter, NetworkFilterConfig};
 use crate::proxy::response_flags::ResponseFlags;
+use crate::store::WorkloadIndex;
 use stream::{Meter, OnPeer};
 
 /// The TCP telemetry of one filter chain: built once, shared by its connections.
@@ -32,6 +33,8 @@ pub struct TcpTelemetry {
     /// The listener's exchange, for the downstream peer.
     exchange: Option<TcpMetadataExchange>,
     stats: Option<Arc<TcpStats>>,
+    /// istiod's workload metadata, for `enable_discovery`.
+    workloads: Option<Arc<WorkloadIndex>>,
 }
 
 struct TcpStats {
@@ -44,7 +47,7 @@ struct TcpStats {
 impl TcpTelemetry {
     /// From a chain's network filters; `None` when it has no TCP telemetry filter.
     pub fn build(configs: &[NetworkFilter], factory: FactoryContext<'_>) -> Option<Self> {
-        let mut out = Self { exchange: None, stats: None };
+        let mut out = Self { exchange: None, stats: None, workloads: factory.workloads.cloned() };
         for filter in configs {
             match &filter.config {
                 NetworkFilterConfig::MetadataExchange(exchange) => out.exchange = Some((**exchange).clone()),
@@ -71,13 +74,26 @@ impl TcpTelemetry {
     pub fn session(&self, connection: &DownstreamConnection, alpn: Option<&[u8]>) -> Rc<TcpSession> {
         let downstream_exchange =
             self.exchange.as_ref().is_some_and(|e| !e.protocol.is_empty() && alpn == Some(e.protocol.as_bytes()));
+        // A peer that does not speak the exchange (an ambient workload over HBONE, whose
+        // tunnel's source is the connection's peer here) is looked up by its address.
+        let discovered = self
+            .exchange
+            .as_ref()
+            .filter(|e| e.enable_discovery && !downstream_exchange)
+            .and(self.workloads.as_ref())
+            .and_then(|index| index.peer(connection.peer.ip()));
+        // Over HBONE the tunnel's peer, carried to the internal listener; else the TLS peer.
+        let peer_san = match connection.carried_peer_principal() {
+            Some(principal) => Some(principal.to_owned()),
+            None => connection.peer_identity.as_ref().and_then(|p| p.uri_sans.first().cloned()),
+        };
         Rc::new(TcpSession {
             stats: self.stats.clone(),
             downstream_exchange,
-            peer_san: connection.peer_identity.as_ref().and_then(|p| p.uri_sans.first().cloned()),
+            peer_san,
             local_san: connection.local_uri_san.clone(),
             upstream_san: RefCell::new(None),
-            downstream_peer: RefCell::new(None),
+            downstream_peer: RefCell::new(discovered),
             upstream_peer: RefCell::new(None),
             pending: Cell::new(Pending { downstream: downstream_exchange, upstream: false }),
             cluster: RefCell::new(None),
@@ -356,5 +372,55 @@ mod tests {
         assert_eq!(counter(&stats, "istio_tcp_sent_bytes_total"), 40);
         assert_eq!(counter(&stats, "istio_tcp_connections_closed_total"), 1);
         assert_eq!(counter(&stats, "istio_tcp_connections_opened_total"), 1);
+    }
+
+    /// `enable_discovery`: a downstream peer without the in-band exchange (an ambient
+    /// workload over HBONE) is the workload at its address in istiod's workload metadata.
+    #[test]
+    fn a_peer_without_the_exchange_is_found_by_its_address_when_discovery_is_on() {
+        use crate::config::convert::workload::DiscoveredWorkload;
+        use crate::config::filters::metadata_exchange::TcpMetadataExchange;
+        let index = Arc::new(WorkloadIndex::default());
+        let ambient = WorkloadMetadata { workload_name: "ambient".into(), ..WorkloadMetadata::default() };
+        let found = DiscoveredWorkload { metadata: ambient, addresses: vec!["10.0.0.7".parse().unwrap()] };
+        index.apply(vec![("ambient".into(), "1".into(), found)], &[]);
+        for discovery in [true, false] {
+            let stats = Arc::new(Stats::default());
+            let node = LocalNode::default();
+            let factory = FactoryContext {
+                stats: &stats,
+                stat_prefix: "",
+                filter_name: "",
+                node: &node,
+                workloads: Some(&index),
+                inbound: true,
+            };
+            let exchange = TcpMetadataExchange { protocol: "istio-peer-exchange".into(), enable_discovery: discovery };
+            let filters = [
+                NetworkFilter { name: "mx".into(), config: NetworkFilterConfig::MetadataExchange(Arc::new(exchange)) },
+                NetworkFilter { name: "stats".into(), config: NetworkFilterConfig::IstioStats(Arc::default()) },
+            ];
+            let telemetry = TcpTelemetry::build(&filters, factory).unwrap();
+            let connection = DownstreamConnection {
+                local_uri_san: None,
+                stream: None,
+                peer: "10.0.0.7:40000".parse().unwrap(),
+                local: "10.0.0.9:9000".parse().unwrap(),
+                server_name: None,
+                tls: false,
+                peer_identity: None,
+            };
+            let session = telemetry.session(&connection, None);
+            assert!(session.upstream_connected("inbound|9000||", false).is_none());
+            let source = stats
+                .samples()
+                .into_iter()
+                .filter(|(name, _)| name.family == "istio_tcp_connections_opened_total")
+                .flat_map(|(name, _)| name.labels)
+                .find(|(key, _)| key == "source_workload")
+                .map(|(_, value)| value);
+            let expected = if discovery { "ambient" } else { "unknown" };
+            assert_eq!(source.as_deref(), Some(expected), "discovery {discovery}");
+        }
     }
 }

@@ -10,16 +10,12 @@ use crate::pb::google::protobuf::Any;
 pub const TYPE: &str = "envoy.tcp.metadataexchange.config.MetadataExchange";
 
 pub fn metadata_exchange(any: &Any, warnings: &mut Warnings) -> Result<TcpMetadataExchange> {
-    let mut out = TcpMetadataExchange { protocol: String::new() };
+    let mut out = TcpMetadataExchange { protocol: String::new(), enable_discovery: false };
     for (key, value) in &config_object(any, TYPE)? {
         let name = field(key);
         match name.as_str() {
             "protocol" => out.protocol = string(value, &name)?.to_owned(),
-            "enable_discovery" => {
-                if boolean(value, &name)? {
-                    warnings.ignored(name, "the workload metadata xDS is not read; the peer comes in-band only");
-                }
-            }
+            "enable_discovery" => out.enable_discovery = boolean(value, &name)?,
             "additional_labels" => {
                 if !list(value, &name)?.is_empty() {
                     warnings.ignored(name, "only Istio's standard node metadata is exchanged");

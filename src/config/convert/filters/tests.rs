@@ -193,11 +193,12 @@ fn tcp_metadata_exchange_and_stats_convert_as_network_filters() {
         panic!()
     };
     assert_eq!(mx.protocol, "istio-peer-exchange");
-    assert_eq!(warnings.items()[0].path, "enable_discovery");
+    assert!(mx.enable_discovery && warnings.items().is_empty(), "{:?}", warnings.items());
     let typed = Any {
         type_url: MX.into(),
         value: prost::Message::encode_to_vec(&crate::pb::istio_tcp_metadata_exchange::MetadataExchange {
             protocol: "istio-peer-exchange".into(),
+            enable_discovery: true,
             ..Default::default()
         }),
     };
