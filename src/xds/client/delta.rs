@@ -98,13 +98,14 @@ impl Stream<'_> {
             if let Some(detail) = &detail {
                 tracing::warn!(resource = "workloads", %detail, "rejected (NACK)");
             }
+            let acked = detail.is_none();
             self.send_request(DeltaDiscoveryRequest {
                 type_url: response.type_url,
                 response_nonce: response.nonce,
                 error_detail: detail.map(nack_status),
                 ..Default::default()
             });
-            return true;
+            return acked;
         }
         let DeltaDiscoveryResponse { system_version_info, resources, type_url, removed_resources, nonce, .. } =
             response;
