@@ -53,18 +53,19 @@ static_resources:
   clusters:$xds_cluster
 YAML
 python3 - "$work" <<'PY'
-import sys, json
+import sys, yaml
 work = sys.argv[1]
-text = open(f"{work}/resources.yaml").read()
-# The two resources, as the control plane serves them, moved into static_resources.
-listener, cluster = text.split("- \"@type\": type.googleapis.com/envoy.config.cluster.v3.Cluster")
-listener = listener.split("- \"@type\": type.googleapis.com/envoy.config.listener.v3.Listener")[1]
-body = lambda block: "\n".join("  " + line for line in block.strip("\n").splitlines())
-listener = body(listener).replace("port_value: 10100", "port_value: 10101")
-open(f"{work}/static.yaml", "w").write(
-    "node: { id: idle, cluster: idle }\n"
-    "admin: { address: { socket_address: { address: 127.0.0.1, port_value: 0 } } }\n"
-    "static_resources:\n  listeners:\n  - " + listener.strip() + "\n  clusters:\n  - " + body(cluster).strip() + "\n")
+# The control plane's two resources as static ones, the listener on its own port.
+listener, cluster = (
+    {k: v for k, v in r.items() if k != "@type"} for r in yaml.safe_load(open(f"{work}/resources.yaml"))["resources"]
+)
+listener["address"]["socket_address"]["port_value"] = 10101
+static = {
+    "node": {"id": "idle", "cluster": "idle"},
+    "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
+    "static_resources": {"listeners": [listener], "clusters": [cluster]},
+}
+yaml.safe_dump(static, open(f"{work}/static.yaml", "w"))
 PY
 
 rss() { # PID: VmRSS, RssAnon, RssFile in MiB

@@ -110,8 +110,9 @@ pub enum ListenerFilterKind {
     ProxyProtocol(ProxyProtocolConfig),
 }
 
-/// `envoy.filters.listener.proxy_protocol`'s settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `envoy.filters.listener.proxy_protocol`'s settings (the default: a header required,
+/// either version).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProxyProtocolConfig {
     /// `allow_requests_without_proxy_protocol`: a connection that does not start with a
     /// header goes on unchanged (against the standard, as Envoy allows it).

@@ -178,29 +178,6 @@ fn proxy_protocol_filter(listener: &Listener, port: u16) -> Option<ProxyProtocol
     })
 }
 
-/// The PROXY protocol header within `listener_filters_timeout`. A header that does not
-/// arrive in time closes the connection (continuing would take its bytes for the
-/// application's), unless the listener continues on a timeout and the filter allows
-/// connections without one.
-async fn read_proxy_header<S: AsyncRead + Unpin>(
-    stream: &mut S,
-    read: &mut Vec<u8>,
-    listener: &Listener,
-    config: &ProxyProtocolConfig,
-) -> Result<proxy_protocol::Header, String> {
-    let header = proxy_protocol::read_header(stream, read, config);
-    let Some(limit) = listener.listener_filters_timeout else {
-        return header.await;
-    };
-    match tokio::time::timeout(limit, header).await {
-        Ok(result) => result,
-        Err(_) if listener.continue_on_listener_filters_timeout && config.allow_without_header => {
-            Ok(proxy_protocol::Header::Absent)
-        }
-        Err(_) => Err(format!("listener filters timed out after {limit:?}")),
-    }
-}
-
 /// Whether the listener has a listener filter of `kind` that runs for connections to `port`.
 fn runs_listener_filter(listener: &Listener, kind: ListenerFilterKind, port: u16) -> bool {
     listener
@@ -209,22 +186,28 @@ fn runs_listener_filter(listener: &Listener, kind: ListenerFilterKind, port: u16
         .any(|f| f.kind == kind && !f.disabled_when.as_ref().is_some_and(|p| p.matches(port)))
 }
 
-/// The HTTP inspector within `listener_filters_timeout`, as [`inspect`]. `Ok(None)`: not
-/// HTTP, or timed out with `continue_on_listener_filters_timeout`.
+/// The PROXY protocol header within `listener_filters_timeout`. On a timeout the
+/// connection goes on without one only where the filter allows that; otherwise it closes
+/// (continuing would take the header's bytes for the application's).
+async fn read_proxy_header<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    read: &mut Vec<u8>,
+    listener: &Listener,
+    config: &ProxyProtocolConfig,
+) -> Result<proxy_protocol::Header, String> {
+    let on_timeout = config.allow_without_header.then_some(proxy_protocol::Header::Absent);
+    within_filters_timeout(listener, proxy_protocol::read_header(stream, read, config), on_timeout).await
+}
+
+/// The HTTP inspector within `listener_filters_timeout`. `Ok(None)`: not HTTP, or timed
+/// out with `continue_on_listener_filters_timeout`.
 async fn inspect_http<S: AsyncRead + Unpin>(
     stream: &mut S,
     read: &mut Vec<u8>,
     listener: &Listener,
 ) -> Result<Option<&'static str>, String> {
-    let inspection = super::http_inspector::inspect(stream, read);
-    let Some(limit) = listener.listener_filters_timeout else {
-        return inspection.await.map_err(|e| e.to_string());
-    };
-    match tokio::time::timeout(limit, inspection).await {
-        Ok(result) => result.map_err(|e| e.to_string()),
-        Err(_) if listener.continue_on_listener_filters_timeout => Ok(None),
-        Err(_) => Err(format!("listener filters timed out after {limit:?}")),
-    }
+    let inspection = async { super::http_inspector::inspect(stream, read).await.map_err(|e| e.to_string()) };
+    within_filters_timeout(listener, inspection, Some(None)).await
 }
 
 /// The TLS inspector within `listener_filters_timeout`. `Ok(None)`: it timed out and the
@@ -234,14 +217,27 @@ async fn inspect<S: AsyncRead + Unpin>(
     read: &mut Vec<u8>,
     listener: &Listener,
 ) -> Result<Option<Inspection>, String> {
-    let inspection = tls::inspect(stream, read);
+    let inspection = async { tls::inspect(stream, read).await.map(Some).map_err(|e| e.to_string()) };
+    within_filters_timeout(listener, inspection, Some(None)).await
+}
+
+/// `filter` within the listener's `listener_filters_timeout` (none: no limit). On a
+/// timeout, `on_timeout` when the listener continues (`continue_on_listener_filters_timeout`)
+/// and the filter can go on without its finding; otherwise the connection closes.
+async fn within_filters_timeout<T>(
+    listener: &Listener,
+    filter: impl Future<Output = Result<T, String>>,
+    on_timeout: Option<T>,
+) -> Result<T, String> {
     let Some(limit) = listener.listener_filters_timeout else {
-        return inspection.await.map(Some).map_err(|e| e.to_string());
+        return filter.await;
     };
-    match tokio::time::timeout(limit, inspection).await {
-        Ok(result) => result.map(Some).map_err(|e| e.to_string()),
-        Err(_) if listener.continue_on_listener_filters_timeout => Ok(None),
-        Err(_) => Err(format!("listener filters timed out after {limit:?}")),
+    match tokio::time::timeout(limit, filter).await {
+        Ok(result) => result,
+        Err(_) => match on_timeout {
+            Some(value) if listener.continue_on_listener_filters_timeout => Ok(value),
+            _ => Err(format!("listener filters timed out after {limit:?}")),
+        },
     }
 }
 

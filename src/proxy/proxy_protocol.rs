@@ -157,6 +157,7 @@ fn v2(bytes: &[u8]) -> Result<Header, String> {
 mod tests {
     use super::*;
 
+    /// The default: a header required, either version.
     const STRICT: ProxyProtocolConfig =
         ProxyProtocolConfig { allow_without_header: false, v1_disallowed: false, v2_disallowed: false };
 

@@ -32,14 +32,11 @@ fn workload(name: &str, addresses: Vec<Vec<u8>>) -> (String, Any) {
         name: format!("{name}-7d9f8c6b5-x2k4q"),
         namespace: "shop".into(),
         addresses,
-        trust_domain: "cluster.local".into(),
-        service_account: name.into(),
         canonical_name: name.into(),
         canonical_revision: "v2".into(),
         workload_type: WorkloadType::Deployment as i32,
         workload_name: name.into(),
         cluster_id: "Kubernetes".into(),
-        uid: format!("Kubernetes//Pod/shop/{name}-7d9f8c6b5-x2k4q"),
     };
     let resource = Any { type_url: WORKLOAD_TYPE.into(), value: prost::Message::encode_to_vec(&workload) };
     (format!("Kubernetes//Pod/shop/{name}"), resource)

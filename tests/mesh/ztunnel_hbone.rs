@@ -545,14 +545,11 @@ fn ambient_workload() -> (String, outrider::pb::google::protobuf::Any) {
         name: "ambient-5b8f7c".into(),
         namespace: "default".into(),
         addresses: vec![AMBIENT.parse::<std::net::Ipv4Addr>().unwrap().octets().to_vec()],
-        trust_domain: "cluster.local".into(),
-        service_account: "ambient".into(),
         canonical_name: "ambient".into(),
         canonical_revision: "v1".into(),
         workload_type: WorkloadType::Deployment as i32,
         workload_name: "ambient".into(),
         cluster_id: "Kubernetes".into(),
-        uid: "Kubernetes//Pod/default/ambient-5b8f7c".into(),
     };
     let any = outrider::pb::google::protobuf::Any {
         type_url: outrider::store::WORKLOAD_TYPE.into(),

@@ -253,7 +253,7 @@ fn listener_filter(proto: proto::ListenerFilter, at: &str, warnings: &mut Warnin
     } else if is(PROXY_PROTOCOL, "envoy.filters.listener.proxy_protocol") {
         let config = match any {
             Some(any) => proxy_protocol(any, warnings).map_err(|e| e.at("typed_config"))?,
-            None => ProxyProtocolConfig { allow_without_header: false, v1_disallowed: false, v2_disallowed: false },
+            None => ProxyProtocolConfig::default(),
         };
         ListenerFilterKind::ProxyProtocol(config)
     } else {
@@ -288,11 +288,8 @@ fn proxy_protocol(any: &crate::pb::google::protobuf::Any, warnings: &mut Warning
     if !stat_prefix.is_empty() {
         warnings.ignored("stat_prefix", "the PROXY protocol filter keeps no statistics of its own");
     }
-    let mut config = ProxyProtocolConfig {
-        allow_without_header: allow_requests_without_proxy_protocol,
-        v1_disallowed: false,
-        v2_disallowed: false,
-    };
+    let mut config =
+        ProxyProtocolConfig { allow_without_header: allow_requests_without_proxy_protocol, ..Default::default() };
     for (i, version) in disallowed_versions.iter().enumerate() {
         match version {
             0 => config.v1_disallowed = true,

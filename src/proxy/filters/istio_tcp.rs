@@ -333,31 +333,33 @@ mod tests {
             .sum()
     }
 
-    #[test]
-    fn a_long_connection_reports_its_bytes_as_they_pass_and_the_rest_at_close() {
-        let stats = Arc::new(Stats::default());
+    /// The TCP telemetry of an inbound chain of `filters`, reporting into `stats`.
+    fn inbound(filters: &[NetworkFilter], stats: &Arc<Stats>, workloads: Option<&Arc<WorkloadIndex>>) -> TcpTelemetry {
         let node = LocalNode::default();
-        let factory = FactoryContext {
-            stats: &stats,
-            stat_prefix: "",
-            filter_name: "",
-            node: &node,
-            workloads: None,
-            inbound: true,
-        };
-        let config = Arc::new(IstioStats::default());
-        let filters = [NetworkFilter { name: "istio.stats".into(), config: NetworkFilterConfig::IstioStats(config) }];
-        let telemetry = TcpTelemetry::build(&filters, factory).unwrap();
-        let connection = DownstreamConnection {
+        let factory = FactoryContext { stats, stat_prefix: "", filter_name: "", node: &node, workloads, inbound: true };
+        TcpTelemetry::build(filters, factory).unwrap()
+    }
+
+    /// A plaintext connection from `peer` to `local`.
+    fn connection(peer: &str, local: &str) -> DownstreamConnection {
+        DownstreamConnection {
             local_uri_san: None,
             stream: None,
-            peer: "127.0.0.1:1".parse().unwrap(),
-            local: "127.0.0.1:2".parse().unwrap(),
+            peer: peer.parse().unwrap(),
+            local: local.parse().unwrap(),
             server_name: None,
             tls: false,
             peer_identity: None,
-        };
-        let session = telemetry.session(&connection, None);
+        }
+    }
+
+    #[test]
+    fn a_long_connection_reports_its_bytes_as_they_pass_and_the_rest_at_close() {
+        let stats = Arc::new(Stats::default());
+        let config = Arc::new(IstioStats::default());
+        let filters = [NetworkFilter { name: "istio.stats".into(), config: NetworkFilterConfig::IstioStats(config) }];
+        let telemetry = inbound(&filters, &stats, None);
+        let session = telemetry.session(&connection("127.0.0.1:1", "127.0.0.1:2"), None);
         session.report_progress();
         assert_eq!(counter(&stats, "istio_tcp_connections_opened_total"), 0, "not open before its upstream");
         assert!(session.upstream_connected("inbound|9000||", false).is_none());
@@ -386,31 +388,13 @@ mod tests {
         index.apply(vec![("ambient".into(), "1".into(), found)], &[]);
         for discovery in [true, false] {
             let stats = Arc::new(Stats::default());
-            let node = LocalNode::default();
-            let factory = FactoryContext {
-                stats: &stats,
-                stat_prefix: "",
-                filter_name: "",
-                node: &node,
-                workloads: Some(&index),
-                inbound: true,
-            };
             let exchange = TcpMetadataExchange { protocol: "istio-peer-exchange".into(), enable_discovery: discovery };
             let filters = [
                 NetworkFilter { name: "mx".into(), config: NetworkFilterConfig::MetadataExchange(Arc::new(exchange)) },
                 NetworkFilter { name: "stats".into(), config: NetworkFilterConfig::IstioStats(Arc::default()) },
             ];
-            let telemetry = TcpTelemetry::build(&filters, factory).unwrap();
-            let connection = DownstreamConnection {
-                local_uri_san: None,
-                stream: None,
-                peer: "10.0.0.7:40000".parse().unwrap(),
-                local: "10.0.0.9:9000".parse().unwrap(),
-                server_name: None,
-                tls: false,
-                peer_identity: None,
-            };
-            let session = telemetry.session(&connection, None);
+            let telemetry = inbound(&filters, &stats, Some(&index));
+            let session = telemetry.session(&connection("10.0.0.7:40000", "10.0.0.9:9000"), None);
             assert!(session.upstream_connected("inbound|9000||", false).is_none());
             let source = stats
                 .samples()
