@@ -78,7 +78,6 @@ mod tests {
             workload_type: WorkloadType::Deployment as i32,
             workload_name: "ambient".into(),
             cluster_id: "Kubernetes".into(),
-            ..Workload::default()
         }
     }
 
