@@ -26,6 +26,11 @@ pub const DEFAULT_ISTIO_VERSION: &str = "1.28.0";
 /// `X: "v"`, `ISTIO_METAJSON_X={...}` becomes `X: {...}`.
 const META_PREFIX: &str = "ISTIO_META_";
 const META_JSON_PREFIX: &str = "ISTIO_METAJSON_";
+/// The pod's labels as the downward API writes them (`key="value"` lines), in the volume
+/// Istio's injection mounts at `/etc/istio/pod`; relative, as the proxy runs from `/`.
+pub const POD_LABELS_PATH: &str = "./etc/istio/pod/labels";
+/// The Deployment controller's label, which pilot-agent leaves out of the node's labels.
+const POD_TEMPLATE_HASH: &str = "pod-template-hash";
 
 /// The pod facts a sidecar bootstrap is made of.
 #[derive(Debug, Clone, PartialEq)]
@@ -84,6 +89,26 @@ impl PodInfo {
         let app = self.metadata.get("LABELS").and_then(|l| l.get("app")).and_then(Value::as_str);
         let workload = self.metadata.get("WORKLOAD_NAME").and_then(Value::as_str);
         format!("{}.{}", app.or(workload).unwrap_or("istio-proxy"), self.namespace)
+    }
+
+    /// The pod's labels from the downward API's file (`text`, `key="value"` lines with the
+    /// value Go-quoted), which replace `ISTIO_METAJSON_LABELS`, as pilot-agent's do: Istio's
+    /// injection template sets no labels variable and mounts the file instead.
+    pub fn with_downward_labels(mut self, text: &str) -> Result<Self, InjectError> {
+        let mut labels = Map::new();
+        for line in text.lines() {
+            let Some((key, quoted)) = line.split_once('=') else { continue };
+            // Label values are letters, digits, `-`, `_` and `.`: Go's quoting of them is JSON's.
+            let value: String = serde_json::from_str(quoted).map_err(|e| InjectError::Env {
+                variable: POD_LABELS_PATH.into(),
+                why: format!("line {line:?} is not key=\"value\": {e}"),
+            })?;
+            if key != POD_TEMPLATE_HASH {
+                labels.insert(key.to_owned(), Value::String(value));
+            }
+        }
+        self.metadata.insert("LABELS".into(), Value::Object(labels));
+        Ok(self)
     }
 
     /// The node metadata istiod reads; what the environment says wins over the defaults.

@@ -158,10 +158,18 @@ pub fn process_env() -> BTreeMap<String, String> {
     std::env::vars().collect()
 }
 
-/// Builds the sidecar's bootstrap from the environment and writes it to `output` (or
-/// standard output for `-`).
+/// Builds the sidecar's bootstrap from the environment, and the pod's labels from the
+/// downward API's file when the pod has it, and writes it to `output` (or standard output
+/// for `-`).
 pub fn write_bootstrap(env: &BTreeMap<String, String>, output: &std::path::Path) -> Result<(), InjectError> {
-    let document = PodInfo::from_env(env)?.bootstrap();
+    let mut pod = PodInfo::from_env(env)?;
+    let labels = std::path::Path::new(bootstrap::POD_LABELS_PATH);
+    match std::fs::read_to_string(labels) {
+        Ok(text) => pod = pod.with_downward_labels(&text)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => return Err(InjectError::Read { path: labels.display().to_string(), source }),
+    }
+    let document = pod.bootstrap();
     let text = format!("{document:#}\n");
     if output.as_os_str() == "-" {
         print!("{text}");

@@ -317,3 +317,17 @@ fn the_application_cpu_source_shares_the_process_namespace_and_carries_the_limit
     let (out, _) = inject_text(&plain, &settings()).unwrap();
     assert!(parsed(&out)[0]["spec"].get("shareProcessNamespace").is_none());
 }
+
+#[test]
+fn labels_from_the_downward_api_file_replace_the_labels_variable_as_pilot_agents_do() {
+    // As the kubelet writes the `istio-podinfo` volume's `labels` under Istio's injection.
+    let file = "app=\"reviews\"\npod-template-hash=\"7f9c\"\nservice.istio.io/canonical-revision=\"v2\"\n";
+    let document = PodInfo::from_env(&pod_env()).unwrap().with_downward_labels(file).unwrap().bootstrap();
+    let labels = &document["node"]["metadata"]["LABELS"];
+    assert_eq!(labels["app"], "reviews");
+    assert_eq!(labels["service.istio.io/canonical-revision"], "v2");
+    assert!(labels.get("pod-template-hash").is_none(), "{labels}");
+    assert_eq!(document["node"]["cluster"], "reviews.shop");
+    let e = PodInfo::from_env(&pod_env()).unwrap().with_downward_labels("app=reviews\n").unwrap_err();
+    assert!(e.to_string().contains("etc/istio/pod/labels"), "{e}");
+}

@@ -160,11 +160,30 @@ async fn serve_accepted<S>(
             return;
         }
     };
+    let drain = context
+        .chain_drains
+        .borrow_mut()
+        .signal(&listener, chain, || context.clusters.store.load().listeners.get(&listener.resource.name).cloned());
+    info.chain_drain = Some(drain.clone());
+    let drain_time = context.drain_time;
     // Each way on is boxed: the task of an idle connection then holds only the state of
     // the way it took (plaintext or TLS, HTTP or TCP), not room for the largest of them.
-    match &chain.tls {
-        None => Box::pin(terminal(stream, info, chain, Secure::Plain, context)).await,
-        Some(tls) => Box::pin(terminate_tls(stream, info, &listener, chain, tls, context)).await,
+    let serve = async {
+        match &chain.tls {
+            None => Box::pin(terminal(stream, info, chain, Secure::Plain, context)).await,
+            Some(tls) => Box::pin(terminate_tls(stream, info, &listener, chain, tls, context)).await,
+        }
+    };
+    // A connection whose chain an update changed or removed has the drain time to end
+    // (HTTP connections are asked to close); then it is closed, as Envoy closes what is left
+    // of a drained filter chain.
+    let closed = Box::pin(async move {
+        drain.triggered().await;
+        tokio::time::sleep(drain_time).await;
+    });
+    tokio::select! {
+        () = serve => {}
+        () = closed => tracing::debug!(%peer, "closed: its filter chain was drained by a listener update"),
     }
 }
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use rand::rngs::SmallRng;
 
+use super::chain_drain::ChainDrains;
 use super::clusters::WorkerClusters;
 use super::connection_limit::WorkerLimits;
 use super::drain::Connections;
@@ -42,6 +43,11 @@ pub struct WorkerContext {
     /// Triggered when the worker drains its inbound listeners, or all of them: HTTP
     /// connections of INBOUND listeners close once their requests are answered.
     pub draining_inbound: Signal,
+    /// The drain signal of each current filter chain: an LDS update that changes or removes
+    /// a chain drains the connections it serves.
+    pub chain_drains: RefCell<ChainDrains>,
+    /// How long a drained connection may take to end before it is closed (`--drain-time-s`).
+    pub drain_time: std::time::Duration,
     /// The connection limit filters' counters (shared with the other workers).
     pub connection_limits: WorkerLimits,
     /// The runtime of every filter chain (shared with the other workers).

@@ -48,6 +48,9 @@ pub struct ConnectionInfo {
     /// The filter state and metadata an internal connection arrived with (see
     /// `stream_info`); `None` for a socket's.
     pub stream: Option<Arc<StreamState>>,
+    /// Triggered when an LDS update changes or removes the connection's filter chain (see
+    /// `chain_drain`); `None` until the chain is chosen.
+    pub chain_drain: Option<crate::core::shutdown::Signal>,
 }
 
 impl ConnectionInfo {
@@ -66,6 +69,7 @@ impl ConnectionInfo {
             drains_on_health_check_failure: listener.drain_type == DrainType::Default,
             buffer_limit: listener.per_connection_buffer_limit_bytes,
             stream: None,
+            chain_drain: None,
         }
     }
 }

@@ -58,6 +58,7 @@ impl ListenerManager {
     /// when what changed is not known.
     pub fn sync(&mut self, snapshot: &Snapshot, context: &Rc<WorkerContext>) {
         self.active.retain(|name, _| snapshot.listeners.contains_key(name));
+        context.chain_drains.borrow_mut().retain(|name| snapshot.listeners.contains_key(name));
         let names: Vec<String> = snapshot.listeners.keys().cloned().collect();
         self.unbound.clear();
         self.sync_listeners(snapshot, &names, context);
@@ -70,6 +71,7 @@ impl ListenerManager {
         let unbound = std::mem::take(&mut self.unbound);
         names.extend(unbound.iter());
         for name in names {
+            context.chain_drains.borrow_mut().update(name, snapshot.listeners.get(name));
             let Some(listener) = snapshot.listeners.get(name) else {
                 self.active.remove(name);
                 continue;

@@ -5,6 +5,7 @@
 mod accept_backoff;
 pub mod access_log;
 pub mod byte_count;
+pub mod chain_drain;
 pub mod clusters;
 pub mod completion;
 pub mod connection;

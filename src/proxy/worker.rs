@@ -160,6 +160,8 @@ async fn run(
         connections: Rc::default(),
         draining,
         draining_inbound,
+        chain_drains: RefCell::default(),
+        drain_time: options.drain_time,
         connection_limits: WorkerLimits::new(shared.limits),
         filters: shared.filters,
         shadows: ShadowSlots::default(),

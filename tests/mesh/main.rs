@@ -29,6 +29,7 @@ mod istiod_file_mode;
 mod istiod_hbone;
 mod istiod_telemetry;
 mod k8s_manifests;
+mod kubernetes;
 mod load_report;
 mod tls_inbound;
 mod tls_mesh;

@@ -3,8 +3,11 @@
 #   istio's pilot-discovery (istiod), pilot-agent and its DNS proxy alone
 #   (istio/dns_reference.go), go-control-plane's integration test
 #   server, grpc-go's interop server and client, and grpc-orca-backend (grpc-orca/main.go:
-#   the scenario lab's backend written with grpc-go and its ORCA package).
-# `build.sh NAME...` builds only those peers (istio, go-control-plane, grpc-interop, grpc-orca).
+#   the scenario lab's backend written with grpc-go and its ORCA package), and a Kubernetes
+#   control plane from k8s.io/kubernetes and etcd's server module (kubernetes/: etcd,
+#   kube-apiserver, kube-controller-manager, kubectl).
+# `build.sh NAME...` builds only those peers (istio, go-control-plane, grpc-interop, grpc-orca,
+# kubernetes).
 # Idempotent: a peer is rebuilt only when its go.mod, go.sum or patch changed. The binaries
 # go to $OUTRIDER_PEERS_DIR/bin (default ~/.cache/outrider/peers/bin), where the tests look.
 # Without Go the script says so and exits 0: the tests that need a peer report SKIPPED.
@@ -82,6 +85,11 @@ build grpc-interop grpc-interop \
   grpc-interop-client=google.golang.org/grpc/interop/client
 build grpc-orca grpc-orca \
   grpc-orca-backend=.
+build kubernetes kubernetes \
+  etcd=. \
+  kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
+  kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
+  kubectl=k8s.io/kubernetes/cmd/kubectl
 ls -l "$peers/bin"
 
 # OUTRIDER_PEERS_CLEAN=1 (CI): Go's build and module caches hold gigabytes once istio is

@@ -31,6 +31,7 @@ mod internal_listeners;
 mod lifecycle;
 mod listener_drain_type;
 mod listener_sockets;
+mod listener_update_drain;
 mod overload_manager;
 mod proxy_e2e;
 mod proxy_protocol;

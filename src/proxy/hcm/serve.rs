@@ -153,8 +153,14 @@ pub async fn serve<S>(
             })
         })
     };
-    let ends =
-        Ends { draining, lifetime, stats: stats.clone(), peer: info.peer, overload_drain: overload_drain.clone() };
+    let ends = Ends {
+        draining,
+        chain_drain: info.chain_drain.clone(),
+        lifetime,
+        stats: stats.clone(),
+        peer: info.peer,
+        overload_drain: overload_drain.clone(),
+    };
     // Boxed, so that an HTTP/1.1 connection's task holds no room for HTTP/2's state.
     match protocol {
         Protocol::Http1 => {
@@ -217,6 +223,8 @@ fn http10_host(request: &mut Request<Incoming>, default_host: &str) {
 #[derive(Clone)]
 struct Ends {
     draining: Signal,
+    /// An LDS update changed or removed the connection's filter chain.
+    chain_drain: Option<Signal>,
     lifetime: Arc<Lifetime>,
     stats: Arc<HttpStats>,
     peer: std::net::SocketAddr,
@@ -244,6 +252,7 @@ impl Ends {
     async fn next(&self) -> Option<Close> {
         let reason = tokio::select! {
             _ = self.draining.clone().triggered() => return None,
+            _ = triggered(self.chain_drain.clone()) => return None,
             // Drained as Envoy drains: HTTP/1 closes after its response, HTTP/2 gets GOAWAY.
             _ = told(self.overload_drain.as_deref()) => return None,
             reason = self.lifetime.until_close() => reason,
@@ -289,6 +298,13 @@ impl EndsWatch {
 impl Drop for EndsWatch {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+async fn triggered(signal: Option<Signal>) {
+    match signal {
+        Some(signal) => signal.triggered().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -1,0 +1,308 @@
+//! Outrider in the mesh as Istio users run it: a real Kubernetes API server (with etcd and
+//! the controller manager), istiod in its Kubernetes mode, Istio's own injection webhook with
+//! Outrider's template (`deploy/istio/injection-template.yaml`), and pods run in network
+//! namespaces by the test's kubelet (`tests/netns/kubelet.rs`). Everything is applied with
+//! `kubectl`: ordinary Deployments, Services and Istio resources. The workload certificates
+//! come from istiod's CA, which checks each pod's projected token with the API server's
+//! TokenReview.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::skip::skipped;
+use crate::netns::kubernetes::{Cluster, NODE_NAME, OUTRIDER_IMAGE, wait_for};
+
+/// Two workloads that call each other by Service name: `sleep` and `echo` (two versions),
+/// each with its own service account, in the injected `default` namespace, and STRICT mutual
+/// TLS for the whole mesh. Pod templates name the node: the cluster has no scheduler.
+fn workloads(echo_v1_replicas: u32) -> String {
+    let deployment = |name: &str, app: &str, version: &str, account: &str, port: u16, replicas: u32| {
+        format!(
+            r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{ name: {name}, namespace: default }}
+spec:
+  replicas: {replicas}
+  selector: {{ matchLabels: {{ app: {app}, version: {version} }} }}
+  template:
+    metadata: {{ labels: {{ app: {app}, version: {version} }} }}
+    spec:
+      nodeName: {NODE_NAME}
+      serviceAccountName: {account}
+      terminationGracePeriodSeconds: 30
+      containers:
+      - name: {app}
+        image: example.com/apps/{app}:1
+        ports: [{{ containerPort: {port}, name: http, protocol: TCP }}]
+---
+"#
+        )
+    };
+    let service = |name: &str, port: u16| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{ name: {name}, namespace: default }}\nspec:\n  \
+             selector: {{ app: {name} }}\n  ports: [{{ name: http, port: 80, targetPort: {port} }}]\n---\n"
+        )
+    };
+    format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{ name: default, labels: {{ istio-injection: enabled }} }}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{ name: sleep, namespace: default }}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{ name: echo, namespace: default }}
+---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {{ name: default, namespace: istio-system }}
+spec: {{ mtls: {{ mode: STRICT }} }}
+---
+{}{}{}{}{}"#,
+        service("echo", 5678),
+        service("sleep", 8080),
+        deployment("sleep", "sleep", "v1", "sleep", 8080, 1),
+        deployment("echo-v1", "echo", "v1", "echo", 5678, echo_v1_replicas),
+        deployment("echo-v2", "echo", "v2", "echo", 5678, 1),
+    )
+}
+
+/// What the test application answered: the pod that served, and the headers it received.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    pod: String,
+    headers: Value,
+}
+
+/// `GET /` from inside pod `from` to `service`'s cluster IP (port 80), as its application
+/// would call `http://<service>`: captured by the pod's sidecar.
+fn call(cluster: &Cluster, from: &(String, String), service: &str) -> Result<Answer, String> {
+    let ip = cluster.cluster_ip("default", service);
+    let host: &'static str = Box::leak(format!("{service}.default.svc.cluster.local").into_boxed_str());
+    let reply = crate::netns::get(&from.0, &format!("{ip}:80"), host).map_err(|e| e.to_string())?;
+    let body: Value = serde_json::from_str(&reply.body).unwrap_or(Value::Null);
+    Ok(Answer {
+        status: reply.status,
+        pod: body["pod"].as_str().unwrap_or_default().to_owned(),
+        headers: body["headers"].clone(),
+    })
+}
+
+/// Calls until `holds` of an answer (bounded): configuration reaches the sidecars in its
+/// own time.
+fn call_until(
+    cluster: &Cluster,
+    from: &(String, String),
+    service: &str,
+    what: &str,
+    holds: impl Fn(&Answer) -> bool,
+) -> Answer {
+    let mut last = None;
+    let found = wait_for(Duration::from_secs(60), || match call(cluster, from, service) {
+        Ok(answer) if holds(&answer) => Some(answer),
+        other => {
+            last = Some(other);
+            None
+        }
+    });
+    found.unwrap_or_else(|| panic!("{what}: last answer {last:?}\n{}", cluster.kubelet.describe()))
+}
+
+/// The running pod of `app` (the first), as (network namespace, address).
+fn pod_of(cluster: &Cluster, app: &str) -> (String, String) {
+    let (name, _) = cluster.pods("default", app).into_iter().find(|(_, ready)| *ready).unwrap();
+    cluster.kubelet.pod("default", &name).unwrap()
+}
+
+fn all_ready(cluster: &Cluster, app: &str, count: usize) -> bool {
+    let pods = cluster.pods("default", app);
+    pods.len() == count && pods.iter().all(|(_, ready)| *ready)
+}
+
+fn start(test: &str) -> Option<Cluster> {
+    if let Some((tool, why)) = Cluster::unavailable() {
+        skipped(tool, test, &why);
+        return None;
+    }
+    Some(Cluster::start())
+}
+
+#[test]
+fn istio_injects_outrider_and_pods_call_each_other_by_service_name_with_istiod_identities() {
+    let Some(mut cluster) = start("istio_injects_outrider_and_pods_call_each_other_by_service_name") else {
+        return;
+    };
+    cluster.apply(&workloads(1));
+    cluster.sync_until("sleep and two echo pods ready", |c| all_ready(c, "sleep", 1) && all_ready(c, "echo", 2));
+
+    // Istio's webhook injected Outrider: Istio's containers, running Outrider.
+    let (sleep_name, _) = cluster.pods("default", "sleep").remove(0);
+    let pod = cluster.get(&["pod", &sleep_name, "-n", "default"]);
+    let init: Vec<&Value> = pod["spec"]["initContainers"].as_array().unwrap().iter().collect();
+    let containers: Vec<&Value> = pod["spec"]["containers"].as_array().unwrap().iter().collect();
+    // A native sidecar or not, as istiod's ENABLE_NATIVE_SIDECARS says (off by default).
+    let proxy = init.iter().chain(&containers).find(|c| c["name"] == "istio-proxy").expect("istio-proxy");
+    assert_eq!(proxy["image"], OUTRIDER_IMAGE);
+    assert_eq!(proxy["args"][0], "sidecar");
+    assert!(proxy["lifecycle"].is_null(), "pilot-agent's preStop is dropped: {}", proxy["lifecycle"]);
+    let capture = init.iter().find(|c| c["name"] == "istio-init").unwrap();
+    assert_eq!(capture["args"][0], "capture");
+
+    // sleep → echo over STRICT mutual TLS: the echo pod's sidecar names the caller by the
+    // identity istiod's CA put in its certificate (after TokenReview of its projected token).
+    let sleep = pod_of(&cluster, "sleep");
+    let answer = call_until(&cluster, &sleep, "echo", "sleep calls echo", |a| a.status == 200);
+    assert!(answer.pod.starts_with("echo-v"), "{answer:?}");
+    let xfcc = answer.headers["x-forwarded-client-cert"].as_str().unwrap_or_default().to_owned();
+    assert!(xfcc.contains("URI=spiffe://cluster.local/ns/default/sa/sleep"), "{xfcc}");
+    assert!(xfcc.contains("By=spiffe://cluster.local/ns/default/sa/echo"), "{xfcc}");
+    // … and echo → sleep.
+    let echo = pod_of(&cluster, "echo");
+    let answer = call_until(&cluster, &echo, "sleep", "echo calls sleep", |a| a.status == 200);
+    assert!(answer.pod.starts_with("sleep-"), "{answer:?}");
+    let xfcc = answer.headers["x-forwarded-client-cert"].as_str().unwrap_or_default().to_owned();
+    assert!(xfcc.contains("URI=spiffe://cluster.local/ns/default/sa/echo"), "{xfcc}");
+
+    // A VirtualService split: all of echo's traffic to v2, then half and half.
+    let split = |v1: u32, v2: u32| {
+        format!(
+            r#"apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {{ name: echo, namespace: default }}
+spec:
+  host: echo.default.svc.cluster.local
+  subsets:
+  - {{ name: v1, labels: {{ version: v1 }} }}
+  - {{ name: v2, labels: {{ version: v2 }} }}
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {{ name: echo, namespace: default }}
+spec:
+  hosts: [echo.default.svc.cluster.local]
+  http:
+  - route:
+    - {{ destination: {{ host: echo.default.svc.cluster.local, subset: v1 }}, weight: {v1} }}
+    - {{ destination: {{ host: echo.default.svc.cluster.local, subset: v2 }}, weight: {v2} }}
+"#
+        )
+    };
+    cluster.apply(&split(0, 100));
+    // Both versions answered before: the split holds once 20 answers in a row are v2's.
+    let mut served = Vec::new();
+    let only_v2 = wait_for(Duration::from_secs(60), || {
+        served = (0..20).map(|_| call(&cluster, &sleep, "echo").map(|a| a.pod)).collect();
+        served.iter().all(|p| p.as_ref().is_ok_and(|p| p.starts_with("echo-v2"))).then_some(())
+    });
+    assert!(only_v2.is_some(), "the split never sent everything to v2: {served:?}");
+    cluster.apply(&split(50, 50));
+    let mut versions = BTreeSet::new();
+    let both = wait_for(Duration::from_secs(60), || {
+        versions.insert(call(&cluster, &sleep, "echo").ok()?.pod.split('-').nth(1)?.to_owned());
+        (versions.len() == 2).then_some(())
+    });
+    assert!(both.is_some(), "a 50/50 split reached only {versions:?}");
+
+    // An AuthorizationPolicy by service account, applied with the API: only another
+    // account may call echo, so sleep is refused; then sleep's account, so it is served.
+    let policy = |account: &str| {
+        format!(
+            r#"apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {{ name: echo, namespace: default }}
+spec:
+  selector: {{ matchLabels: {{ app: echo }} }}
+  action: ALLOW
+  rules:
+  - from: [{{ source: {{ principals: ["cluster.local/ns/default/sa/{account}"] }} }}]
+"#
+        )
+    };
+    cluster.apply(&policy("other"));
+    call_until(&cluster, &sleep, "echo", "the policy refusing sleep", |a| a.status == 403);
+    cluster.apply(&policy("sleep"));
+    call_until(&cluster, &sleep, "echo", "the policy admitting sleep", |a| a.status == 200);
+}
+
+#[test]
+fn scaling_a_deployment_up_and_down_and_deleting_a_pod_lose_no_request() {
+    let Some(mut cluster) = start("scaling_a_deployment_up_and_down_and_deleting_a_pod_lose_no_request") else {
+        return;
+    };
+    cluster.apply(&workloads(1));
+    cluster.sync_until("sleep and two echo pods ready", |c| all_ready(c, "sleep", 1) && all_ready(c, "echo", 2));
+    let sleep = pod_of(&cluster, "sleep");
+    call_until(&cluster, &sleep, "echo", "sleep calls echo", |a| a.status == 200);
+
+    // Traffic from sleep to echo, one request at a time, for the whole test.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sent, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let failures = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let served = Arc::new(std::sync::Mutex::new(BTreeSet::new()));
+    let ip = cluster.cluster_ip("default", "echo");
+    let traffic = {
+        let (stop, sent, failed, failures, served, netns) =
+            (stop.clone(), sent.clone(), failed.clone(), failures.clone(), served.clone(), sleep.0.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                sent.fetch_add(1, Ordering::Relaxed);
+                match crate::netns::get(&netns, &format!("{ip}:80"), "echo.default.svc.cluster.local") {
+                    Ok(reply) if reply.status == 200 => {
+                        let body: Value = serde_json::from_str(&reply.body).unwrap_or(Value::Null);
+                        served.lock().unwrap().insert(body["pod"].as_str().unwrap_or_default().to_owned());
+                    }
+                    other => {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        failures.lock().unwrap().push(format!("{other:?}"));
+                    }
+                }
+            }
+        })
+    };
+    // Traffic reaches every one of `pods` (the sidecar's endpoints follow the EndpointSlices).
+    let reaches = |pods: Vec<(String, bool)>| {
+        let reached = wait_for(Duration::from_secs(60), || {
+            let served = served.lock().unwrap();
+            pods.iter().all(|(name, _)| served.contains(name)).then_some(())
+        });
+        assert!(reached.is_some(), "traffic never reached all of {pods:?}: {:?}", served.lock().unwrap());
+    };
+
+    // Up to three v1 pods (EndpointSlices grow), then down to one (two pods terminate).
+    cluster.kubectl(&["scale", "deployment", "echo-v1", "-n", "default", "--replicas=3"]);
+    cluster.sync_until("three echo-v1 pods ready", |c| all_ready(c, "echo", 4));
+    reaches(cluster.pods("default", "echo"));
+    cluster.kubectl(&["scale", "deployment", "echo-v1", "-n", "default", "--replicas=1"]);
+    cluster.sync_until("one echo-v1 pod left", |c| all_ready(c, "echo", 2));
+    // A pod deleted mid-traffic: its replacement starts, it is drained.
+    let (victim, _) =
+        cluster.pods("default", "echo").into_iter().find(|(name, _)| name.starts_with("echo-v2")).unwrap();
+    cluster.kubectl(&["delete", "pod", &victim, "-n", "default", "--wait=false"]);
+    cluster.sync_until("the deleted pod replaced", |c| {
+        all_ready(c, "echo", 2) && c.pods("default", "echo").iter().all(|(name, _)| *name != victim)
+    });
+    reaches(cluster.pods("default", "echo"));
+    stop.store(true, Ordering::Relaxed);
+    traffic.join().unwrap();
+
+    let (sent, failed) = (sent.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    let sleep_name = cluster.pods("default", "sleep").remove(0).0;
+    let log = cluster.kubelet.log("default", &sleep_name, "istio-proxy");
+    let failed_lines: Vec<&str> = log.lines().filter(|l| l.contains("\" 503 ") || l.contains(" 503 ")).collect();
+    assert_eq!(
+        failed,
+        0,
+        "{failed} of {sent} requests failed: {:?}\nthe client sidecar's log of them:\n{}",
+        failures.lock().unwrap(),
+        failed_lines.join("\n")
+    );
+}

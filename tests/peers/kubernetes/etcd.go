@@ -1,0 +1,12 @@
+// etcd, the store kube-apiserver needs, built from its server module.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+	etcdmain.Main(os.Args)
+}
