@@ -228,13 +228,7 @@ fn drain_listeners(state: &AdminState, query: &str) -> Response<Full<Bytes>> {
     }
     tracing::info!(inbound_only, graceful, "draining listeners (admin request)");
     if inbound_only {
-        state.drain_inbound.send_if_modified(|drain| {
-            let first = *drain == InboundDrain::None;
-            if first {
-                *drain = InboundDrain::Draining { graceful };
-            }
-            first
-        });
+        InboundDrain::start(&state.drain_inbound, graceful);
     } else {
         state.drain_listeners.trigger();
     }

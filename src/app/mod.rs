@@ -114,6 +114,8 @@ pub struct Running {
     pub stats: Arc<Stats>,
     /// Stops the listeners and drains connections; `/ready` answers 503 from then on.
     drain: Arc<Trigger>,
+    /// Drains the INBOUND listeners only (as `/drain_listeners?inboundonly`).
+    inbound_drain: Arc<tokio::sync::watch::Sender<InboundDrain>>,
     /// Lets the workers finish once drained.
     stop_workers: Trigger,
     /// TLS handshakes completed and refused, by reason.
@@ -142,6 +144,17 @@ impl Running {
         if let Some(workers) = self.workers.take() {
             workers.join();
         }
+    }
+
+    /// A terminating pod's sidecar, as pilot-agent ends Envoy: the INBOUND listeners drain
+    /// gracefully for `period` — they still accept, and their HTTP connections are asked to
+    /// close after their responses — while outbound traffic flows on, so callers that have
+    /// not yet dropped this endpoint are served; then [`drain_and_stop`](Self::drain_and_stop).
+    pub async fn terminate_as_pod_sidecar(self, period: Duration) {
+        InboundDrain::start(&self.inbound_drain, true);
+        tracing::info!(?period, "draining inbound listeners before stopping");
+        tokio::time::sleep(period).await;
+        self.drain_and_stop().await;
     }
 
     /// The graceful way out: `/ready` turns 503, listeners stop accepting, requests in
@@ -215,6 +228,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     let (drain, draining) = shutdown::channel();
     let drain = Arc::new(drain);
     let (inbound_drain, inbound_draining) = tokio::sync::watch::channel(InboundDrain::None);
+    let inbound_drain = Arc::new(inbound_drain);
     let (stop_workers, workers_stopping) = shutdown::channel();
     let server = ServerInfo {
         started: Instant::now(),
@@ -234,7 +248,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         server_stats,
         server: Arc::new(server),
         drain_listeners: drain.clone(),
-        drain_inbound: Arc::new(inbound_drain),
+        drain_inbound: inbound_drain.clone(),
         draining: draining.clone(),
         logging,
         health_check_failed: health_check_failed.clone(),
@@ -311,6 +325,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         stats,
         tls,
         drain,
+        inbound_drain,
         stop_workers,
         shutdown: trigger,
         workers: Some(workers),
@@ -430,12 +445,16 @@ pub fn run_bootstrap(bootstrap: Bootstrap, options: RunOptions) -> Result<(), Ap
         }
         crate::core::allocator::release_free_memory();
         let supervisor = running.supervisor.clone();
-        let failure = tokio::select! {
-            _ = terminate() => { tracing::info!("signal received; draining"); None }
-            _ = running.quit.notified() => { tracing::info!("quitquitquit; draining"); None }
-            failure = supervisor.failed() => Some(failure),
+        let (signalled, failure) = tokio::select! {
+            _ = terminate() => { tracing::info!("signal received; draining"); (true, None) }
+            _ = running.quit.notified() => { tracing::info!("quitquitquit; draining"); (false, None) }
+            failure = supervisor.failed() => (false, Some(failure)),
         };
-        running.drain_and_stop().await;
+        if signalled && agent.is_some() {
+            running.terminate_as_pod_sidecar(options.drain_time).await;
+        } else {
+            running.drain_and_stop().await;
+        }
         if let Some(agent) = agent {
             agent.stop().await;
         }

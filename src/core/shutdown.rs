@@ -48,3 +48,17 @@ pub enum InboundDrain {
     /// or, when `graceful`, once the drain time is over (as Envoy's `graceful`).
     Draining { graceful: bool },
 }
+
+impl InboundDrain {
+    /// Asks the workers for an inbound drain unless one was asked for already; whether
+    /// this was the first.
+    pub fn start(sender: &watch::Sender<InboundDrain>, graceful: bool) -> bool {
+        sender.send_if_modified(|drain| {
+            let first = *drain == InboundDrain::None;
+            if first {
+                *drain = InboundDrain::Draining { graceful };
+            }
+            first
+        })
+    }
+}

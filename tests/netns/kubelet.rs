@@ -9,8 +9,8 @@
 //! Istio's proxy runs from `/`, and absolute paths in their arguments are mapped into it);
 //! the downward API's environment; init containers in order (native sidecars started and
 //! their startup probes passed before the next); the readiness probes, reported as the Ready
-//! condition; and termination: application containers first, then sidecars, each sent
-//! SIGTERM, then the pod object removed.
+//! condition; and termination: every Outrider process sent SIGTERM and waited for, then the
+//! applications stopped, then the pod object removed.
 //!
 //! Images: Outrider's image runs the Outrider binary under test as its entrypoint, as the
 //! container's user; any other image is the test application, an HTTP server on each of the
@@ -82,7 +82,9 @@ impl Kubelet {
             seen.push(key.clone());
             if !pod["metadata"]["deletionTimestamp"].is_null() {
                 if let Some(running) = self.pods.remove(&key) {
+                    event(&format!("stopping {key} ({})", running.ip));
                     running.stop();
+                    event(&format!("stopped {key}"));
                 }
                 // The containers are gone: the kubelet removes the object.
                 let _ = client.kubectl(&["delete", "pod", &name, "-n", &namespace, "--grace-period=0", "--force"]);
@@ -90,13 +92,16 @@ impl Kubelet {
             }
             match self.pods.get_mut(&key) {
                 None => {
+                    event(&format!("starting {key}"));
                     let running = self.start(client, pod);
+                    event(&format!("started {key} ({})", running.ip));
                     self.pods.insert(key, running);
                 }
                 Some(running) if !running.ready => {
                     if running.probe(&self.node) {
                         running.ready = true;
                         report_status(client, pod, &running.ip, true);
+                        event(&format!("{key} ready"));
                     }
                 }
                 Some(_) => {}
@@ -418,12 +423,12 @@ impl RunningPod {
         })
     }
 
-    /// Termination as the kubelet does it with native sidecars: the applications first,
-    /// then the Outrider processes in reverse start order, each sent SIGTERM and waited for.
+    /// Termination: the Outrider processes in reverse start order, each sent SIGTERM and
+    /// waited for, then the applications. The kubelet sends every container SIGTERM at once;
+    /// the test application is one that keeps serving until its endpoint is surely gone from
+    /// its callers (what a `preStop` pause gives), stood in for by "until its sidecar has
+    /// exited" — a sidecar drains inbound for its termination drain time first.
     fn stop(mut self) {
-        for app in &self.apps {
-            app.stop();
-        }
         while let Some((name, mut child)) = self.processes.pop() {
             if let Ok(pid) = i32::try_from(child.id()) {
                 if let Some(pid) = rustix::process::Pid::from_raw(pid) {
@@ -437,9 +442,18 @@ impl RunningPod {
                 let _ = child.wait();
             }
         }
+        for app in &self.apps {
+            app.stop();
+        }
         let _ = Command::new("ip").args(["netns", "del", &self.netns]).status();
         let _ = std::fs::remove_dir_all(format!("/etc/netns/{}", self.netns));
     }
+}
+
+/// What the kubelet did, when: on the test's output, for failures that depend on timing.
+fn event(what: &str) {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    eprintln!("kubelet {}.{:03}: {what}", now.as_secs() % 86_400, now.subsec_millis());
 }
 
 /// The pod's status as the kubelet reports it: its address, Running, and Ready or not.

@@ -54,6 +54,11 @@ async fn connect_from(source: &str, port: u16) -> TcpStream {
 
 /// A keep-alive `GET /` on `stream`; the response's status (its head only: no body).
 async fn status(stream: &mut TcpStream) -> u16 {
+    status_and_connection(stream).await.0
+}
+
+/// [`status`], and whether the response said `connection: close`.
+async fn status_and_connection(stream: &mut TcpStream) -> (u16, bool) {
     stream.write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n").await.unwrap();
     let mut head = Vec::new();
     let mut buf = [0u8; 512];
@@ -62,7 +67,8 @@ async fn status(stream: &mut TcpStream) -> u16 {
         assert!(n > 0, "closed before the response: {}", String::from_utf8_lossy(&head));
         head.extend_from_slice(&buf[..n]);
     }
-    String::from_utf8_lossy(&head[9..12]).parse().unwrap()
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    (head[9..12].parse().unwrap(), head.contains("\r\nconnection: close\r\n"))
 }
 
 /// Waits (bounded) until the proxy closes `stream`.
@@ -82,7 +88,7 @@ async fn start(listener_yaml: &str) -> (ControlPlane, outrider::app::Running) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_update_closes_idle_http_connections_of_the_chain_it_changes_and_keeps_the_others() {
+async fn an_update_drains_http_connections_of_the_chain_it_changes_and_keeps_the_others() {
     let port = free_port();
     let (control_plane, outrider) = start(&listener(port, 200, None)).await;
     wait::connect(port).await;
@@ -90,13 +96,18 @@ async fn an_update_closes_idle_http_connections_of_the_chain_it_changes_and_keep
     assert_eq!(status(&mut first).await, 200);
     assert_eq!(status(&mut second).await, 200);
 
+    let before = outrider.store.load().listeners["l"].clone();
     control_plane.set(ResourceType::Listener, &[&listener(port, 403, None)]);
-    control_plane.wait_acked(ResourceType::Listener).await;
-    // The changed chain's idle connection is closed; a new one gets the new configuration.
+    wait_snapshot(&outrider.store, |s| !std::sync::Arc::ptr_eq(&s.listeners["l"], &before)).await;
+    outrider.listeners_ready().await;
+    // The changed chain's connection answers its next request as before, with
+    // `connection: close` (as Envoy's drain does: an idle connection closed at once races a
+    // client sending on it), and closes; a new one gets the new configuration.
+    assert_eq!(status_and_connection(&mut first).await, (200, true));
     closed(&mut first).await;
     assert_eq!(status(&mut connect_from("127.0.0.1", port).await).await, 403);
-    // The unchanged chain's connection lives on.
-    assert_eq!(status(&mut second).await, 200);
+    // The unchanged chain's connection lives on, as it was.
+    assert_eq!(status_and_connection(&mut second).await, (200, false));
     outrider.stop();
 }
 

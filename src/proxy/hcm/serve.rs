@@ -3,6 +3,7 @@
 //! by one of Envoy's connection limits (see [`super::lifetime`]).
 
 use crate::proxy::byte_count::ByteCounted;
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -69,8 +70,13 @@ pub async fn serve<S>(
     let overload_drain = ((overloadable && keepalive) || health_check_drain).then(|| Rc::new(Notify::new()));
     let buffer_limit = info.buffer_limit;
     let _connection = stats.connection();
-    // An inbound-only drain closes inbound connections; a full drain closes them all.
-    let draining = if info.inbound { context.draining_inbound.clone() } else { context.draining.clone() };
+    // A full drain closes every connection (HTTP/1.1 at once when idle); an inbound-only
+    // drain, and an update of the connection's filter chain, ask it to close after its
+    // responses (see `Ends`).
+    let draining = context.draining.clone();
+    let closing = info.inbound.then(|| context.draining_inbound.clone());
+    let close_after_response =
+        Rc::new(CloseAfterResponse { told: Cell::new(false), asked_by: [closing.clone(), info.chain_drain.clone()] });
     let original_dst = info.local_restored.then_some(info.local);
     let lifetime = Lifetime::new(&manager.common);
     let stream = ByteCounted::new(stream, &stats.downstream_cx_rx_bytes_total, &stats.downstream_cx_tx_bytes_total);
@@ -96,11 +102,13 @@ pub async fn serve<S>(
     let service = {
         let (manager, stats, lifetime, upgrades) = (manager.clone(), stats.clone(), lifetime.clone(), upgrades.clone());
         let (tracer, overload_drain) = (tracer.clone(), overload_drain.clone());
+        let close_after_response = close_after_response.clone();
         service_fn(move |request: Request<Incoming>| -> Served {
             let (manager, context, stats, access_logs, lifetime) =
                 (manager.clone(), context.clone(), stats.clone(), access_logs.clone(), lifetime.clone());
             let (filters, connection, upgrades) = (filters.clone(), connection.clone(), upgrades.clone());
             let (tracer, overload_drain) = (tracer.clone(), overload_drain.clone());
+            let close_after_response = close_after_response.clone();
             let timer = StreamTimer::default();
             Box::pin(async move {
                 let mut request = request;
@@ -146,7 +154,7 @@ pub async fn serve<S>(
                     // plain request): never a tunnel, Envoy's protocol error instead.
                     response = upstream_protocol_error(&manager.server_name);
                 }
-                if closes {
+                if closes || (http1 && close_after_response.now()) {
                     response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
                 }
                 Ok(response)
@@ -155,6 +163,7 @@ pub async fn serve<S>(
     };
     let ends = Ends {
         draining,
+        closing,
         chain_drain: info.chain_drain.clone(),
         lifetime,
         stats: stats.clone(),
@@ -164,8 +173,8 @@ pub async fn serve<S>(
     // Boxed, so that an HTTP/1.1 connection's task holds no room for HTTP/2's state.
     match protocol {
         Protocol::Http1 => {
-            Box::pin(serve_http1(codec::http1(&manager).serve_connection(io, service), &ends, &manager, &upgrades))
-                .await
+            let connection = codec::http1(&manager).serve_connection(io, service);
+            Box::pin(serve_http1(connection, &ends, &close_after_response, &manager, &upgrades)).await
         }
         Protocol::Http2 => {
             let connection = codec::http2(&manager, buffer_limit).serve_connection(io, service);
@@ -222,8 +231,12 @@ fn http10_host(request: &mut Request<Incoming>, default_host: &str) {
 /// What may end a connection besides its client.
 #[derive(Clone)]
 struct Ends {
+    /// The worker drains: the connection closes (HTTP/1.1 at once when idle).
     draining: Signal,
-    /// An LDS update changed or removed the connection's filter chain.
+    /// The inbound listeners drain (`/drain_listeners?inboundonly`, a terminating pod's
+    /// sidecar): an inbound connection is asked to close after its responses.
+    closing: Option<Signal>,
+    /// An LDS update changed or removed the connection's filter chain: the same.
     chain_drain: Option<Signal>,
     lifetime: Arc<Lifetime>,
     stats: Arc<HttpStats>,
@@ -247,14 +260,17 @@ impl Ends {
         EndsWatch { rx: Some(rx), task: task.abort_handle() }
     }
 
-    /// Resolves when the connection should stop taking requests: `None` to drain it,
-    /// `Some` to drop it at once.
-    async fn next(&self) -> Option<Close> {
+    /// Resolves when the connection should stop taking requests.
+    async fn next(&self) -> Ending {
         let reason = tokio::select! {
-            _ = self.draining.clone().triggered() => return None,
-            _ = triggered(self.chain_drain.clone()) => return None,
+            _ = self.draining.clone().triggered() => return Ending::Drain,
+            // As Envoy drains a listener: an HTTP/1.1 connection answers its next request
+            // with `connection: close` and an idle one stays until the drain is over (closing
+            // it at once races a client sending on it); HTTP/2 gets GOAWAY.
+            _ = triggered(self.closing.clone()) => return Ending::CloseAfterResponses,
+            _ = triggered(self.chain_drain.clone()) => return Ending::CloseAfterResponses,
             // Drained as Envoy drains: HTTP/1 closes after its response, HTTP/2 gets GOAWAY.
-            _ = told(self.overload_drain.as_deref()) => return None,
+            _ = told(self.overload_drain.as_deref()) => return Ending::Drain,
             reason = self.lifetime.until_close() => reason,
         };
         let stats = &self.stats;
@@ -266,24 +282,55 @@ impl Ends {
             Close::PrematureResets => {
                 stats.downstream_rq_too_many_premature_resets.inc();
                 tracing::debug!(peer = %self.peer, "too many premature stream resets; closing");
-                return Some(reason);
+                return Ending::Drop(reason);
             }
         }
-        None
+        Ending::Drain
     }
+
+    /// These ends without the requests to close after responses, once one was told.
+    fn without_soft_drains(&self) -> Ends {
+        Ends { closing: None, chain_drain: None, ..self.clone() }
+    }
+}
+
+/// Whether an HTTP/1.1 response says `connection: close` because the connection was asked to
+/// close after its responses: told by the connection's watch, or — for a response that goes
+/// out before the watch's task ran — asked by the signals themselves.
+struct CloseAfterResponse {
+    told: Cell<bool>,
+    asked_by: [Option<Signal>; 2],
+}
+
+impl CloseAfterResponse {
+    fn now(&self) -> bool {
+        self.told.get() || self.asked_by.iter().flatten().any(Signal::is_triggered)
+    }
+}
+
+/// Why a connection stops taking requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// Drained: HTTP/1.1 closes after the response in progress (at once when idle), HTTP/2
+    /// gets GOAWAY.
+    Drain,
+    /// HTTP/1.1 answers with `connection: close` from now on; HTTP/2 gets GOAWAY.
+    CloseAfterResponses,
+    /// Dropped at once.
+    Drop(Close),
 }
 
 /// The outcome of [`Ends::next`], from its task.
 struct EndsWatch {
     /// `None` once told.
-    rx: Option<tokio::sync::oneshot::Receiver<Option<Close>>>,
+    rx: Option<tokio::sync::oneshot::Receiver<Ending>>,
     task: tokio::task::AbortHandle,
 }
 
 impl EndsWatch {
-    /// [`Ends::next`]'s answer, once: `None` to drain, `Some` to drop the connection at
-    /// once. Pending for ever after (and if the watch ended without a word).
-    async fn next(&mut self) -> Option<Close> {
+    /// [`Ends::next`]'s answer, once. Pending for ever after (and if the watch ended
+    /// without a word).
+    async fn next(&mut self) -> Ending {
         if let Some(rx) = self.rx.as_mut()
             && let Ok(close) = rx.await
         {
@@ -320,6 +367,7 @@ type Io<S> = TokioIo<PrefixedStream<Metered<S>>>;
 async fn serve_http1<S, Svc>(
     mut connection: hyper::server::conn::http1::Connection<Io<S>, Svc>,
     ends: &Ends,
+    close_after_response: &CloseAfterResponse,
     manager: &HttpConnectionManager,
     upgrades: &UpgradeSlot,
 ) where
@@ -331,12 +379,15 @@ async fn serve_http1<S, Svc>(
     let result = loop {
         tokio::select! {
             result = std::future::poll_fn(|cx| connection.poll_without_shutdown(cx)) => break result,
-            close = watch.next() => {
-                if close.is_some() {
-                    return;
-                }
+            ending = watch.next() => match ending {
+                Ending::Drop(_) => return,
                 // HTTP/1.1 closes after the response in progress (at once when idle).
-                Pin::new(&mut connection).graceful_shutdown();
+                Ending::Drain => Pin::new(&mut connection).graceful_shutdown(),
+                Ending::CloseAfterResponses => {
+                    close_after_response.told.set(true);
+                    // Still closed at once by a drain of the worker or the lifetime's end.
+                    watch = ends.without_soft_drains().watch();
+                }
             }
         }
     };
@@ -389,8 +440,8 @@ where
     let result = loop {
         tokio::select! {
             result = connection.as_mut() => break result,
-            close = watch.next() => {
-                if close.is_some() {
+            ending = watch.next() => {
+                if let Ending::Drop(_) = ending {
                     return;
                 }
                 // GOAWAY; streams already accepted are answered.

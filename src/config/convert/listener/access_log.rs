@@ -59,7 +59,15 @@ fn access_log(log: proto::AccessLog, warnings: &mut Warnings) -> Result<AccessLo
             if path.is_empty() {
                 return Err(ConfigError::new("typed_config.path", "a file access log needs a path"));
             }
-            (AccessLogSink::File(path.into()), file_format(access_log_format).map_err(|e| e.at("typed_config"))?)
+            // As Envoy: the process's own standard streams, never opened by path (a sidecar
+            // that runs as another user than the one owning its output may not reopen it;
+            // Istio's `accessLogFile: /dev/stdout` says this path).
+            let sink = match path.as_str() {
+                "/dev/stdout" => AccessLogSink::Stdout,
+                "/dev/stderr" => AccessLogSink::Stderr,
+                _ => AccessLogSink::File(path.into()),
+            };
+            (sink, file_format(access_log_format).map_err(|e| e.at("typed_config"))?)
         }
         HTTP_GRPC => {
             let config = common::unpack(&any).map_err(|e| e.at("typed_config"))?;
@@ -200,6 +208,17 @@ mod tests {
         };
         let refused = access_logs(vec![log(grpc)], &mut warnings);
         assert!(refused.is_err_and(|e| e.to_string().contains("access_log[0].typed_config.common_config")));
+    }
+
+    #[test]
+    fn file_paths_of_the_standard_streams_write_to_the_processs_own() {
+        let mut warnings = Warnings::new();
+        for (path, sink) in [("/dev/stdout", AccessLogSink::Stdout), ("/dev/stderr", AccessLogSink::Stderr)] {
+            let file = FileAccessLog { path: path.into(), access_log_format: None };
+            let file = Any { type_url: FileAccessLog::type_url(), value: file.encode_to_vec() };
+            let logs = access_logs(vec![log(file)], &mut warnings).unwrap();
+            assert_eq!(logs[0].sink, sink, "{path}");
+        }
     }
 
     fn file_with(format: SubstitutionFormatString) -> Any {
