@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::common::skip::skipped;
+use crate::netns::kubelet::WrongToken;
 use crate::netns::kubernetes::{Cluster, NODE_NAME, OUTRIDER_IMAGE, wait_for};
 
 /// Two workloads that call each other by Service name: `sleep` and `echo` (two versions),
@@ -128,6 +129,59 @@ fn all_ready(cluster: &Cluster, app: &str, count: usize) -> bool {
     pods.len() == count && pods.iter().all(|(_, ready)| *ready)
 }
 
+/// The differences between Istio's injection with Outrider's template and `outrider inject`
+/// for the same workload, as `docs/istio.md` lists them: the same command lines, and these
+/// names of environment variables and volumes only one of them has.
+fn compare_with_outrider_inject(injected: &Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("sleep.yaml");
+    let sleep = workloads(1)
+        .split("---\n")
+        .find(|d| d.contains("name: sleep, namespace: default }\nspec:\n  replicas"))
+        .unwrap()
+        .to_owned();
+    std::fs::write(&manifest, sleep).unwrap();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_outrider"))
+        .args(["inject", "--image", OUTRIDER_IMAGE, "-f"])
+        .arg(&manifest)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let ours: Value = serde_saphyr::from_str(&String::from_utf8_lossy(&output.stdout)).unwrap();
+    let ours = &ours["spec"]["template"]["spec"];
+    let containers = |spec: &Value| -> Vec<Value> {
+        ["initContainers", "containers"].iter().flat_map(|k| spec[k].as_array().cloned().unwrap_or_default()).collect()
+    };
+    let find = |spec: &Value, names: &[&str]| {
+        containers(spec).into_iter().find(|c| names.iter().any(|n| c["name"] == *n)).unwrap()
+    };
+    let (istio_proxy, our_proxy) = (find(&injected["spec"], &["istio-proxy"]), find(ours, &["outrider"]));
+    let (istio_init, our_init) = (find(&injected["spec"], &["istio-init"]), find(ours, &["outrider-init"]));
+    assert_eq!(istio_proxy["args"], our_proxy["args"]);
+    assert_eq!(istio_init["args"], our_init["args"]);
+    let names = |list: &Value| -> BTreeSet<String> {
+        list.as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .map(|v| v["name"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let difference = |a: &BTreeSet<String>, b: &BTreeSet<String>| a.difference(b).cloned().collect::<Vec<_>>();
+    let (istio_env, our_env) = (names(&istio_proxy["env"]), names(&our_proxy["env"]));
+    let (istio_volumes, our_volumes) = (names(&injected["spec"]["volumes"]), names(&ours["volumes"]));
+    assert_eq!(
+        difference(&istio_env, &our_env),
+        ["CA_ADDR", "GOMAXPROCS", "GOMEMLIMIT", "ISTIO_CPU_LIMIT", "PILOT_CERT_PROVIDER", "TRUST_DOMAIN"]
+    );
+    assert_eq!(difference(&our_env, &istio_env), ["ISTIO_METAJSON_LABELS"]);
+    // The API server's ServiceAccount admission adds `kube-api-access-*` to every pod.
+    let istio_volumes: BTreeSet<String> =
+        istio_volumes.into_iter().filter(|v| !v.starts_with("kube-api-access-")).collect();
+    assert_eq!(difference(&istio_volumes, &our_volumes), ["istio-ca-crl"]);
+    assert_eq!(difference(&our_volumes, &istio_volumes), Vec::<String>::new());
+}
+
 fn start(test: &str) -> Option<Cluster> {
     if let Some((tool, why)) = Cluster::unavailable() {
         skipped(tool, test, &why);
@@ -156,6 +210,7 @@ fn istio_injects_outrider_and_pods_call_each_other_by_service_name_with_istiod_i
     assert!(proxy["lifecycle"].is_null(), "pilot-agent's preStop is dropped: {}", proxy["lifecycle"]);
     let capture = init.iter().find(|c| c["name"] == "istio-init").unwrap();
     assert_eq!(capture["args"][0], "capture");
+    compare_with_outrider_inject(&pod);
 
     // sleep → echo over STRICT mutual TLS: the echo pod's sidecar names the caller by the
     // identity istiod's CA put in its certificate (after TokenReview of its projected token).
@@ -308,4 +363,76 @@ fn scaling_a_deployment_up_and_down_and_deleting_a_pod_lose_no_request() {
         failures.lock().unwrap(),
         failed_lines.join("\n")
     );
+}
+
+#[test]
+fn a_pod_with_a_token_not_its_own_or_cut_off_from_istiod_gets_no_certificate_and_serves_nothing() {
+    let test = "a_pod_with_a_token_not_its_own_or_cut_off_from_istiod_gets_no_certificate_and_serves_nothing";
+    let Some(mut cluster) = start(test) else {
+        return;
+    };
+    // A token the API server never issued: signed by a key of the test's own, with the
+    // claims of a real one.
+    let now = crate::common::jwt::now();
+    let forged = crate::common::jwt::RsaSigner::new("forged").rs256(&serde_json::json!({
+        "iss": "https://kubernetes.default.svc.cluster.local",
+        "sub": "system:serviceaccount:default:lonely",
+        "aud": ["istio-ca"],
+        "iat": now,
+        "exp": now + 3600,
+        "kubernetes.io": { "namespace": "default", "serviceaccount": { "name": "lonely", "uid": "0" } },
+    }));
+    cluster.kubelet.tokens =
+        vec![("borrowed-".into(), WrongToken::Account("sleep".into())), ("forged-".into(), WrongToken::Forged(forged))];
+    cluster.kubelet.istiod_unreachable = vec!["cut-off-".into()];
+    let apps = ["borrowed", "forged", "cut-off"];
+    let mut manifest = workloads(1);
+    manifest.push_str("apiVersion: v1\nkind: ServiceAccount\nmetadata: { name: lonely, namespace: default }\n---\n");
+    for app in apps {
+        manifest.push_str(&format!(
+            r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {{ name: {app}, namespace: default }}
+spec:
+  selector: {{ matchLabels: {{ app: {app} }} }}
+  template:
+    metadata: {{ labels: {{ app: {app} }} }}
+    spec:
+      nodeName: {NODE_NAME}
+      serviceAccountName: lonely
+      containers:
+      - {{ name: {app}, image: example.com/apps/{app}:1, ports: [{{ containerPort: 8080 }}] }}
+---
+"#
+        ));
+    }
+    cluster.apply(&manifest);
+    cluster.sync_until("the pods started", |c| {
+        all_ready(c, "sleep", 1)
+            && apps.iter().all(|app| {
+                let pods = c.pods("default", app);
+                pods.len() == 1 && c.kubelet.pod("default", &pods[0].0).is_some()
+            })
+    });
+
+    for app in apps {
+        let (name, _) = cluster.pods("default", app).remove(0);
+        let (_, ip) = cluster.kubelet.pod("default", &name).unwrap();
+        // istiod's CA refuses the token (or cannot be reached): no certificate, said so.
+        let refused = wait_for(Duration::from_secs(60), || {
+            cluster.kubelet.log("default", &name, "istio-proxy").contains("no workload certificate").then_some(())
+        });
+        assert!(refused.is_some(), "{app}: {}", cluster.kubelet.log("default", &name, "istio-proxy"));
+        // Not ready, and nothing served: the captured port has no listener behind it.
+        cluster.sync_pods();
+        assert_eq!(cluster.pods("default", app), [(name.clone(), false)], "{app}");
+        let node = cluster.node.clone();
+        let (ready, app_port) = crate::netns::in_netns(&node, move || {
+            let ready = crate::netns::kubernetes::http_status(&format!("{ip}:15021"), "/healthz/ready");
+            let target: std::net::SocketAddr = format!("{ip}:8080").parse().unwrap();
+            (ready, std::net::TcpStream::connect_timeout(&target, Duration::from_secs(2)).is_ok())
+        });
+        assert_ne!(ready, Some(200), "{app}: ready without a certificate");
+        assert!(!app_port, "{app}: its application is reachable");
+    }
 }

@@ -41,10 +41,22 @@ pub struct Kubelet {
     pods: BTreeMap<String, RunningPod>,
     /// Pods (by name prefix) whose hosts file sends istiod's name nowhere.
     pub istiod_unreachable: Vec<String>,
+    /// Pods (by name prefix) whose projected tokens are not their own.
+    pub tokens: Vec<(String, WrongToken)>,
+}
+
+/// A projected token a pod should not have.
+#[derive(Clone, Debug)]
+pub enum WrongToken {
+    /// Issued by the API server for this other service account.
+    Account(String),
+    /// Given as is (one the API server did not issue).
+    Forged(String),
 }
 
 /// One running pod.
 struct RunningPod {
+    wrong_token: Option<WrongToken>,
     name: String,
     namespace: String,
     netns: String,
@@ -67,6 +79,7 @@ impl Kubelet {
             next_host: 10,
             pods: BTreeMap::new(),
             istiod_unreachable: Vec::new(),
+            tokens: Vec::new(),
         }
     }
 
@@ -168,7 +181,10 @@ impl Kubelet {
         // The address first, as a kubelet knows it from the network plugin before any
         // container starts: the downward API hands it to the sidecar.
         report_status(client, pod, &ip, false);
+        let wrong_token =
+            self.tokens.iter().find(|(prefix, _)| name.starts_with(prefix.as_str())).map(|(_, t)| t.clone());
         let mut running = RunningPod {
+            wrong_token,
             name: name.clone(),
             namespace,
             netns,
@@ -287,17 +303,20 @@ impl RunningPod {
 
     /// A service-account token from the API server's TokenRequest, bound to this pod.
     fn token_file(&self, client: &KubeClient, dir: &Path, pod: &Value, token: &Value) {
-        let account = pod["spec"]["serviceAccountName"].as_str().unwrap_or("default");
-        let mut args = vec![
-            "create".to_owned(),
-            "token".to_owned(),
-            account.to_owned(),
-            "-n".to_owned(),
-            self.namespace.clone(),
-            "--bound-object-kind=Pod".to_owned(),
-            format!("--bound-object-name={}", self.name),
-            format!("--bound-object-uid={}", text(&pod["metadata"]["uid"])),
-        ];
+        let own = pod["spec"]["serviceAccountName"].as_str().unwrap_or("default");
+        let account = match &self.wrong_token {
+            Some(WrongToken::Forged(forged)) => return write_file(&dir.join(text(&token["path"])), forged),
+            Some(WrongToken::Account(other)) => other.as_str(),
+            None => own,
+        };
+        let mut args =
+            vec!["create".to_owned(), "token".to_owned(), account.to_owned(), "-n".to_owned(), self.namespace.clone()];
+        if account == own {
+            // Bound to the pod, as the kubelet's are (a token of another account cannot be).
+            args.push("--bound-object-kind=Pod".to_owned());
+            args.push(format!("--bound-object-name={}", self.name));
+            args.push(format!("--bound-object-uid={}", text(&pod["metadata"]["uid"])));
+        }
         if let Some(audience) = token["audience"].as_str() {
             args.push(format!("--audience={audience}"));
         }
