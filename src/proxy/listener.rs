@@ -1,8 +1,9 @@
 //! A worker's listeners: bound, updated and closed as LDS changes them. A changed listener
 //! on the same addresses keeps its sockets, and new connections get the new configuration;
 //! one whose addresses change gets new sockets (SO_REUSEPORT lets them bind beside the old
-//! ones) before the old ones stop accepting. Connections already accepted finish on the
-//! configuration they were accepted with.
+//! ones) before the old ones stop accepting. Connections already accepted keep the
+//! configuration they were accepted with; those whose filter chain the update changed or
+//! removed are drained (`chain_drain`).
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};

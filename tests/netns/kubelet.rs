@@ -449,10 +449,8 @@ impl RunningPod {
     /// exited" — a sidecar drains inbound for its termination drain time first.
     fn stop(mut self) {
         while let Some((name, mut child)) = self.processes.pop() {
-            if let Ok(pid) = i32::try_from(child.id()) {
-                if let Some(pid) = rustix::process::Pid::from_raw(pid) {
-                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-                }
+            if let Some(pid) = i32::try_from(child.id()).ok().and_then(rustix::process::Pid::from_raw) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
             }
             let exited = wait_for(Duration::from_secs(30), || child.try_wait().ok().flatten());
             if exited.is_none() {
