@@ -26,7 +26,6 @@ use http_body_util::Full;
 use outrider::agent::{Agent, AgentSettings};
 use outrider::config::bootstrap::Bootstrap;
 use outrider::config::secret::{DataSource, SecretKind};
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair, KeyUsagePurpose};
 use serde_json::json;
 
 use super::istiod_file_mode::{get, mesh_loop_configs, named_backend, xds_updates};
@@ -34,29 +33,6 @@ use super::istiod_file_mode::{get, mesh_loop_configs, named_backend, xds_updates
 const ISSUER: &str = "https://outrider.test/issuer";
 const HOST: &str = "app.default.svc.cluster.local";
 const IDENTITY: &str = "spiffe://cluster.local/ns/default/sa/default";
-
-/// istiod's plugged-in CA: a root and the intermediate istiod signs with, in
-/// `ROOT_CA_DIR`'s four files. Returns the root's PEM.
-fn write_ca_dir(dir: &Path) -> String {
-    let ca_params = |name: &str, path_len: Option<u8>| {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(path_len.map_or(BasicConstraints::Unconstrained, BasicConstraints::Constrained));
-        params.key_usages =
-            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
-        params
-    };
-    let root =
-        CertifiedIssuer::self_signed(ca_params("Outrider test root", None), KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let intermediate = ca_params("Outrider test istiod CA", Some(0)).signed_by(&key, &root).unwrap();
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("root-cert.pem"), root.pem()).unwrap();
-    std::fs::write(dir.join("ca-cert.pem"), intermediate.pem()).unwrap();
-    std::fs::write(dir.join("ca-key.pem"), key.serialize_pem()).unwrap();
-    std::fs::write(dir.join("cert-chain.pem"), format!("{}{}", intermediate.pem(), root.pem())).unwrap();
-    root.pem()
-}
 
 /// One pod: its name, service account (also its `app` label) and loopback address.
 struct Pod {
@@ -153,7 +129,7 @@ impl Mesh {
     /// istiod with its CA (`ROOT_CA_DIR`) and `JWT_RULE` (keys served here), serving `configs`.
     async fn start(binary: &Path, configs: &[(&str, &str)]) -> Mesh {
         let work = tempfile::tempdir().unwrap();
-        let root_pem = write_ca_dir(&work.path().join("cacerts"));
+        let root_pem = tls_support::pki::write_istio_ca_dir(&work.path().join("cacerts"));
         let signer = RsaSigner::new("outrider-test-key");
         let jwks = signer.jwks();
         let keys = backends::http(move |_request| {

@@ -191,7 +191,7 @@ impl Cluster {
             "current-context": "test",
         });
         std::fs::write(&self.kubeconfig, kubeconfig.to_string()).unwrap();
-        self.mesh_root = write_istio_ca(&self.path("cacerts"));
+        self.mesh_root = crate::tls_support::pki::write_istio_ca_dir(&self.path("cacerts"));
     }
 
     fn start_etcd(&mut self) {
@@ -556,30 +556,6 @@ pub fn write_hosts(ns: &str, entries: &[(&str, &str)]) {
     std::fs::create_dir_all(&dir).unwrap();
     let text: String = entries.iter().map(|(ip, name)| format!("{ip} {name}\n")).collect();
     std::fs::write(dir.join("hosts"), text).unwrap();
-}
-
-/// istiod's plugged-in CA (`ROOT_CA_DIR`): a root and the intermediate istiod signs with.
-/// Returns the root's PEM.
-fn write_istio_ca(dir: &Path) -> String {
-    use rcgen::{BasicConstraints, CertifiedIssuer, IsCa};
-    let ca_params = |name: &str, path_len: Option<u8>| {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.is_ca = IsCa::Ca(path_len.map_or(BasicConstraints::Unconstrained, BasicConstraints::Constrained));
-        params.key_usages =
-            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
-        params
-    };
-    let root =
-        CertifiedIssuer::self_signed(ca_params("Outrider test mesh root", None), KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let intermediate = ca_params("Outrider test istiod CA", Some(0)).signed_by(&key, &root).unwrap();
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("root-cert.pem"), root.pem()).unwrap();
-    std::fs::write(dir.join("ca-cert.pem"), intermediate.pem()).unwrap();
-    std::fs::write(dir.join("ca-key.pem"), key.serialize_pem()).unwrap();
-    std::fs::write(dir.join("cert-chain.pem"), format!("{}{}", intermediate.pem(), root.pem())).unwrap();
-    root.pem()
 }
 
 /// The status of `GET path` on `target` (`ip:port`), from the calling thread's namespace;

@@ -131,3 +131,27 @@ impl Leaf {
         PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()))
     }
 }
+
+/// istiod's plugged-in CA (`ROOT_CA_DIR`): a root and the intermediate istiod signs with, in
+/// the directory's four files (`root-cert.pem`, `ca-cert.pem`, `ca-key.pem`,
+/// `cert-chain.pem`). Returns the root's PEM.
+pub fn write_istio_ca_dir(dir: &std::path::Path) -> String {
+    let ca_params = |name: &str, path_len: Option<u8>| {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(path_len.map_or(BasicConstraints::Unconstrained, BasicConstraints::Constrained));
+        params.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        params
+    };
+    let root = rcgen::CertifiedIssuer::self_signed(ca_params("Outrider test root", None), KeyPair::generate().unwrap())
+        .unwrap();
+    let key = KeyPair::generate().unwrap();
+    let intermediate = ca_params("Outrider test istiod CA", Some(0)).signed_by(&key, &root).unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("root-cert.pem"), root.pem()).unwrap();
+    std::fs::write(dir.join("ca-cert.pem"), intermediate.pem()).unwrap();
+    std::fs::write(dir.join("ca-key.pem"), key.serialize_pem()).unwrap();
+    std::fs::write(dir.join("cert-chain.pem"), format!("{}{}", intermediate.pem(), root.pem())).unwrap();
+    root.pem()
+}
