@@ -107,7 +107,10 @@ impl Cluster {
         let built = std::env::var("OUTRIDER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_outrider").to_owned());
         std::fs::copy(built, &outrider).unwrap();
         chmod(&outrider, 0o755);
-        let node = format!("k8s-{}-node", std::process::id());
+        // Unique per cluster, also when one test process starts several.
+        static CLUSTERS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let cluster = CLUSTERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let node = format!("k8s-{}-{cluster}-node", std::process::id());
         sh("ip", &["netns", "add", &node]);
         let mut cluster = Cluster {
             kubelet: Kubelet::new(&node, dir.path().join("pods"), &outrider),
