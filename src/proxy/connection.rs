@@ -165,6 +165,7 @@ async fn serve_accepted<S>(
         .borrow_mut()
         .signal(&listener, chain, || context.clusters.store.load().listeners.get(&listener.resource.name).cloned());
     info.chain_drain = Some(drain.clone());
+    let inbound_drain = info.inbound.then(|| context.draining_inbound.clone());
     let drain_time = context.drain_time;
     // Each way on is boxed: the task of an idle connection then holds only the state of
     // the way it took (plaintext or TLS, HTTP or TCP), not room for the largest of them.
@@ -174,16 +175,19 @@ async fn serve_accepted<S>(
             Some(tls) => Box::pin(terminate_tls(stream, info, &listener, chain, tls, context)).await,
         }
     };
-    // A connection whose chain an update changed or removed has the drain time to end
-    // (HTTP connections are asked to close); then it is closed, as Envoy closes what is left
-    // of a drained filter chain.
+    // A connection whose chain an update changed or removed, or an inbound one when the
+    // inbound listeners drain, has the drain time to end (HTTP connections are asked to
+    // close); then it is closed, as Envoy closes what is left of a drained listener.
     let closed = Box::pin(async move {
-        drain.triggered().await;
+        match inbound_drain {
+            Some(inbound) => tokio::select! { () = drain.triggered() => {}, () = inbound.triggered() => {} },
+            None => drain.triggered().await,
+        }
         tokio::time::sleep(drain_time).await;
     });
     tokio::select! {
         () = serve => {}
-        () = closed => tracing::debug!(%peer, "closed: its filter chain was drained by a listener update"),
+        () = closed => tracing::debug!(%peer, "closed at the end of its listener's drain"),
     }
 }
 
