@@ -16,20 +16,28 @@ use crate::references::SourceFile;
 pub type Edges = BTreeMap<(String, String), Vec<String>>;
 
 pub fn edges_inside(files: &[SourceFile], top: &str) -> Edges {
-    let inside: Vec<&SourceFile> = files.iter().filter(|f| f.module.first().is_some_and(|m| m == top)).collect();
-    let children: BTreeSet<&str> = inside.iter().filter_map(|f| f.module.get(1)).map(String::as_str).collect();
-    let root = inside.iter().find(|f| f.module.len() == 1);
+    edges_inside_module(files, &[top.to_string()])
+}
+
+/// [`edges_inside`] for the module at any depth whose path is `module`
+/// (`["proxy", "filters"]`): its children and its root file.
+pub fn edges_inside_module(files: &[SourceFile], module: &[String]) -> Edges {
+    let depth = module.len();
+    let top = module.join("::");
+    let inside: Vec<&SourceFile> = files.iter().filter(|f| f.module.starts_with(module)).collect();
+    let children: BTreeSet<&str> = inside.iter().filter_map(|f| f.module.get(depth)).map(String::as_str).collect();
+    let root = inside.iter().find(|f| f.module.len() == depth);
     let root_imports = root.map(|f| &f.imports);
-    let node = |target: &[String]| node_of(top, target, &children, root_imports, 0);
+    let node = |target: &[String]| node_of(module, target, &children, root_imports, 0);
     let mut edges = Edges::new();
     for file in &inside {
-        let from = match file.module.get(1) {
+        let from = match file.module.get(depth) {
             Some(child) => format!("{top}::{child}"),
-            None => top.to_string(),
+            None => top.clone(),
         };
         for reference in &file.references {
-            let is_root = file.module.len() == 1;
-            if (is_root && reference.reexport) || reference.target.first().is_none_or(|m| m != top) {
+            let is_root = file.module.len() == depth;
+            if (is_root && reference.reexport) || !reference.target.starts_with(module) {
                 continue;
             }
             let Some(to) = node(&reference.target) else { continue };
@@ -45,23 +53,24 @@ pub fn edges_inside(files: &[SourceFile], top: &str) -> Edges {
 /// The node an absolute path inside `top` names, or `None` for `top` itself (a namespace,
 /// not an item) and for another module's item that the root imports.
 fn node_of(
-    top: &str,
+    module: &[String],
     target: &[String],
     children: &BTreeSet<&str>,
     root_imports: Option<&BTreeMap<String, Option<Vec<String>>>>,
     hops: usize,
 ) -> Option<String> {
-    let item = target.get(1)?;
+    let top = module.join("::");
+    let item = target.get(module.len())?;
     if children.contains(item.as_str()) {
         return Some(format!("{top}::{item}"));
     }
     match root_imports.and_then(|imports| imports.get(item)) {
         // Re-exported or imported by the root: the item is where that import points.
-        Some(Some(path)) if path.first().is_some_and(|m| m == top) && hops < 8 => {
-            node_of(top, path, children, root_imports, hops + 1)
+        Some(Some(path)) if path.starts_with(module) && hops < 8 => {
+            node_of(module, path, children, root_imports, hops + 1)
         }
         Some(_) => None,
-        None => Some(top.to_string()),
+        None => Some(top),
     }
 }
 

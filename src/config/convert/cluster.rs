@@ -12,6 +12,7 @@ mod discovery;
 mod health_check;
 mod http_codec;
 mod lb_policy;
+mod lb_shared;
 mod lb_typed;
 mod outlier;
 mod protocol;

@@ -21,8 +21,9 @@ use http::{HeaderValue, StatusCode};
 
 use self::authenticate::{FetchCounters, Session};
 use self::keys::ProviderKeys;
+use self::keys::Providers;
 use self::status::Status;
-use self::verifier::{Providers, Verifier};
+use self::verifier::Verifier;
 use super::context::{LocalResponse, RequestContext};
 use super::http::{FactoryContext, FilterHeadersStatus, HttpFilter};
 use crate::config::filters::FilterOverride;

@@ -8,7 +8,8 @@ use tonic::transport::Channel;
 
 use super::AdsClientConfig;
 use super::session::Session;
-use super::sotw::{MAX_MESSAGE_SIZE, nack_status};
+use super::sotw::MAX_MESSAGE_SIZE;
+use super::status::nack_status;
 use super::validate::{Incoming, refuse_duplicate_addresses};
 use super::workloads;
 use crate::config::ResourceType;

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::sotw::nack_status;
+use super::status::nack_status;
 use super::status::{self, Recovery};
 use super::transport;
 use super::validate::{Incoming, validate};

@@ -8,17 +8,13 @@ use tonic::transport::Channel;
 
 use super::AdsClientConfig;
 use super::session::Session;
+use super::status::nack_status;
 use super::validate::{Incoming, refuse_duplicate_addresses};
 use crate::config::ResourceType;
 use crate::core::backoff::Backoff;
 use crate::pb::envoy::service::discovery::v3::aggregated_discovery_service_client::AggregatedDiscoveryServiceClient;
 use crate::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 use crate::pb::google::rpc::Status;
-
-/// A NACK's `error_detail`: Envoy sends `INTERNAL` with the message.
-pub fn nack_status(message: String) -> Status {
-    Status { code: tonic::Code::Internal as i32, message, details: Vec::new() }
-}
 
 /// Largest response accepted: big meshes send EDS updates of many megabytes.
 pub const MAX_MESSAGE_SIZE: usize = 256 * 1024 * 1024;

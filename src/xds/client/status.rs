@@ -1,6 +1,13 @@
-//! What to do when the ADS stream ends with a gRPC status.
+//! What to do when the ADS stream ends with a gRPC status, and the status a NACK sends.
 
 use tonic::Code;
+
+use crate::pb::google::rpc::Status;
+
+/// A NACK's `error_detail`: Envoy sends `INTERNAL` with the message.
+pub fn nack_status(message: String) -> Status {
+    Status { code: Code::Internal as i32, message, details: Vec::new() }
+}
 
 /// The client's reaction to a stream that ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,6 +21,7 @@ mod requests;
 mod resources;
 mod service;
 mod sotw;
+mod stream_handler;
 #[cfg(test)]
 mod tests;
 

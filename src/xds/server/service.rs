@@ -9,6 +9,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::XdsServer;
 use super::delta::DeltaStream;
 use super::sotw::SotwStream;
+use super::stream_handler::StreamHandler;
 use crate::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::AggregatedDiscoveryService;
 use crate::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse,
@@ -17,16 +18,6 @@ use crate::pb::envoy::service::secret::v3::secret_discovery_service_server::Secr
 
 /// Responses waiting for a slow client; beyond this the stream task waits for it.
 const RESPONSE_BUFFER: usize = 16;
-
-/// One protocol's per-stream state machine.
-pub(super) trait StreamHandler: Send + 'static {
-    type Request: Send + 'static;
-    type Response: Send + 'static;
-    /// Handles one request; returns the responses it calls for (often none: an ACK).
-    fn on_request(&mut self, request: Self::Request) -> Vec<Self::Response>;
-    /// Resources changed: returns what must be pushed.
-    fn on_change(&mut self) -> Vec<Self::Response>;
-}
 
 #[derive(Clone)]
 pub(super) struct AdsService {

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::requests::{Protocol, ReceivedRequest, SentResponse};
-use super::service::StreamHandler;
+use super::stream_handler::StreamHandler;
 use super::{XdsServer, wildcard_by_default};
 use crate::pb::envoy::service::discovery::v3::{DiscoveryRequest, DiscoveryResponse};
 

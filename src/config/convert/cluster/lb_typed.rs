@@ -7,7 +7,7 @@
 
 use prost::{Message, Name};
 
-use super::lb_policy::{self as shared, Choice, CommonLb, ConsistentHashing};
+use super::lb_shared::{self as shared, Choice, CommonLb, ConsistentHashing};
 use crate::config::cluster::lb_policy::{
     ADAPTIVE_POLICY_NAME, AdaptiveConfig, MIN_WEIGHT_UPDATE_PERIOD, PEAK_EWMA_POLICY_NAME, PeakEwmaConfig,
 };

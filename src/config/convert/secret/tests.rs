@@ -1,7 +1,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::config::convert::tls::tests::{istio_dump, typed_objects};
+use crate::config::testdata::{istio_dump, typed_objects};
 use crate::pb::json::from_value;
 
 fn convert(value: Value) -> (Result<Secret>, Warnings) {

@@ -60,23 +60,7 @@ fn istio_upstream() -> Value {
     })
 }
 
-/// Every object in `value` whose `@type` ends with `suffix`.
-pub(crate) fn typed_objects(value: &Value, suffix: &str, found: &mut Vec<Value>) {
-    match value {
-        Value::Object(map) => {
-            if map.get("@type").and_then(Value::as_str).is_some_and(|t| t.ends_with(suffix)) {
-                found.push(value.clone());
-            }
-            map.values().for_each(|v| typed_objects(v, suffix, found));
-        }
-        Value::Array(items) => items.iter().for_each(|v| typed_objects(v, suffix, found)),
-        _ => {}
-    }
-}
-
-pub(crate) fn istio_dump(file: &str) -> Value {
-    crate::config::testdata::istio_dump(file)
-}
+use crate::config::testdata::{istio_dump, typed_objects};
 
 #[test]
 fn every_tls_context_of_the_istio_dumps_converts() {

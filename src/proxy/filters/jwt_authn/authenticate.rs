@@ -10,9 +10,10 @@ use serde_json::{Map, Value};
 
 use super::extract::{Extractor, Token};
 use super::jwt::Jwt;
+use super::keys::Providers;
 use super::keys::{Audiences, FetchError, ProviderKeys};
+use super::status::Outcome;
 use super::status::Status;
-use super::verifier::{Outcome, Providers};
 use crate::proxy::filters::RequestContext;
 use crate::telemetry::Counter;
 

@@ -15,6 +15,9 @@ use super::jwks::Jwks;
 use crate::config::filters::jwt_authn::{JwksRetry, JwksSource, JwtProvider, RemoteJwks};
 use crate::proxy::filters::{CalloutError, Callouts};
 
+/// Every provider's keys, by provider name.
+pub type Providers = std::collections::BTreeMap<String, Arc<ProviderKeys>>;
+
 pub struct ProviderKeys {
     pub provider: Arc<JwtProvider>,
     /// Lower-cased audiences without scheme or trailing `/`.

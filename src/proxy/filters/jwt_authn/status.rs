@@ -73,3 +73,10 @@ impl Status {
         }
     }
 }
+
+/// A requirement's result, and whether it came after waiting for a key fetch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    pub status: Status,
+    pub waited: bool,
+}

@@ -7,24 +7,14 @@
 //! runs children one after the other and keeps, for each result, whether it waited for a
 //! fetch, so that a group reports the status Envoy's event loop would report.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use futures::FutureExt as _;
 use futures::future::LocalBoxFuture;
 
 use super::authenticate::{Authenticator, Session};
 use super::extract::Extractor;
-use super::keys::{Audiences, ProviderKeys};
-use super::status::Status;
+use super::keys::{Audiences, Providers};
+use super::status::{Outcome, Status};
 use crate::config::filters::jwt_authn::JwtRequirement;
-
-/// A child's result, and whether it came after waiting for a key fetch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Outcome {
-    pub status: Status,
-    pub waited: bool,
-}
 
 pub enum Verifier {
     Authenticate(Authenticator),
@@ -32,8 +22,6 @@ pub enum Verifier {
     All(Vec<Verifier>),
     AllowAll,
 }
-
-pub type Providers = BTreeMap<String, Arc<ProviderKeys>>;
 
 impl Verifier {
     pub fn build(requirement: &JwtRequirement, providers: &Providers) -> Self {
