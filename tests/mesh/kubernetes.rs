@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::common::skip::skipped;
 use crate::netns::kubelet::WrongToken;
-use crate::netns::kubernetes::{Cluster, NODE_NAME, OUTRIDER_IMAGE, wait_for};
+use crate::netns::kubernetes::{Cluster, NODE_NAME, OUTRIDER_IMAGE, Sidecars, wait_for};
 
 /// Two workloads that call each other by Service name: `sleep` and `echo` (two versions),
 /// each with its own service account, in the injected `default` namespace, and STRICT mutual
@@ -183,16 +183,22 @@ fn compare_with_outrider_inject(injected: &Value) {
 }
 
 fn start(test: &str) -> Option<Cluster> {
+    start_with(test, Sidecars::Containers)
+}
+
+fn start_with(test: &str, sidecars: Sidecars) -> Option<Cluster> {
     if let Some((tool, why)) = Cluster::unavailable() {
         skipped(tool, test, &why);
         return None;
     }
-    Some(Cluster::start())
+    Some(Cluster::start_with(sidecars))
 }
 
 #[test]
 fn istio_injects_outrider_and_pods_call_each_other_by_service_name_with_istiod_identities() {
-    let Some(mut cluster) = start("istio_injects_outrider_and_pods_call_each_other_by_service_name") else {
+    // Native sidecars here; the other tests run Istio's default, a container beside the app.
+    let test = "istio_injects_outrider_and_pods_call_each_other_by_service_name";
+    let Some(mut cluster) = start_with(test, Sidecars::Native) else {
         return;
     };
     cluster.apply(&workloads(1));
@@ -203,8 +209,10 @@ fn istio_injects_outrider_and_pods_call_each_other_by_service_name_with_istiod_i
     let pod = cluster.get(&["pod", &sleep_name, "-n", "default"]);
     let init: Vec<&Value> = pod["spec"]["initContainers"].as_array().unwrap().iter().collect();
     let containers: Vec<&Value> = pod["spec"]["containers"].as_array().unwrap().iter().collect();
-    // A native sidecar or not, as istiod's ENABLE_NATIVE_SIDECARS says (off by default).
-    let proxy = init.iter().chain(&containers).find(|c| c["name"] == "istio-proxy").expect("istio-proxy");
+    // A native sidecar, as istiod's ENABLE_NATIVE_SIDECARS asks.
+    let proxy = init.iter().find(|c| c["name"] == "istio-proxy").expect("istio-proxy as a native sidecar");
+    assert_eq!(proxy["restartPolicy"], "Always");
+    assert!(containers.iter().all(|c| c["name"] != "istio-proxy"));
     assert_eq!(proxy["image"], OUTRIDER_IMAGE);
     assert_eq!(proxy["args"][0], "sidecar");
     assert!(proxy["lifecycle"].is_null(), "pilot-agent's preStop is dropped: {}", proxy["lifecycle"]);

@@ -49,6 +49,16 @@ struct Binaries {
     istio_src: PathBuf,
 }
 
+/// How Istio's injection adds the proxy (istiod's `ENABLE_NATIVE_SIDECARS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sidecars {
+    /// A container beside the application's (Istio's default).
+    Containers,
+    /// A native sidecar: an init container with `restartPolicy: Always`, started (and
+    /// through its startup probe) before the application.
+    Native,
+}
+
 /// A running cluster.
 pub struct Cluster {
     pub node: String,
@@ -98,6 +108,11 @@ impl Cluster {
     /// Starts the control plane and istiod, with Istio's injection set to Outrider, and
     /// returns once the injection webhook answers.
     pub fn start() -> Cluster {
+        Self::start_with(Sidecars::Containers)
+    }
+
+    /// [`start`](Self::start), with istiod injecting the proxy as `sidecars` says.
+    pub fn start_with(sidecars: Sidecars) -> Cluster {
         let bin = Self::binaries().unwrap();
         let dir = tempfile::tempdir().unwrap();
         // The pods' sidecars run as uid 1337 and read what the kubelet writes under here.
@@ -126,7 +141,7 @@ impl Cluster {
         cluster.start_etcd();
         cluster.start_apiserver();
         cluster.start_controller_manager();
-        cluster.install_istio();
+        cluster.install_istio(sidecars);
         cluster
     }
 
@@ -268,7 +283,7 @@ impl Cluster {
 
     /// istio-system, Istio's CRDs from its own manifests, the injector's configuration (Istio's
     /// `sidecar` template with Outrider's after it), istiod, and the injection webhook.
-    fn install_istio(&mut self) {
+    fn install_istio(&mut self, sidecars: Sidecars) {
         self.apply(&format!(
             "apiVersion: v1\nkind: Namespace\nmetadata: {{ name: istio-system }}\n---\n\
              apiVersion: v1\nkind: Node\nmetadata: {{ name: {NODE_NAME} }}\n"
@@ -289,7 +304,7 @@ impl Cluster {
             &format!("--from-file=config={}", config_path.display()),
             &format!("--from-file=values={}", values_path.display()),
         ]);
-        self.start_istiod();
+        self.start_istiod(sidecars);
         let bundle = base64::engine::general_purpose::STANDARD.encode(&self.mesh_root);
         self.apply(&format!(
             r#"apiVersion: admissionregistration.k8s.io/v1
@@ -344,7 +359,7 @@ webhooks:
         (config.to_string(), values.to_string())
     }
 
-    fn start_istiod(&mut self) {
+    fn start_istiod(&mut self, sidecars: Sidecars) {
         let kubeconfig = format!("--kubeconfig={}", self.kubeconfig.display());
         let ca_dir = self.path("cacerts").display().to_string();
         // Access logs on every sidecar's standard output: what a failed request went through.
@@ -373,6 +388,7 @@ webhooks:
                 ("PILOT_CERT_PROVIDER", "istiod"),
                 // The test's webhook configuration carries the bundle; no validation webhook.
                 ("VALIDATION_WEBHOOK_CONFIG_NAME", ""),
+                ("ENABLE_NATIVE_SIDECARS", if sidecars == Sidecars::Native { "true" } else { "false" }),
             ],
         );
         // istiod's /ready waits for its caches and the injection webhook.
