@@ -285,7 +285,7 @@ fn extensions(extensions: &[core::TypedExtensionConfig], warnings: &mut Warnings
             warnings.ignored(at, "an extension without a typed_config is not used");
             continue;
         };
-        match super::listener::filter_kind::config_type(any).as_str() {
+        match super::filter_kind::config_type(any).as_str() {
             INTERNAL_LISTENER => {
                 let at = format!("{at}.typed_config");
                 let config =

@@ -111,7 +111,7 @@ pub fn cluster(proto: proto::Cluster, warnings: &mut Warnings) -> Result<Cluster
         let exchange = filter
             .typed_config
             .as_ref()
-            .filter(|any| super::listener::filter_kind::config_type(any) == super::filters::metadata_exchange::TYPE);
+            .filter(|any| super::filter_kind::config_type(any) == super::filters::metadata_exchange::TYPE);
         match exchange {
             Some(any) => {
                 let at = format!("{at}.typed_config");

@@ -164,6 +164,18 @@ pub fn percent_or(value: &Option<crate::pb::envoy::r#type::v3::Percent>, default
     }
 }
 
+/// An IP prefix from its textual address and length (0 when unset, as in Envoy).
+pub fn cidr(address_prefix: &str, prefix_len: Option<u32>) -> Result<crate::config::listener::CidrRange> {
+    let address: std::net::IpAddr = address_prefix
+        .parse()
+        .map_err(|_| ConfigError::new("address_prefix", format!("{address_prefix:?} is not an IP address")))?;
+    let len = prefix_len.unwrap_or(0);
+    u8::try_from(len)
+        .ok()
+        .and_then(|len| crate::config::listener::CidrRange::new(address, len))
+        .ok_or_else(|| ConfigError::new("prefix_len", format!("{len} is too long for {address_prefix}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

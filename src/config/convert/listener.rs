@@ -8,27 +8,24 @@ mod access_log_otel;
 mod chain_matcher;
 mod connection_limit;
 mod filter_chain;
-pub(super) mod filter_kind;
 mod hcm;
 mod hcm_tracing;
 mod protocol_options;
 mod tcp_proxy;
 #[cfg(test)]
 mod tests;
-pub(super) mod upgrade;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 pub use chain_matcher::IpMatcher;
-pub(super) use hcm_tracing::custom_tags as route_custom_tags;
 pub(super) use hcm_tracing::opentelemetry as opentelemetry_tracer;
 
 use super::common;
 use crate::config::address::Address;
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::listener::{
-    CidrRange, DEFAULT_BUFFER_LIMIT_BYTES, DEFAULT_LISTENER_FILTERS_TIMEOUT, DrainType, Listener, ListenerFilter,
+    DEFAULT_BUFFER_LIMIT_BYTES, DEFAULT_LISTENER_FILTERS_TIMEOUT, DrainType, Listener, ListenerFilter,
     ListenerFilterKind, ListenerFilterPredicate, ProxyProtocolConfig, TrafficDirection,
 };
 use crate::pb::envoy::config::core::v3 as core;
@@ -238,7 +235,7 @@ fn listener_filter(proto: proto::ListenerFilter, at: &str, warnings: &mut Warnin
         }
         None => None,
     };
-    let type_name = any.map(filter_kind::config_type).unwrap_or_default();
+    let type_name = any.map(super::filter_kind::config_type).unwrap_or_default();
     let is = |type_url: &str, filter_name: &str| type_name == type_url || (any.is_none() && name == filter_name);
     let kind = if is(TLS_INSPECTOR, "envoy.filters.listener.tls_inspector") {
         if let Some(any) = any {
@@ -369,16 +366,4 @@ fn predicate(proto: proto::ListenerFilterChainMatchPredicate) -> Result<Listener
         },
         None => return Err(ConfigError::new("rule", "is required")),
     })
-}
-
-/// An IP prefix from its textual address and length (0 when unset, as in Envoy).
-pub(super) fn cidr(address_prefix: &str, prefix_len: Option<u32>) -> Result<CidrRange> {
-    let address: IpAddr = address_prefix
-        .parse()
-        .map_err(|_| ConfigError::new("address_prefix", format!("{address_prefix:?} is not an IP address")))?;
-    let len = prefix_len.unwrap_or(0);
-    u8::try_from(len)
-        .ok()
-        .and_then(|len| CidrRange::new(address, len))
-        .ok_or_else(|| ConfigError::new("prefix_len", format!("{len} is too long for {address_prefix}")))
 }

@@ -3,9 +3,7 @@
 
 mod action;
 mod hash_policy;
-pub(super) mod matchers;
 mod mirror;
-pub(super) mod rate_limit;
 mod retry;
 #[cfg(test)]
 mod tests;
@@ -13,15 +11,15 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use matchers::{header_matcher, string_matcher};
 pub use retry::parse_retry_on;
 
 use super::common;
+use super::header_value_option::{header_name, header_value_option};
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::fractional_percent::FractionalPercent;
 use crate::config::route::{
-    Action, DEFAULT_MAX_DIRECT_RESPONSE_BODY_BYTES, DomainMatcher, HeaderAppendAction, HeaderMutations,
-    HeaderValueOption, Route, RouteConfiguration, TlsRequirement, VirtualHost,
+    Action, DEFAULT_MAX_DIRECT_RESPONSE_BODY_BYTES, DomainMatcher, HeaderMutations, Route, RouteConfiguration,
+    TlsRequirement, VirtualHost,
 };
 use crate::config::tracing::{RouteTracing, Sampling};
 use crate::pb::envoy::config::core::v3 as core;
@@ -196,11 +194,11 @@ fn virtual_host(proto: proto::VirtualHost, max_body: u32, warnings: &mut Warning
     let retry_policy = retry_policy
         .map(|r| warnings.within("retry_policy", |w| retry::retry_policy(r, w)).map_err(|e| e.at("retry_policy")))
         .transpose()?;
-    let rate_limits = rate_limit::rate_limits(rate_limits, "rate_limits", warnings)?;
+    let rate_limits = super::rate_limit::rate_limits(rate_limits, "rate_limits", warnings)?;
     let weighted = routes.iter().any(|r| {
         matches!(&r.action, Action::Route(a) if matches!(a.cluster, crate::config::route::ClusterSpecifier::WeightedClusters(_)))
     });
-    if weighted && rate_limit::uses_destination_cluster(&rate_limits) {
+    if weighted && super::rate_limit::uses_destination_cluster(&rate_limits) {
         return Err(ConfigError::new(
             "rate_limits",
             "the destination_cluster action with routes to weighted clusters is not supported",
@@ -276,7 +274,8 @@ fn route(proto: proto::Route, max_body: u32, warnings: &mut Warnings) -> Result<
         }
     }
     let route_match = r#match.ok_or_else(|| ConfigError::new("match", "is required"))?;
-    let route_match = warnings.within("match", |w| matchers::route_match(route_match, w)).map_err(|e| e.at("match"))?;
+    let route_match =
+        warnings.within("match", |w| super::matchers::route_match(route_match, w)).map_err(|e| e.at("match"))?;
     let action = match action {
         Some(A::Route(r)) => Action::Route(Box::new(
             warnings.within("route", |w| action::route_action(r, w)).map_err(|e| e.at("route"))?,
@@ -331,7 +330,7 @@ fn route_tracing(tracing: proto::Tracing, warnings: &mut Warnings) -> Result<Rou
             random: percent(random_sampling, "random_sampling")?,
             overall: percent(overall_sampling, "overall_sampling")?,
         },
-        custom_tags: super::listener::route_custom_tags(custom_tags)?,
+        custom_tags: super::custom_tags::custom_tags(custom_tags)?,
     })
 }
 
@@ -361,47 +360,6 @@ pub(crate) fn header_mutations(
         response_headers_to_add: add(response_headers_to_add, "response_headers_to_add", false)?,
         response_headers_to_remove: remove(response_headers_to_remove, "response_headers_to_remove", false)?,
     })
-}
-
-/// `envoy.config.core.v3.HeaderValueOption`; `request` applies Envoy's rule that the
-/// `host` header may not be modified this way.
-#[allow(deprecated)]
-pub(crate) fn header_value_option(proto: core::HeaderValueOption, request: bool) -> Result<HeaderValueOption> {
-    use core::header_value_option::HeaderAppendAction as A;
-    let core::HeaderValueOption { header, append, append_action, keep_empty_value } = proto;
-    let core::HeaderValue { key, value, raw_value } =
-        header.ok_or_else(|| ConfigError::new("header", "is required"))?;
-    let name = header_name(&key, request).map_err(|e| e.at("header.key"))?;
-    let value = match (value.is_empty(), raw_value.is_empty()) {
-        (_, true) => value,
-        (true, false) => String::from_utf8(raw_value)
-            .map_err(|_| ConfigError::new("header.raw_value", "only UTF-8 header values are supported"))?,
-        (false, false) => {
-            return Err(ConfigError::new("header.raw_value", "only one of value and raw_value may be set"));
-        }
-    };
-    let append_action = match (append, A::try_from(append_action)) {
-        (Some(_), Ok(a)) if a != A::AppendIfExistsOrAdd => {
-            return Err(ConfigError::new("append", "append and append_action may not both be set"));
-        }
-        (Some(append), _) if !append.value => HeaderAppendAction::OverwriteIfExistsOrAdd,
-        (_, Ok(A::AppendIfExistsOrAdd)) => HeaderAppendAction::AppendIfExistsOrAdd,
-        (_, Ok(A::AddIfAbsent)) => HeaderAppendAction::AddIfAbsent,
-        (_, Ok(A::OverwriteIfExistsOrAdd)) => HeaderAppendAction::OverwriteIfExistsOrAdd,
-        (_, Ok(A::OverwriteIfExists)) => HeaderAppendAction::OverwriteIfExists,
-        (_, Err(_)) => return Err(ConfigError::new("append_action", format!("unknown value {append_action}"))),
-    };
-    Ok(HeaderValueOption { name, value, append_action, keep_empty_value })
-}
-
-/// A header name that may be added or removed: not a pseudo-header, and (for requests)
-/// not `host`, which Envoy reserves to `host_rewrite`.
-fn header_name(name: &str, request: bool) -> Result<http::HeaderName> {
-    if name.starts_with(':') || (request && name.eq_ignore_ascii_case("host")) {
-        return Err(ConfigError::new("", format!("{name:?} may not be modified")));
-    }
-    http::HeaderName::from_bytes(name.as_bytes())
-        .map_err(|_| ConfigError::new("", format!("{name:?} is not a valid header name")))
 }
 
 /// `typed_per_filter_config` at any level, with its path.

@@ -59,7 +59,7 @@ fn bucket_setting(proto: proto::HistogramBucketSettings, warnings: &mut Warnings
     }
     let matcher = r#match.ok_or_else(|| ConfigError::new("match", "is required"))?;
     let matcher = warnings
-        .within("match", |w| crate::config::convert::route::matchers::string_matcher(matcher, w))
+        .within("match", |w| crate::config::convert::matchers::string_matcher(matcher, w))
         .map_err(|e| e.at("match"))?;
     if buckets.is_empty() {
         return Err(ConfigError::new("buckets", "at least one bucket is required"));
@@ -86,7 +86,7 @@ fn patterns(
         .map(|(i, p)| {
             let path = format!("{at}.patterns[{i}]");
             warnings
-                .within(&path, |w| crate::config::convert::route::matchers::string_matcher(p, w))
+                .within(&path, |w| crate::config::convert::matchers::string_matcher(p, w))
                 .map_err(|e: ConfigError| e.at(&path))
         })
         .collect()

@@ -2,7 +2,7 @@
 //! `compressor_library` (gzip, brotli, zstd).
 
 use super::super::common;
-use super::super::route::matchers::string_matcher;
+use super::super::matchers::string_matcher;
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::compressor::{BrotliMode, Compressor, ContentTypes, Library, ResponseDirection};
 use crate::pb::envoy::config::core::v3::{RuntimeFeatureFlag, TypedExtensionConfig};

@@ -4,7 +4,7 @@
 //! virtual host's or route's `cors` field → [`CorsPolicy`].
 
 use super::super::common;
-use super::super::route::matchers::string_matcher;
+use super::super::matchers::string_matcher;
 use super::fractional_percent::runtime_fractional_percent;
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::cors::CorsPolicy;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::super::common;
-use super::super::route::matchers::string_matcher;
+use super::super::matchers::string_matcher;
 use super::grpc_service::{envoy_grpc, error_status, require_v3};
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::ext_authz::{

@@ -3,7 +3,7 @@
 use http::StatusCode;
 
 use super::super::common;
-use super::super::route::matchers::header_matcher;
+use super::super::matchers::header_matcher;
 use super::fractional_percent::{ignore_runtime_key, opt_fractional_percent};
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::fault::{AbortKind, DelayKind, FaultAbort, FaultDelay, HttpFault};

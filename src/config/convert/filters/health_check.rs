@@ -1,7 +1,7 @@
 //! `envoy.extensions.filters.http.health_check.v3.HealthCheck` → [`HealthCheck`].
 
 use super::super::common;
-use super::super::route::matchers::header_matcher;
+use super::super::matchers::header_matcher;
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::health_check::HealthCheck;
 use crate::pb::envoy::extensions::filters::http::health_check::v3 as proto;

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::super::common;
-use super::super::route::matchers::route_match;
+use super::super::matchers::route_match;
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::jwt_authn::{JwtAuthentication, JwtPerRoute, RequirementRule};
 use crate::pb::envoy::extensions::filters::http::jwt_authn::v3 as proto;

@@ -6,7 +6,7 @@ use std::time::Duration;
 use http::StatusCode;
 
 use super::super::common;
-use super::super::route::header_value_option;
+use super::super::header_value_option::header_value_option;
 use super::fractional_percent::runtime_fractional_percent;
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::fractional_percent::FractionalPercent;

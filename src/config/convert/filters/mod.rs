@@ -28,7 +28,7 @@ mod tests;
 use std::sync::Arc;
 
 use super::common::type_name;
-use super::listener::filter_kind::{config_type, envoys_own};
+use super::filter_kind::{config_type, envoys_own};
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::{FilterOverride, HttpFilterConfig, NetworkFilterConfig, PerFilterConfig};
 use crate::pb::google::protobuf::Any;

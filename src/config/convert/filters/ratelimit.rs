@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::super::common;
-use super::super::route::header_value_option;
-use super::super::route::rate_limit::rate_limits;
+use super::super::header_value_option::header_value_option;
+use super::super::rate_limit::rate_limits;
 use super::grpc_service::{envoy_grpc, error_status, require_v3};
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::ratelimit::{RateLimit, RateLimitPerRoute, RequestType, VhRateLimits};

@@ -5,7 +5,7 @@
 //! needs the response or the upstream is refused, as is a factory Outrider does not know.
 
 use super::super::common;
-use super::super::listener::access_log::log_format;
+use super::super::log_format::log_format;
 use crate::config::access_log::LogFormat;
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::set_filter_state::{FilterStateValue, SetFilterState, SharedWithUpstream};

@@ -4,7 +4,7 @@
 
 use super::super::filters::fractional_percent::fractional_percent;
 use super::super::filters::rbac::policy::metadata_matcher;
-use super::super::route::header_matcher;
+use super::super::matchers::header_matcher;
 use crate::config::access_log::filter::{AccessLogFilter, Comparison, ComparisonOp, RESPONSE_FLAG_NAMES};
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::fractional_percent::FractionalPercent;

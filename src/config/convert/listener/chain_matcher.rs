@@ -8,8 +8,8 @@ use std::collections::HashMap;
 
 use envoy_types::pb::xds;
 
+use super::super::common::cidr;
 use super::super::common::type_name;
-use super::cidr;
 use crate::config::error::{ConfigError, Result};
 use crate::config::listener::chain_matcher::{
     FilterChainMatcher, IpRangeMatcher, MatchTree, Matcher, NetworkInput, OnMatch,

@@ -2,9 +2,10 @@
 
 use envoy_types::pb::xds::r#type::matcher::v3::Matcher as XdsMatcher;
 
+use super::super::common::cidr;
+use super::super::filter_kind::{self, CONNECTION_LIMIT, HTTP_CONNECTION_MANAGER, TCP_PROXY};
 use super::super::{common, filters, tls};
-use super::filter_kind::{self, CONNECTION_LIMIT, HTTP_CONNECTION_MANAGER, TCP_PROXY};
-use super::{chain_matcher, cidr, connection_limit, hcm, tcp_proxy};
+use super::{chain_matcher, connection_limit, hcm, tcp_proxy};
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::NetworkFilter;
 use crate::config::listener::{

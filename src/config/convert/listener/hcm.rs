@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
+use super::super::filter_kind::{self, ROUTER};
 use super::super::{common, filters, route};
-use super::filter_kind::{self, ROUTER};
 use super::protocol_options::{common_options, http1_options, http2_options, ignore_all};
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::HttpFilter;
@@ -210,7 +210,7 @@ pub fn http_connection_manager(
         (false, _) => StripPort::None,
     };
     let access_log = super::access_log::access_logs(access_log, warnings)?;
-    let upgrade_configs = super::upgrade::hcm_upgrades(upgrade_configs)?;
+    let upgrade_configs = super::super::upgrade::hcm_upgrades(upgrade_configs)?;
     let mut tracing = tracing
         .map(|t| warnings.within("tracing", |w| super::hcm_tracing::hcm_tracing(t, w)).map_err(|e| e.at("tracing")))
         .transpose()?;
@@ -326,7 +326,8 @@ fn internal_addresses(config: hcm_proto::InternalAddressConfig) -> Result<Intern
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            super::cidr(&r.address_prefix, r.prefix_len.map(|l| l.value)).map_err(|e| e.at(format!("cidr_ranges[{i}]")))
+            super::super::common::cidr(&r.address_prefix, r.prefix_len.map(|l| l.value))
+                .map_err(|e| e.at(format!("cidr_ranges[{i}]")))
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(InternalAddresses::Configured { cidr_ranges })

@@ -8,19 +8,15 @@
 
 use std::sync::Arc;
 
-use http::HeaderName;
-
 use super::super::common;
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::fractional_percent::FractionalPercent;
-use crate::config::tracing::{CustomTag, CustomTagValue, DEFAULT_MAX_PATH_TAG_LENGTH, HcmTracing, Sampling};
+use crate::config::tracing::{DEFAULT_MAX_PATH_TAG_LENGTH, HcmTracing, Sampling};
 use crate::config::tracing::{TraceCollector, TracingConfig};
 use crate::pb::envoy::config::core::v3::grpc_service::TargetSpecifier;
 use crate::pb::envoy::config::core::v3::{HttpService, HttpUri, http_uri};
 use crate::pb::envoy::config::trace::v3 as trace;
 use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::Tracing;
-use crate::pb::envoy::r#type::metadata::v3::{metadata_key, metadata_kind};
-use crate::pb::envoy::r#type::tracing::v3::{CustomTag as ProtoTag, custom_tag};
 use crate::pb::envoy::r#type::v3::Percent;
 
 const OPENTELEMETRY: &str = "envoy.config.trace.v3.OpenTelemetryConfig";
@@ -53,7 +49,7 @@ pub fn hcm_tracing(tracing: Tracing, warnings: &mut Warnings) -> Result<HcmTraci
         .map(|p| warnings.within("provider", |w| opentelemetry(p, w)).map_err(|e| e.at("provider")))
         .transpose()?
         .map(Arc::new);
-    let custom_tags = self::custom_tags(custom_tags)?;
+    let custom_tags = super::super::custom_tags::custom_tags(custom_tags)?;
     let max_path_tag_length =
         max_path_tag_length.map_or(DEFAULT_MAX_PATH_TAG_LENGTH, |v| usize::try_from(v.value).unwrap_or(usize::MAX));
     Ok(HcmTracing {
@@ -93,58 +89,6 @@ fn truncated(value: &Option<Percent>, field: &str) -> Result<u32> {
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let numerator = percent.trunc() as u32;
     Ok(numerator.min(100))
-}
-
-/// The custom tags of a connection manager or a route, each refused with its index.
-pub(in crate::config::convert) fn custom_tags(tags: Vec<ProtoTag>) -> Result<Vec<CustomTag>> {
-    tags.into_iter()
-        .enumerate()
-        .map(|(i, tag)| custom_tag(tag).map_err(|e| e.at(format!("custom_tags[{i}]"))))
-        .collect()
-}
-
-fn custom_tag(tag: ProtoTag) -> Result<CustomTag> {
-    let ProtoTag { tag, r#type } = tag;
-    if tag.is_empty() {
-        return Err(ConfigError::new("tag", "must not be empty"));
-    }
-    let value = match r#type {
-        Some(custom_tag::Type::Literal(custom_tag::Literal { value })) => CustomTagValue::Literal(value),
-        Some(custom_tag::Type::Environment(custom_tag::Environment { name, default_value })) => {
-            CustomTagValue::Literal(std::env::var(&name).unwrap_or(default_value))
-        }
-        Some(custom_tag::Type::RequestHeader(custom_tag::Header { name, default_value })) => {
-            let name = HeaderName::try_from(name.to_ascii_lowercase())
-                .map_err(|_| ConfigError::new("request_header.name", format!("{name:?} is not a header name")))?;
-            CustomTagValue::RequestHeader { name, default_value }
-        }
-        Some(custom_tag::Type::Metadata(custom_tag::Metadata { kind, metadata_key, default_value })) => {
-            match kind.and_then(|k| k.kind) {
-                Some(metadata_kind::Kind::Request(_)) => {}
-                _ => {
-                    return Err(ConfigError::new(
-                        "metadata.kind",
-                        "only request (dynamic) metadata is available to custom tags",
-                    ));
-                }
-            }
-            let key = metadata_key.ok_or_else(|| ConfigError::new("metadata.metadata_key", "is required"))?;
-            let path = key
-                .path
-                .into_iter()
-                .map(|segment| match segment.segment {
-                    Some(metadata_key::path_segment::Segment::Key(key)) => Ok(key),
-                    _ => Err(ConfigError::new("metadata.metadata_key.path", "only key segments are supported")),
-                })
-                .collect::<Result<Vec<_>>>()?;
-            CustomTagValue::RequestMetadata { namespace: key.key, path, default_value }
-        }
-        Some(custom_tag::Type::Value(_)) => {
-            return Err(ConfigError::new("value", "custom tags from format strings are not supported"));
-        }
-        None => return Err(ConfigError::new("type", "a custom tag needs a type")),
-    };
-    Ok(CustomTag { tag, value })
 }
 
 /// `provider` (and the bootstrap's `tracing.http`): the OpenTelemetry tracer and where it
@@ -261,9 +205,12 @@ fn http_collector(http: HttpService) -> Result<TraceCollector> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::tracing::{CustomTag, CustomTagValue};
     use crate::pb::envoy::config::core::v3::GrpcService;
     use crate::pb::envoy::config::core::v3::grpc_service::EnvoyGrpc;
+    use crate::pb::envoy::r#type::metadata::v3::metadata_kind;
     use crate::pb::envoy::r#type::metadata::v3::{MetadataKey, MetadataKind};
+    use crate::pb::envoy::r#type::tracing::v3::{CustomTag as ProtoTag, custom_tag};
     use crate::pb::google::protobuf::Any;
     use prost::{Message, Name};
 

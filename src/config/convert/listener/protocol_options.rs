@@ -273,7 +273,7 @@ mod tests {
     /// refused with its path.
     #[test]
     fn connect_upgrades_and_their_termination() {
-        use super::super::upgrade::{hcm_upgrades, route_upgrades};
+        use super::super::super::upgrade::{hcm_upgrades, route_upgrades};
         use crate::pb::envoy::config::route::v3::route_action::UpgradeConfig as Route;
         use crate::pb::envoy::config::route::v3::route_action::upgrade_config::ConnectConfig;
         use crate::pb::envoy::extensions::filters::network::http_connection_manager::v3::http_connection_manager::UpgradeConfig as Hcm;

@@ -1,7 +1,6 @@
 //! `envoy.filters.network.tcp_proxy` → [`TcpProxy`].
 
 use super::super::common;
-use super::super::route;
 use super::protocol_options::ignore_all;
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::listener::tcp_proxy::{DEFAULT_TCP_IDLE_TIMEOUT, TcpCluster, TcpProxy, Tunneling};
@@ -190,7 +189,7 @@ fn tunneling(proto: proto::tcp_proxy::TunnelingConfig, warnings: &mut Warnings) 
         .enumerate()
         .map(|(i, option)| {
             let at = format!("headers_to_add[{i}]");
-            let option = route::header_value_option(option, true).map_err(|e| e.at(&at))?;
+            let option = super::super::header_value_option::header_value_option(option, true).map_err(|e| e.at(&at))?;
             tunnel_commands(&option.value).map_err(|e| e.at(format!("{at}.header.value")))?;
             Ok(option)
         })

@@ -58,7 +58,7 @@ pub fn route_action(proto: proto::RouteAction, warnings: &mut Warnings) -> Resul
     let regex_rewrite = regex_rewrite
         .map(|r| {
             warnings
-                .within("regex_rewrite", |w| super::matchers::regex_match_and_substitute(r, w))
+                .within("regex_rewrite", |w| super::super::matchers::regex_match_and_substitute(r, w))
                 .map_err(|e| e.at("regex_rewrite"))
         })
         .transpose()?;
@@ -97,7 +97,7 @@ pub fn route_action(proto: proto::RouteAction, warnings: &mut Warnings) -> Resul
     if priority != core::RoutingPriority::Default as i32 {
         warnings.ignored("priority", "routing priorities are not used for circuit breaking");
     }
-    let upgrade_configs = crate::config::convert::listener::upgrade::route_upgrades(upgrade_configs)?;
+    let upgrade_configs = crate::config::convert::upgrade::route_upgrades(upgrade_configs)?;
     let cluster = match cluster_specifier {
         Some(C::Cluster(name)) if !name.is_empty() => ClusterSpecifier::Cluster(name),
         Some(C::ClusterHeader(header)) if !header.is_empty() => {
@@ -152,9 +152,9 @@ pub fn route_action(proto: proto::RouteAction, warnings: &mut Warnings) -> Resul
     if max_stream.grpc_timeout_header_offset.is_none() {
         max_stream.grpc_timeout_header_offset = common::opt_duration(&grpc_timeout_offset, "grpc_timeout_offset")?;
     }
-    let rate_limits = super::rate_limit::rate_limits(rate_limits, "rate_limits", warnings)?;
+    let rate_limits = super::super::rate_limit::rate_limits(rate_limits, "rate_limits", warnings)?;
     if matches!(cluster, ClusterSpecifier::WeightedClusters(_))
-        && super::rate_limit::uses_destination_cluster(&rate_limits)
+        && super::super::rate_limit::uses_destination_cluster(&rate_limits)
     {
         return Err(ConfigError::new(
             "rate_limits",

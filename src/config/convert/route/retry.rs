@@ -1,7 +1,7 @@
 //! `envoy.config.route.v3.RetryPolicy` → [`RetryPolicy`], with Envoy's defaults.
 
 use super::super::common;
-use super::matchers::header_matcher;
+use super::super::matchers::header_matcher;
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::route::{RetryBackOff, RetryOn, RetryOnSet, RetryPolicy};
 use crate::pb::envoy::config::route::v3 as proto;

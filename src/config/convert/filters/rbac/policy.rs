@@ -3,8 +3,8 @@
 //! evaluate is refused with its path, never skipped: skipping a permission or principal
 //! would change which requests a policy matches.
 
-use super::super::super::listener::cidr;
-use super::super::super::route::{header_matcher, string_matcher};
+use super::super::super::common::cidr;
+use super::super::super::matchers::{header_matcher, string_matcher};
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::filters::rbac::{Action, MetadataMatcher, Permission, Policies, Policy, Principal, ValueMatcher};
 use crate::config::listener::CidrRange;

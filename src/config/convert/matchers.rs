@@ -23,7 +23,7 @@ pub fn route_match(proto: proto::RouteMatch, warnings: &mut Warnings) -> Result<
         filter_state,
         path_specifier,
     } = proto;
-    let case_sensitive = super::super::common::bool_or(&case_sensitive, true);
+    let case_sensitive = super::common::bool_or(&case_sensitive, true);
     let fold = |s: String| if case_sensitive { s } else { s.to_ascii_lowercase() };
     if runtime_fraction.is_some() {
         return Err(ConfigError::new("runtime_fraction", "runtime-fraction matching is not supported"));

@@ -9,7 +9,7 @@
 //! configuration's own label (Envoy finds a filter's factory by type), so a filter named
 //! `istio.stats` may be anything, an RBAC filter included.
 
-use super::super::common::type_name;
+use super::common::type_name;
 use crate::config::error::{ConfigError, Result, Warnings};
 use crate::config::listener::{SkippedFilter, SkippedKind};
 use crate::pb::envoy::config::core::v3::async_data_source::Specifier as AsyncSpecifier;
