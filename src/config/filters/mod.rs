@@ -2,7 +2,7 @@
 //! (each in its own file), gathered here into the enums a listener carries.
 //!
 //! A filter that a configuration names is either converted into one of these, skipped
-//! because it only observes traffic (see `convert::listener::filter_kind`), or refused
+//! because it only observes traffic (see `convert::filter_kind`), or refused
 //! with its path. Nothing that allows, denies, answers, delays or rewrites requests is
 //! ever skipped.
 
