@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::SystemTime;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use outrider::app::balancing::update;
 use outrider::config::convert::decode_resource;
 use outrider::config::{Resource, ResourceType, Warnings};
+use outrider::control::balancing::update;
 use outrider::lb::{BalancerBuilder, Balancers};
 use outrider::store::{ConfigState, Store, Versioned};
 use prost::Message;

@@ -6,6 +6,7 @@ pub mod agent;
 pub mod app;
 pub mod capture;
 pub mod config;
+pub mod control;
 pub mod core;
 pub mod health;
 pub mod inject;

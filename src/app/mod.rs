@@ -3,17 +3,12 @@
 
 #[cfg(feature = "testkit")]
 pub mod backends;
-pub mod balancing;
 #[cfg(feature = "testkit")]
 pub mod demo;
 pub mod envoy_cli;
 pub mod envoy_mode;
 #[cfg(feature = "testkit")]
 pub mod lab;
-pub mod oob;
-pub mod outlier;
-mod overload;
-mod schedule;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -259,7 +254,13 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
     tracing::info!(%admin_address, "admin server listening");
 
     let node = bootstrap.node.clone();
-    tokio::spawn(balancing::keep_balancers(store.clone(), balancers.clone(), stats.clone(), node, signal.clone()));
+    tokio::spawn(crate::control::balancing::keep_balancers(
+        store.clone(),
+        balancers.clone(),
+        stats.clone(),
+        node,
+        signal.clone(),
+    ));
     crate::tls::provider::install_default();
     let tls = Arc::new(crate::proxy::HandshakeStats::default());
     let supervisor = Supervisor::default();
@@ -269,8 +270,8 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         watched.failed().await;
         failures.inc();
     });
-    let overload_state = overload::state(bootstrap.overload.clone(), &stats);
-    tokio::spawn(overload::refresh(overload_state.clone(), stats.clone(), signal.clone()));
+    let overload_state = crate::control::overload::state(bootstrap.overload.clone(), &stats);
+    tokio::spawn(crate::control::overload::refresh(overload_state.clone(), stats.clone(), signal.clone()));
     // The load reported to mesh callers about the application behind this sidecar.
     let inbound_load = bootstrap.node.load_reports.then(|| crate::proxy::load_report::InboundLoad::new(concurrency));
     if let Some(load) = &inbound_load {

@@ -1,5 +1,5 @@
 //! The overload manager's state as workers read it: the scale (0 to 1) of each action and
-//! load-shed point, set by the refresh loop (`app::overload`) from the monitors' pressure,
+//! load-shed point, set by the refresh loop (`control::overload`) from the monitors' pressure,
 //! and the global count of downstream connections against its limit.
 //!
 //! Workers only load atomics (and accept loops, which `stop_accepting_connections` must

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use common::*;
-use outrider::app::balancing::Keeper;
 use outrider::config::convert::decode_resource;
 use outrider::config::{Resource, ResourceType, Warnings};
+use outrider::control::balancing::Keeper;
 use outrider::core::shutdown;
 use outrider::lb::{BalancerBuilder, Balancers};
 use outrider::store::{ConfigState, Store, Versioned};
