@@ -8,6 +8,7 @@ pub mod capture;
 pub mod config;
 pub mod control;
 pub mod core;
+pub mod envoy_cli;
 pub mod health;
 pub mod inject;
 pub mod lb;
@@ -16,5 +17,7 @@ pub mod pb;
 pub mod proxy;
 pub mod store;
 pub mod telemetry;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod tls;
 pub mod xds;

@@ -136,7 +136,7 @@ fn main() -> ExitCode {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let argv0 = args.first().map(|a| a.to_string_lossy().into_owned()).unwrap_or_default();
     let first = args.get(1).map(|a| a.to_string_lossy());
-    if app::envoy_cli::is_envoy_command_line(&argv0, first.as_deref()) {
+    if outrider::envoy_cli::is_envoy_command_line(&argv0, first.as_deref()) {
         return app::envoy_mode::main(args.get(1..).unwrap_or_default());
     }
     let cli = Cli::parse();

@@ -4,9 +4,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use super::backends::ADDED_LATENCY_PATH;
 use super::{AppError, start, terminate};
 use crate::config::bootstrap::Bootstrap;
+use crate::testkit::backends::ADDED_LATENCY_PATH;
 use crate::xds::server::XdsServer;
 use crate::xds::server::files::FileSource;
 
@@ -108,7 +108,7 @@ async fn demo(options: DemoOptions) -> Result<(), AppError> {
 /// Three backends, so the policies have something to tell apart: a fast one, a slow one
 /// (+50 ms) and one of small capacity that reports high utilization over ORCA.
 async fn start_backends(shutdown: crate::core::shutdown::Signal) -> Result<(), AppError> {
-    use super::backends::{BackendBehaviour, OrcaMode, serve_backend};
+    use crate::testkit::backends::{BackendBehaviour, OrcaMode, serve_backend};
     let fast = BackendBehaviour { orca: Some(OrcaMode::TextHeader), ..BackendBehaviour::new("fast") };
     let slow = BackendBehaviour {
         latency: std::time::Duration::from_millis(50),

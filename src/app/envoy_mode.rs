@@ -1,4 +1,4 @@
-//! Outrider started with Envoy's command line ([`super::envoy_cli`]): builds the bootstrap
+//! Outrider started with Envoy's command line ([`crate::envoy_cli`]): builds the bootstrap
 //! as Envoy does (`-c`, `--config-yaml` merged over it, the `--service-*` overrides), then
 //! validates it (`--mode validate`) or runs it.
 
@@ -6,9 +6,9 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use super::envoy_cli::{self, DrainStrategy, EnvoyOptions, Invocation, Mode};
 use super::{AppError, RunOptions};
 use crate::config::bootstrap::{Bootstrap, BootstrapError, merge_document, parse_document};
+use crate::envoy_cli::{self, DrainStrategy, EnvoyOptions, Invocation, Mode};
 
 /// The whole Envoy-compatible command: `args` is the command line without the program name.
 pub fn main(args: &[OsString]) -> ExitCode {

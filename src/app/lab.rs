@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::AppError;
-use super::backends::{Epoch, Observed, Tally, serve_observed};
 use crate::core::shutdown;
+use crate::testkit::backends::{Epoch, Observed, Tally, serve_observed};
 use crate::xds::server::XdsServer;
 use crate::xds::server::files::FileSource;
 

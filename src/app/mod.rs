@@ -2,10 +2,7 @@
 //! server onto the control runtime, and owns start-up and shutdown.
 
 #[cfg(feature = "testkit")]
-pub mod backends;
-#[cfg(feature = "testkit")]
 pub mod demo;
-pub mod envoy_cli;
 pub mod envoy_mode;
 #[cfg(feature = "testkit")]
 pub mod lab;

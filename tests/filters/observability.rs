@@ -12,9 +12,9 @@ use bytes::Bytes;
 use common::*;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use outrider::app::backends::{BackendBehaviour, OrcaMode, serve_backend};
 use outrider::config::ResourceType;
 use outrider::core::shutdown;
+use outrider::testkit::backends::{BackendBehaviour, OrcaMode, serve_backend};
 
 struct Lab {
     _control_plane: ControlPlane,

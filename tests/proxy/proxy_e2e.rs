@@ -10,9 +10,9 @@ use bytes::Bytes;
 use common::*;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use outrider::app::backends::{BackendBehaviour, serve_backend};
 use outrider::config::ResourceType;
 use outrider::core::shutdown;
+use outrider::testkit::backends::{BackendBehaviour, serve_backend};
 
 struct Lab {
     control_plane: ControlPlane,
@@ -167,7 +167,7 @@ async fn a_refused_connection_is_retried_on_another_endpoint() {
 
 #[tokio::test]
 async fn orca_reports_from_real_responses_steer_cswrr() {
-    use outrider::app::backends::OrcaMode;
+    use outrider::testkit::backends::OrcaMode;
     let cswrr = r#"
 load_balancing_policy:
   policies:

@@ -11,9 +11,9 @@ use common::*;
 use http::StatusCode;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
-use outrider::app::backends::{BackendBehaviour, serve_backend};
 use outrider::config::ResourceType;
 use outrider::core::shutdown;
+use outrider::testkit::backends::{BackendBehaviour, serve_backend};
 
 struct Lab {
     _control_plane: ControlPlane,

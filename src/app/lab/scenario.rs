@@ -7,7 +7,7 @@ use std::time::Duration;
 use http::StatusCode;
 use serde::Deserialize;
 
-use crate::app::backends::{BackendBehaviour, OrcaMode, Stall, Utilization, Warmup};
+use crate::testkit::backends::{BackendBehaviour, OrcaMode, Stall, Utilization, Warmup};
 
 /// One backend of a scenario, as written in the file.
 #[derive(Debug, Clone, Deserialize)]

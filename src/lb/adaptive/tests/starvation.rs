@@ -17,7 +17,7 @@ use crate::lb::test_hosts::hosts;
 const MS: Duration = Duration::from_millis(1);
 
 /// A backend as `outrider demo` runs one: `slots` requests served at once, the rest
-/// queued, and an ORCA report with every response as `app::backends::load` makes it:
+/// queued, and an ORCA report with every response as `testkit::backends::load` makes it:
 /// the requests completed over the last second, and the requests inside (this one
 /// included) over its slots.
 struct DemoBackend {
