@@ -158,6 +158,42 @@ fn no_circles_inside_a_module_at_any_depth() {
     }
 }
 
+/// `docs/architecture.md` lists every lock in `proxy` (between `<!-- proxy locks -->` and
+/// `<!-- end proxy locks -->`) with who takes it and how often: a lock added or removed
+/// without the list changing fails here.
+#[test]
+fn the_locks_in_proxy_are_the_documented_ones() {
+    let document = std::fs::read_to_string(package().join("docs/architecture.md")).unwrap();
+    let start = document.find("<!-- proxy locks -->").expect("the proxy locks list");
+    let end = document.find("<!-- end proxy locks -->").expect("the end of the proxy locks list");
+    let documented: BTreeSet<String> = document[start..end]
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| s.starts_with("proxy/") && s.ends_with(".rs"))
+        .map(|s| format!("src/{s}"))
+        .collect();
+    let mut found = BTreeSet::new();
+    let mut stack = vec![package().join("src/proxy")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") && !path.ends_with("tests.rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                // The code before a file's unit tests.
+                let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+                if code.contains("Mutex<") || code.contains("RwLock<") {
+                    let relative = path.strip_prefix(package()).unwrap().display().to_string();
+                    found.insert(relative);
+                }
+            }
+        }
+    }
+    assert_eq!(found, documented, "the locks in src/proxy and docs/architecture.md's list differ");
+}
+
 /// Unit tests have one placement: a module's tests are its child module `tests`, declared
 /// under `#[cfg(test)]` — inline at the end of the file, or in `<module>/tests.rs` when
 /// long — never a sibling file with a name of its own or a `#[path]`. Shared test fixtures
