@@ -65,7 +65,7 @@ pub struct AdminState {
     /// The running log filter, when this process installed the logger.
     pub logging: Option<LogControl>,
     /// `POST /healthcheck/fail` and `/healthcheck/ok`.
-    pub health_check_failed: crate::core::health_check::HealthCheckFailed,
+    pub health_check_failed: crate::core::server_fail_flag::HealthCheckFailed,
     /// The bootstrap's `admin.allow_paths`: when not empty, a request whose path (with its
     /// query) matches none of them gets Envoy's 403.
     pub allow_paths: Arc<[StringMatcher]>,

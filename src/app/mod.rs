@@ -230,7 +230,7 @@ pub async fn start_with_options(bootstrap: Bootstrap, options: StartOptions) -> 
         node_id: bootstrap.node.id.clone(),
         node_cluster: bootstrap.node.cluster.clone(),
     };
-    let health_check_failed = crate::core::health_check::HealthCheckFailed::default();
+    let health_check_failed = crate::core::server_fail_flag::HealthCheckFailed::default();
     let admin_state = AdminState {
         store: store.clone(),
         bootstrap: Arc::new(KeptDocument::new(&bootstrap.document)),

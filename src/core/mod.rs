@@ -7,7 +7,7 @@ pub mod control_server;
 pub mod cow_map;
 pub mod cpu_usage;
 pub mod hash;
-pub mod health_check;
 pub mod net;
+pub mod server_fail_flag;
 pub mod shutdown;
 pub mod supervisor;

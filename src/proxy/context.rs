@@ -21,7 +21,7 @@ use super::observe::WorkerTelemetry;
 use super::original_dst::ListenerIndex;
 use super::overload::OverloadState;
 use super::shadow::ShadowSlots;
-use crate::core::health_check::HealthCheckFailed;
+use crate::core::server_fail_flag::HealthCheckFailed;
 use crate::core::shutdown::Signal;
 
 /// What every task of one worker shares. Not `Send`: it never leaves its thread.

@@ -52,7 +52,7 @@ pub struct WorkerOptions {
     /// Told when a worker's main loop panics.
     pub supervisor: Supervisor,
     /// Set by `POST /healthcheck/fail`: health checks answer 503.
-    pub health_check_failed: crate::core::health_check::HealthCheckFailed,
+    pub health_check_failed: crate::core::server_fail_flag::HealthCheckFailed,
     /// The overload manager's state (shared by every worker and its refresh loop).
     pub overload: Arc<OverloadState>,
     /// The inbound counts load reports are made from; `None`: no reports.
