@@ -33,8 +33,12 @@ impl Signal {
         let _ = self.0.wait_for(|stop| *stop).await;
     }
 
+    /// Whether shutdown was triggered. Read per request (a connection asked to close after
+    /// its responses), so it takes no lock: a signal only ever goes from `false` to `true`
+    /// (or loses its trigger), and no `Signal` marks a value seen (`triggered` consumes its
+    /// own), so a change of the channel's version, or its closing, is the trigger.
     pub fn is_triggered(&self) -> bool {
-        *self.0.borrow()
+        !matches!(self.0.has_changed(), Ok(false))
     }
 }
 
@@ -60,5 +64,24 @@ impl InboundDrain {
             }
             first
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_signal_is_triggered_by_its_trigger_or_its_drop_and_stays_so_in_every_clone() {
+        let (trigger, signal) = channel();
+        let early = signal.clone();
+        assert!(!signal.is_triggered() && !early.is_triggered());
+        trigger.trigger();
+        signal.clone().triggered().await;
+        let late = signal.clone();
+        assert!(signal.is_triggered() && early.is_triggered() && late.is_triggered());
+        let (dropped, signal) = channel();
+        drop(dropped);
+        assert!(signal.is_triggered());
     }
 }

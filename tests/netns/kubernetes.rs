@@ -477,17 +477,11 @@ webhooks:
     /// Runs the kubelet until `done` holds of the pods' list (bounded): each round starts,
     /// readies and removes pods as the controllers ask.
     pub fn sync_until(&mut self, what: &str, mut done: impl FnMut(&Cluster) -> bool) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(120);
-        let mut pause = Duration::from_millis(20);
-        loop {
+        let synced = wait_for(Duration::from_secs(120), || {
             self.sync_pods();
-            if done(self) {
-                return;
-            }
-            assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}\n{}", self.kubelet.describe());
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(500));
-        }
+            done(self).then_some(())
+        });
+        assert!(synced.is_some(), "timed out waiting for {what}\n{}", self.kubelet.describe());
     }
 
     /// The pods of `namespace` whose labels include `app=<app>`, by name, with whether they
@@ -590,8 +584,10 @@ pub fn http_status(target: &str, path: &str) -> Option<u16> {
     std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
 }
 
-/// Polls `check` with a growing pause until it returns `Some` or `bound` passes: the
-/// cluster's processes tell no one when they are ready.
+/// Polls `check` with a growing pause until it returns `Some`, or `None` once `bound`
+/// passes: the cluster's processes tell no one when they are ready. Blocking, unlike
+/// `wait::within_for`, because these waits nest (the kubelet's round, run until a
+/// condition holds, waits for probes inside) and a tokio runtime cannot be entered twice.
 pub fn wait_for<T>(bound: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = std::time::Instant::now() + bound;
     let mut pause = Duration::from_millis(10);

@@ -3,7 +3,6 @@
 //! by one of Envoy's connection limits (see [`super::lifetime`]).
 
 use crate::proxy::byte_count::ByteCounted;
-use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -74,9 +73,8 @@ pub async fn serve<S>(
     // drain, and an update of the connection's filter chain, ask it to close after its
     // responses (see `Ends`).
     let draining = context.draining.clone();
-    let closing = info.inbound.then(|| context.draining_inbound.clone());
-    let close_after_response =
-        Rc::new(CloseAfterResponse { told: Cell::new(false), asked_by: [closing.clone(), info.chain_drain.clone()] });
+    let soft_drains = SoftDrains([info.inbound.then(|| context.draining_inbound.clone()), info.chain_drain.clone()]);
+    let close_after_response = Rc::new(soft_drains.clone());
     let original_dst = info.local_restored.then_some(info.local);
     let lifetime = Lifetime::new(&manager.common);
     let stream = ByteCounted::new(stream, &stats.downstream_cx_rx_bytes_total, &stats.downstream_cx_tx_bytes_total);
@@ -154,7 +152,7 @@ pub async fn serve<S>(
                     // plain request): never a tunnel, Envoy's protocol error instead.
                     response = upstream_protocol_error(&manager.server_name);
                 }
-                if closes || (http1 && close_after_response.now()) {
+                if closes || (http1 && close_after_response.asked()) {
                     response.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
                 }
                 Ok(response)
@@ -163,8 +161,7 @@ pub async fn serve<S>(
     };
     let ends = Ends {
         draining,
-        closing,
-        chain_drain: info.chain_drain.clone(),
+        soft_drains,
         lifetime,
         stats: stats.clone(),
         peer: info.peer,
@@ -174,7 +171,7 @@ pub async fn serve<S>(
     match protocol {
         Protocol::Http1 => {
             let connection = codec::http1(&manager).serve_connection(io, service);
-            Box::pin(serve_http1(connection, &ends, &close_after_response, &manager, &upgrades)).await
+            Box::pin(serve_http1(connection, &ends, &manager, &upgrades)).await
         }
         Protocol::Http2 => {
             let connection = codec::http2(&manager, buffer_limit).serve_connection(io, service);
@@ -233,11 +230,8 @@ fn http10_host(request: &mut Request<Incoming>, default_host: &str) {
 struct Ends {
     /// The worker drains: the connection closes (HTTP/1.1 at once when idle).
     draining: Signal,
-    /// The inbound listeners drain (`/drain_listeners?inboundonly`, a terminating pod's
-    /// sidecar): an inbound connection is asked to close after its responses.
-    closing: Option<Signal>,
-    /// An LDS update changed or removed the connection's filter chain: the same.
-    chain_drain: Option<Signal>,
+    /// What asks the connection to close after its responses.
+    soft_drains: SoftDrains,
     lifetime: Arc<Lifetime>,
     stats: Arc<HttpStats>,
     peer: std::net::SocketAddr,
@@ -267,8 +261,7 @@ impl Ends {
             // As Envoy drains a listener: an HTTP/1.1 connection answers its next request
             // with `connection: close` and an idle one stays until the drain is over (closing
             // it at once races a client sending on it); HTTP/2 gets GOAWAY.
-            _ = triggered(self.closing.clone()) => return Ending::CloseAfterResponses,
-            _ = triggered(self.chain_drain.clone()) => return Ending::CloseAfterResponses,
+            _ = self.soft_drains.triggered() => return Ending::CloseAfterResponses,
             // Drained as Envoy drains: HTTP/1 closes after its response, HTTP/2 gets GOAWAY.
             _ = told(self.overload_drain.as_deref()) => return Ending::Drain,
             reason = self.lifetime.until_close() => reason,
@@ -290,21 +283,30 @@ impl Ends {
 
     /// These ends without the requests to close after responses, once one was told.
     fn without_soft_drains(&self) -> Ends {
-        Ends { closing: None, chain_drain: None, ..self.clone() }
+        Ends { soft_drains: SoftDrains([None, None]), ..self.clone() }
     }
 }
 
-/// Whether an HTTP/1.1 response says `connection: close` because the connection was asked to
-/// close after its responses: told by the connection's watch, or — for a response that goes
-/// out before the watch's task ran — asked by the signals themselves.
-struct CloseAfterResponse {
-    told: Cell<bool>,
-    asked_by: [Option<Signal>; 2],
-}
+/// What asks a connection to close after its responses: the inbound listeners' drain
+/// (`/drain_listeners?inboundonly`, a terminating pod's sidecar) for an inbound connection,
+/// and an LDS update that changed or removed the connection's filter chain.
+#[derive(Clone)]
+struct SoftDrains([Option<Signal>; 2]);
 
-impl CloseAfterResponse {
-    fn now(&self) -> bool {
-        self.told.get() || self.asked_by.iter().flatten().any(Signal::is_triggered)
+impl SoftDrains {
+    /// Asked already: each HTTP/1.1 response reads it (no lock, see `Signal::is_triggered`),
+    /// so that a response that goes out before the connection's watch has run says
+    /// `connection: close` too.
+    fn asked(&self) -> bool {
+        self.0.iter().flatten().any(Signal::is_triggered)
+    }
+
+    async fn triggered(&self) {
+        let [first, second] = self.0.clone();
+        tokio::select! {
+            () = triggered(first) => {}
+            () = triggered(second) => {}
+        }
     }
 }
 
@@ -367,7 +369,6 @@ type Io<S> = TokioIo<PrefixedStream<Metered<S>>>;
 async fn serve_http1<S, Svc>(
     mut connection: hyper::server::conn::http1::Connection<Io<S>, Svc>,
     ends: &Ends,
-    close_after_response: &CloseAfterResponse,
     manager: &HttpConnectionManager,
     upgrades: &UpgradeSlot,
 ) where
@@ -383,11 +384,9 @@ async fn serve_http1<S, Svc>(
                 Ending::Drop(_) => return,
                 // HTTP/1.1 closes after the response in progress (at once when idle).
                 Ending::Drain => Pin::new(&mut connection).graceful_shutdown(),
-                Ending::CloseAfterResponses => {
-                    close_after_response.told.set(true);
-                    // Still closed at once by a drain of the worker or the lifetime's end.
-                    watch = ends.without_soft_drains().watch();
-                }
+                // Each response now says `connection: close` (`SoftDrains::asked`); still
+                // closed at once by a drain of the worker or the lifetime's end.
+                Ending::CloseAfterResponses => watch = ends.without_soft_drains().watch(),
             }
         }
     };
