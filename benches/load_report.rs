@@ -19,8 +19,8 @@ fn busy() -> Arc<InboundLoad> {
     let t0 = Instant::now();
     reporter.tick(&load, None, t0);
     for _ in 0..100 {
-        load.started(0);
-        load.answered(0, Duration::from_millis(1));
+        let arrival = load.started(0);
+        load.answered(0, arrival, Duration::from_millis(1));
     }
     let text = reporter.tick(&load, None, t0 + load_report::REFRESH).unwrap();
     load.publish_for_bench(&text);
@@ -32,16 +32,16 @@ fn per_request(c: &mut Criterion) {
     group.bench_function("count_only", |b| {
         let load = busy();
         b.iter(|| {
-            load.started(0);
-            load.answered(0, black_box(Duration::from_micros(700)));
+            let arrival = load.started(0);
+            load.answered(0, arrival, black_box(Duration::from_micros(700)));
         });
     });
     group.bench_function("count_and_report", |b| {
         let load = busy();
         let worker = WorkerReport::default();
         b.iter(|| {
-            load.started(0);
-            load.answered(0, black_box(Duration::from_micros(700)));
+            let arrival = load.started(0);
+            load.answered(0, arrival, black_box(Duration::from_micros(700)));
             let mut answer = HeaderMap::new();
             if let Some(report) = worker.current(&load) {
                 load_report::add_to_answer(&mut answer, report);
@@ -60,8 +60,8 @@ fn per_request(c: &mut Criterion) {
                         barrier.wait();
                         let started = Instant::now();
                         for _ in 0..iters {
-                            load.started(worker);
-                            load.answered(worker, Duration::from_micros(700));
+                            let arrival = load.started(worker);
+                            load.answered(worker, arrival, Duration::from_micros(700));
                         }
                         started.elapsed()
                     })

@@ -36,7 +36,8 @@ def available():
 
 
 def create(name, cpu_limit):
-    """The pod's cgroup, with a quota of `cpu_limit` CPUs."""
+    """The pod's cgroup, with a quota of `cpu_limit` CPUs; none when `cpu_limit` is None (a
+    pod without a CPU limit, which Kubernetes still runs in a cgroup of its own)."""
     if v2():
         for enable in (ROOT, os.path.join(ROOT, PARENT)):
             os.makedirs(enable, exist_ok=True)
@@ -44,10 +45,10 @@ def create(name, cpu_limit):
                 f.write("+cpu")
     for directory in directories(name):
         os.makedirs(directory, exist_ok=True)
-    quota = max(1000, round(cpu_limit * PERIOD_US))
+    quota = -1 if cpu_limit is None else max(1000, round(cpu_limit * PERIOD_US))
     if v2():
         with open(os.path.join(directories(name)[0], "cpu.max"), "w") as f:
-            f.write(f"{quota} {PERIOD_US}")
+            f.write(f"{'max' if quota < 0 else quota} {PERIOD_US}")
     else:
         cpu = directories(name)[0]
         with open(os.path.join(cpu, "cpu.cfs_period_us"), "w") as f:

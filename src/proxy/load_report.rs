@@ -13,9 +13,12 @@
 //! behind this sidecar, and an application's own report wins over this one.
 //!
 //! The report (`REFRESH`-old at most):
-//! - `cpu_utilization` and `application_utilization`: the application's CPU use over the
-//!   CPUs it may use (`core::cpu_usage`, from the source the node metadata names),
-//!   smoothed over about a second; absent when the source is off;
+//! - `cpu_utilization`: the application's CPU use over the CPUs it may use
+//!   (`core::cpu_usage`, from the source the node metadata names), smoothed over about a
+//!   second; absent when the source is off;
+//! - `application_utilization`: the larger of that and the requests in the application
+//!   (smoothed the same way) over how many it serves at once, when its latency shows that
+//!   (`load_report::concurrency`); what callers read first;
 //! - `rps_fractional`: answered requests per second, smoothed the same way;
 //! - `named_metrics.in_flight`: requests in the application now;
 //! - `named_metrics.latency_ms`: the mean time to the answer's headers in the last
@@ -24,8 +27,9 @@
 //! With nothing answered for a while (`rps_fractional` below [`MIN_RPS`]) there is no
 //! report: a capacity read from an idle pod means nothing.
 //!
-//! The request path's cost: three relaxed atomic adds on a cache line only its worker
-//! writes, and a header value copied per worker once per refresh.
+//! The request path's cost: a relaxed load of each worker's count of requests in flight
+//! (the arrival count), five relaxed atomic adds on cache lines only its worker writes, and
+//! a header value copied per worker once per refresh.
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -37,6 +41,9 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::core::cpu_usage::{self, CpuSample};
 use crate::core::shutdown::Signal;
+
+mod concurrency;
+use concurrency::{BUCKETS, Buckets};
 
 /// The request header a calling sidecar asks for a load report with.
 pub const LOAD_REPORT_REQUEST: HeaderName = HeaderName::from_static("x-outrider-load-report");
@@ -51,14 +58,33 @@ const SMOOTHING: Duration = Duration::from_secs(1);
 /// Below this many answers per second there is nothing to report.
 pub const MIN_RPS: f64 = 0.5;
 
-/// One worker's counts, on a cache line no other worker writes.
-#[derive(Debug, Default)]
+/// One worker's counts, on cache lines no other worker writes.
+#[derive(Debug)]
 #[repr(align(128))]
 struct Slot {
     in_flight: AtomicI64,
     answered: AtomicU64,
     latency_ns: AtomicU64,
+    /// Answers and their latencies by how many requests were in the application when each
+    /// arrived (index `k − 1`).
+    by_arrival: [(AtomicU64, AtomicU64); BUCKETS],
 }
+
+impl Default for Slot {
+    fn default() -> Self {
+        Self {
+            in_flight: AtomicI64::new(0),
+            answered: AtomicU64::new(0),
+            latency_ns: AtomicU64::new(0),
+            by_arrival: std::array::from_fn(|_| (AtomicU64::new(0), AtomicU64::new(0))),
+        }
+    }
+}
+
+/// How many requests were in the application when one arrived, itself included (as a
+/// bucket index, `k − 1`, the last bucket holding every larger count).
+#[derive(Debug, Clone, Copy)]
+pub struct Arrival(usize);
 
 /// The inbound counts of every worker and the report made from them.
 #[derive(Debug)]
@@ -78,21 +104,35 @@ impl InboundLoad {
         })
     }
 
-    /// A request handed to the application by `worker`.
-    pub fn started(&self, worker: usize) {
+    /// A request handed to the application by `worker`; the other workers' counts are
+    /// read, not written.
+    pub fn started(&self, worker: usize) -> Arrival {
         if let Some(slot) = self.slots.get(worker) {
             slot.in_flight.fetch_add(1, Ordering::Relaxed);
         }
+        let in_app = self.slots.iter().fold(0i64, |sum, s| sum.saturating_add(s.in_flight.load(Ordering::Relaxed)));
+        Arrival(usize::try_from(in_app).unwrap_or(0).clamp(1, BUCKETS) - 1)
     }
 
     /// Its answer's headers came after `latency` (or it ended without one).
-    pub fn answered(&self, worker: usize, latency: Duration) {
+    pub fn answered(&self, worker: usize, arrival: Arrival, latency: Duration) {
         if let Some(slot) = self.slots.get(worker) {
             slot.in_flight.fetch_sub(1, Ordering::Relaxed);
             slot.answered.fetch_add(1, Ordering::Relaxed);
             let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
             slot.latency_ns.fetch_add(nanos, Ordering::Relaxed);
+            if let Some((answers, latency)) = slot.by_arrival.get(arrival.0) {
+                answers.fetch_add(1, Ordering::Relaxed);
+                latency.fetch_add(nanos, Ordering::Relaxed);
+            }
         }
+    }
+
+    /// The sums over workers for arrival bucket `index`: (answers, latency in nanoseconds).
+    fn by_arrival(&self, index: usize) -> (u64, u64) {
+        self.slots.iter().filter_map(|s| s.by_arrival.get(index)).fold((0, 0), |(a, l), (answers, latency)| {
+            (a.wrapping_add(answers.load(Ordering::Relaxed)), l.wrapping_add(latency.load(Ordering::Relaxed)))
+        })
     }
 
     /// The sums over workers: (in flight, answered, latency in nanoseconds).
@@ -157,13 +197,17 @@ pub struct Reporter {
     rps: f64,
     utilization: Option<f64>,
     latency_ms: Option<f64>,
+    /// The mean number of requests in the application, smoothed like the rate.
+    in_app: f64,
+    by_arrival: Buckets,
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Tick {
     at: Instant,
     answered: u64,
     latency_ns: u64,
+    by_arrival: [(u64, u64); BUCKETS],
     cpu: Option<CpuSample>,
 }
 
@@ -172,7 +216,8 @@ impl Reporter {
     /// `None` when there is nothing worth reporting.
     pub fn tick(&mut self, load: &InboundLoad, cpu: Option<CpuSample>, now: Instant) -> Option<String> {
         let (in_flight, answered, latency_ns) = load.totals();
-        let tick = Tick { at: now, answered, latency_ns, cpu };
+        let by_arrival: [(u64, u64); BUCKETS] = std::array::from_fn(|i| load.by_arrival(i));
+        let tick = Tick { at: now, answered, latency_ns, by_arrival, cpu };
         let last = self.last.replace(tick)?;
         let seconds = now.checked_duration_since(last.at)?.as_secs_f64();
         if seconds <= 0.0 {
@@ -180,9 +225,17 @@ impl Reporter {
         }
         let weight = 1.0 - (-seconds / SMOOTHING.as_secs_f64()).exp();
         let count = answered.wrapping_sub(last.answered);
+        let latency_sum = latency_ns.wrapping_sub(last.latency_ns);
         self.rps += weight * (count as f64 / seconds - self.rps);
+        // Little's law: the time the answered requests spent in the application over the
+        // time passed is how many were in it on average.
+        self.in_app += weight * (latency_sum as f64 / 1e9 / seconds - self.in_app);
         if count > 0 {
-            self.latency_ms = Some(latency_ns.wrapping_sub(last.latency_ns) as f64 / count as f64 / 1e6);
+            self.latency_ms = Some(latency_sum as f64 / count as f64 / 1e6);
+        }
+        self.by_arrival.age((-seconds / concurrency::WINDOW_SECONDS).exp());
+        for (index, (sums, before)) in by_arrival.iter().zip(&last.by_arrival).enumerate() {
+            self.by_arrival.add(index, sums.0.wrapping_sub(before.0), sums.1.wrapping_sub(before.1));
         }
         if let (Some(cpu), Some(before)) = (cpu, last.cpu)
             && let Some(now_used) = cpu.utilization_since(&before)
@@ -193,9 +246,15 @@ impl Reporter {
         if self.rps < MIN_RPS {
             return None;
         }
+        let in_use = self.by_arrival.concurrency().map(|slots| self.in_app / slots);
         let mut text = String::from("TEXT ");
-        if let Some(u) = self.utilization {
-            text.push_str(&format!("application_utilization={u:.4}, cpu_utilization={u:.4}, "));
+        match (self.utilization, in_use) {
+            (Some(cpu), in_use) => {
+                let application = in_use.map_or(cpu, |u| u.max(cpu));
+                text.push_str(&format!("application_utilization={application:.4}, cpu_utilization={cpu:.4}, "));
+            }
+            (None, Some(in_use)) => text.push_str(&format!("application_utilization={in_use:.4}, ")),
+            (None, None) => {}
         }
         text.push_str(&format!("rps_fractional={:.3}, named_metrics.in_flight={}", self.rps, in_flight.max(0)));
         if let Some(latency) = self.latency_ms {

@@ -47,12 +47,10 @@ pub(super) async fn handle(
     let mutual = exchange.connection.peer_identity.is_some();
     let wants_report = exchange.inbound && load_report::take_request(request.headers_mut(), mutual);
     let worker = exchange.context.id;
-    if let Some(load) = load {
-        load.started(worker);
-    }
+    let arrival = load.map(|load| load.started(worker));
     let mut response = forward_request(request, exchange, &mut stream, &mut pending).await;
-    if let Some(load) = load {
-        load.answered(worker, started.elapsed());
+    if let (Some(load), Some(arrival)) = (load, arrival) {
+        load.answered(worker, arrival, started.elapsed());
         if wants_report && let Some(report) = exchange.context.load_report.current(load) {
             load_report::add_to_answer(response.headers_mut(), report);
         }

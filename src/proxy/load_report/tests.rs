@@ -3,8 +3,8 @@ use super::*;
 /// `n` answers of `latency` each on worker 0.
 fn answer(load: &InboundLoad, n: usize, latency: Duration) {
     for _ in 0..n {
-        load.started(0);
-        load.answered(0, latency);
+        let arrival = load.started(0);
+        load.answered(0, arrival, latency);
     }
 }
 
@@ -43,6 +43,59 @@ fn a_report_comes_from_the_counts_and_the_cpu_and_parses_as_orca() {
     assert!((report.named_metrics["latency_ms"] - 4.0).abs() < 1e-6, "{text}");
     let crate::lb::load::Capacity::Measured(capacity) = report.capacity() else { panic!("{text}") };
     assert!((capacity - 80.0).abs() < 2.0, "40 per second at half the CPU: {capacity}");
+}
+
+#[test]
+fn a_pool_that_queues_reports_its_requests_over_its_size() {
+    // A pool of 2 serving 10 ms requests: arrivals to 3 or 4 in it wait for one or two to
+    // leave. Per 250 ms: 10 arrivals to an empty pool, 8 to one busy slot, 2 to a full
+    // one, 1 behind a queue of one.
+    let load = InboundLoad::new(1);
+    let mut reporter = Reporter::default();
+    let t0 = Instant::now();
+    let cpu_at = |i: u32| cpu(f64::from(i) * 0.05, t0 + REFRESH * i);
+    reporter.tick(&load, cpu_at(0), t0);
+    let mut text = None;
+    for i in 1..=80u32 {
+        for (k, arrivals, millis) in [(1, 10, 10), (2, 8, 10), (3, 2, 15), (4, 1, 20)] {
+            for _ in 0..arrivals {
+                load.started(0);
+                load.answered(0, Arrival(k - 1), Duration::from_millis(millis));
+            }
+        }
+        text = reporter.tick(&load, cpu_at(i), t0 + REFRESH * i);
+    }
+    let text = text.unwrap();
+    let report = parsed(&text);
+    // 230 ms in the pool every 250 ms: 0.92 requests in it on average, of 2.
+    assert!((report.application_utilization - 0.46).abs() < 0.01, "{text}");
+    assert!((report.cpu_utilization - 0.1).abs() < 1e-6, "the CPU is reported as it is: {text}");
+}
+
+#[test]
+fn a_pool_that_never_queued_is_taken_for_as_large_as_the_largest_count_seen() {
+    // Arrivals to 1 to 6 in it, all answered in 10 ms: 600 ms in it every 250 ms, 2.4
+    // requests of at least 6, 0.4; below the CPU's 0.5, which is what it reports then.
+    for (cpu_used, expected) in [(Some(0.25), 0.5), (None, 0.4)] {
+        let load = InboundLoad::new(1);
+        let mut reporter = Reporter::default();
+        let t0 = Instant::now();
+        let cpu_at = |i: u32| cpu_used.and_then(|used| cpu(f64::from(i) * used, t0 + REFRESH * i));
+        reporter.tick(&load, cpu_at(0), t0);
+        let mut text = None;
+        for i in 1..=80u32 {
+            for k in 1..=6 {
+                for _ in 0..10 {
+                    load.started(0);
+                    load.answered(0, Arrival(k - 1), Duration::from_millis(10));
+                }
+            }
+            text = reporter.tick(&load, cpu_at(i), t0 + REFRESH * i);
+        }
+        let text = text.unwrap();
+        let report = parsed(&text);
+        assert!((report.application_utilization - expected).abs() < 0.01, "{text}");
+    }
 }
 
 #[test]
