@@ -85,9 +85,12 @@ impl Buckets {
     pub(super) fn concurrency(&self) -> Option<f64> {
         // (arrival count, mean latency) of the buckets with enough answers.
         let means = |floor: f64| {
-            self.answers.iter().zip(&self.latency_ns).enumerate().take(BUCKETS - 1).filter_map(move |(i, (&n, &l))| {
-                (n >= floor && l > 0.0).then(|| ((i + 1) as f64, l / n))
-            })
+            self.answers
+                .iter()
+                .zip(&self.latency_ns)
+                .enumerate()
+                .take(BUCKETS - 1)
+                .filter_map(move |(i, (&n, &l))| (n >= floor && l > 0.0).then(|| ((i + 1) as f64, l / n)))
         };
         let shortest = means(MIN_BASELINE_SAMPLES).map(|(_, mean)| mean).reduce(f64::min)?;
         means(MIN_SAMPLES).map(|(k, mean)| k * shortest / mean).reduce(f64::max)
