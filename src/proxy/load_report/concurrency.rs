@@ -90,7 +90,8 @@ impl Buckets {
                 .zip(&self.latency_ns)
                 .enumerate()
                 .take(BUCKETS - 1)
-                .filter_map(move |(i, (&n, &l))| (n >= floor && l > 0.0).then(|| ((i + 1) as f64, l / n)))
+                .filter(move |&(_, (&n, &l))| n >= floor && l > 0.0)
+                .map(|(i, (&n, &l))| ((i + 1) as f64, l / n))
         };
         let shortest = means(MIN_BASELINE_SAMPLES).map(|(_, mean)| mean).reduce(f64::min)?;
         means(MIN_SAMPLES).map(|(k, mean)| k * shortest / mean).reduce(f64::max)
