@@ -17,8 +17,9 @@
 //!   (`core::cpu_usage`, from the source the node metadata names), smoothed over about a
 //!   second; absent when the source is off;
 //! - `application_utilization`: the larger of that and the requests in the application
-//!   (smoothed the same way) over how many it serves at once, when its latency shows that
-//!   (`load_report::concurrency`); what callers read first;
+//!   (smoothed the same way) over how many it serves at once, estimated from its latency
+//!   by how many were in it at each arrival (`load_report::concurrency`); what callers
+//!   read first;
 //! - `rps_fractional`: answered requests per second, smoothed the same way;
 //! - `named_metrics.in_flight`: requests in the application now;
 //! - `named_metrics.latency_ms`: the mean time to the answer's headers in the last
@@ -27,9 +28,10 @@
 //! With nothing answered for a while (`rps_fractional` below [`MIN_RPS`]) there is no
 //! report: a capacity read from an idle pod means nothing.
 //!
-//! The request path's cost: a relaxed load of each worker's count of requests in flight
-//! (the arrival count), five relaxed atomic adds on cache lines only its worker writes, and
-//! a header value copied per worker once per refresh.
+//! The request path's cost: six relaxed atomic adds on cache lines only its worker writes,
+//! a relaxed load of every worker's count of requests in flight (the arrival count: the
+//! one read of lines other workers write, which a count of the application's requests
+//! needs), and a header value copied per worker once per refresh.
 
 use std::cell::RefCell;
 use std::sync::Arc;

@@ -12,16 +12,18 @@
 //! a baseline ([`MIN_BASELINE_SAMPLES`]). Past the knee it is about `c` (between `c` and
 //! `c + 1` for requests of nearly fixed length, which wait only for the first of the busy
 //! ones to finish). For an application that has not queued it is the largest count seen,
-//! a lower bound that grows with the load (about `m + 2√m` at `m` requests in it on
-//! average), so what such a pod reports stays between a third and two thirds at any
-//! moderate load.
+//! a lower bound that grows with the load: how far above the mean count depends on how
+//! the callers spread their requests (about `m + 2√m` at a mean of `m` if they arrive at
+//! random, less behind a balancer that watches its requests in flight).
 //!
 //! One rule, with no threshold between "queued" and "not yet": an earlier version took the
 //! mean ratio over the counts whose latency had risen by a fifth and the largest count
-//! otherwise, and a 4-slot backend whose fifth arrival waits about a fifth crossed that
-//! line back and forth: its estimate jumped from 7 to 4, its utilization by three quarters,
-//! and the callers' picks left it in one second (the lab's S7, p99 of that second 30–50 ms
-//! against a steady 16). The largest ratio moves only as the means do.
+//! otherwise, and a 4-slot backend, whose fifth arrival waits about a fifth of a request
+//! when requests are of nearly fixed length, sits on that line: crossing it moves the
+//! estimate from the largest count seen to about 4 at once. In the lab's S7 the callers'
+//! picks then left such a backend within two seconds (its share from 31 % to 11 %, p99
+//! of such seconds 31–53 ms against a steady 16). The largest ratio moves only as the means
+//! do.
 //!
 //! Why the sidecar reports it: a pod's capacity is often not its CPU (a 2-thread server
 //! whose requests wait on a database uses little CPU and still queues at three at once),
