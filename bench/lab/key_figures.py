@@ -109,7 +109,10 @@ for _sid in ("S1", "S2", "S3", "S4", "S5"):
 def fmt(value):
     if value == float("inf"):
         return "never"
-    return f"{value:.3f}" if abs(value) < 1 else f"{value:.1f}"
+    if abs(value) < 1:
+        return f"{value:.3f}"
+    # Ratios near 1 (the utilization spreads, whose target is 1.1) need the second decimal.
+    return f"{value:.2f}" if abs(value) < 2 else f"{value:.1f}"
 
 
 def main():

@@ -93,6 +93,19 @@ struct Run {
 }
 
 fn simulate(backends: &[Backend], joins: &[Duration], rate: u64, seconds: u64, seed: u64) -> Run {
+    simulate_with_pause(backends, joins, rate, seconds, seed, 0..0)
+}
+
+/// [`simulate`], the caller sending nothing in the seconds of `pause` (a stalled client or
+/// caller: every backend's reports age while it lasts).
+fn simulate_with_pause(
+    backends: &[Backend],
+    joins: &[Duration],
+    rate: u64,
+    seconds: u64,
+    seed: u64,
+    pause: std::ops::Range<u64>,
+) -> Run {
     let t0 = Instant::now();
     let n = backends.len();
     let mut rng = SmallRng::seed_from_u64(seed);
@@ -134,7 +147,9 @@ fn simulate(backends: &[Backend], joins: &[Duration], rate: u64, seconds: u64, s
                 }
             }
         }
-        owed += rate as f64 / 1000.0;
+        if !pause.contains(&(ms / 1000)) {
+            owed += rate as f64 / 1000.0;
+        }
         while owed >= 1.0 {
             owed -= 1.0;
             let Some(picked) = lb.pick(&present, &mut rng, &PickContext::at(now)) else { continue };
@@ -254,6 +269,19 @@ fn pods_whose_capacity_is_their_cpu_limit_even_out_their_utilization() {
     let mean = utilization.iter().sum::<f64>() / 3.0;
     let max = utilization.iter().copied().fold(0.0, f64::max);
     assert!(max / mean <= 1.1, "CPU use over limit {utilization:.2?}: max/mean {:.2}", max / mean);
+}
+
+#[test]
+fn a_cpu_limited_pod_is_not_flooded_when_the_caller_resumes_after_a_stall() {
+    // The lab's S8, whose caller stalled for a few seconds in one run: every report aged
+    // out meanwhile, and the 0.1-CPU pod then took 141 requests in a second, a second and
+    // a half of its quota, and was throttled and left at a trickle for 7 s.
+    let limits = [0.1, 0.2, 0.4];
+    let backends = limits.map(Backend::cpu_limited);
+    let run = simulate_with_pause(&backends, &[Duration::ZERO; 3], 400, 25, 7, 10..13);
+    let small = &run.per_second[0];
+    let most = small[13..].iter().copied().max().unwrap_or(0);
+    assert!(most <= 100, "the small pod's most in a second after the stall: {most} ({small:?})");
 }
 
 /// The 99th percentile of `run`'s latencies, in milliseconds.
