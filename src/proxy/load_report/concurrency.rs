@@ -15,7 +15,8 @@
 //! largest count seen, a lower bound that grows with the load: how far above the mean
 //! count depends on how the callers spread their requests (about `m + 2√m` at a mean of
 //! `m` if they arrive at random, less behind a balancer that watches its requests in
-//! flight); the estimate is one more ([`UNTRIED_HEADROOM_WAIT`]).
+//! flight); the estimate is one more, or a quarter more below four
+//! ([`UNTRIED_HEADROOM_WAIT`], [`UNTRIED_HEADROOM_SHARE`]).
 //!
 //! One rule, with no threshold between "queued" and "not yet": an earlier version took the
 //! mean ratio over the counts whose latency had risen by a fifth and the largest count
@@ -50,7 +51,7 @@ const MIN_SAMPLES: f64 = 10.0;
 const MIN_BASELINE_SAMPLES: f64 = 50.0;
 
 /// How far a pool that has not queued at the largest count it has seen is taken to reach:
-/// one more than that count. Without it, such a pool's estimate is a lower bound that the
+/// one more than that count (at most [`UNTRIED_HEADROOM_SHARE`] of it). Without it, such a pool's estimate is a lower bound that the
 /// callers' picks keep low: reported busier than it is, it is sent less, sees smaller
 /// counts and keeps its small estimate. The lab's S7 showed two states second by second,
 /// its 8-slot backend at its share (400 a second) or held near 340 with the 2- and
