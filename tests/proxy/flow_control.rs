@@ -132,14 +132,19 @@ impl Drop for Proxy {
 impl Proxy {
     /// An Outrider process with one listener (HTTP/1.1 or HTTP/2 by the client's preface)
     /// routing everything to `backend`, spoken to in HTTP/2 when `h2_upstream`. No buffer
-    /// limit is configured: Envoy's default applies on both sides. The connect timeout is
-    /// long: the last of 200 upstream connections is opened by a worker already pumping the
-    /// others' bodies, which on a loaded machine took over a second to see it connected.
+    /// limit is configured: Envoy's default applies on both sides.
     fn start(backend: u16, h2_upstream: bool) -> Self {
         Self::start_binary(backend, h2_upstream, None)
     }
 
-    /// [`start`](Self::start) with Envoy's binary instead of Outrider's, when given.
+    /// [`start`](Self::start) with Envoy's binary instead of Outrider's, when given. The
+    /// connect timeout is long: the last of 200 upstream connections is opened by a worker
+    /// already pumping the others' bodies, which on a loaded machine took over a second to
+    /// see it connected (a 503 with 1 s). The port is [`free_port`]'s, not a port-0 bind's:
+    /// the listener uses SO_REUSEPORT, and a port the kernel handed out and took back can
+    /// be another test's proxy's too.
+    ///
+    /// [`free_port`]: crate::common::lab::free_port
     fn start_binary(backend: u16, h2_upstream: bool, envoy: Option<&std::path::Path>) -> Self {
         let port = crate::common::lab::free_port();
         let dir = tempfile::tempdir().unwrap();

@@ -50,16 +50,17 @@ const MIN_SAMPLES: f64 = 10.0;
 /// least this many answers: one low mean by chance would read as a wait everywhere else.
 const MIN_BASELINE_SAMPLES: f64 = 50.0;
 
-/// How far a pool that has not queued at the largest count it has seen is taken to reach:
-/// one more than that count (at most [`UNTRIED_HEADROOM_SHARE`] of it). Without it, such a pool's estimate is a lower bound that the
-/// callers' picks keep low: reported busier than it is, it is sent less, sees smaller
-/// counts and keeps its small estimate. The lab's S7 showed two states second by second,
-/// its 8-slot backend at its share (400 a second) or held near 340 with the 2- and
-/// 4-slot ones over theirs (`bench/RESULTS.md`). The headroom goes from one to none as
-/// that count's mean latency rises from the shortest to [`UNTRIED_HEADROOM_WAIT`] of a
-/// request per request of the count over it, continuous so that a bucket's noise moves
-/// the estimate a little, never by a whole pool; a pool that queued at that count (a
-/// 4-slot pool's fifth arrival waits about a fifth) gets none.
+/// A pool that has not queued at the largest count it has seen is taken for one more than
+/// that count (at most [`UNTRIED_HEADROOM_SHARE`] of it). Without it, such a pool's
+/// estimate is a lower bound that the callers' picks keep low: reported busier than it
+/// is, it is sent less, sees smaller counts and keeps its small estimate. The lab's S7
+/// showed two states second by second, its 8-slot backend at its share (400 a second) or
+/// held near 340 with the 2- and 4-slot ones over theirs (`bench/RESULTS.md`).
+///
+/// The headroom goes from all to none as the arrivals at that count wait from nothing to
+/// this share of their latency (`1 − S / L(k)`), continuous so that a bucket's noise
+/// moves the estimate a little, never by a whole pool; a pool that queued at that count
+/// (a 4-slot pool's fifth arrival waits about a sixth of its latency) gets none.
 const UNTRIED_HEADROOM_WAIT: f64 = 0.1;
 
 /// The headroom is at most this share of the largest count seen: one more than 4 or more,
@@ -106,7 +107,8 @@ impl Buckets {
 
     /// The application's concurrency: the largest `k × S / L(k)` over the arrival counts
     /// with enough answers, raised by up to one where the largest of those counts waited
-    /// for nothing ([`UNTRIED_HEADROOM_WAIT`]); `None` before any has them.
+    /// for nothing ([`UNTRIED_HEADROOM_WAIT`], [`UNTRIED_HEADROOM_SHARE`]); `None` before
+    /// any has them.
     pub(super) fn concurrency(&self) -> Option<f64> {
         // (arrival count, mean latency) of the buckets with enough answers.
         let means = |floor: f64| {
@@ -121,11 +123,13 @@ impl Buckets {
         let shortest = means(MIN_BASELINE_SAMPLES).map(|(_, mean)| mean).reduce(f64::min)?;
         let ratios = || means(MIN_SAMPLES).map(|(k, mean)| (k, k * shortest / mean));
         let largest = ratios().map(|(_, ratio)| ratio).reduce(f64::max)?;
-        // The largest count seen, and how much of a request it waited: none, and the pool
-        // may serve one more; a tenth of its count or more, and it has queued there.
+        // The largest count seen, and the share of their latency its arrivals waited
+        // (`1 − S / L(k)`): none, and the pool may serve one more; a tenth or more, and it
+        // has queued there.
         let (top, ratio) = ratios().next_back()?;
-        let headroom = ((ratio - (top - top * UNTRIED_HEADROOM_WAIT)) / (top * UNTRIED_HEADROOM_WAIT)).clamp(0.0, 1.0);
-        Some(largest.max(ratio + headroom * (top * UNTRIED_HEADROOM_SHARE).min(1.0)))
+        let waited = 1.0 - ratio / top;
+        let untried = (1.0 - waited / UNTRIED_HEADROOM_WAIT).clamp(0.0, 1.0);
+        Some(largest.max(ratio + untried * (top * UNTRIED_HEADROOM_SHARE).min(1.0)))
     }
 }
 
