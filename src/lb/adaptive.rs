@@ -18,11 +18,14 @@
 //!   between large and small endpoints. `+ 1`, D'Hondt's divisor, favours the large: the
 //!   lab's 2-slot endpoint beside 4- and 8-slot ones got 11 % where its capacity is 14 %;
 //!   `+ 0` favours the small (20 %); `+ ½` gave it 12–13 % (`bench/RESULTS.md`, S5).
-//!   A recent report also charges the wait behind every caller's requests, M/M/1's
-//!   `latency × u / (1 − u)` at the report's utilization (or this caller's own rate sent
-//!   over the capacity, if higher), added to the first:
+//!   A recent report also charges the wait behind every caller's requests: the round trip
+//!   and the wait behind this caller's are stretched by M/M/1's `1 / (1 − u)` at the
+//!   report's utilization (or this caller's own rate sent over the capacity, if higher),
+//!   so `latency + queue = (latency + (in_flight + ½) / capacity) / (1 − u)`:
 //!   a caller's in-flight count cannot tell a pod limited to a tenth of a CPU from one at
 //!   four tenths, and sees nothing of other callers or a neighbour's use of the CPU.
+//!   Stretching the whole keeps the count in flight steering in an overload, where every
+//!   endpoint's utilization is at the cap and its mean round trip lags its queue.
 //!   Between endpoints of one latency, the lowest wait is the lowest utilization: the
 //!   picks even utilizations out (`bench/RESULTS.md`, S8).
 //!   Without a report the endpoint is taken for one that serves a request at a time:
