@@ -201,6 +201,8 @@ pub struct Reporter {
     latency_ms: Option<f64>,
     /// The mean number of requests in the application, smoothed like the rate.
     in_app: f64,
+    /// Whether the rate and `in_app` have had a sample: the first is taken whole.
+    measured: bool,
     by_arrival: Buckets,
 }
 
@@ -225,8 +227,12 @@ impl Reporter {
         if seconds <= 0.0 {
             return None;
         }
-        let weight = 1.0 - (-seconds / SMOOTHING.as_secs_f64()).exp();
         let count = answered.wrapping_sub(last.answered);
+        // A smoothed value starts at its first sample, not at zero: from zero a pod
+        // flooded from its first requests reported itself under half busy for its first
+        // second (the lab's S5 through two hops, a 2-slot backend 0.4 with 5 to 15 in it).
+        let weight = if self.measured || count == 0 { 1.0 - (-seconds / SMOOTHING.as_secs_f64()).exp() } else { 1.0 };
+        self.measured |= count > 0;
         let latency_sum = latency_ns.wrapping_sub(last.latency_ns);
         self.rps += weight * (count as f64 / seconds - self.rps);
         // Little's law: the time the answered requests spent in the application over the
