@@ -228,10 +228,12 @@ impl Reporter {
             return None;
         }
         let count = answered.wrapping_sub(last.answered);
-        // A smoothed value starts at its first sample, not at zero: from zero a pod
-        // flooded from its first requests reported itself under half busy for its first
-        // second (the lab's S5 through two hops, a 2-slot backend 0.4 with 5 to 15 in it).
-        let weight = if self.measured || count == 0 { 1.0 - (-seconds / SMOOTHING.as_secs_f64()).exp() } else { 1.0 };
+        let smoothing = 1.0 - (-seconds / SMOOTHING.as_secs_f64()).exp();
+        // The rate and the count in the application start at their first sample, not at
+        // zero: from zero a pod flooded from its first requests reported itself under half
+        // busy for its first second (the lab's S5 through two hops: a 2-slot backend read
+        // 0.39–0.42 after its caller had sent it up to 15 at once).
+        let weight = if self.measured || count == 0 { smoothing } else { 1.0 };
         self.measured |= count > 0;
         let latency_sum = latency_ns.wrapping_sub(last.latency_ns);
         self.rps += weight * (count as f64 / seconds - self.rps);
@@ -248,7 +250,7 @@ impl Reporter {
         if let (Some(cpu), Some(before)) = (cpu, last.cpu)
             && let Some(now_used) = cpu.utilization_since(&before)
         {
-            let smoothed = self.utilization.map_or(now_used, |u| u + weight * (now_used - u));
+            let smoothed = self.utilization.map_or(now_used, |u| u + smoothing * (now_used - u));
             self.utilization = Some(smoothed);
         }
         if self.rps < MIN_RPS {

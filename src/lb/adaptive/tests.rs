@@ -97,25 +97,14 @@ struct Run {
 }
 
 fn simulate(backends: &[Backend], joins: &[Duration], rate: u64, seconds: u64, seed: u64) -> Run {
-    simulate_with_pause(backends, joins, rate, seconds, seed, 0..0)
+    simulate_with(backends, joins, rate, seconds, seed, 0..0, usize::MAX)
 }
 
 /// [`simulate`], the caller sending nothing in the seconds of `pause` (a stalled client or
-/// caller: every backend's reports age while it lasts).
-fn simulate_with_pause(
-    backends: &[Backend],
-    joins: &[Duration],
-    rate: u64,
-    seconds: u64,
-    seed: u64,
-    pause: std::ops::Range<u64>,
-) -> Run {
-    simulate_with(backends, joins, rate, seconds, seed, pause, usize::MAX)
-}
-
-/// [`simulate_with_pause`] with at most `connections` requests in flight, as a load
-/// generator with that many connections: the others wait for one in arrival order, and
-/// their latency counts from their arrival (the generator's latency correction).
+/// caller: every backend's reports age while it lasts), and at most `connections` requests
+/// in flight, as a load generator with that many connections: the others wait for one in
+/// arrival order, and their latency counts from their arrival (the generator's latency
+/// correction).
 fn simulate_with(
     backends: &[Backend],
     joins: &[Duration],
@@ -317,7 +306,7 @@ fn a_cpu_limited_pod_is_not_flooded_when_the_caller_resumes_after_a_stall() {
     // a half of its quota, and was throttled and left at a trickle for 7 s.
     let limits = [0.1, 0.2, 0.4];
     let backends = limits.map(Backend::cpu_limited);
-    let run = simulate_with_pause(&backends, &[Duration::ZERO; 3], 400, 25, 7, 10..13);
+    let run = simulate_with(&backends, &[Duration::ZERO; 3], 400, 25, 7, 10..13, usize::MAX);
     let small = &run.per_second[0];
     let most = small[13..].iter().copied().max().unwrap_or(0);
     assert!(most <= 100, "the small pod's most in a second after the stall: {most} ({small:?})");

@@ -68,10 +68,10 @@ const UNTRIED_HEADROOM_WAIT: f64 = 0.1;
 /// small pool whose callers never send it one more than it serves keeps its headroom:
 /// reported that share less busy than it is, it is sent that share more than its
 /// capacity's share by callers that even out utilizations. In the lab's S7 with a
-/// quarter the 2- and 4-slot pools stayed at 2.5 and 5 (polled from the caller's
-/// `/clusters`) and took 16–17 % and 32–33 % of the requests where their capacities are
-/// 14.3 % and 28.6 %: utilization max/mean 1.05–1.13; with an eighth, 1.07–1.10
-/// (`bench/RESULTS.md`). With a whole request the 2-slot pool of S5 through two hops,
+/// quarter the 2- and 4-slot pools were taken for about 2.5 and 5 (as implied by their
+/// reports, polled from the caller's `/clusters`) and took 15.5–17.3 % and 30.2–32.7 % of
+/// the requests where their capacities are 14.3 % and 28.6 %: utilization max/mean
+/// 1.05–1.13; with an eighth, 1.04–1.10 over two sets of three runs (`bench/RESULTS.md`). With a whole request the 2-slot pool of S5 through two hops,
 /// taken for 3 until it queued, made one run of three 84.5 ms at p99 in its first second.
 const UNTRIED_HEADROOM_SHARE: f64 = 0.125;
 
