@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::outlier::OutlierDetectors;
+use super::outlier_sweeps::OutlierDetectors;
 use super::schedule::Schedule;
 use crate::config::bootstrap::Node;
 use crate::config::{Cluster, ClusterLoadAssignment};

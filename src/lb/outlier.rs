@@ -1,6 +1,6 @@
 //! Outlier detection (passive health checking), Envoy's algorithm: the control-runtime
 //! half. Workers count outcomes into each endpoint's
-//! [`OutlierCounters`](super::endpoint::outlier::OutlierCounters); a [`Detector`]
+//! [`OutlierCounters`](super::endpoint::outlier_counters::OutlierCounters); a [`Detector`]
 //! per cluster turns the consecutive-failure events they raise into ejections at once,
 //! and every `interval` unejects hosts whose time is up, decays the ejection multiplier
 //! of hosts that stayed in, and runs success-rate and failure-percentage ejection.
@@ -22,7 +22,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::endpoint::EndpointStats;
-use super::endpoint::outlier::{PENDING_5XX, PENDING_GATEWAY, PENDING_LOCAL_ORIGIN};
+use super::endpoint::outlier_counters::{PENDING_5XX, PENDING_GATEWAY, PENDING_LOCAL_ORIGIN};
 use super::host::Host;
 use crate::config::Address;
 use crate::config::cluster::OutlierDetection;

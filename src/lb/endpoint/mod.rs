@@ -5,7 +5,7 @@
 //! `outlier`, the balancers) use these; nothing here uses them.
 
 mod health;
-pub mod outlier;
+pub mod outlier_counters;
 mod stats;
 mod weight;
 

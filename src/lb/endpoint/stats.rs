@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwapOption;
 
 use super::health::HealthFlags;
-use super::outlier::OutlierCounters;
+use super::outlier_counters::OutlierCounters;
 use super::weight::WeightState;
 use crate::lb::load::{Capacity, LoadReport, LoadSink};
 

@@ -3,7 +3,7 @@ use std::time::{Duration, Instant};
 
 use super::rates::{self, Sample};
 use super::*;
-use crate::lb::endpoint::outlier::{OutlierResult, Thresholds};
+use crate::lb::endpoint::outlier_counters::{OutlierResult, Thresholds};
 use crate::lb::test_hosts::hosts;
 
 const SECOND: Duration = Duration::from_secs(1);

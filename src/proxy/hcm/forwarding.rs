@@ -28,7 +28,7 @@ use super::request_body::AttemptBodies;
 use super::stream_timer::Elapsed;
 use super::{Exchange, ProxyBody};
 use crate::config::listener::HttpConnectionManager;
-use crate::lb::endpoint::outlier::{OutlierResult, Thresholds};
+use crate::lb::endpoint::outlier_counters::{OutlierResult, Thresholds};
 use crate::lb::resources::{Priority, Slot};
 use crate::lb::{Host, PickContext};
 use crate::store::Snapshot;

@@ -23,7 +23,7 @@ use hyper::body::{Body, Frame, SizeHint};
 
 use super::error::UpstreamError;
 use crate::config::cluster::OutlierDetection;
-use crate::lb::endpoint::outlier::{OutlierResult, Thresholds};
+use crate::lb::endpoint::outlier_counters::{OutlierResult, Thresholds};
 use crate::lb::{EndpointStats, Host, InFlight};
 use crate::orca;
 use crate::telemetry::{ClusterStats, GaugeGuard};
