@@ -59,7 +59,7 @@ for name in envoy outrider; do
     after=$(switches)
     strace -c -f -q -p "$proxy" -o "$work/$name.strace" & tracer=$!
     # strace attaches to every thread before it counts; a request through it says when.
-    for _ in $(seq 50); do grep -q TracerPid:.*[1-9] /proc/"$proxy"/status && break; sleep 0.1; done
+    for _ in $(seq 50); do grep -q 'TracerPid:.*[1-9]' /proc/"$proxy"/status && break; sleep 0.1; done
     traced=$(load "$n")
     kill -INT "$tracer"; wait "$tracer" 2>/dev/null || true
     stop
