@@ -71,7 +71,8 @@ const UNTRIED_HEADROOM_WAIT: f64 = 0.1;
 /// quarter the 2- and 4-slot pools were taken for about 2.5 and 5 (as implied by their
 /// reports, polled from the caller's `/clusters`) and took 15.5–17.3 % and 30.2–32.7 % of
 /// the requests where their capacities are 14.3 % and 28.6 %: utilization max/mean
-/// 1.05–1.13; with an eighth, 1.04–1.10 over two sets of three runs (`bench/RESULTS.md`). With a whole request the 2-slot pool of S5 through two hops,
+/// 1.05–1.13; with an eighth, 1.04–1.10 over two sets of three runs (`bench/RESULTS.md`).
+/// With a whole request the 2-slot pool of S5 through two hops,
 /// taken for 3 until it queued, made one run of three 84.5 ms at p99 in its first second.
 const UNTRIED_HEADROOM_SHARE: f64 = 0.125;
 
