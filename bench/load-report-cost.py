@@ -95,7 +95,7 @@ def one(case, args, files, tools, out):
     server_path = os.path.join(out, "server.json")
     caller_path = os.path.join(out, f"caller-{case}.json")
     with open(server_path, "w") as f:
-        json.dump(two_hop.sidecar_bootstrap(SERVER_INDEX, NGINX_PORT, files, False), f)
+        json.dump(two_hop.sidecar_bootstrap(SERVER_INDEX, NGINX_PORT, files, False, in_pod=True), f)
     with open(caller_path, "w") as f:
         json.dump(caller_bootstrap(files, case != "outrider none"), f)
     env = dict(os.environ, RUST_LOG="error")

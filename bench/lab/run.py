@@ -185,7 +185,8 @@ def start_sidecars(scenario, proxy, tools, out, logs):
     started = []
     for index, backend in enumerate(scenario["backends"]):
         path = os.path.join(out, f"sidecar-{backend['name']}.json")
-        config.write_json(path, two_hop.sidecar_bootstrap(index, backend["port"], scenario["certificates"], http2))
+        config.write_json(path, two_hop.sidecar_bootstrap(index, backend["port"], scenario["certificates"], http2,
+                                                           in_pod="cpu_limit" in backend))
         command = proxy_command(proxy, tools, path)
         if "cpu_limit" in backend:
             command = pods.inside(backend["name"], command, own_view=True)

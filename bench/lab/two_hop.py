@@ -58,9 +58,15 @@ def upstream_transport(files):
         "common_tls_context": context, "sni": "backend.default.svc.cluster.local"}}}
 
 
-def sidecar_bootstrap(index, backend_port, files, http2):
+def sidecar_bootstrap(index, backend_port, files, http2, in_pod=False):
     """A backend's sidecar: an INBOUND listener on the backend's port + SIDECAR_OFFSET
-    (mutual TLS, the caller's identity required) in front of the backend."""
+    (mutual TLS, the caller's identity required) in front of the backend.
+
+    A backend not `in_pod` shares the machine's cgroup with every other process of the
+    run, so an Outrider sidecar's CPU reading (`OUTRIDER_APP_CPU`, `auto` reads the cgroup
+    it is in) would be the whole machine's use, the same figure for every backend; it is
+    turned off there, as `auto` turns it off in a Kubernetes container, and the reports
+    carry the application's concurrency alone. Envoy ignores the key."""
     context = tls_context(files, "server")
     context["validation_context"]["match_typed_subject_alt_names"] = [
         {"san_type": "URI", "matcher": {"exact": CLIENT_ID}}]
@@ -83,7 +89,8 @@ def sidecar_bootstrap(index, backend_port, files, http2):
             "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
             "explicit_http_config": {"http2_protocol_options": {}}}}
     return {
-        "node": {"id": f"sidecar~127.0.0.1~backend-{index}.default~default.svc.cluster.local", "cluster": "backend"},
+        "node": {"id": f"sidecar~127.0.0.1~backend-{index}.default~default.svc.cluster.local", "cluster": "backend",
+                 "metadata": {} if in_pod else {"OUTRIDER_APP_CPU": "off"}},
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": ADMIN_BASE + index}}},
         "static_resources": {
             "listeners": [{
