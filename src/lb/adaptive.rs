@@ -30,6 +30,13 @@
 //!   picks even utilizations out (`bench/RESULTS.md`, S8).
 //!   Without a report the endpoint is taken for one that serves a request at a time:
 //!   `in_flight × latency`, which makes the cost Linkerd's `latency × (in_flight + 1)`.
+//!   Without a capacity but with a report from an Outrider server sidecar, `latency` there
+//!   is the longer of the round trip and the wait the report implies, the requests in the
+//!   application over the rate it answers them at (Little's law): the mean round trip
+//!   lags a queue that grew since and knows nothing of one other callers made. In the
+//!   lab's S10 two backends joined into an overload whose sidecars reported no
+//!   utilization were costed at their first 68 ms round trips and sent 154 requests each
+//!   within half a second, where the others had 790 ms round trips (`bench/RESULTS.md`).
 //!   With a report, an endpoint with spare capacity is not charged a whole round trip per
 //!   request it serves in parallel: peak-EWMA alone sends a 50 ms backend a share whenever
 //!   the 5 ms one has enough requests in flight, though they wait for nothing there; and
@@ -189,9 +196,21 @@ impl Adaptive {
     pub fn cost(&self, host: &Host, now: Instant) -> Cost {
         let stats = &host.stats;
         let config = &self.config;
-        let latency = stats.rtt_mean(now).unwrap_or(config.default_rtt).as_nanos() as f64;
+        let round_trip = stats.rtt_mean(now).unwrap_or(config.default_rtt).as_nanos() as f64;
+        let max_age = queue::report_max_age(round_trip, config);
+        let load = stats.measured_load(now, max_age);
+        // Without a capacity the endpoint is taken for one that serves a request at a time,
+        // at its mean round trip of the last second, which lags a queue that grew since
+        // and knows nothing of one other callers made. Its sidecar's count of requests in
+        // the application over their rate (Little's law) does; when longer, it is the
+        // round trip. (With a capacity the queue term charges the queue instead; there the
+        // count, one instant's, would swing a small pool's cost report by report.)
+        let latency = match load {
+            Some(_) => round_trip,
+            None => stats.queue_wait(now, max_age).map_or(round_trip, |wait| round_trip.max(wait)),
+        };
         let in_flight = stats.in_flight();
-        let queue = queue::queue(stats, now, latency, f64::from(in_flight), config);
+        let queue = queue::queue(stats, now, latency, f64::from(in_flight), load);
         let recent_errors = stats.error_penalty_at(now);
         let consecutive_errors = stats.consecutive_errors();
         let penalty = if recent_errors > 0.0 {

@@ -36,6 +36,14 @@ pub const MAX_UTILIZATION: f64 = 100.0;
 /// A rate above this many requests per second from one backend is a broken reporter.
 pub const MAX_RPS: f64 = 1e9;
 
+/// The named metric an Outrider server sidecar reports the requests inside its
+/// application with, at the moment of the report (`named_metrics.in_flight`).
+pub const IN_FLIGHT_METRIC: &str = "in_flight";
+
+/// A queue longer than this is reported as this long: past it the endpoint is out of the
+/// running either way, and the bound keeps the arithmetic finite.
+const MAX_QUEUE_WAIT_SECONDS: f64 = 60.0;
+
 /// What a load report says about the backend's capacity.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Capacity {
@@ -71,6 +79,18 @@ impl LoadReport {
         } else {
             self.cpu_utilization
         }
+    }
+
+    /// How long a request arriving now would spend in the application, in seconds, by
+    /// Little's law from what its sidecar reported: the requests inside it over the rate
+    /// it answers them at. `None` unless both are there (an application's own ORCA report
+    /// names no requests inside).
+    pub fn queue_wait(&self) -> Option<f64> {
+        let inside = *self.named_metrics.get(IN_FLIGHT_METRIC)?;
+        if !(self.rps_fractional > 0.0) || !inside.is_finite() || inside < 0.0 {
+            return None;
+        }
+        Some((inside / self.rps_fractional).min(MAX_QUEUE_WAIT_SECONDS))
     }
 
     /// What the report says the backend could serve at full utilization,
@@ -124,6 +144,18 @@ mod tests {
         assert_eq!(unsaid.capacity(), Capacity::Unsaid, "no utilization");
         let idle = LoadReport { application_utilization: 0.5, ..Default::default() };
         assert_eq!(idle.capacity(), Capacity::Unsaid, "no traffic");
+    }
+
+    #[test]
+    fn the_queue_wait_is_the_requests_inside_over_the_rate() {
+        let mut report = LoadReport { rps_fractional: 200.0, ..Default::default() };
+        assert_eq!(report.queue_wait(), None, "no count of requests inside");
+        report.named_metrics.insert(IN_FLIGHT_METRIC.to_owned(), 50.0);
+        assert_eq!(report.queue_wait(), Some(0.25));
+        report.rps_fractional = 0.0;
+        assert_eq!(report.queue_wait(), None, "no rate to divide by");
+        report.rps_fractional = 1e-9;
+        assert_eq!(report.queue_wait(), Some(MAX_QUEUE_WAIT_SECONDS), "bounded");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::SAINTE_LAGUE;
 use crate::config::cluster::lb_policy::AdaptiveConfig;
 use crate::lb::EndpointStats;
+use crate::lb::endpoint::MeasuredLoad;
 
 /// The utilization the queue term reads at most: at 0.9 a request takes ten times as long
 /// as on the idle endpoint by M/M/1's formula, enough to send the next one anywhere else;
@@ -62,11 +63,15 @@ const REFRESH_ROUND_TRIPS: u32 = 4;
 ///
 /// Without one: `in_flight × latency`, the endpoint taken for one that serves a request
 /// at a time (Linkerd's `latency × (in_flight + 1)` once the latency is added).
-pub(super) fn queue(stats: &EndpointStats, now: Instant, latency: f64, in_flight: f64, config: &AdaptiveConfig) -> f64 {
-    // `as` saturates: a latency is ours, finite and not negative, but never a panic here.
-    let round_trips = Duration::from_nanos((latency * f64::from(REFRESH_ROUND_TRIPS)) as u64);
-    let max_age = config.report_refresh.max(round_trips).min(config.report_expiration);
-    match stats.measured_load(now, max_age) {
+/// `load` is what a report received within [`report_max_age`] measured, if one did.
+pub(super) fn queue(
+    stats: &EndpointStats,
+    now: Instant,
+    latency: f64,
+    in_flight: f64,
+    load: Option<MeasuredLoad>,
+) -> f64 {
+    match load {
         Some(load) => {
             let per_request = (1e9 / load.capacity).min(latency);
             let behind_ours = (in_flight + SAINTE_LAGUE) * per_request;
@@ -80,4 +85,13 @@ pub(super) fn queue(stats: &EndpointStats, now: Instant, latency: f64, in_flight
         }
         None => in_flight * latency,
     }
+}
+
+/// How long a report is read for, for an endpoint whose requests take `latency`
+/// nanoseconds: `report_refresh`, or [`REFRESH_ROUND_TRIPS`] round trips if longer, at most
+/// `report_expiration`.
+pub(super) fn report_max_age(latency: f64, config: &AdaptiveConfig) -> Duration {
+    // `as` saturates: a latency is ours, finite and not negative, but never a panic here.
+    let round_trips = Duration::from_nanos((latency * f64::from(REFRESH_ROUND_TRIPS)) as u64);
+    config.report_refresh.max(round_trips).min(config.report_expiration)
 }

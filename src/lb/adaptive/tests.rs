@@ -277,6 +277,56 @@ fn a_reported_utilization_charges_the_wait_behind_every_callers_requests() {
     assert!((lb.cost(&hosts[0], now).queue - 42e6).abs() < 1.0, "stretched at most tenfold");
 }
 
+/// A report from an Outrider server sidecar: the requests in the application and the rate
+/// it answers them at, no utilization (the concurrency estimate has none past 63 at once).
+fn sidecar_report(rps: f64, inside: f64) -> LoadReport {
+    let named_metrics = [(crate::lb::load::IN_FLIGHT_METRIC.to_owned(), inside)].into();
+    LoadReport { rps_fractional: rps, named_metrics, ..Default::default() }
+}
+
+#[test]
+fn without_a_capacity_the_reported_queue_floors_the_round_trip() {
+    // The lab's S10 through two hops: backends queued far past what they serve at once, so
+    // their sidecars report no utilization. A newcomer whose first answers came in 68 ms
+    // against the others' 790 was costed at 68 ms a request and sent 154 at once, its
+    // round trips then reaching twice the others'. Its sidecar's report already said what
+    // its application held: 50 requests at 16 a second, over 3 s each.
+    let now = Instant::now();
+    let hosts = hosts(2, now);
+    let lb = Adaptive::new(&hosts, &AdaptiveConfig::default());
+    hosts[0].stats.record(now, Duration::from_millis(790), true);
+    hosts[1].stats.record(now, Duration::from_millis(68), true);
+    let _old: Vec<InFlight> = (0..100).map(|_| hosts[0].stats.start(now)).collect();
+    let _new: Vec<InFlight> = (0..50).map(|_| hosts[1].stats.start(now)).collect();
+    assert!(lb.cost(&hosts[1], now).total() < lb.cost(&hosts[0], now).total(), "by round trips alone");
+    hosts[1].stats.record_load(sidecar_report(16.0, 50.0), now);
+    let newcomer = lb.cost(&hosts[1], now);
+    assert!((newcomer.latency - 3.125e9).abs() < 1e3, "50 inside at 16 a second: {newcomer:?}");
+    assert!((newcomer.queue - 50.0 * 3.125e9).abs() < 1e6, "Linkerd's cost at that wait: {newcomer:?}");
+    assert!(newcomer.total() > lb.cost(&hosts[0], now).total(), "the others are cheaper now");
+    // A shorter reported wait leaves the round trip as it is.
+    hosts[1].stats.record_load(sidecar_report(1000.0, 5.0), now);
+    assert!((lb.cost(&hosts[1], now).latency - 68e6).abs() < 1.0);
+    // And it is read while a report would be: 2 s here, then the round trip alone again.
+    hosts[1].stats.record_load(sidecar_report(16.0, 50.0), now);
+    let later = now + Duration::from_secs(3);
+    assert!(lb.cost(&hosts[1], later).latency < 68e6, "aged out: {:?}", lb.cost(&hosts[1], later));
+}
+
+#[test]
+fn with_a_capacity_the_queue_term_charges_the_queue_not_the_reported_count() {
+    // One instant's count would swing a small pool's cost report by report (the lab's S5
+    // through two hops: the 2-slot backend's share fell from 16 % to 8–14 %).
+    let now = Instant::now();
+    let hosts = hosts(1, now);
+    let lb = Adaptive::new(&hosts, &AdaptiveConfig::default());
+    hosts[0].stats.record(now, Duration::from_millis(10), true);
+    let mut report = sidecar_report(100.0, 6.0);
+    report.application_utilization = 0.5;
+    hosts[0].stats.record_load(report, now);
+    assert!((lb.cost(&hosts[0], now).latency - 10e6).abs() < 1.0, "60 ms reported, the round trip kept");
+}
+
 #[test]
 fn pods_whose_capacity_is_their_cpu_limit_even_out_their_utilization() {
     // The lab's S8: limits of 0.1, 0.2 and 0.4 CPUs, 1 ms of CPU and 2 ms of waiting a

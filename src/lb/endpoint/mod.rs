@@ -10,5 +10,5 @@ mod stats;
 mod weight;
 
 pub use health::{HealthFlags, MAX_CHECKS};
-pub use stats::{EndpointStats, InFlight, RTT_DECAY, TimedReport};
+pub use stats::{EndpointStats, InFlight, MeasuredLoad, RTT_DECAY, TimedReport};
 pub use weight::WeightState;

@@ -105,6 +105,11 @@ pub struct EndpointStats {
     capacity: AtomicU64,
     utilization: AtomicU64,
     capacity_received: AtomicU64,
+    /// The wait in the application its sidecar last reported ([`LoadReport::queue_wait`]:
+    /// f64 bits, nanoseconds) and when it arrived (nanoseconds since `epoch` plus one;
+    /// 0 = never), read on every pick like the capacity.
+    queue_wait: AtomicU64,
+    queue_wait_received: AtomicU64,
     /// Load reports refused: undecodable, NaN or negative values (the decoders), or a
     /// utilization or rate beyond reason ([`Capacity::Absurd`]). None of them is stored.
     load_reports_refused: AtomicU64,
@@ -192,6 +197,8 @@ impl EndpointStats {
             capacity: AtomicU64::new(0),
             utilization: AtomicU64::new(0),
             capacity_received: AtomicU64::new(0),
+            queue_wait: AtomicU64::new(0),
+            queue_wait_received: AtomicU64::new(0),
             load_reports_refused: AtomicU64::new(0),
             weight: WeightState::default(),
             written: Written::new(outlier),
@@ -373,6 +380,10 @@ impl EndpointStats {
             }
             Capacity::Unsaid | Capacity::LightLoad => {}
         }
+        if let Some(wait) = report.queue_wait() {
+            self.queue_wait.store((wait * 1e9).to_bits(), Ordering::Relaxed);
+            self.queue_wait_received.store(self.nanos(now).saturating_add(1), Ordering::Relaxed);
+        }
         self.load.store(Some(Arc::new(TimedReport { report, received: now })));
     }
 
@@ -404,6 +415,16 @@ impl EndpointStats {
             capacity: f64::from_bits(self.capacity.load(Ordering::Relaxed)),
             utilization: f64::from_bits(self.utilization.load(Ordering::Relaxed)),
         })
+    }
+
+    /// The wait in the application (nanoseconds) that the last report naming one said, if
+    /// it was received less than `max_age` before `now`.
+    pub fn queue_wait(&self, now: Instant, max_age: Duration) -> Option<f64> {
+        let received = self.queue_wait_received.load(Ordering::Relaxed);
+        if received == 0 || self.nanos(now).saturating_sub(received - 1) >= max_age.as_nanos() as u64 {
+            return None;
+        }
+        Some(f64::from_bits(self.queue_wait.load(Ordering::Relaxed)))
     }
 
     /// CSWRR's per-endpoint weight state (read and written by `cswrr` only).
