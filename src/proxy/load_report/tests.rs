@@ -168,3 +168,26 @@ fn the_first_answers_are_reported_whole_not_smoothed_from_zero() {
     let rps = parsed(&text).rps_fractional;
     assert!(rps > 300.0 && rps < 330.0, "{text}");
 }
+
+#[test]
+fn the_window_in_which_traffic_began_reports_no_count_inside() {
+    // The lab's S5 through two hops: a 2-slot backend's first report said 24 requests a
+    // second where it was being sent about 115, its traffic having begun late in the
+    // window. Over that rate the count inside would tell callers of a wait five times
+    // too long.
+    let load = InboundLoad::new(1);
+    let mut reporter = Reporter::default();
+    let t0 = Instant::now();
+    assert_eq!(reporter.tick(&load, None, t0), None);
+    answer(&load, 24, Duration::from_millis(10));
+    let first = parsed(&reporter.tick(&load, None, t0 + REFRESH).unwrap());
+    assert_eq!(first.named_metrics.get(IN_FLIGHT_METRIC), None, "{first:?}");
+    // The next window is full and taken whole: 115 a second, not smoothed from the first.
+    let worker = 0;
+    let inside = load.started(worker);
+    answer(&load, 115 / 4, Duration::from_millis(10));
+    let second = parsed(&reporter.tick(&load, None, t0 + REFRESH * 2).unwrap());
+    assert!((second.rps_fractional - 112.0).abs() < 1e-6, "{second:?}");
+    assert_eq!(second.named_metrics.get(IN_FLIGHT_METRIC), Some(&1.0), "{second:?}");
+    load.answered(worker, inside, Duration::from_millis(10));
+}
