@@ -96,7 +96,17 @@ pub struct InboundLoad {
     report: ArcSwapOption<HeaderValue>,
     /// Bumped with every new report (or its withdrawal): workers copy it when it moves.
     generation: AtomicU64,
+    /// When the first request since the application was last idle arrived (nanoseconds
+    /// after `epoch`, 0 = none since): the reporter counts the window in which the
+    /// traffic began from it. Written once per burst of traffic, read by every request.
+    first_arrival: FirstArrival,
+    epoch: Instant,
 }
+
+/// On a cache line of its own: read by every request, written once per burst.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct FirstArrival(AtomicU64);
 
 impl InboundLoad {
     pub fn new(workers: usize) -> Arc<Self> {
@@ -104,12 +114,19 @@ impl InboundLoad {
             slots: (0..workers.max(1)).map(|_| Slot::default()).collect(),
             report: ArcSwapOption::empty(),
             generation: AtomicU64::new(0),
+            first_arrival: FirstArrival::default(),
+            epoch: Instant::now(),
         })
     }
 
     /// A request handed to the application by `worker`; the other workers' counts are
     /// read, not written.
     pub fn started(&self, worker: usize) -> Arrival {
+        if self.first_arrival.0.load(Ordering::Relaxed) == 0 {
+            let nanos = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX).max(1);
+            // Another worker's first request may have won; either time is the burst's start.
+            let _ = self.first_arrival.0.compare_exchange(0, nanos, Ordering::Relaxed, Ordering::Relaxed);
+        }
         if let Some(slot) = self.slots.get(worker) {
             slot.in_flight.fetch_add(1, Ordering::Relaxed);
         }
@@ -147,6 +164,17 @@ impl InboundLoad {
                 l.wrapping_add(s.latency_ns.load(Ordering::Relaxed)),
             )
         })
+    }
+
+    /// When the first request since the application was last idle arrived, if one has.
+    fn first_arrival(&self) -> Option<Instant> {
+        let nanos = self.first_arrival.0.load(Ordering::Relaxed);
+        (nanos != 0).then(|| self.epoch + Duration::from_nanos(nanos))
+    }
+
+    /// The application is idle: the next request starts a new burst.
+    fn forget_first_arrival(&self) {
+        self.first_arrival.0.store(0, Ordering::Relaxed);
     }
 
     fn publish(&self, report: Option<HeaderValue>) {
@@ -204,17 +232,12 @@ pub struct Reporter {
     in_app: f64,
     /// Whether the rate and `in_app` have had a sample: the first is taken whole.
     measured: bool,
-    /// Answers in the window before the last tick.
-    last_answers: u64,
-    /// Whether the window in which the traffic began has been seen since the last idle.
-    began_seen: bool,
     by_arrival: Buckets,
 }
 
 #[derive(Debug, Clone)]
 struct Tick {
     at: Instant,
-    in_flight: i64,
     answered: u64,
     latency_ns: u64,
     by_arrival: [(u64, u64); BUCKETS],
@@ -227,7 +250,7 @@ impl Reporter {
     pub fn tick(&mut self, load: &InboundLoad, cpu: Option<CpuSample>, now: Instant) -> Option<String> {
         let (in_flight, answered, latency_ns) = load.totals();
         let by_arrival: [(u64, u64); BUCKETS] = std::array::from_fn(|i| load.by_arrival(i));
-        let tick = Tick { at: now, in_flight, answered, latency_ns, by_arrival, cpu };
+        let tick = Tick { at: now, answered, latency_ns, by_arrival, cpu };
         let last = self.last.replace(tick)?;
         let seconds = now.checked_duration_since(last.at)?.as_secs_f64();
         if seconds <= 0.0 {
@@ -235,27 +258,29 @@ impl Reporter {
         }
         let count = answered.wrapping_sub(last.answered);
         let smoothing = 1.0 - (-seconds / SMOOTHING.as_secs_f64()).exp();
-        // The first window with answers after an idle one (none answered, none inside at
-        // its end) is one in which the traffic began: its rate is counted over a window
-        // only partly busy (the lab's S5 through two hops: a 2-slot backend's first report
-        // said 24 a second where it was being sent about 115). Its report goes out, since
-        // the rate and the count inside are low alike and their ratio is the capacity, but
-        // without the count of requests inside, which over that rate would make the wait
-        // several times too long; and the next window is taken whole again.
-        let began = !self.measured && !self.began_seen && count > 0 && self.last_answers == 0 && last.in_flight <= 0;
-        self.began_seen |= began;
-        self.last_answers = count;
+        let latency_sum = latency_ns.wrapping_sub(last.latency_ns);
         // The rate and the count in the application start at their first sample, not at
         // zero: from zero a pod flooded from its first requests reported itself under half
         // busy for its first second (the lab's S5 through two hops: a 2-slot backend read
-        // 0.39–0.42 after its caller had sent it up to 15 at once).
-        let weight = if self.measured || count == 0 { smoothing } else { 1.0 };
-        self.measured |= count > 0 && !began;
-        let latency_sum = latency_ns.wrapping_sub(last.latency_ns);
-        self.rps += weight * (count as f64 / seconds - self.rps);
+        // 0.39–0.42 after its caller had sent it up to 15 at once). That sample is counted
+        // over the part of the window since the first request arrived, not the whole
+        // window: the traffic began within it, and over the whole the rate came out a
+        // fraction of what it was (a 2-slot backend's first report said 24 a second where
+        // it was being sent about 115), which callers dividing the requests inside by it
+        // read as a wait several times too long. At least the answers' mean latency: they
+        // were all answered within it.
+        let (weight, busy) = if self.measured || count == 0 {
+            (smoothing, seconds)
+        } else {
+            let since_first = load.first_arrival().and_then(|at| now.checked_duration_since(at));
+            let floor = latency_sum as f64 / 1e9 / count as f64;
+            (1.0, since_first.map_or(seconds, |d| d.as_secs_f64().clamp(floor.min(seconds), seconds)))
+        };
+        self.measured |= count > 0;
+        self.rps += weight * (count as f64 / busy - self.rps);
         // Little's law: the time the answered requests spent in the application over the
         // time passed is how many were in it on average.
-        self.in_app += weight * (latency_sum as f64 / 1e9 / seconds - self.in_app);
+        self.in_app += weight * (latency_sum as f64 / 1e9 / busy - self.in_app);
         if count > 0 {
             self.latency_ms = Some(latency_sum as f64 / count as f64 / 1e6);
         }
@@ -270,9 +295,13 @@ impl Reporter {
             self.utilization = Some(smoothed);
         }
         if self.rps < MIN_RPS {
-            // Idle: when the traffic comes back its rate starts from its first full window,
-            // not from what is left of this one's.
-            (self.measured, self.began_seen) = (false, false);
+            // Idle: when the traffic comes back its rate starts again from its first
+            // sample, counted from its first request (none arrived in this window: any
+            // would be inside or answered).
+            if count == 0 && in_flight <= 0 {
+                self.measured = false;
+                load.forget_first_arrival();
+            }
             return None;
         }
         let in_use = self.by_arrival.concurrency().map(|slots| self.in_app / slots);
@@ -285,10 +314,11 @@ impl Reporter {
             (None, Some(in_use)) => text.push_str(&format!("application_utilization={in_use:.4}, ")),
             (None, None) => {}
         }
-        text.push_str(&format!("rps_fractional={:.3}", self.rps));
-        if !began {
-            text.push_str(&format!(", named_metrics.{IN_FLIGHT_METRIC}={}", in_flight.max(0)));
-        }
+        text.push_str(&format!(
+            "rps_fractional={:.3}, named_metrics.{IN_FLIGHT_METRIC}={}",
+            self.rps,
+            in_flight.max(0)
+        ));
         if let Some(latency) = self.latency_ms {
             text.push_str(&format!(", named_metrics.latency_ms={latency:.3}"));
         }
