@@ -21,7 +21,8 @@
 //!   by how many were in it at each arrival (`load_report::concurrency`); what callers
 //!   read first;
 //! - `rps_fractional`: answered requests per second, smoothed the same way;
-//! - `named_metrics.in_flight`: requests in the application now;
+//! - `named_metrics.in_flight`: requests in the application now (callers without a
+//!   capacity for the endpoint divide it by the rate: the wait in the application);
 //! - `named_metrics.latency_ms`: the mean time to the answer's headers in the last
 //!   window that had answers.
 //!
@@ -31,7 +32,8 @@
 //! The request path's cost: six relaxed atomic adds on cache lines only its worker writes,
 //! a relaxed load of every worker's count of requests in flight (the arrival count: the
 //! one read of lines other workers write, which a count of the application's requests
-//! needs), and a header value copied per worker once per refresh.
+//! needs), a relaxed load of the first arrival's time (a line written once per burst of
+//! traffic), and a header value copied per worker once per refresh.
 
 use std::cell::RefCell;
 use std::sync::Arc;
