@@ -87,7 +87,8 @@ impl LoadReport {
     /// names no requests inside).
     pub fn queue_wait(&self) -> Option<f64> {
         let inside = *self.named_metrics.get(IN_FLIGHT_METRIC)?;
-        if !(self.rps_fractional > 0.0) || !inside.is_finite() || inside < 0.0 {
+        // The decoders refuse a NaN rate; never divided by here either way.
+        if self.rps_fractional.is_nan() || self.rps_fractional <= 0.0 || !inside.is_finite() || inside < 0.0 {
             return None;
         }
         Some((inside / self.rps_fractional).min(MAX_QUEUE_WAIT_SECONDS))
