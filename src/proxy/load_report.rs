@@ -275,7 +275,8 @@ impl Reporter {
             (smoothing, seconds)
         } else {
             let since_first = load.first_arrival().and_then(|at| now.checked_duration_since(at));
-            let floor = latency_sum as f64 / 1e9 / count as f64;
+            // And a millisecond at least: never a rate from a division by nothing.
+            let floor = (latency_sum as f64 / 1e9 / count as f64).max(1e-3);
             (1.0, since_first.map_or(seconds, |d| d.as_secs_f64().clamp(floor.min(seconds), seconds)))
         };
         self.measured |= count > 0;
