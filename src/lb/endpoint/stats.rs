@@ -407,8 +407,7 @@ impl EndpointStats {
     /// What the last load report that measured a capacity said, if it was received less
     /// than `max_age` before `now`.
     pub fn measured_load(&self, now: Instant, max_age: Duration) -> Option<MeasuredLoad> {
-        let received = self.capacity_received.load(Ordering::Relaxed);
-        if received == 0 || self.nanos(now).saturating_sub(received - 1) >= max_age.as_nanos() as u64 {
+        if !self.received_within(&self.capacity_received, now, max_age) {
             return None;
         }
         Some(MeasuredLoad {
@@ -420,11 +419,15 @@ impl EndpointStats {
     /// The wait in the application (nanoseconds) that the last report naming one said, if
     /// it was received less than `max_age` before `now`.
     pub fn queue_wait(&self, now: Instant, max_age: Duration) -> Option<f64> {
-        let received = self.queue_wait_received.load(Ordering::Relaxed);
-        if received == 0 || self.nanos(now).saturating_sub(received - 1) >= max_age.as_nanos() as u64 {
-            return None;
-        }
-        Some(f64::from_bits(self.queue_wait.load(Ordering::Relaxed)))
+        self.received_within(&self.queue_wait_received, now, max_age)
+            .then(|| f64::from_bits(self.queue_wait.load(Ordering::Relaxed)))
+    }
+
+    /// Whether `received` (nanoseconds since `epoch` plus one, 0 = never) is less than
+    /// `max_age` before `now`.
+    fn received_within(&self, received: &AtomicU64, now: Instant, max_age: Duration) -> bool {
+        let received = received.load(Ordering::Relaxed);
+        received != 0 && self.nanos(now).saturating_sub(received - 1) < max_age.as_nanos() as u64
     }
 
     /// CSWRR's per-endpoint weight state (read and written by `cswrr` only).
