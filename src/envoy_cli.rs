@@ -248,7 +248,7 @@ fn targets(logger: &str) -> &'static [&'static str] {
 }
 
 /// Envoy's level names → `tracing`'s.
-fn level(flag: &str, value: &str) -> Result<String, CliError> {
+pub fn level(flag: &str, value: &str) -> Result<String, CliError> {
     let level = match value {
         "trace" | "debug" | "info" | "error" | "off" => value,
         "warning" | "warn" => "warn",

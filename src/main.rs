@@ -66,6 +66,13 @@ enum Command {
         #[arg(long)]
         istio_agent: bool,
     },
+    /// pilot-agent's command line (`proxy waypoint --domain …`, as Istio's gateway and
+    /// waypoint templates give it): `sidecar --istio-agent` as that proxy type.
+    Proxy {
+        /// The proxy type (sidecar or waypoint), then pilot-agent's flags.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<String>,
+    },
     /// Check a bootstrap file and list what Outrider would ignore in it.
     Validate {
         #[arg(long, short = 'c')]
@@ -140,6 +147,9 @@ fn main() -> ExitCode {
         return app::envoy_mode::main(args.get(1..).unwrap_or_default());
     }
     let cli = Cli::parse();
+    if let Command::Proxy { args } = &cli.command {
+        return proxy(args, &cli);
+    }
     let logging = match outrider::telemetry::logging::init(cli.log_level.as_deref(), cli.log_json) {
         Ok(logging) => logging,
         Err(e) => {
@@ -183,39 +193,11 @@ fn main() -> ExitCode {
             }
         }
         Command::Sidecar { bootstrap, concurrency, drain_time_s, istio_agent } => {
-            let env = outrider::inject::process_env();
-            if let Err(e) = outrider::inject::write_bootstrap(&env, &bootstrap) {
-                eprintln!("outrider sidecar: {e}");
-                return ExitCode::FAILURE;
-            }
-            let agent = match istio_agent.then(|| outrider::agent::AgentSettings::from_env(&env)).transpose() {
-                Ok(agent) => agent,
-                Err(e) => {
-                    eprintln!("outrider sidecar: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let drain_time = match (drain_time_s, &agent) {
-                (Some(seconds), _) => std::time::Duration::from_secs(seconds),
-                (None, Some(agent)) => agent.termination_drain,
-                (None, None) => std::time::Duration::from_secs(45),
-            };
-            let options = RunOptions {
-                config: bootstrap,
-                concurrency,
-                drain_time,
-                logging: Some(logging),
-                admin_address_path: None,
-                agent,
-            };
-            match app::run(options) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("outrider: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+            let sidecar = Sidecar { bootstrap, concurrency, drain_time_s, istio_agent };
+            run_sidecar("outrider sidecar", outrider::inject::process_env(), sidecar, logging)
         }
+        // Handled before the log starts: its flags set the log's level.
+        Command::Proxy { .. } => ExitCode::FAILURE,
         Command::Capture(args) => match outrider::capture::run(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -247,6 +229,91 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// What `outrider sidecar` was asked for.
+struct Sidecar {
+    bootstrap: PathBuf,
+    concurrency: Option<usize>,
+    drain_time_s: Option<u64>,
+    istio_agent: bool,
+}
+
+/// Writes the bootstrap built from `env`, then runs with it.
+fn run_sidecar(
+    name: &str,
+    env: std::collections::BTreeMap<String, String>,
+    sidecar: Sidecar,
+    logging: outrider::telemetry::logging::LogControl,
+) -> ExitCode {
+    let Sidecar { bootstrap, concurrency, drain_time_s, istio_agent } = sidecar;
+    if let Err(e) = outrider::inject::write_bootstrap(&env, &bootstrap) {
+        eprintln!("{name}: {e}");
+        return ExitCode::FAILURE;
+    }
+    let agent = match istio_agent.then(|| outrider::agent::AgentSettings::from_env(&env)).transpose() {
+        Ok(agent) => agent,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let drain_time = match (drain_time_s, &agent) {
+        (Some(seconds), _) => std::time::Duration::from_secs(seconds),
+        (None, Some(agent)) => agent.termination_drain,
+        (None, None) => std::time::Duration::from_secs(45),
+    };
+    let options = RunOptions {
+        config: bootstrap,
+        concurrency,
+        drain_time,
+        logging: Some(logging),
+        admin_address_path: None,
+        agent,
+    };
+    match app::run(options) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("outrider: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `outrider proxy <type> [pilot-agent flags]`: `sidecar --istio-agent` as that proxy type,
+/// the bootstrap where the injected sidecar's is (relative: the proxy runs from `/`).
+fn proxy(args: &[String], cli: &Cli) -> ExitCode {
+    use outrider::inject::{bootstrap, proxy_command};
+    let command = match proxy_command::parse(args) {
+        Ok(command) => command,
+        Err(e) => {
+            eprintln!("outrider proxy: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let level = match command.log_level.as_deref().map(|l| outrider::envoy_cli::level("--proxyLogLevel", l)) {
+        Some(Err(e)) => {
+            eprintln!("outrider proxy: {e}");
+            return ExitCode::FAILURE;
+        }
+        Some(Ok(level)) => Some(level),
+        None => cli.log_level.clone(),
+    };
+    let logging = match outrider::telemetry::logging::init(level.as_deref(), cli.log_json || command.log_json) {
+        Ok(logging) => logging,
+        Err(e) => {
+            eprintln!("outrider: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut env = outrider::inject::process_env();
+    env.insert(bootstrap::PROXY_TYPE_VARIABLE.to_owned(), command.proxy_type.name().to_owned());
+    if let Some(domain) = command.dns_domain {
+        env.entry(bootstrap::DNS_DOMAIN_VARIABLE.to_owned()).or_insert(domain);
+    }
+    let path = PathBuf::from(".").join(outrider::inject::sidecar::BOOTSTRAP_PATH.trim_start_matches('/'));
+    let sidecar = Sidecar { bootstrap: path, concurrency: command.concurrency, drain_time_s: None, istio_agent: true };
+    run_sidecar("outrider proxy", env, sidecar, logging)
 }
 
 fn validate(path: &std::path::Path) -> ExitCode {

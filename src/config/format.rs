@@ -88,11 +88,27 @@ pub enum Command {
         namespace: String,
         path: Vec<String>,
     },
-    /// `%FILTER_STATE(key)%`: Outrider keeps no filter state, so always missing.
-    FilterState,
+    /// `%FILTER_STATE(key:PLAIN|TYPED|FIELD:name)%`: a filter state object, as its text,
+    /// or one field of an object that has fields (Istio's peer objects).
+    FilterState {
+        key: String,
+        form: FilterStateForm,
+    },
     /// `%HOSTNAME%` and `%ENVIRONMENT(X)%` are read once, as Envoy reads them when it
     /// parses the format.
     Constant(Option<String>),
+}
+
+/// How `%FILTER_STATE(…)%` renders its object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum FilterStateForm {
+    /// `TYPED`, the default: the object's serialised form (for the text objects Outrider
+    /// keeps, a JSON string).
+    Typed,
+    /// `PLAIN`: the object's text.
+    Plain,
+    /// `FIELD:name`: one field of the object.
+    Field(String),
 }
 
 /// A `%START_TIME(…)%` format: strftime's specifiers plus Envoy's `%f` / `%Nf`
@@ -245,8 +261,15 @@ fn named(name: &str, argument: Option<&str>) -> Result<Command, FormatError> {
             Ok(Command::DynamicMetadata { namespace, path: parts.collect() })
         }
         "FILTER_STATE" => {
-            needs()?;
-            Ok(Command::FilterState)
+            let mut parts = needs()?.splitn(3, ':');
+            let key = parts.next().filter(|k| !k.is_empty()).ok_or_else(|| error("FILTER_STATE needs a key"))?;
+            let form = match (parts.next(), parts.next()) {
+                (None | Some("TYPED"), None) => FilterStateForm::Typed,
+                (Some("PLAIN"), None) => FilterStateForm::Plain,
+                (Some("FIELD"), Some(field)) if !field.is_empty() => FilterStateForm::Field(field.to_owned()),
+                _ => return Err(error("FILTER_STATE takes key, key:PLAIN, key:TYPED or key:FIELD:name")),
+            };
+            Ok(Command::FilterState { key: key.to_owned(), form })
         }
         "CEL" | "METADATA" | "REQ_WITHOUT_QUERY" => {
             Err(error(format!("the {name} command needs a formatter extension, which Outrider does not implement")))

@@ -115,4 +115,16 @@ pub enum CustomTagValue {
     /// `metadata` of kind `request`: the request's dynamic metadata at `namespace` (the
     /// metadata key) and `path`.
     RequestMetadata { namespace: String, path: Vec<String>, default_value: String },
+    /// `value`: a text format whose commands are filter state objects (Istio's waypoint
+    /// tags spans with fields of its peers, `%FILTER_STATE(upstream_peer_obj:FIELD:app)%`)
+    /// and constants, filled in once the response's head is known.
+    Format(Vec<crate::config::format::Piece>),
 }
+
+/// The filter state objects that name a request's peers, with fields (Istio's
+/// `downstream_peer_obj` and `upstream_peer_obj`).
+pub const PEER_OBJECTS: [&str; 2] = ["downstream_peer_obj", "upstream_peer_obj"];
+
+/// The fields of Istio's peer objects that Outrider's peer metadata answers.
+pub const PEER_FIELDS: [&str; 9] =
+    ["namespace", "cluster", "service", "revision", "app", "version", "workload", "type", "name"];

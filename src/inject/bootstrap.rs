@@ -31,6 +31,10 @@ const META_JSON_PREFIX: &str = "ISTIO_METAJSON_";
 pub const POD_LABELS_PATH: &str = "./etc/istio/pod/labels";
 /// The Deployment controller's label, which pilot-agent leaves out of the node's labels.
 const POD_TEMPLATE_HASH: &str = "pod-template-hash";
+/// The variable naming the cluster's DNS domain (default `cluster.local`).
+pub const DNS_DOMAIN_VARIABLE: &str = "OUTRIDER_DNS_DOMAIN";
+/// The variable naming the proxy type (pilot-agent takes it as `proxy <type>`).
+pub const PROXY_TYPE_VARIABLE: &str = "OUTRIDER_PROXY_TYPE";
 
 /// The pod facts a sidecar bootstrap is made of.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,12 +50,39 @@ pub struct PodInfo {
     pub xds_address: Option<String>,
     /// Node metadata from `ISTIO_META_*` / `ISTIO_METAJSON_*`.
     pub metadata: Map<String, Value>,
+    /// What istiod configures the proxy as: the node id's first field.
+    pub proxy_type: ProxyType,
+}
+
+/// The proxy types pilot-agent's `proxy <type>` starts, as the node id names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProxyType {
+    /// Beside an application, its traffic captured (`sidecar~…`).
+    #[default]
+    Sidecar,
+    /// An ambient mesh's waypoint: the L7 proxy of the services bound to its Gateway, reached
+    /// over HBONE only (`waypoint~…`).
+    Waypoint,
+}
+
+impl ProxyType {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sidecar => "sidecar",
+            Self::Waypoint => "waypoint",
+        }
+    }
+
+    pub fn parse(value: &str) -> Option<Self> {
+        [Self::Sidecar, Self::Waypoint].into_iter().find(|t| t.name() == value)
+    }
 }
 
 impl PodInfo {
     /// Reads the pod facts from `env` (the downward API's variables, as Istio's injector
     /// sets them: `POD_NAME`, `POD_NAMESPACE`, `INSTANCE_IP`, `SERVICE_ACCOUNT`, plus
-    /// `ISTIO_META_*`, `ISTIO_METAJSON_*`, `OUTRIDER_XDS_ADDRESS`, `OUTRIDER_DNS_DOMAIN`).
+    /// `ISTIO_META_*`, `ISTIO_METAJSON_*`, `OUTRIDER_XDS_ADDRESS`, `OUTRIDER_DNS_DOMAIN`, and
+    /// `OUTRIDER_PROXY_TYPE`: `sidecar` or `waypoint`, what pilot-agent's `proxy <type>` says).
     pub fn from_env(env: &BTreeMap<String, String>) -> Result<Self, InjectError> {
         let required = |key: &str| match env.get(key).map(|v| v.trim()) {
             Some(v) if !v.is_empty() => Ok(v.to_owned()),
@@ -68,20 +99,29 @@ impl PodInfo {
             }
         }
         let optional = |key: &str| env.get(key).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let proxy_type = match optional(PROXY_TYPE_VARIABLE) {
+            None => ProxyType::Sidecar,
+            Some(value) => ProxyType::parse(&value).ok_or_else(|| InjectError::Env {
+                variable: PROXY_TYPE_VARIABLE.into(),
+                why: format!("is {value:?}, not sidecar or waypoint"),
+            })?,
+        };
         Ok(Self {
             name: required("POD_NAME")?,
             namespace: required("POD_NAMESPACE")?,
             ip: required("INSTANCE_IP")?,
             service_account: optional("SERVICE_ACCOUNT").unwrap_or_else(|| "default".into()),
-            dns_domain: optional("OUTRIDER_DNS_DOMAIN").unwrap_or_else(|| "cluster.local".into()),
+            dns_domain: optional(DNS_DOMAIN_VARIABLE).unwrap_or_else(|| "cluster.local".into()),
             xds_address: optional("OUTRIDER_XDS_ADDRESS"),
             metadata,
+            proxy_type,
         })
     }
 
-    /// Istio's sidecar node id: `sidecar~<ip>~<pod>.<ns>~<ns>.svc.<domain>`.
+    /// Istio's node id: `<type>~<ip>~<pod>.<ns>~<ns>.svc.<domain>`.
     pub fn node_id(&self) -> String {
-        format!("sidecar~{}~{}.{}~{}.svc.{}", self.ip, self.name, self.namespace, self.namespace, self.dns_domain)
+        let kind = self.proxy_type.name();
+        format!("{kind}~{}~{}.{}~{}.svc.{}", self.ip, self.name, self.namespace, self.namespace, self.dns_domain)
     }
 
     /// `node.cluster`: Istio's default service cluster, `<app or workload>.<namespace>`.

@@ -10,6 +10,7 @@ mod app_cpu;
 pub mod bootstrap;
 mod error;
 pub mod probes;
+pub mod proxy_command;
 pub mod sidecar;
 pub mod workload;
 

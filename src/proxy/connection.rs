@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 
 use super::context::WorkerContext;
 use super::filter_chain::{self, ConnectionInfo};
-use super::filters::{Callouts, ConnectionContext, DownstreamConnection, NetworkFilterStatus};
+use super::filters::{Callouts, DownstreamConnection, NetworkFilterStatus};
 use super::hcm::Secure;
 use super::stream_info::StreamState;
 use super::transport::SnapshotSecrets;
@@ -302,11 +302,16 @@ async fn terminate_tls<S>(
 }
 
 /// The chain's network filters, then its terminal filter.
-async fn terminal<S>(stream: S, info: ConnectionInfo, chain: &FilterChain, secure: Secure, context: Rc<WorkerContext>)
-where
+async fn terminal<S>(
+    stream: S,
+    mut info: ConnectionInfo,
+    chain: &FilterChain,
+    secure: Secure,
+    context: Rc<WorkerContext>,
+) where
     S: AsyncRead + AsyncWrite + Unpin + 'static,
 {
-    let connection = Rc::new(DownstreamConnection {
+    let mut connection = DownstreamConnection {
         peer: info.peer,
         local: info.local,
         server_name: info.server_name.clone(),
@@ -320,16 +325,14 @@ where
             Secure::Plain => None,
         },
         stream: info.stream.clone(),
-    });
+    };
     let mut tcp_session = None;
     if !chain.network_filters.is_empty() {
         let filters = context.filters.network_of(&chain.network_filters, info.inbound);
         let callouts = Callouts::new(&context.clusters);
         // Boxed: the network filters' futures (callouts to ext_authz, say) are done before
         // the connection is served, and would otherwise size every connection's state.
-        let status =
-            Box::pin(filters.on_new_connection(&ConnectionContext { connection: &connection, callouts: &callouts }))
-                .await;
+        let status = Box::pin(filters.on_new_connection(&mut connection, &callouts)).await;
         if status == NetworkFilterStatus::Close {
             tracing::debug!(peer = %info.peer, chain = %chain.name, "a network filter closed the connection");
             return;
@@ -339,7 +342,11 @@ where
             Secure::Plain => None,
         };
         tcp_session = filters.tcp_telemetry.as_ref().map(|t| t.session(&connection, alpn));
+        // What the filters set is the connection's from now on: the TCP proxy carries it to
+        // an internal upstream.
+        info.stream.clone_from(&connection.stream);
     }
+    let connection = Rc::new(connection);
     match &chain.terminal {
         TerminalFilter::HttpConnectionManager(manager) => {
             Box::pin(hcm::serve(stream, connection, info, secure, manager.clone(), context)).await

@@ -344,7 +344,9 @@ async fn decode_filters(
     let status = exchange.filters.decode_headers(&mut request).await;
     if let (Some(span), Some(tracing)) = (&stream.span, &manager.tracing) {
         let route_tracing = routed.selection.and_then(|s| s.route).and_then(|r| r.tracing.as_deref());
-        for tag in request_trace::metadata_tags(&request_trace::custom_tags(tracing, route_tracing), &metadata) {
+        let tags = request_trace::custom_tags(tracing, route_tracing);
+        stream.format_tags = observed::FormatTagSource::capture(&tags, request.parts);
+        for tag in request_trace::metadata_tags(&tags, &metadata) {
             span.set(tag);
         }
     }

@@ -8,8 +8,11 @@ use http::request::Parts;
 use http::{HeaderMap, HeaderValue};
 
 use super::filters::DynamicMetadata;
+use super::stream_info::FilterState;
 use crate::config::cluster::LbPolicy;
-use crate::config::tracing::{CustomTag, CustomTagValue, HcmTracing, RouteTracing, Sampling};
+use crate::config::filters::peer_metadata::WorkloadMetadata;
+use crate::config::format::{Command, FilterStateForm, Piece};
+use crate::config::tracing::{CustomTag, CustomTagValue, HcmTracing, PEER_OBJECTS, RouteTracing, Sampling};
 use crate::telemetry::{KeyValue, RequestSpan, SpanKind, Tracing};
 
 const X_REQUEST_ID: &str = "x-request-id";
@@ -183,7 +186,7 @@ fn request_tags(tags: &[&CustomTag], headers: &HeaderMap) -> Vec<KeyValue> {
                 CustomTagValue::RequestHeader { name, default_value } => {
                     headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or(default_value).to_owned()
                 }
-                CustomTagValue::RequestMetadata { .. } => return None,
+                CustomTagValue::RequestMetadata { .. } | CustomTagValue::Format(_) => return None,
             };
             (!value.is_empty()).then(|| KeyValue::new(tag.tag.clone(), value))
         })
@@ -206,6 +209,71 @@ pub fn metadata_tags(tags: &[&CustomTag], metadata: &DynamicMetadata) -> Vec<Key
             (!value.is_empty()).then(|| KeyValue::new(tag.tag.clone(), value))
         })
         .collect()
+}
+
+/// What a format tag (`value`) reads: the request's filter state and its peers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TagFacts<'a> {
+    pub filter_state: Option<&'a FilterState>,
+    pub downstream_peer: Option<&'a WorkloadMetadata>,
+    pub upstream_peer: Option<&'a WorkloadMetadata>,
+}
+
+/// The custom tags from format strings, filled in from `facts` once the response's head is
+/// known (the upstream peer is learnt from it). A tag whose value comes out empty is left
+/// off, as Envoy leaves it.
+pub fn format_tags(tags: &[&CustomTag], facts: TagFacts<'_>) -> Vec<KeyValue> {
+    tags.iter()
+        .filter_map(|tag| {
+            let CustomTagValue::Format(pieces) = &tag.value else { return None };
+            let mut value = String::new();
+            for piece in pieces {
+                match piece {
+                    Piece::Literal(text) => value.push_str(text),
+                    Piece::Command { command, max_length } => {
+                        let text = format_command(command, facts);
+                        let end =
+                            max_length.and_then(|max| text.char_indices().nth(max)).map_or(text.len(), |(i, _)| i);
+                        value.push_str(&text[..end]);
+                    }
+                }
+            }
+            (!value.is_empty()).then(|| KeyValue::new(tag.tag.clone(), value))
+        })
+        .collect()
+}
+
+/// One command of a format tag (conversion admits only these); missing is empty.
+fn format_command<'a>(command: &'a Command, facts: TagFacts<'a>) -> std::borrow::Cow<'a, str> {
+    use std::borrow::Cow;
+    match command {
+        Command::Constant(value) => Cow::Borrowed(value.as_deref().unwrap_or_default()),
+        Command::FilterState { key, form: FilterStateForm::Plain } => {
+            Cow::Borrowed(facts.filter_state.and_then(|s| s.get(key)).unwrap_or_default())
+        }
+        Command::FilterState { key, form: FilterStateForm::Field(field) } => {
+            let peer = if key == PEER_OBJECTS[0] { facts.downstream_peer } else { facts.upstream_peer };
+            peer.map_or(Cow::Borrowed(""), |peer| peer_field(peer, field))
+        }
+        _ => Cow::Borrowed(""),
+    }
+}
+
+/// A field of Istio's peer object (`WorkloadMetadataObject`) for `peer`.
+fn peer_field<'a>(peer: &'a WorkloadMetadata, field: &str) -> std::borrow::Cow<'a, str> {
+    use std::borrow::Cow;
+    Cow::Borrowed(match field {
+        "namespace" => &peer.namespace,
+        "cluster" => &peer.cluster_id,
+        "service" => peer.canonical_name(),
+        "revision" => peer.canonical_revision(),
+        "app" => peer.app(),
+        "version" => peer.version(),
+        "workload" => &peer.workload_name,
+        "name" => &peer.name,
+        "type" => peer.workload_type(),
+        _ => "",
+    })
 }
 
 /// A balancing policy, by Envoy's name (`None`: a cluster without one, as Envoy's round

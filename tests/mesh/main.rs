@@ -34,5 +34,6 @@ mod load_report;
 mod tls_inbound;
 mod tls_mesh;
 mod tls_rotation;
+mod waypoint;
 mod workload_discovery;
 mod ztunnel_hbone;

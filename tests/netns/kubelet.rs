@@ -87,6 +87,17 @@ impl Kubelet {
     pub fn sync(&mut self, client: &KubeClient, pods: &[Value]) {
         let mut seen = Vec::new();
         for pod in pods {
+            if pod["spec"]["nodeName"].is_null() && pod["metadata"]["deletionTimestamp"].is_null() {
+                // The scheduler's part, for pods whose template names no node (those
+                // istiod's deployment controller makes): bound here, started next round.
+                let (namespace, name) = (text(&pod["metadata"]["namespace"]), text(&pod["metadata"]["name"]));
+                let binding = format!(
+                    "apiVersion: v1\nkind: Binding\nmetadata: {{ name: {name}, namespace: {namespace} }}\n\
+                     target: {{ apiVersion: v1, kind: Node, name: {NODE_NAME} }}\n"
+                );
+                let _ = client.create(&binding);
+                continue;
+            }
             if pod["spec"]["nodeName"] != NODE_NAME {
                 continue;
             }

@@ -59,6 +59,15 @@ pub enum Sidecars {
     Native,
 }
 
+/// Whether istiod runs with ambient mode on (`PILOT_ENABLE_AMBIENT`): the Gateway API's CRDs
+/// installed, and Istio's own `waypoint` template in the injector's configuration, from which
+/// istiod's deployment controller makes a waypoint's Deployment and Service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ambient {
+    Off,
+    On,
+}
+
 /// A running cluster.
 pub struct Cluster {
     pub node: String,
@@ -113,6 +122,15 @@ impl Cluster {
 
     /// [`start`](Self::start), with istiod injecting the proxy as `sidecars` says.
     pub fn start_with(sidecars: Sidecars) -> Cluster {
+        Self::start_configured(sidecars, Ambient::Off)
+    }
+
+    /// [`start`](Self::start) with ambient mode on: Istio's waypoints can be made.
+    pub fn start_ambient() -> Cluster {
+        Self::start_configured(Sidecars::Containers, Ambient::On)
+    }
+
+    fn start_configured(sidecars: Sidecars, ambient: Ambient) -> Cluster {
         let bin = Self::binaries().unwrap();
         let dir = tempfile::tempdir().unwrap();
         // The pods' sidecars run as uid 1337 and read what the kubelet writes under here.
@@ -141,7 +159,7 @@ impl Cluster {
         cluster.start_etcd();
         cluster.start_apiserver();
         cluster.start_controller_manager();
-        cluster.install_istio(sidecars);
+        cluster.install_istio(sidecars, ambient);
         cluster
     }
 
@@ -283,13 +301,18 @@ impl Cluster {
 
     /// istio-system, Istio's CRDs from its own manifests, the injector's configuration (Istio's
     /// `sidecar` template with Outrider's after it), istiod, and the injection webhook.
-    fn install_istio(&mut self, sidecars: Sidecars) {
+    fn install_istio(&mut self, sidecars: Sidecars, ambient: Ambient) {
         self.apply(&format!(
             "apiVersion: v1\nkind: Namespace\nmetadata: {{ name: istio-system }}\n---\n\
              apiVersion: v1\nkind: Node\nmetadata: {{ name: {NODE_NAME} }}\n"
         ));
         let crds = self.bin.istio_src.join("manifests/charts/base/files/crd-all.gen.yaml");
         self.kubectl(&["apply", "--server-side", "-f", &crds.display().to_string()]);
+        if ambient == Ambient::On {
+            // The Gateway API's CRDs, as Istio's own integration tests install them.
+            let gateway_api = self.bin.istio_src.join("tests/integration/pilot/testdata/gateway-api-crd.yaml");
+            self.kubectl(&["apply", "--server-side", "-f", &gateway_api.display().to_string()]);
+        }
         self.kubectl(&["wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"]);
         let (config, values) = self.injector_config();
         let (config_path, values_path) = (self.path("inject-config"), self.path("inject-values"));
@@ -304,7 +327,7 @@ impl Cluster {
             &format!("--from-file=config={}", config_path.display()),
             &format!("--from-file=values={}", values_path.display()),
         ]);
-        self.start_istiod(sidecars);
+        self.start_istiod(sidecars, ambient);
         let bundle = base64::engine::general_purpose::STANDARD.encode(&self.mesh_root);
         self.apply(&format!(
             r#"apiVersion: admissionregistration.k8s.io/v1
@@ -330,6 +353,7 @@ webhooks:
     fn injector_config(&self) -> (String, String) {
         let chart = self.bin.istio_src.join("manifests/charts/istio-control/istio-discovery");
         let sidecar = std::fs::read_to_string(chart.join("files/injection-template.yaml")).unwrap();
+        let waypoint = std::fs::read_to_string(chart.join("files/waypoint.yaml")).unwrap();
         let outrider =
             std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/istio/injection-template.yaml"))
                 .unwrap();
@@ -339,7 +363,7 @@ webhooks:
             "neverInjectSelector": [],
             "injectedAnnotations": {},
             "defaultTemplates": ["sidecar", "outrider"],
-            "templates": { "sidecar": sidecar, "outrider": outrider },
+            "templates": { "sidecar": sidecar, "outrider": outrider, "waypoint": waypoint },
         });
         let chart_values: Value =
             serde_saphyr::from_str(&std::fs::read_to_string(chart.join("values.yaml")).unwrap()).unwrap();
@@ -359,7 +383,7 @@ webhooks:
         (config.to_string(), values.to_string())
     }
 
-    fn start_istiod(&mut self, sidecars: Sidecars) {
+    fn start_istiod(&mut self, sidecars: Sidecars, ambient: Ambient) {
         let kubeconfig = format!("--kubeconfig={}", self.kubeconfig.display());
         let ca_dir = self.path("cacerts").display().to_string();
         // Access logs on every sidecar's standard output: what a failed request went through.
@@ -389,6 +413,7 @@ webhooks:
                 // The test's webhook configuration carries the bundle; no validation webhook.
                 ("VALIDATION_WEBHOOK_CONFIG_NAME", ""),
                 ("ENABLE_NATIVE_SIDECARS", if sidecars == Sidecars::Native { "true" } else { "false" }),
+                ("PILOT_ENABLE_AMBIENT", if ambient == Ambient::On { "true" } else { "false" }),
             ],
         );
         // istiod's /ready waits for its caches and the injection webhook.
@@ -401,7 +426,7 @@ webhooks:
     }
 
     /// Starts `program args` in the node namespace with `env`, logging to its own file.
-    fn spawn(&mut self, name: &'static str, program: &Path, args: &[&str], env: &[(&str, &str)]) {
+    pub fn spawn(&mut self, name: &'static str, program: &Path, args: &[&str], env: &[(&str, &str)]) {
         let log = std::fs::File::create(self.path(&format!("{name}.log"))).unwrap();
         let child = Command::new("ip")
             .args(["netns", "exec", &self.node])
@@ -531,6 +556,11 @@ pub struct KubeClient<'a> {
 impl KubeClient<'_> {
     pub fn kubectl(&self, args: &[&str]) -> Result<String, String> {
         kubectl_in(self.node, self.kubectl, self.kubeconfig, args, None)
+    }
+
+    /// `kubectl create -f -` of `yaml`.
+    pub fn create(&self, yaml: &str) -> Result<String, String> {
+        kubectl_in(self.node, self.kubectl, self.kubeconfig, &["create", "-f", "-"], Some(yaml))
     }
 }
 

@@ -277,12 +277,17 @@ impl Reply {
 
 /// One `GET /` with `Host: host` to `target` from inside `ns`, read to the end.
 pub fn get(ns: &str, target: &str, host: &'static str) -> std::io::Result<Reply> {
+    get_path(ns, target, host, "/")
+}
+
+/// [`get`] of `path`.
+pub fn get_path(ns: &str, target: &str, host: &'static str, path: &'static str) -> std::io::Result<Reply> {
     let target: SocketAddr = target.parse().unwrap();
     in_netns(ns, move || {
         let mut stream = TcpStream::connect_timeout(&target, Duration::from_secs(5))?;
         stream.set_read_timeout(Some(Duration::from_secs(20)))?;
         let local = stream.local_addr()?;
-        stream.write_all(format!("GET / HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n").as_bytes())?;
+        stream.write_all(format!("GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n").as_bytes())?;
         let mut raw = Vec::new();
         stream.read_to_end(&mut raw)?;
         let text = String::from_utf8_lossy(&raw).into_owned();

@@ -3,8 +3,11 @@
 
 use http::HeaderName;
 
+use super::log_format::log_format;
+use crate::config::access_log::LogFormat;
 use crate::config::error::{ConfigError, Result};
-use crate::config::tracing::{CustomTag, CustomTagValue};
+use crate::config::format::{Command, FilterStateForm, Piece};
+use crate::config::tracing::{CustomTag, CustomTagValue, PEER_FIELDS, PEER_OBJECTS};
 use crate::pb::envoy::r#type::metadata::v3::{metadata_key, metadata_kind};
 use crate::pb::envoy::r#type::tracing::v3::{CustomTag as ProtoTag, custom_tag};
 
@@ -52,10 +55,44 @@ fn custom_tag(tag: ProtoTag) -> Result<CustomTag> {
                 .collect::<Result<Vec<_>>>()?;
             CustomTagValue::RequestMetadata { namespace: key.key, path, default_value }
         }
-        Some(custom_tag::Type::Value(_)) => {
-            return Err(ConfigError::new("value", "custom tags from format strings are not supported"));
-        }
+        Some(custom_tag::Type::Value(format)) => CustomTagValue::Format(tag_format(format).map_err(|e| e.at("value"))?),
         None => return Err(ConfigError::new("type", "a custom tag needs a type")),
     };
     Ok(CustomTag { tag, value })
+}
+
+/// A `value` tag's format: its commands must be filter state objects as text, fields of
+/// the peer objects, or constants; any other is refused (the tag would be left off or
+/// wrong).
+fn tag_format(format: String) -> Result<Vec<Piece>> {
+    let source = crate::pb::envoy::config::core::v3::SubstitutionFormatString {
+        format: Some(crate::pb::envoy::config::core::v3::substitution_format_string::Format::TextFormatSource(
+            crate::pb::envoy::config::core::v3::DataSource {
+                specifier: Some(crate::pb::envoy::config::core::v3::data_source::Specifier::InlineString(format)),
+                ..Default::default()
+            },
+        )),
+        ..Default::default()
+    };
+    let LogFormat::Text { pieces, .. } = log_format(Some(source))? else {
+        return Err(ConfigError::new("", "must be a text format"));
+    };
+    for piece in &pieces {
+        let Piece::Command { command, .. } = piece else { continue };
+        match command {
+            Command::Constant(_) | Command::FilterState { form: FilterStateForm::Plain, .. } => {}
+            Command::FilterState { key, form: FilterStateForm::Field(field) } => {
+                if !PEER_OBJECTS.contains(&key.as_str()) {
+                    return Err(ConfigError::new("", format!("{key:?} is not an object with fields")));
+                }
+                if !PEER_FIELDS.contains(&field.as_str()) {
+                    return Err(ConfigError::new("", format!("{key:?} has no field {field:?} Outrider knows")));
+                }
+            }
+            other => {
+                return Err(ConfigError::new("", format!("{other:?} is not available to a span's custom tag")));
+            }
+        }
+    }
+    Ok(pieces)
 }

@@ -86,6 +86,9 @@ pub enum NetworkFilterConfig {
     MetadataExchange(Arc<metadata_exchange::TcpMetadataExchange>),
     /// Istio's `istio.stats` (TCP metrics): reported by the TCP proxy.
     IstioStats(Arc<istio_stats::IstioStats>),
+    /// `envoy.filters.network.set_filter_state`: the connection's filter state, set before
+    /// the terminal filter sees it (Istio's waypoint re-shares the tunnel's destination).
+    SetFilterState(Arc<set_filter_state::NetworkSetFilterState>),
 }
 
 impl NetworkFilterConfig {

@@ -124,6 +124,19 @@ impl WorkloadMetadata {
     pub fn canonical_revision(&self) -> &str {
         self.label("service.istio.io/canonical-revision")
     }
+
+    /// The workload's kind as Istio's peer object names it, from the owner's resource
+    /// (`…/deployments/<name>` is `deployment`); a pod without an owner Istio knows is `pod`.
+    pub fn workload_type(&self) -> &'static str {
+        let mut segments = self.owner.rsplit('/');
+        let kind = segments.nth(1).unwrap_or_default();
+        match kind {
+            "deployments" => "deployment",
+            "cronjobs" => "cronjob",
+            "jobs" => "job",
+            _ => "pod",
+        }
+    }
 }
 
 /// This proxy as its peers learn it: the node's `id` (`x-envoy-peer-metadata-id`) and

@@ -10,6 +10,13 @@ pub struct SetFilterState {
     pub on_request_headers: Vec<FilterStateValue>,
 }
 
+/// The network filter's values, set in order on each new connection (its
+/// `on_new_connection`, then `on_downstream_tls_handshake`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetworkSetFilterState {
+    pub on_new_connection: Vec<FilterStateValue>,
+}
+
 /// One object to set.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FilterStateValue {

@@ -222,7 +222,9 @@ fn value<'a>(command: &'a Command, record: &'a PendingLog, out: &mut Vec<u8>) ->
                 metadata.and_then(|m| m.get(namespace, path)).map_or(Value::Missing, Value::Json)
             }
         }
-        Command::FilterState => Value::Missing,
+        // The access log's record does not keep the request's filter state: missing, as
+        // Envoy prints an absent object.
+        Command::FilterState { .. } => Value::Missing,
         Command::Constant(value) => optional(value.as_deref()),
     })
 }

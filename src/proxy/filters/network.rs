@@ -11,6 +11,8 @@ use super::http::FactoryContext;
 use super::istio_tcp::TcpTelemetry;
 use super::local_ratelimit::NetworkLocalRateLimitFilter;
 use super::rbac;
+use super::set_filter_state;
+use crate::config::filters::set_filter_state::NetworkSetFilterState;
 use crate::config::filters::{NetworkFilter as NetworkFilterEntry, NetworkFilterConfig};
 
 /// What a network filter decided about a connection.
@@ -40,6 +42,9 @@ enum Filter {
     LocalRateLimit(NetworkLocalRateLimitFilter),
     Rbac(rbac::network::NetworkRbacFilter),
     ExtAuthz(NetworkExtAuthzFilter),
+    /// Changes the connection itself (its filter state), so it is run by the chain, not
+    /// through [`NetworkFilter`].
+    SetFilterState(Arc<NetworkSetFilterState>),
 }
 
 impl Filter {
@@ -56,15 +61,25 @@ impl Filter {
             NetworkFilterConfig::ExtAuthz(config) => {
                 Self::ExtAuthz(NetworkExtAuthzFilter::new(config.clone(), factory))
             }
+            NetworkFilterConfig::SetFilterState(config) => Self::SetFilterState(config.clone()),
             NetworkFilterConfig::MetadataExchange(_) | NetworkFilterConfig::IstioStats(_) => return None,
         })
     }
 
-    async fn on_new_connection(&self, connection: &ConnectionContext<'_>) -> NetworkFilterStatus {
+    async fn on_new_connection(
+        &self,
+        connection: &mut DownstreamConnection,
+        callouts: &Callouts<'_>,
+    ) -> NetworkFilterStatus {
+        let context = |connection| ConnectionContext { connection, callouts };
         match self {
-            Self::LocalRateLimit(filter) => filter.on_new_connection(connection).await,
-            Self::Rbac(filter) => filter.on_new_connection(connection).await,
-            Self::ExtAuthz(filter) => filter.on_new_connection(connection).await,
+            Self::LocalRateLimit(filter) => filter.on_new_connection(&context(connection)).await,
+            Self::Rbac(filter) => filter.on_new_connection(&context(connection)).await,
+            Self::ExtAuthz(filter) => filter.on_new_connection(&context(connection)).await,
+            Self::SetFilterState(config) => {
+                set_filter_state::on_new_connection(config, connection);
+                NetworkFilterStatus::Continue
+            }
         }
     }
 }
@@ -84,10 +99,15 @@ impl NetworkFilterChain {
         }
     }
 
-    /// Runs each filter until one closes the connection.
-    pub async fn on_new_connection(&self, connection: &ConnectionContext<'_>) -> NetworkFilterStatus {
+    /// Runs each filter in order until one closes the connection; a filter may change the
+    /// connection's filter state, which the filters after it and the terminal filter see.
+    pub async fn on_new_connection(
+        &self,
+        connection: &mut DownstreamConnection,
+        callouts: &Callouts<'_>,
+    ) -> NetworkFilterStatus {
         for filter in &self.filters {
-            if filter.on_new_connection(connection).await == NetworkFilterStatus::Close {
+            if filter.on_new_connection(connection, callouts).await == NetworkFilterStatus::Close {
                 return NetworkFilterStatus::Close;
             }
         }

@@ -1,14 +1,18 @@
 //! `envoy.filters.http.set_filter_state`: sets the request's filter state objects from its
 //! headers and connection (see `stream_info`); those shared with the upstream cross to an
 //! internal listener when the request's upstream is one (a terminated `CONNECT`).
+//!
+//! `envoy.filters.network.set_filter_state` ([`on_new_connection`]) sets a connection's, from
+//! what the connection carries: Istio's waypoint re-shares the tunnel's destination that
+//! way, so that the connection it opens to `connect_originate` carries it on.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use super::context::RequestContext;
+use super::context::{DownstreamConnection, RequestContext};
 use super::http::{FilterHeadersStatus, HttpFilter};
-use crate::config::filters::set_filter_state::{self as config, SetFilterState};
-use crate::config::format::{Command, Piece};
+use crate::config::filters::set_filter_state::{self as config, NetworkSetFilterState, SetFilterState};
+use crate::config::format::{Command, FilterStateForm, Piece};
 use crate::proxy::router::request_header_value;
 use crate::proxy::stream_info::{FilterStateValue, SharedWithUpstream, StreamState};
 
@@ -43,6 +47,50 @@ impl HttpFilter for SetFilterStateFilter {
     }
 }
 
+/// The network filter: each value computed from the connection and set on it, in order (a
+/// later value sees an earlier one).
+pub fn on_new_connection(config: &NetworkSetFilterState, connection: &mut DownstreamConnection) {
+    for entry in &config.on_new_connection {
+        let value = format_with(&entry.format, |command| connection_command_value(command, connection));
+        if value.is_empty() && entry.skip_if_empty {
+            continue;
+        }
+        let object = FilterStateValue {
+            value: value.into(),
+            shared: shared(entry.shared_with_upstream),
+            read_only: entry.read_only,
+        };
+        let state = Arc::make_mut(connection.stream.get_or_insert_default());
+        if !state.filter_state.insert(entry.key.clone(), object) {
+            tracing::debug!(key = %entry.key, "filter state is read-only; not replaced");
+        }
+    }
+}
+
+/// A connection-time command's value (conversion admits no other); missing is empty.
+fn connection_command_value(command: &Command, connection: &DownstreamConnection) -> String {
+    let carried = connection.stream.as_deref();
+    match command {
+        Command::DownstreamLocalAddress => connection.local.to_string(),
+        Command::DownstreamRemoteAddress => connection.peer.to_string(),
+        Command::DownstreamPeerUriSan => {
+            connection.peer_identity.as_ref().and_then(|p| p.uri_sans.first().cloned()).unwrap_or_default()
+        }
+        Command::DownstreamLocalUriSan => connection.local_uri_san.as_deref().unwrap_or_default().to_owned(),
+        Command::RequestedServerName => connection.server_name.clone().unwrap_or_default(),
+        Command::Constant(value) => value.clone().unwrap_or_default(),
+        Command::FilterState { key, form: FilterStateForm::Plain } => {
+            carried.and_then(|s| s.filter_state.get(key)).unwrap_or_default().to_owned()
+        }
+        Command::DynamicMetadata { namespace, path } => match carried.and_then(|s| s.metadata.get(namespace, path)) {
+            Some(serde_json::Value::String(text)) => text.clone(),
+            Some(other) => other.to_string(),
+            None => String::new(),
+        },
+        _ => String::new(),
+    }
+}
+
 fn shared(shared: config::SharedWithUpstream) -> SharedWithUpstream {
     match shared {
         config::SharedWithUpstream::None => SharedWithUpstream::None,
@@ -54,12 +102,17 @@ fn shared(shared: config::SharedWithUpstream) -> SharedWithUpstream {
 /// The value of a text format of request-time commands (conversion admits no other); a
 /// missing value is empty, as Envoy's formatter leaves it for filter state.
 fn format(pieces: &[Piece], request: &RequestContext<'_>) -> String {
+    format_with(pieces, |command| command_value(command, request))
+}
+
+/// A text format filled in by `value`, each command's value cut at its max length.
+fn format_with(pieces: &[Piece], value: impl Fn(&Command) -> String) -> String {
     let mut out = String::new();
     for piece in pieces {
         match piece {
             Piece::Literal(text) => out.push_str(text),
             Piece::Command { command, max_length } => {
-                let mut value = command_value(command, request);
+                let mut value = value(command);
                 if let Some(max) = max_length {
                     let end = value.char_indices().nth(*max).map_or(value.len(), |(i, _)| i);
                     value.truncate(end);

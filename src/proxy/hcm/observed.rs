@@ -13,10 +13,14 @@ use rand::Rng;
 use super::super::access_log::ActiveLog;
 use super::super::completion::{Completed, Completion, PendingSpan};
 use super::super::filters::ResponseFlagsSlot;
+use super::super::filters::peer_metadata::PeerExchange;
 use super::super::load_report;
+use super::super::request_trace;
 use super::super::response_flags::ResponseFlags;
+use super::super::stream_info::{FilterState, StreamState};
 use super::{Exchange, ProxyBody, forward_request};
 use crate::config::overload::ActionKind;
+use crate::config::tracing::{CustomTag, CustomTagValue};
 use crate::telemetry::{HttpStats, RequestSpan};
 
 /// Counts, times and logs one request around [`forward_request`].
@@ -106,6 +110,11 @@ pub(super) async fn handle(
         completion.log_with(Some(log));
     }
     if let Some(span) = stream.span.take() {
+        if let Some(source) = stream.format_tags.take() {
+            for tag in source.tags() {
+                span.set(tag);
+            }
+        }
         let pending = PendingSpan { span, status, flags: stream.flags, retries: stream.retries };
         completion.trace_with(Some(Box::new(pending)));
     }
@@ -125,6 +134,8 @@ pub(super) struct StreamInfo {
     pub(super) redirect: bool,
     /// The request's span, when its connection manager traces and a tracer is set.
     pub(super) span: Option<RequestSpan>,
+    /// What the span's format tags read, when it has any: filled in with the response.
+    pub(super) format_tags: Option<Box<FormatTagSource>>,
     pub(super) retries: u32,
 }
 
@@ -139,4 +150,36 @@ fn http10_closes_after(request: &Request<Incoming>) -> bool {
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .any(|t| t.trim().eq_ignore_ascii_case("keep-alive"))
+}
+
+/// A span's custom tags from format strings (`value`), and what they read: the request's
+/// filter state as the filters left it, and its peers, of which the upstream one is known
+/// only once the response's head is.
+#[derive(Debug)]
+pub(super) struct FormatTagSource {
+    tags: Vec<CustomTag>,
+    exchange: PeerExchange,
+    filter_state: Option<FilterState>,
+}
+
+impl FormatTagSource {
+    /// `None` when no tag is a format.
+    pub(super) fn capture(tags: &[&CustomTag], request: &mut http::request::Parts) -> Option<Box<Self>> {
+        let tags: Vec<CustomTag> =
+            tags.iter().filter(|t| matches!(t.value, CustomTagValue::Format(_))).map(|t| (*t).clone()).collect();
+        if tags.is_empty() {
+            return None;
+        }
+        let filter_state = request.extensions.get::<StreamState>().map(|s| s.filter_state.clone());
+        Some(Box::new(Self { tags, exchange: PeerExchange::of(&mut request.extensions), filter_state }))
+    }
+
+    fn tags(&self) -> Vec<crate::telemetry::KeyValue> {
+        let facts = request_trace::TagFacts {
+            filter_state: self.filter_state.as_ref(),
+            downstream_peer: self.exchange.downstream().map(|p| p.as_ref()),
+            upstream_peer: self.exchange.upstream().map(|p| p.as_ref()),
+        };
+        request_trace::format_tags(&self.tags.iter().collect::<Vec<_>>(), facts)
+    }
 }

@@ -28,6 +28,7 @@ use crate::proxy::clusters::ThreadLocalCluster;
 use crate::proxy::exec::LocalExec;
 use crate::proxy::filter_chain::ConnectionInfo;
 use crate::proxy::router::{DownstreamInfo, add_headers, substitute};
+use crate::proxy::stream_info::FilterState;
 use crate::proxy::upstream::{RequestBody, TunnelLease, UpstreamError, Upstreams};
 use crate::tls::ClientTls;
 use crate::tls::PrefixedStream;
@@ -73,12 +74,43 @@ pub type Tunnel<IO> = Either<TokioIo<Upgraded>, PrefixedStream<IO>>;
 /// The `CONNECT` for this connection: the hostname's and headers' commands filled in.
 fn connect_request<B: Default>(tunneling: &Tunneling, info: &ConnectionInfo) -> Result<Request<B>, TunnelError> {
     let downstream = downstream(info);
-    let hostname = substitute(&tunneling.hostname, &downstream, None);
+    let state = info.stream.as_deref().map(|s| &s.filter_state);
+    let hostname = substitute(&filter_state_values(&tunneling.hostname, state), &downstream, None);
     let authority: Authority = hostname.parse().map_err(|_| TunnelError::Authority(hostname.clone()))?;
     let mut request =
         Request::connect(Uri::from(authority)).body(B::default()).map_err(|e| TunnelError::Authority(e.to_string()))?;
-    add_headers(request.headers_mut(), &tunneling.headers_to_add, &downstream);
+    if tunneling.headers_to_add.iter().any(|h| h.value.contains(FILTER_STATE)) {
+        let mut headers = tunneling.headers_to_add.clone();
+        for header in &mut headers {
+            header.value = filter_state_values(&header.value, state).into_owned();
+        }
+        add_headers(request.headers_mut(), &headers, &downstream);
+    } else {
+        add_headers(request.headers_mut(), &tunneling.headers_to_add, &downstream);
+    }
     Ok(request)
+}
+
+const FILTER_STATE: &str = "%FILTER_STATE(";
+
+/// `text` with each `%FILTER_STATE(key:PLAIN)%` (the one form conversion admits in a
+/// tunnel) replaced by the connection's object at `key`, or nothing when it has none, as
+/// Envoy's formatter leaves a missing value in a header.
+fn filter_state_values<'a>(text: &'a str, state: Option<&FilterState>) -> std::borrow::Cow<'a, str> {
+    if !text.contains(FILTER_STATE) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(FILTER_STATE) {
+        let after = &rest[start + FILTER_STATE.len()..];
+        let Some(end) = after.find(":PLAIN)%") else { break };
+        out.push_str(&rest[..start]);
+        out.push_str(state.and_then(|s| s.get(&after[..end])).unwrap_or_default());
+        rest = &after[end + ":PLAIN)%".len()..];
+    }
+    out.push_str(rest);
+    std::borrow::Cow::Owned(out)
 }
 
 /// Why a pooled tunnel did not open: no connection to the host (another host may be

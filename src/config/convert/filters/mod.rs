@@ -74,6 +74,9 @@ pub fn network_filter(any: &Any, warnings: &mut Warnings) -> Result<Option<Netwo
             NetworkFilterConfig::MetadataExchange(Arc::new(metadata_exchange::metadata_exchange(any, warnings)?))
         }
         istio_stats::TYPE => NetworkFilterConfig::IstioStats(Arc::new(istio_stats::istio_stats(any, warnings)?)),
+        set_filter_state::NETWORK_TYPE => {
+            NetworkFilterConfig::SetFilterState(Arc::new(set_filter_state::network_set_filter_state(any, warnings)?))
+        }
         _ => return Ok(None),
     }))
 }

@@ -230,7 +230,11 @@ fn tunnel_commands(value: &str) -> Result<()> {
         }
         let Some(end) = after.find('%') else { return Ok(()) };
         let command = &after[..end];
-        if !TUNNEL_COMMANDS.contains(&command) {
+        // A filter state object as its text: the connection's (Istio's double HBONE names
+        // the inner tunnel's target this way).
+        let filter_state = command.strip_prefix("FILTER_STATE(").and_then(|c| c.strip_suffix(":PLAIN)"));
+        if !TUNNEL_COMMANDS.contains(&command) && !filter_state.is_some_and(|key| !key.is_empty() && !key.contains(':'))
+        {
             return Err(ConfigError::new("", format!("%{command}% is not supported in a tunnel")));
         }
         rest = &after[end + 1..];
