@@ -45,6 +45,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         file.source_code_info = None;
     }
     add_typed_structs(&mut set);
+    add_ip_matcher(&mut set);
     add_own_extension_configs(&mut set, &own_descriptors)?;
     std::fs::write(out.join("envoy_descriptors.bin"), prost::Message::encode_to_vec(&set))?;
     let raw = std::fs::read(&descriptors)?;
@@ -182,7 +183,7 @@ fn add_typed_structs(set: &mut prost_types::FileDescriptorSet) {
             label: Some(Label::Optional as i32),
             r#type: Some(kind as i32),
             type_name: type_name.map(Into::into),
-            json_name: Some(name.into()),
+            json_name: Some(lower_camel(name)),
             ..Default::default()
         };
         set.file.push(FileDescriptorProto {
@@ -201,6 +202,82 @@ fn add_typed_structs(set: &mut prost_types::FileDescriptorSet) {
             ..Default::default()
         });
     }
+}
+
+/// protobuf's JSON name of a field: `type_url` is `typeUrl`.
+fn lower_camel(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut upper = false;
+    for c in name.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `xds.type.matcher.v3.IPMatcher` (Istio's waypoints and ambient listeners match filter
+/// chains by destination address with it) is not in the `envoy-types` set either: without
+/// it the JSON reader drops a bootstrap's IP matcher. Declared here as xds declares it:
+/// `IPMatcher { repeated IPRangeMatcher range_matchers = 1; }`,
+/// `IPRangeMatcher { repeated xds.core.v3.CidrRange ranges = 1; Matcher.OnMatch on_match = 2;
+/// bool exclusive = 3; }`.
+fn add_ip_matcher(set: &mut prost_types::FileDescriptorSet) {
+    use prost_types::field_descriptor_proto::{Label, Type};
+    use prost_types::{DescriptorProto, FieldDescriptorProto, FileDescriptorProto};
+    let package = "xds.type.matcher.v3";
+    if set.file.iter().any(|f| f.package() == package && f.message_type.iter().any(|m| m.name() == "IPMatcher")) {
+        return;
+    }
+    let field = |name: &str, number: i32, label: Label, kind: Type, type_name: Option<&str>| FieldDescriptorProto {
+        name: Some(name.into()),
+        number: Some(number),
+        label: Some(label as i32),
+        r#type: Some(kind as i32),
+        type_name: type_name.map(Into::into),
+        json_name: Some(lower_camel(name)),
+        ..Default::default()
+    };
+    let file_of = |package: &str, message: &str| {
+        let declares =
+            |f: &&FileDescriptorProto| f.package() == package && f.message_type.iter().any(|m| m.name() == message);
+        set.file.iter().find(declares).map(|f| f.name().to_owned())
+    };
+    let dependency: Vec<String> =
+        [file_of("xds.core.v3", "CidrRange"), file_of(package, "Matcher")].into_iter().flatten().collect();
+    let range = DescriptorProto {
+        name: Some("IPRangeMatcher".into()),
+        field: vec![
+            field("ranges", 1, Label::Repeated, Type::Message, Some(".xds.core.v3.CidrRange")),
+            field("on_match", 2, Label::Optional, Type::Message, Some(".xds.type.matcher.v3.Matcher.OnMatch")),
+            field("exclusive", 3, Label::Optional, Type::Bool, None),
+        ],
+        ..Default::default()
+    };
+    set.file.push(FileDescriptorProto {
+        name: Some("xds/type/matcher/v3/ip.proto".into()),
+        package: Some(package.into()),
+        dependency,
+        message_type: vec![DescriptorProto {
+            name: Some("IPMatcher".into()),
+            field: vec![field(
+                "range_matchers",
+                1,
+                Label::Repeated,
+                Type::Message,
+                Some(".xds.type.matcher.v3.IPMatcher.IPRangeMatcher"),
+            )],
+            nested_type: vec![range],
+            ..Default::default()
+        }],
+        syntax: Some("proto3".into()),
+        ..Default::default()
+    });
 }
 
 /// Istio's filter configs (`istio.alpn`, `istio.stats`, peer metadata exchange) and Envoy's

@@ -40,6 +40,17 @@ fn node_id_is_istios_sidecar_format() {
 }
 
 #[test]
+fn a_waypoint_is_named_as_pilot_agent_names_one() {
+    let mut env = pod_env();
+    env.insert(bootstrap::PROXY_TYPE_VARIABLE.into(), "waypoint".into());
+    let pod = PodInfo::from_env(&env).unwrap();
+    assert_eq!(pod.node_id(), "waypoint~10.1.2.3~reviews-v1-7f9c.shop~shop.svc.cluster.local");
+    env.insert(bootstrap::PROXY_TYPE_VARIABLE.into(), "router".into());
+    let e = PodInfo::from_env(&env).unwrap_err().to_string();
+    assert!(e.contains("OUTRIDER_PROXY_TYPE"), "{e}");
+}
+
+#[test]
 fn node_metadata_comes_from_the_downward_api_and_istio_meta() {
     let document = PodInfo::from_env(&pod_env()).unwrap().bootstrap();
     let node = &document["node"];

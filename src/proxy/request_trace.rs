@@ -351,4 +351,56 @@ mod tests {
         assert_eq!(url(&parts, "example.com", 256), "http://example.com/a/long/path?q=1");
         assert_eq!(url(&parts, "example.com", 2), "http://example.com/a");
     }
+
+    #[test]
+    fn format_tags_read_the_peers_fields_and_the_filter_state() {
+        use crate::config::format::{Command, FilterStateForm, Piece};
+        use crate::proxy::stream_info::SharedWithUpstream;
+        let field = |key: &str, field: &str| Piece::Command {
+            command: Command::FilterState { key: key.into(), form: FilterStateForm::Field(field.into()) },
+            max_length: None,
+        };
+        let tag =
+            |name: &str, pieces: Vec<Piece>| CustomTag { tag: name.into(), value: CustomTagValue::Format(pieces) };
+        let plain = Piece::Command {
+            command: Command::FilterState { key: "io.istio.peer_principal".into(), form: FilterStateForm::Plain },
+            max_length: Some(6),
+        };
+        let tags = [
+            tag("istio.destination_app", vec![field("upstream_peer_obj", "app")]),
+            tag("istio.source_workload_type", vec![field("downstream_peer_obj", "type")]),
+            tag("istio.source_namespace", vec![field("downstream_peer_obj", "namespace")]),
+            tag("peer", vec![Piece::Literal("p=".into()), plain]),
+            tag("literal only", vec![Piece::Literal(String::new())]),
+        ];
+        let mut upstream = WorkloadMetadata::default();
+        upstream.labels.insert("app".into(), "echo".into());
+        let downstream = WorkloadMetadata {
+            namespace: "shop".into(),
+            owner: "kubernetes://apis/batch/v1/namespaces/shop/cronjobs/nightly".into(),
+            ..WorkloadMetadata::default()
+        };
+        let mut state = FilterState::default();
+        state.set("io.istio.peer_principal".into(), "spiffe://x".into(), SharedWithUpstream::None);
+        let facts =
+            TagFacts { filter_state: Some(&state), downstream_peer: Some(&downstream), upstream_peer: Some(&upstream) };
+        let found: Vec<String> = format_tags(&tags.iter().collect::<Vec<_>>(), facts)
+            .iter()
+            .map(|kv| format!("{}={}", kv.key, kv.value))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "istio.destination_app=echo",
+                "istio.source_workload_type=cronjob",
+                "istio.source_namespace=shop",
+                "peer=p=spiffe"
+            ]
+        );
+        // Without peers or state, the fields are empty (Envoy's formatter omits empty values
+        // here) and a tag left empty is left off; a literal around them stays.
+        let none = format_tags(&tags.iter().collect::<Vec<_>>(), TagFacts::default());
+        let none: Vec<String> = none.iter().map(|kv| format!("{}={}", kv.key, kv.value)).collect();
+        assert_eq!(none, ["peer=p="]);
+    }
 }

@@ -96,3 +96,32 @@ fn tag_format(format: String) -> Result<Vec<Piece>> {
     }
     Ok(pieces)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value_tag(format: &str) -> Result<CustomTag> {
+        custom_tag(ProtoTag { tag: "t".into(), r#type: Some(custom_tag::Type::Value(format.into())) })
+    }
+
+    #[test]
+    fn istios_waypoint_tags_convert_and_other_commands_are_refused_with_their_path() {
+        let tag = value_tag("%FILTER_STATE(upstream_peer_obj:FIELD:app)%").unwrap();
+        let CustomTagValue::Format(pieces) = tag.value else { panic!("{tag:?}") };
+        assert_eq!(pieces.len(), 1);
+        assert!(value_tag("a=%FILTER_STATE(io.istio.peer_principal:PLAIN)%").is_ok());
+        for (format, why) in [
+            ("%FILTER_STATE(upstream_peer_obj:FIELD:identity)%", "no field"),
+            ("%FILTER_STATE(other:FIELD:app)%", "not an object with fields"),
+            ("%FILTER_STATE(io.istio.peer_principal)%", "not available"),
+            ("%REQ(x-user)%", "not available"),
+        ] {
+            let error =
+                custom_tags(vec![ProtoTag { tag: "t".into(), r#type: Some(custom_tag::Type::Value(format.into())) }])
+                    .unwrap_err()
+                    .to_string();
+            assert!(error.contains("custom_tags[0].value") && error.contains(why), "{format}: {error}");
+        }
+    }
+}

@@ -18,7 +18,6 @@ mod tests;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-pub use chain_matcher::IpMatcher;
 pub(super) use hcm_tracing::opentelemetry as opentelemetry_tracer;
 
 use super::common;

@@ -162,3 +162,65 @@ fn command_value(command: &Command, request: &RequestContext<'_>) -> String {
         _ => String::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::filters::set_filter_state::FilterStateValue as Entry;
+
+    fn entry(key: &str, format: Vec<Piece>, shared: config::SharedWithUpstream) -> Entry {
+        Entry { key: key.into(), format, read_only: false, shared_with_upstream: shared, skip_if_empty: true }
+    }
+
+    #[test]
+    fn the_network_filter_sets_what_the_connection_carries_on() {
+        use crate::proxy::stream_info::{ORIGINAL_DST_LOCAL_IP, StreamState};
+        // As on a waypoint's main_internal: the tunnel's destination arrived shared no
+        // further, and is set again to be shared once more; the endpoint's metadata names
+        // the double-HBONE target.
+        let mut carried = StreamState::default();
+        carried.filter_state.set(ORIGINAL_DST_LOCAL_IP.into(), "10.96.0.5:80".into(), SharedWithUpstream::None);
+        carried.metadata.set(
+            "istio",
+            "double_hbone".into(),
+            serde_json::json!({"hbone_target_address": "10.1.1.1:15008"}),
+        );
+        let mut connection = DownstreamConnection {
+            peer: "10.0.0.1:4000".parse().unwrap_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0))),
+            local: "10.96.0.5:80".parse().unwrap_or(std::net::SocketAddr::from(([0, 0, 0, 0], 0))),
+            server_name: None,
+            tls: false,
+            peer_identity: None,
+            local_uri_san: None,
+            stream: Some(Arc::new(carried)),
+        };
+        let command = |command| vec![Piece::Command { command, max_length: None }];
+        let config = NetworkSetFilterState {
+            on_new_connection: vec![
+                entry(
+                    ORIGINAL_DST_LOCAL_IP,
+                    command(Command::FilterState { key: ORIGINAL_DST_LOCAL_IP.into(), form: FilterStateForm::Plain }),
+                    config::SharedWithUpstream::Once,
+                ),
+                entry(
+                    "target",
+                    command(Command::DynamicMetadata {
+                        namespace: "istio".into(),
+                        path: vec!["double_hbone".into(), "hbone_target_address".into()],
+                    }),
+                    config::SharedWithUpstream::Transitive,
+                ),
+                entry(
+                    "absent",
+                    command(Command::FilterState { key: "nothing".into(), form: FilterStateForm::Plain }),
+                    config::SharedWithUpstream::Once,
+                ),
+            ],
+        };
+        on_new_connection(&config, &mut connection);
+        let state = connection.stream.as_deref().map(|s| s.filter_state.shared_with_upstream()).unwrap_or_default();
+        assert_eq!(state.get(ORIGINAL_DST_LOCAL_IP), Some("10.96.0.5:80"), "shared once more");
+        assert_eq!(state.get("target"), Some("10.1.1.1:15008"));
+        assert_eq!(state.get("absent"), None, "skip_if_empty");
+    }
+}

@@ -216,3 +216,19 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::stream_info::SharedWithUpstream;
+
+    #[test]
+    fn a_filter_state_object_names_the_tunnels_target() {
+        let mut state = FilterState::default();
+        state.set("istio.double_hbone.hbone_target_address".into(), "10.0.0.9:15008".into(), SharedWithUpstream::None);
+        let text = "%FILTER_STATE(istio.double_hbone.hbone_target_address:PLAIN)%";
+        assert_eq!(filter_state_values(text, Some(&state)), "10.0.0.9:15008");
+        assert_eq!(filter_state_values(&format!("via {text}!"), None), "via !", "missing is empty");
+        assert_eq!(filter_state_values("%DOWNSTREAM_LOCAL_ADDRESS%", Some(&state)), "%DOWNSTREAM_LOCAL_ADDRESS%");
+    }
+}

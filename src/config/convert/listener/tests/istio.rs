@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::super::chain_matcher::{IpMatcher, IpRangeMatcherProto};
 use super::super::listener;
 use crate::config::convert::route::route_configuration;
 use crate::config::error::Warnings;
@@ -15,9 +14,7 @@ use crate::config::listener::{Listener, ListenerFilterKind, TerminalFilter, Traf
 use crate::config::route::RouteConfiguration;
 use crate::pb::envoy::config::listener::v3 as proto;
 use crate::pb::envoy::config::route::v3 as route_proto;
-use crate::pb::google::protobuf as gpb;
-use crate::pb::json::{Dropped, from_value};
-use envoy_types::pb::xds;
+use crate::pb::json::from_value;
 
 fn dump(file: &str) -> Value {
     crate::config::testdata::istio_dump(file)
@@ -47,9 +44,9 @@ fn listener_values(dump: &Value) -> Vec<Value> {
 fn convert_listeners_refusing(file: &str, refused: &[(&str, &str)]) -> Vec<Listener> {
     let mut out = Vec::new();
     for value in listener_values(&dump(file)) {
-        let (mut proto, dropped) =
+        let (proto, dropped) =
             from_value::<proto::Listener>("envoy.config.listener.v3.Listener", value.clone()).unwrap();
-        restore_ip_matcher(&mut proto, &value, &dropped);
+        assert!(dropped.iter().all(|d| !d.what.contains("typed config")), "{file}: {dropped:?}");
         let name = value["name"].as_str().unwrap_or_default().to_owned();
         let expected = refused.iter().find(|(n, _)| *n == name).map(|(_, why)| *why);
         match (listener(proto, &mut Warnings::new()), expected) {
@@ -60,42 +57,6 @@ fn convert_listeners_refusing(file: &str, refused: &[(&str, &str)]) -> Vec<Liste
         }
     }
     out
-}
-
-/// The descriptor set has no `xds.type.matcher.v3.IPMatcher`, so the JSON reader drops
-/// it; xDS would carry it in binary. Rebuild it from the JSON the way xDS would send it.
-fn restore_ip_matcher(proto: &mut proto::Listener, json: &Value, dropped: &[Dropped]) {
-    use xds::r#type::matcher::v3::matcher::{MatcherType, matcher_tree::TreeType};
-    if !dropped.iter().any(|d| d.what.contains("IPMatcher")) {
-        return;
-    }
-    let ip_json = &json["filter_chain_matcher"]["matcher_tree"]["custom_match"]["typed_config"];
-    let range_matchers = ip_json["range_matchers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| IpRangeMatcherProto {
-            ranges: m["ranges"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|r| xds::core::v3::CidrRange {
-                    address_prefix: r["address_prefix"].as_str().unwrap().into(),
-                    prefix_len: r["prefix_len"].as_u64().map(|v| gpb::UInt32Value { value: v as u32 }),
-                })
-                .collect(),
-            on_match: Some(from_value("xds.type.matcher.v3.Matcher.OnMatch", m["on_match"].clone()).unwrap().0),
-            exclusive: false,
-        })
-        .collect();
-    let any = gpb::Any {
-        type_url: "type.googleapis.com/xds.type.matcher.v3.IPMatcher".into(),
-        value: prost::Message::encode_to_vec(&IpMatcher { range_matchers }),
-    };
-    let matcher = proto.filter_chain_matcher.as_mut().unwrap();
-    let Some(MatcherType::MatcherTree(tree)) = matcher.matcher_type.as_mut() else { panic!() };
-    let Some(TreeType::CustomMatch(custom)) = tree.tree_type.as_mut() else { panic!() };
-    custom.typed_config = Some(any);
 }
 
 fn by_name<'a>(listeners: &'a [Listener], name: &str) -> &'a Listener {
@@ -155,22 +116,12 @@ fn sidecar_listeners_convert() {
 
 #[test]
 fn waypoint_listeners_and_routes_convert() {
-    // `main_internal` sets filter state for CONNECT tunnels (`set_filter_state`), which
-    // Outrider does not run: the listener is refused, not served without it.
+    // Istio 1.21's waypoint: every listener converts, `main_internal` with its
+    // `set_filter_state` network filters and Istio's largest filter chain matcher, which
+    // selects as Envoy's does.
     let file = "waypoint-full.config_dump.json";
-    let listeners = convert_listeners_refusing(file, &[("main_internal", "set_filter_state")]);
-    assert_eq!(listeners.len(), 1);
-    // Its filter chain matcher (Istio's largest) still converts and selects as Envoy's does,
-    // checked on the listener without that filter.
-    let mut value = listener_values(&dump(file)).into_iter().find(|l| l["name"] == "main_internal").unwrap();
-    for chain in value["filter_chains"].as_array_mut().unwrap() {
-        chain["filters"].as_array_mut().unwrap().retain(|f| f["name"] != "connect_authority");
-    }
-    let (mut proto, dropped) =
-        from_value::<proto::Listener>("envoy.config.listener.v3.Listener", value.clone()).unwrap();
-    restore_ip_matcher(&mut proto, &value, &dropped);
-    let main = listener(proto, &mut Warnings::new()).unwrap();
-    let main = &main;
+    let listeners = convert_listeners_refusing(file, &[]);
+    let main = by_name(&listeners, "main_internal");
     let matcher = main.filter_chain_matcher.as_ref().unwrap();
     let select = |ip: &str, port: u16, alpn: Option<&str>| {
         matcher
@@ -212,4 +163,46 @@ fn waypoint_listeners_and_routes_convert() {
     let crate::config::route::Action::Route(action) = &vhost.routes[0].action else { panic!() };
     assert_eq!(action.timeout, None, "Istio disables the route timeout with 0s");
     assert_eq!(action.max_stream_duration.grpc_timeout_header_max, Some(Duration::ZERO));
+}
+
+#[test]
+fn istiods_waypoint_rendering_converts_whole() {
+    // What a current istiod in Kubernetes mode sent an Outrider waypoint (tests/mesh/waypoint.rs
+    // captured it: a Service bound to the waypoint, an HTTPRoute, an AuthorizationPolicy),
+    // as istiod's debug endpoint writes it (camelCase JSON): every listener converts with
+    // nothing dropped, and `main_internal` picks the Service's chain by its address.
+    let dump = dump("waypoint-istiod.config_dump.json");
+    let mut listeners = Vec::new();
+    for section in sections(&dump, "ListenersConfigDump") {
+        for entry in section["dynamicListeners"].as_array().into_iter().flatten() {
+            let value = entry["activeState"]["listener"].clone();
+            let (proto, dropped) = from_value::<proto::Listener>("envoy.config.listener.v3.Listener", value).unwrap();
+            assert!(dropped.is_empty(), "{dropped:?}");
+            listeners.push(listener(proto, &mut Warnings::new()).unwrap());
+        }
+    }
+    let names: Vec<&str> = listeners.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "connect_terminate",
+            "main_internal",
+            "connect_originate",
+            "inner_connect_originate",
+            "outer_connect_originate"
+        ]
+    );
+    let main = by_name(&listeners, "main_internal");
+    let select = |ip: &str, port: u16| {
+        main.filter_chain_matcher.as_ref().and_then(|m| {
+            m.select(&|input| match input {
+                NetworkInput::DestinationIp => Some(ip.to_owned()),
+                NetworkInput::DestinationPort => Some(port.to_string()),
+                _ => None,
+            })
+            .map(str::to_owned)
+        })
+    };
+    assert_eq!(select("10.96.40.177", 80).as_deref(), Some("inbound-vip|80|http|echo.default.svc.cluster.local"));
+    assert_eq!(select("10.96.40.177", 81), None);
 }
