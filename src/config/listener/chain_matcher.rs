@@ -28,8 +28,10 @@ pub enum MatchTree {
     Exact(HashMap<String, OnMatch>),
     /// `prefix_match_map`: the longest matching prefix wins.
     Prefix(HashMap<String, OnMatch>),
-    /// `custom_match` with `xds.type.matcher.v3.IPMatcher`: the longest matching range
-    /// wins (the input must be an IP address).
+    /// `custom_match` with `xds.type.matcher.v3.IPMatcher` (the input must be an IP
+    /// address): the matching ranges from the longest prefix down, then in declaration
+    /// order; one whose `on_match` selects nothing gives way to the next, unless it is
+    /// `exclusive`.
     Ip(Vec<IpRangeMatcher>),
 }
 
@@ -37,6 +39,8 @@ pub enum MatchTree {
 pub struct IpRangeMatcher {
     pub ranges: Vec<CidrRange>,
     pub on_match: OnMatch,
+    /// No less specific range is tried when this one's `on_match` selects nothing.
+    pub exclusive: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -73,8 +77,40 @@ impl FilterChainMatcher {
 impl Matcher {
     fn evaluate<'a>(&'a self, input: &impl Fn(NetworkInput) -> Option<String>) -> Option<&'a str> {
         let value = input(self.input);
-        let found = value.as_deref().and_then(|value| self.lookup(value));
-        found.and_then(|on_match| on_match.evaluate(input)).or_else(|| self.on_no_match.as_ref()?.evaluate(input))
+        let found = match (&self.tree, value.as_deref()) {
+            (MatchTree::Ip(matchers), Some(value)) => Self::evaluate_ip(matchers, value, input),
+            (_, value) => value.and_then(|value| self.lookup(value)).and_then(|on_match| on_match.evaluate(input)),
+        };
+        found.or_else(|| self.on_no_match.as_ref()?.evaluate(input))
+    }
+
+    /// The IP matcher: the first matching range, most specific first, whose `on_match`
+    /// selects a chain; an exclusive range that selects none ends the search.
+    fn evaluate_ip<'a>(
+        matchers: &'a [IpRangeMatcher],
+        value: &str,
+        input: &impl Fn(NetworkInput) -> Option<String>,
+    ) -> Option<&'a str> {
+        let ip: IpAddr = value.parse().ok()?;
+        let mut candidates: Vec<(u8, usize, &IpRangeMatcher)> = matchers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| {
+                let best = m.ranges.iter().filter(|r| r.contains(ip)).map(|r| r.prefix_len).max()?;
+                Some((best, i, m))
+            })
+            .collect();
+        // Longest prefix first, then the order of declaration.
+        candidates.sort_by_key(|(len, i, _)| (std::cmp::Reverse(*len), *i));
+        for (_, _, matcher) in candidates {
+            if let Some(chain) = matcher.on_match.evaluate(input) {
+                return Some(chain);
+            }
+            if matcher.exclusive {
+                return None;
+            }
+        }
+        None
     }
 
     fn lookup(&self, value: &str) -> Option<&OnMatch> {
@@ -85,17 +121,8 @@ impl Matcher {
                 .filter(|(prefix, _)| value.starts_with(prefix.as_str()))
                 .max_by_key(|(p, _)| p.len())
                 .map(|e| e.1),
-            MatchTree::Ip(matchers) => {
-                let ip: IpAddr = value.parse().ok()?;
-                matchers
-                    .iter()
-                    .filter_map(|m| {
-                        let best = m.ranges.iter().filter(|r| r.contains(ip)).map(|r| r.prefix_len).max()?;
-                        Some((best, &m.on_match))
-                    })
-                    .max_by_key(|(len, _)| *len)
-                    .map(|(_, on_match)| on_match)
-            }
+            // Evaluated whole by `evaluate_ip`.
+            MatchTree::Ip(_) => None,
         }
     }
 
@@ -122,5 +149,58 @@ impl OnMatch {
             OnMatch::FilterChain(name) => Some(name),
             OnMatch::Matcher(matcher) => matcher.evaluate(input),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(text: &str, len: u8) -> CidrRange {
+        let address = text.parse().unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        CidrRange { address, prefix_len: len }
+    }
+
+    /// `10.0.0.0/8` (exclusive or not) behind `10.1.0.0/16`, whose nested port matcher
+    /// takes port 80 only.
+    fn matcher(exclusive: bool) -> FilterChainMatcher {
+        let port_80 = Matcher {
+            input: NetworkInput::DestinationPort,
+            tree: MatchTree::Exact(HashMap::from([("80".to_owned(), OnMatch::FilterChain("specific".into()))])),
+            on_no_match: None,
+        };
+        let ip =
+            |text, len, on_match, exclusive| IpRangeMatcher { ranges: vec![range(text, len)], on_match, exclusive };
+        FilterChainMatcher {
+            root: Matcher {
+                input: NetworkInput::DestinationIp,
+                tree: MatchTree::Ip(vec![
+                    ip("10.0.0.0", 8, OnMatch::FilterChain("wide".into()), false),
+                    ip("10.1.0.0", 16, OnMatch::Matcher(Box::new(port_80)), exclusive),
+                ]),
+                on_no_match: Some(OnMatch::FilterChain("default".into())),
+            },
+        }
+    }
+
+    fn select(matcher: &FilterChainMatcher, ip: &str, port: u16) -> Option<String> {
+        let inputs = |input| match input {
+            NetworkInput::DestinationIp => Some(ip.to_owned()),
+            NetworkInput::DestinationPort => Some(port.to_string()),
+            _ => None,
+        };
+        matcher.select(&inputs).map(str::to_owned)
+    }
+
+    #[test]
+    fn a_range_whose_nested_match_fails_gives_way_unless_exclusive() {
+        let open = matcher(false);
+        assert_eq!(select(&open, "10.1.2.3", 80).as_deref(), Some("specific"), "the longest prefix first");
+        assert_eq!(select(&open, "10.1.2.3", 81).as_deref(), Some("wide"), "then the less specific range");
+        assert_eq!(select(&open, "10.9.9.9", 81).as_deref(), Some("wide"));
+        assert_eq!(select(&open, "192.168.0.1", 80).as_deref(), Some("default"), "no range: on_no_match");
+        let exclusive = matcher(true);
+        assert_eq!(select(&exclusive, "10.1.2.3", 80).as_deref(), Some("specific"));
+        assert_eq!(select(&exclusive, "10.1.2.3", 81).as_deref(), Some("default"), "no fall back past it");
     }
 }

@@ -88,7 +88,7 @@ fn ip_matcher(custom: xds::core::v3::TypedExtensionConfig) -> Result<Vec<IpRange
         .enumerate()
         .map(|(i, m)| {
             let at = format!("typed_config.range_matchers[{i}]");
-            let IpRangeMatcherProto { ranges, on_match: next, exclusive: _ } = m;
+            let IpRangeMatcherProto { ranges, on_match: next, exclusive } = m;
             let ranges = ranges
                 .iter()
                 .enumerate()
@@ -98,7 +98,8 @@ fn ip_matcher(custom: xds::core::v3::TypedExtensionConfig) -> Result<Vec<IpRange
                 })
                 .collect::<Result<Vec<_>>>()?;
             let next = next.ok_or_else(|| ConfigError::new(format!("{at}.on_match"), "is required"))?;
-            Ok(IpRangeMatcher { ranges, on_match: on_match(next).map_err(|e| e.at(format!("{at}.on_match")))? })
+            let on_match = on_match(next).map_err(|e| e.at(format!("{at}.on_match")))?;
+            Ok(IpRangeMatcher { ranges, on_match, exclusive })
         })
         .collect()
 }
