@@ -80,7 +80,9 @@ start() {
     wait_port 15000
     sleep 1
 }
-stop() { kill "$proxy"; wait "$proxy" 2>/dev/null || true; sleep 1; }
+# SIGKILL: a waypoint has the client's pooled HBONE connections open, which an Outrider
+# drain would wait out (Envoy exits on SIGTERM at once); neither is measured stopping.
+stop() { kill -KILL "$proxy"; wait "$proxy" 2>/dev/null || true; sleep 1; }
 rss() { awk '/VmRSS/ {print $2}' "/proc/$proxy/status"; }
 ticks() { sed 's/^.*) //' "/proc/$proxy/stat" | awk '{print $12 + $13}'; }
 hz=$(getconf CLK_TCK)

@@ -35,5 +35,6 @@ mod tls_inbound;
 mod tls_mesh;
 mod tls_rotation;
 mod waypoint;
+mod waypoint_telemetry;
 mod workload_discovery;
 mod ztunnel_hbone;

@@ -9,7 +9,10 @@
 //!   destination in its metadata, passed through by the `internal_upstream` transport;
 //!   `connect_originate` restores it and tunnels to it through an ORIGINAL_DST cluster whose
 //!   `upstream_port_override` is the HBONE port and whose `metadata_key` would name a
-//!   waypoint; tunnels to one destination share one HTTP/2 connection.
+//!   waypoint; tunnels to one destination share one HTTP/2 connection;
+//! - a waypoint's double HBONE: a network `set_filter_state` names the inner tunnel's
+//!   target, and the TCP proxy's tunnel takes it as its authority
+//!   (`%FILTER_STATE(…:PLAIN)%`).
 
 use bytes::Bytes;
 use http_body_util::Empty;
@@ -19,7 +22,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::common;
 use common::WAIT;
 use common::differential::{
-    INTERNAL, INTERNAL_LISTENER_EXTENSION, Pair, free_port, on_loopback, stat_value, static_cluster, tcp_proxy_listener,
+    INTERNAL, INTERNAL_LISTENER_EXTENSION, Pair, free_port, http2_cluster, on_loopback, stat_value, static_cluster,
+    tcp_proxy_listener,
 };
 use common::tunnel::{
     MAIN_INTERNAL_CLUSTER, connect_originate_cluster, connect_terminate_listener, echo_round, echo_server,
@@ -259,4 +263,57 @@ async fn tunnels_to_one_destination_share_one_http2_connection() {
         }
     }
     pair.outrider.stop();
+}
+
+/// A TCP listener on `port` whose network `set_filter_state` names the tunnel's target
+/// (`target`, as text) and whose TCP proxy tunnels to the terminating listener on
+/// `terminate` with that object as the `CONNECT`'s authority: Istio's
+/// `inner_connect_originate`, its target from the endpoint's metadata there.
+fn named_target(port: u16, terminate: u16, target: &str) -> (String, String) {
+    const KEY: &str = "istio.double_hbone.hbone_target_address";
+    let listener = tcp_proxy_listener(
+        "outbound",
+        &on_loopback(port),
+        "terminator",
+        &format!("\n          tunneling_config: {{ hostname: \"%FILTER_STATE({KEY}:PLAIN)%\" }}"),
+    );
+    let set = format!(
+        r#"    - filters:
+      - name: propagate_endpoint_metadata
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.set_filter_state.v3.Config
+          on_new_connection:
+          - object_key: {KEY}
+            factory_key: envoy.string
+            format_string: {{ text_format_source: {{ inline_string: "{target}" }} }}
+            shared_with_upstream: TRANSITIVE
+"#
+    );
+    (listener.replacen("    - filters:\n", &set, 1), http2_cluster("terminator", terminate))
+}
+
+#[tokio::test]
+async fn a_filter_state_object_is_the_tunnels_authority() {
+    let apps = (echo_server("a:").await, echo_server("b:").await);
+    for (target, expected) in [(format!("127.0.0.1:{PORT_A}"), "a:hello"), (format!("127.0.0.1:{PORT_B}"), "b:hello")] {
+        let pair = Pair::start(|port| {
+            let terminate = free_port();
+            let (listeners, clusters) = named_target(port, terminate, &target);
+            inbound(terminate, apps, &listeners, &clusters)
+        })
+        .await;
+        let mut seen = Vec::new();
+        for (who, port) in pair.ports() {
+            let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            let echoed = echo_round(&mut stream, b"hello").await;
+            // The terminating side restores the CONNECT's authority as the destination, whose
+            // port picks the application.
+            assert_eq!(echoed, expected, "{who}");
+            seen.push(echoed);
+        }
+        if let [envoy, outrider] = seen.as_slice() {
+            assert_eq!(envoy, outrider, "Envoy and Outrider differ");
+        }
+        pair.outrider.stop();
+    }
 }

@@ -26,6 +26,10 @@ pub struct PeerMetadata {
     pub upstream_propagation: bool,
     /// `additional_labels`: node labels exchanged besides Istio's standard ones.
     pub additional_labels: Vec<String>,
+    /// `shared_with_upstream`: the downstream peer found here crosses to an internal
+    /// listener with the request (a waypoint's `connect_terminate` hands the tunnel's
+    /// caller to `main_internal`, whose telemetry names it).
+    pub shared_with_upstream: bool,
     /// The older form (the built-in `envoy.wasm.metadata_exchange` plugin): both
     /// discoveries, and propagation by the listener's direction — upstream unless
     /// inbound, downstream unless outbound. The four flags above are then unused.
@@ -45,6 +49,7 @@ impl PeerMetadata {
             downstream_propagation: inbound,
             upstream_propagation: !inbound,
             additional_labels: self.additional_labels.clone(),
+            shared_with_upstream: false,
             by_direction: false,
         }
     }

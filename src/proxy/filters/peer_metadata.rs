@@ -17,6 +17,7 @@ use http::{HeaderName, HeaderValue};
 use super::context::{ProxyBody, RequestContext, ResponseHook};
 use super::http::{FactoryContext, FilterHeadersStatus, HttpFilter};
 use crate::config::filters::peer_metadata::{PeerMetadata, WorkloadMetadata};
+use crate::proxy::stream_info::{SharedWithUpstream, StreamState};
 use crate::store::WorkloadIndex;
 
 /// The peers one request learnt of, shared by the filters that read or fill them. Kept
@@ -84,9 +85,21 @@ impl PeerMetadataFilter {
     }
 }
 
+/// The filter state object that carries a downstream peer across to an internal listener
+/// (Istio's `downstream_peer`), as the peer's metadata header would.
+pub const DOWNSTREAM_PEER: &str = "downstream_peer";
+
 impl HttpFilter for PeerMetadataFilter {
     async fn decode_headers(&self, request: &mut RequestContext<'_>) -> FilterHeadersStatus {
         let exchange = PeerExchange::of(&mut request.parts.extensions);
+        // A peer an earlier listener found and shared with this internal connection
+        // (`shared_with_upstream` there) is this request's caller, as in Envoy, where the
+        // connection's filter state is the request's too.
+        if let Some(carried) = request.connection.stream.as_deref().and_then(|s| s.filter_state.get(DOWNSTREAM_PEER))
+            && let Some(peer) = self.peers.decode(carried.as_bytes())
+        {
+            exchange.set_downstream(peer);
+        }
         let headers = &mut request.parts.headers;
         let mut received = Received::default();
         if self.config.downstream_discovery {
@@ -106,6 +119,13 @@ impl HttpFilter for PeerMetadataFilter {
         {
             exchange.set_downstream(peer);
         }
+        if self.config.shared_with_upstream
+            && let Some(peer) = exchange.downstream()
+        {
+            let state = request.parts.extensions.get_or_insert_default::<StreamState>();
+            state.filter_state.set(DOWNSTREAM_PEER.into(), wire::encode(peer).into(), SharedWithUpstream::Once);
+        }
+        let headers = &mut request.parts.headers;
         if self.config.upstream_propagation {
             headers.insert(METADATA_ID.clone(), self.id.clone());
             headers.insert(METADATA.clone(), self.metadata.clone());

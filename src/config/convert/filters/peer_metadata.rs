@@ -25,11 +25,7 @@ pub fn peer_metadata(any: &Any, warnings: &mut Warnings) -> Result<PeerMetadata>
             "upstream_discovery" => out.upstream_discovery = discovery(value, &name, false, warnings)?.0,
             "downstream_propagation" => out.downstream_propagation = propagation(value, &name)?,
             "upstream_propagation" => out.upstream_propagation = propagation(value, &name)?,
-            "shared_with_upstream" => {
-                if boolean(value, &name)? {
-                    warnings.ignored(name, "the peer is not shared with internal upstream listeners");
-                }
-            }
+            "shared_with_upstream" => out.shared_with_upstream = boolean(value, &name)?,
             "additional_labels" => {
                 for (i, label) in list(value, &name)?.iter().enumerate() {
                     out.additional_labels.push(string(label, &format!("{name}[{i}]"))?.to_owned());
