@@ -93,10 +93,9 @@ pub struct Validator {
     oneof_required: ExtensionDescriptor,
     message_disabled: ExtensionDescriptor,
     message_ignored: ExtensionDescriptor,
-    /// `(validate.rules)` of each field met so far, by the field's full name.
-    rules: HashMap<String, Option<DynamicMessage>>,
-    /// What each message met so far asks besides its fields' rules, by its full name.
-    messages: HashMap<String, Plan>,
+    /// What each message met so far asks: its fields with their `(validate.rules)`, its
+    /// required oneofs; by its full name, shared so that a visit clones nothing.
+    messages: HashMap<String, Arc<Plan>>,
     patterns: HashMap<String, regex::Regex>,
     /// Extension configs this validator found valid, by message name and exact bytes:
     /// a response repeats many (every Istio cluster's `HttpProtocolOptions`), and a repeat
@@ -122,7 +121,6 @@ impl Validator {
             oneof_required: extension("validate.required")?,
             message_disabled: extension("validate.disabled")?,
             message_ignored: extension("validate.ignored")?,
-            rules: HashMap::new(),
             messages: HashMap::new(),
             patterns: HashMap::new(),
             valid_extensions: HashSet::new(),
@@ -159,42 +157,36 @@ impl Validator {
         Ok(())
     }
 
-    fn rules_of(&mut self, field: &FieldDescriptor) -> Option<DynamicMessage> {
-        if let Some(rules) = self.rules.get(field.full_name()) {
-            return rules.clone();
-        }
+    fn rules_of(&self, field: &FieldDescriptor) -> Option<Arc<DynamicMessage>> {
         let options = field.options();
-        let rules = if options.has_extension(&self.field_rules) {
-            match options.get_extension(&self.field_rules).into_owned() {
-                Value::Message(m) => Some(m),
-                _ => None,
-            }
-        } else {
-            None
-        };
-        self.rules.insert(field.full_name().to_owned(), rules.clone());
-        rules
+        if !options.has_extension(&self.field_rules) {
+            return None;
+        }
+        match options.get_extension(&self.field_rules).into_owned() {
+            Value::Message(m) => Some(Arc::new(m)),
+            _ => None,
+        }
     }
 
-    fn plan_of(&mut self, desc: &MessageDescriptor) -> Plan {
+    fn plan_of(&mut self, desc: &MessageDescriptor) -> Arc<Plan> {
         if let Some(plan) = self.messages.get(desc.full_name()) {
             return plan.clone();
         }
         let options = desc.options();
-        let plan = Plan {
+        let plan = Arc::new(Plan {
             skip: flag(&options, &self.message_disabled) || flag(&options, &self.message_ignored),
             required_oneofs: desc
                 .oneofs()
                 .filter(|o| !o.is_synthetic() && flag(&o.options(), &self.oneof_required))
                 .collect(),
-        };
+            fields: desc.fields().map(|field| (self.rules_of(&field), field)).collect(),
+        });
         self.messages.insert(desc.full_name().to_owned(), plan.clone());
         plan
     }
 
     fn message(&mut self, message: &DynamicMessage, path: &mut Path) -> Result<(), String> {
-        let desc = message.descriptor();
-        let plan = self.plan_of(&desc);
+        let plan = self.plan_of(&message.descriptor());
         if plan.skip {
             return Ok(());
         }
@@ -202,15 +194,16 @@ impl Validator {
             path.push(Part::Field(oneof.name().to_owned()));
             return Err("value is required".into());
         }
-        for field in desc.fields() {
-            let in_oneof = field.containing_oneof().is_some();
-            let present = message.has_field(&field);
-            if in_oneof && !present {
-                continue; // rules of a oneof's member apply only to the member that is set
+        for (rules, field) in &plan.fields {
+            let present = message.has_field(field);
+            if !present && (rules.is_none() || field.containing_oneof().is_some()) {
+                // Nothing to check: an absent field without rules (an empty list or map, an
+                // unset message, a proto3 scalar at its default) passes whatever it is, and
+                // the rules of a oneof's member apply only to the member that is set.
+                continue;
             }
-            let rules = self.rules_of(&field);
             path.push(Part::Field(field.name().to_owned()));
-            self.field(&field, &message.get_field(&field), present, rules.as_ref(), path)?;
+            self.field(field, &message.get_field(field), present, rules.as_deref(), path)?;
             path.pop();
         }
         Ok(())
@@ -539,12 +532,13 @@ pub fn check_extension(full_name: &str, bytes: &[u8]) -> Result<(), Violation> {
     })
 }
 
-/// `(validate.disabled)`/`(validate.ignored)` and the `(validate.required)` oneofs of a
-/// message.
-#[derive(Clone)]
+/// What checking a message asks: `(validate.disabled)`/`(validate.ignored)`, the
+/// `(validate.required)` oneofs, and each field's `(validate.rules)`.
 struct Plan {
     skip: bool,
     required_oneofs: Vec<OneofDescriptor>,
+    /// Every field, with its `(validate.rules)` if it has any.
+    fields: Vec<(Option<Arc<DynamicMessage>>, FieldDescriptor)>,
 }
 
 /// Where a check is in the resource, printed as Outrider's field paths are.
