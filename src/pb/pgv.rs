@@ -157,13 +157,13 @@ impl Validator {
         Ok(())
     }
 
-    fn rules_of(&self, field: &FieldDescriptor) -> Option<Arc<DynamicMessage>> {
+    fn rules_of(&self, field: &FieldDescriptor) -> Option<Rules> {
         let options = field.options();
         if !options.has_extension(&self.field_rules) {
             return None;
         }
-        match options.get_extension(&self.field_rules).into_owned() {
-            Value::Message(m) => Some(Arc::new(m)),
+        match options.get_extension(&self.field_rules).as_ref() {
+            Value::Message(m) => Some(Rules::read(m)),
             _ => None,
         }
     }
@@ -203,7 +203,7 @@ impl Validator {
                 continue;
             }
             path.push(Part::Field(field.name().to_owned()));
-            self.field(field, &message.get_field(field), present, rules.as_deref(), path)?;
+            self.field(field, &message.get_field(field), present, rules.as_ref(), path)?;
             path.pop();
         }
         Ok(())
@@ -214,7 +214,7 @@ impl Validator {
         field: &FieldDescriptor,
         value: &Value,
         present: bool,
-        rules: Option<&DynamicMessage>,
+        rules: Option<&Rules>,
         path: &mut Path,
     ) -> Result<(), String> {
         if field.is_map() {
@@ -237,8 +237,8 @@ impl Validator {
                     other => format!("{:?}", Value::from(other.clone())),
                 }));
                 let key_value: Value = key.clone().into();
-                self.single(&key_field, &key_value, true, keys.as_ref(), path)?;
-                self.single(&value_field, item, true, values.as_ref(), path)?;
+                self.single(&key_field, &key_value, true, keys, path)?;
+                self.single(&value_field, item, true, values, path)?;
                 path.pop();
             }
             return Ok(());
@@ -257,7 +257,7 @@ impl Validator {
             let item_rules = list_rules.as_ref().and_then(|r| sub(r, "items"));
             for (index, item) in items.iter().enumerate() {
                 path.push(Part::Index(index));
-                self.single(field, item, true, item_rules.as_ref(), path)?;
+                self.single(field, item, true, item_rules, path)?;
                 path.pop();
             }
             return Ok(());
@@ -274,17 +274,17 @@ impl Validator {
         field: &FieldDescriptor,
         value: &Value,
         present: bool,
-        rules: Option<&DynamicMessage>,
+        rules: Option<&Rules>,
         path: &mut Path,
     ) -> Result<(), String> {
         match field.kind() {
             Kind::Message(desc) => self.message_value(&desc, value, present, rules, path),
             Kind::Enum(enum_desc) => match (rules.and_then(|r| sub(r, "enum")), value) {
                 (Some(r), Value::EnumNumber(number)) if present => {
-                    if flag_named(&r, "defined_only") && enum_desc.get_value(*number).is_none() {
+                    if flag_named(r, "defined_only") && enum_desc.get_value(*number).is_none() {
                         return Err("value must be one of the defined enum values".into());
                     }
-                    numeric(&r, &Num::Int(i128::from(*number)), false)
+                    numeric(r, &Num::Int(i128::from(*number)), false)
                 }
                 _ => Ok(()),
             },
@@ -301,11 +301,11 @@ impl Validator {
         desc: &MessageDescriptor,
         value: &Value,
         present: bool,
-        rules: Option<&DynamicMessage>,
+        rules: Option<&Rules>,
         path: &mut Path,
     ) -> Result<(), String> {
         let full_name = desc.full_name();
-        let required = |kind: &str| rules.and_then(|r| sub(r, kind)).is_some_and(|r| flag_named(&r, "required"));
+        let required = |kind: &str| rules.and_then(|r| sub(r, kind)).is_some_and(|r| flag_named(r, "required"));
         if !present {
             let type_rule = match full_name {
                 "google.protobuf.Duration" => "duration",
@@ -323,7 +323,7 @@ impl Validator {
             // A wrapper's rules are those of the type it wraps, on its `value`.
             let inner = message.get_field_by_name("value");
             return match (rules.and_then(|r| sub(r, wrapped)), inner) {
-                (Some(r), Some(inner)) => self.scalar_of(wrapped, &r, &inner),
+                (Some(r), Some(inner)) => self.scalar_of(wrapped, r, &inner),
                 _ => Ok(()),
             };
         }
@@ -331,20 +331,20 @@ impl Validator {
             "google.protobuf.Duration" | "google.protobuf.Timestamp" => {
                 let kind = if full_name.ends_with("Duration") { "duration" } else { "timestamp" };
                 match rules.and_then(|r| sub(r, kind)) {
-                    Some(r) => time(&r, nanos(message), kind == "timestamp"),
+                    Some(r) => time(r, nanos(message), kind == "timestamp"),
                     None => Ok(()),
                 }
             }
             "google.protobuf.Any" => match rules.and_then(|r| sub(r, "any")) {
                 Some(r) => {
                     let type_url = text_field(message, "type_url");
-                    membership(&r, &Value::String(type_url), "type URL")
+                    membership(r, &Value::String(type_url), "type URL")
                 }
                 None => Ok(()),
             },
             _ if full_name.starts_with("google.protobuf.") => Ok(()), // no rules inside
             _ => {
-                if rules.and_then(|r| sub(r, "message")).is_some_and(|r| flag_named(&r, "skip")) {
+                if rules.and_then(|r| sub(r, "message")).is_some_and(|r| flag_named(r, "skip")) {
                     return Ok(());
                 }
                 self.message(message, path)
@@ -353,25 +353,24 @@ impl Validator {
     }
 
     /// A scalar against the rules of its own type (`rules` is a `FieldRules`).
-    fn scalar(&mut self, rules: &DynamicMessage, value: &Value) -> Result<(), String> {
-        let Some((kind, typed)) = rules.fields().find_map(|(f, v)| match v {
-            Value::Message(m) if f.name() != "message" => Some((f.name().to_owned(), m.clone())),
-            _ => None,
-        }) else {
+    fn scalar(&mut self, rules: &Rules, value: &Value) -> Result<(), String> {
+        let Some((kind, typed)) = rules
+            .0
+            .iter()
+            .find_map(|(name, rule)| rule.nested.as_ref().filter(|_| name != "message").map(|r| (name, r)))
+        else {
             return Ok(());
         };
-        self.scalar_of(&kind, &typed, value)
+        self.scalar_of(kind, typed, value)
     }
 
     /// `value` against `rules`, the `<kind>Rules` message (`StringRules`, `UInt32Rules`...).
-    fn scalar_of(&mut self, kind: &str, rules: &DynamicMessage, value: &Value) -> Result<(), String> {
+    fn scalar_of(&mut self, kind: &str, rules: &Rules, value: &Value) -> Result<(), String> {
         match (kind, value) {
             ("string", Value::String(s)) => self.string(rules, s),
             ("bytes", Value::Bytes(b)) => self.bytes(rules, b),
-            ("bool", Value::Bool(b)) => match rules.get_field_by_name("const") {
-                Some(c) if rules.has_field_by_name("const") && c.as_ref() != &Value::Bool(*b) => {
-                    Err(format!("value must equal {c:?}"))
-                }
+            ("bool", Value::Bool(b)) => match set(rules, "const") {
+                Some(c) if c.as_ref() != &Value::Bool(*b) => Err(format!("value must equal {c:?}")),
                 _ => Ok(()),
             },
             (_, Value::F32(f)) => numeric(rules, &Num::Float(f64::from(*f)), true),
@@ -384,7 +383,7 @@ impl Validator {
         }
     }
 
-    fn string(&mut self, rules: &DynamicMessage, s: &str) -> Result<(), String> {
+    fn string(&mut self, rules: &Rules, s: &str) -> Result<(), String> {
         if s.is_empty() && flag_named(rules, "ignore_empty") {
             return Ok(());
         }
@@ -407,7 +406,7 @@ impl Validator {
         well_known_string(rules, s)
     }
 
-    fn bytes(&mut self, rules: &DynamicMessage, b: &[u8]) -> Result<(), String> {
+    fn bytes(&mut self, rules: &Rules, b: &[u8]) -> Result<(), String> {
         if b.is_empty() && flag_named(rules, "ignore_empty") {
             return Ok(());
         }
@@ -538,7 +537,7 @@ struct Plan {
     skip: bool,
     required_oneofs: Vec<OneofDescriptor>,
     /// Every field, with its `(validate.rules)` if it has any.
-    fields: Vec<(Option<Arc<DynamicMessage>>, FieldDescriptor)>,
+    fields: Vec<(Option<Rules>, FieldDescriptor)>,
 }
 
 /// Where a check is in the resource, printed as Outrider's field paths are.
@@ -578,19 +577,46 @@ fn flag(options: &DynamicMessage, extension: &ExtensionDescriptor) -> bool {
     options.has_extension(extension) && options.get_extension(extension).as_bool() == Some(true)
 }
 
-fn flag_named(rules: &DynamicMessage, name: &str) -> bool {
+fn flag_named(rules: &Rules, name: &str) -> bool {
     set(rules, name).is_some_and(|v| v.as_bool() == Some(true))
 }
 
 /// A rule's value, only when the rule is given (validate.proto is proto2: presence is known).
-fn set<'a>(rules: &'a DynamicMessage, name: &str) -> Option<Cow<'a, Value>> {
-    if rules.has_field_by_name(name) { rules.get_field_by_name(name) } else { None }
+fn set<'a>(rules: &'a Rules, name: &str) -> Option<Cow<'a, Value>> {
+    rules.get(name).map(|rule| Cow::Borrowed(&rule.value))
 }
 
-fn sub(rules: &DynamicMessage, name: &str) -> Option<DynamicMessage> {
-    match set(rules, name)?.into_owned() {
-        Value::Message(m) => Some(m),
-        _ => None,
+/// A nested rules message (`FieldRules.string`, `MapRules.keys`, …).
+fn sub<'a>(rules: &'a Rules, name: &str) -> Option<&'a Rules> {
+    rules.get(name)?.nested.as_ref()
+}
+
+/// A rules message, read once: the rules it sets, each with its nested rules message when
+/// it is one. A check looks a rule up by name among the few a message sets, which costs
+/// less than the descriptor's hashed look-ups did for every rule of every value checked.
+#[derive(Debug)]
+struct Rules(Vec<(String, Rule)>);
+
+#[derive(Debug)]
+struct Rule {
+    value: Value,
+    nested: Option<Rules>,
+}
+
+impl Rules {
+    fn read(message: &DynamicMessage) -> Self {
+        let set = message.fields().map(|(field, value)| {
+            let nested = match value {
+                Value::Message(m) => Some(Rules::read(m)),
+                _ => None,
+            };
+            (field.name().to_owned(), Rule { value: value.clone(), nested })
+        });
+        Self(set.collect())
+    }
+
+    fn get(&self, name: &str) -> Option<&Rule> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, rule)| rule)
     }
 }
 
@@ -621,7 +647,7 @@ fn wrapper_rule(full_name: &str) -> Option<&'static str> {
     })
 }
 
-fn count(len: usize, rules: &DynamicMessage, min: &str, max: &str, what: &str) -> Result<(), String> {
+fn count(len: usize, rules: &Rules, min: &str, max: &str, what: &str) -> Result<(), String> {
     let bound = |name: &str| set(rules, name).and_then(|v| v.as_u64());
     let len = u64::try_from(len).unwrap_or(u64::MAX);
     if let Some(min) = bound(min)
@@ -637,7 +663,7 @@ fn count(len: usize, rules: &DynamicMessage, min: &str, max: &str, what: &str) -
     Ok(())
 }
 
-fn lengths(rules: &DynamicMessage, len: usize, [exact, min, max]: [&str; 3], unit: &str) -> Result<(), String> {
+fn lengths(rules: &Rules, len: usize, [exact, min, max]: [&str; 3], unit: &str) -> Result<(), String> {
     let bound = |name: &str| set(rules, name).and_then(|v| v.as_u64());
     let len = u64::try_from(len).unwrap_or(u64::MAX);
     if let Some(exact) = bound(exact)
@@ -658,7 +684,7 @@ fn lengths(rules: &DynamicMessage, len: usize, [exact, min, max]: [&str; 3], uni
     Ok(())
 }
 
-fn affixes(rules: &DynamicMessage, value: &[u8], bytes_of: impl Fn(&Value) -> Option<Vec<u8>>) -> Result<(), String> {
+fn affixes(rules: &Rules, value: &[u8], bytes_of: impl Fn(&Value) -> Option<Vec<u8>>) -> Result<(), String> {
     let rule = |name: &str| set(rules, name).and_then(|v| bytes_of(&v));
     if let Some(c) = rule("const")
         && value != c.as_slice()
@@ -685,7 +711,7 @@ fn affixes(rules: &DynamicMessage, value: &[u8], bytes_of: impl Fn(&Value) -> Op
 }
 
 /// `in` and `not_in`.
-fn membership(rules: &DynamicMessage, value: &Value, what: &str) -> Result<(), String> {
+fn membership(rules: &Rules, value: &Value, what: &str) -> Result<(), String> {
     if let Some(Value::List(allowed)) = set(rules, "in").as_deref()
         && !allowed.contains(value)
     {
@@ -700,7 +726,7 @@ fn membership(rules: &DynamicMessage, value: &Value, what: &str) -> Result<(), S
 }
 
 /// `email`, `hostname`, `ip`..., and `well_known_regex` (HTTP header names and values).
-fn well_known_string(rules: &DynamicMessage, s: &str) -> Result<(), String> {
+fn well_known_string(rules: &Rules, s: &str) -> Result<(), String> {
     let ok = |rule: &str, valid: bool| if flag_named(rules, rule) && !valid { Err(rule.to_owned()) } else { Ok(()) };
     let checks = || -> Result<(), String> {
         ok("ip", s.parse::<std::net::IpAddr>().is_ok())?;
@@ -797,7 +823,7 @@ impl std::fmt::Display for Num {
 
 /// `const`, the range (`lt`, `lte`, `gt`, `gte`), `in` and `not_in` of a number, an enum
 /// (`range` false: enums have no range rules) or a duration in nanoseconds.
-fn numeric(rules: &DynamicMessage, value: &Num, range: bool) -> Result<(), String> {
+fn numeric(rules: &Rules, value: &Num, range: bool) -> Result<(), String> {
     if (matches!(value, Num::Int(0)) || matches!(value, Num::Float(f) if *f == 0.0))
         && flag_named(rules, "ignore_empty")
     {
@@ -874,8 +900,8 @@ fn nanos(message: &DynamicMessage) -> Num {
 }
 
 /// A duration or a timestamp against `DurationRules` or `TimestampRules`.
-fn time(rules: &DynamicMessage, value: Num, timestamp: bool) -> Result<(), String> {
-    let rule = |name: &str| sub(rules, name).map(|m| nanos(&m));
+fn time(rules: &Rules, value: Num, timestamp: bool) -> Result<(), String> {
+    let rule = |name: &str| set(rules, name).and_then(|v| v.as_message().map(nanos));
     let show = |n: Num| match n {
         Num::Int(n) if n % 1_000_000_000 == 0 => format!("{}s", n / 1_000_000_000),
         Num::Int(n) => format!("{}s", n as f64 / 1e9),

@@ -142,7 +142,7 @@ fn outside_ranges_and_in_lists() {
         let desc = pool(Set::Resources).unwrap().get_message_by_name("validate.UInt32Rules").unwrap();
         DynamicMessage::deserialize(desc, &mut serde_json::Deserializer::from_str(json)).unwrap()
     };
-    let ok = |json: &str, v: i128| numeric(&rules(json), &Num::Int(v), true).is_ok();
+    let ok = |json: &str, v: i128| numeric(&Rules::read(&rules(json)), &Num::Int(v), true).is_ok();
     assert!(ok(r#"{"gte": 1, "lte": 10}"#, 1) && ok(r#"{"gte": 1, "lte": 10}"#, 10));
     assert!(!ok(r#"{"gte": 1, "lte": 10}"#, 11));
     // A lower bound above the upper one: the value must be outside.
@@ -242,15 +242,19 @@ fn every_rule_on_the_extensions_is_checked() {
 }
 
 fn every_rule_is_checked(set: Set, at_least: usize) {
-    let mut validator = Validator::of(set).unwrap();
+    let validator = Validator::of(set).unwrap();
     let pool = validator.pool.clone();
     let mut out = Vec::new();
     let mut rules_seen = 0;
     for message in pool.all_messages() {
         for field in message.fields() {
-            if let Some(rules) = validator.rules_of(&field) {
+            let options = field.options();
+            if !options.has_extension(&validator.field_rules) {
+                continue;
+            }
+            if let Value::Message(rules) = options.get_extension(&validator.field_rules).as_ref() {
                 rules_seen += 1;
-                unhandled(&rules, field.full_name(), &mut out);
+                unhandled(rules, field.full_name(), &mut out);
             }
         }
     }
