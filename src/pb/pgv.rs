@@ -95,7 +95,7 @@ pub struct Validator {
     message_ignored: ExtensionDescriptor,
     /// What each message met so far asks: its fields with their `(validate.rules)`, its
     /// required oneofs; by its full name, shared so that a visit clones nothing.
-    messages: HashMap<String, Arc<Plan>>,
+    messages: HashMap<String, Arc<Plan>, foldhash::fast::RandomState>,
     patterns: HashMap<String, regex::Regex>,
     /// Extension configs this validator found valid, by message name and exact bytes:
     /// a response repeats many (every Istio cluster's `HttpProtocolOptions`), and a repeat
@@ -121,7 +121,7 @@ impl Validator {
             oneof_required: extension("validate.required")?,
             message_disabled: extension("validate.disabled")?,
             message_ignored: extension("validate.ignored")?,
-            messages: HashMap::new(),
+            messages: HashMap::default(),
             patterns: HashMap::new(),
             valid_extensions: HashSet::new(),
             pool,
@@ -179,7 +179,14 @@ impl Validator {
                 .oneofs()
                 .filter(|o| !o.is_synthetic() && flag(&o.options(), &self.oneof_required))
                 .collect(),
-            fields: desc.fields().map(|field| (self.rules_of(&field), field)).collect(),
+            fields: desc
+                .fields()
+                .map(|field| FieldPlan {
+                    rules: self.rules_of(&field),
+                    in_oneof: field.containing_oneof().is_some(),
+                    field,
+                })
+                .collect(),
         });
         self.messages.insert(desc.full_name().to_owned(), plan.clone());
         plan
@@ -191,18 +198,19 @@ impl Validator {
             return Ok(());
         }
         if let Some(oneof) = plan.required_oneofs.iter().find(|o| !oneof_set(message, o)) {
-            path.push(Part::Field(oneof.name().to_owned()));
+            path.push(Part::Oneof(oneof.name().to_owned()));
             return Err("value is required".into());
         }
-        for (rules, field) in &plan.fields {
+        for FieldPlan { rules, field, in_oneof } in &plan.fields {
             let present = message.has_field(field);
-            if !present && (rules.is_none() || field.containing_oneof().is_some()) {
+            if !present && (rules.is_none() || *in_oneof) {
                 // Nothing to check: an absent field without rules (an empty list or map, an
                 // unset message, a proto3 scalar at its default) passes whatever it is, and
                 // the rules of a oneof's member apply only to the member that is set.
                 continue;
             }
-            path.push(Part::Field(field.name().to_owned()));
+            // The descriptor, not its name: a path is written out only for a violation.
+            path.push(Part::Field(field.clone()));
             self.field(field, &message.get_field(field), present, rules.as_ref(), path)?;
             path.pop();
         }
@@ -536,8 +544,14 @@ pub fn check_extension(full_name: &str, bytes: &[u8]) -> Result<(), Violation> {
 struct Plan {
     skip: bool,
     required_oneofs: Vec<OneofDescriptor>,
-    /// Every field, with its `(validate.rules)` if it has any.
-    fields: Vec<(Option<Rules>, FieldDescriptor)>,
+    fields: Vec<FieldPlan>,
+}
+
+/// A field, with its `(validate.rules)` if it has any.
+struct FieldPlan {
+    rules: Option<Rules>,
+    field: FieldDescriptor,
+    in_oneof: bool,
 }
 
 /// Where a check is in the resource, printed as Outrider's field paths are.
@@ -545,7 +559,9 @@ struct Plan {
 struct Path(Vec<Part>);
 
 enum Part {
-    Field(String),
+    Field(FieldDescriptor),
+    /// A required oneof, by name.
+    Oneof(String),
     Index(usize),
     Key(String),
 }
@@ -563,8 +579,10 @@ impl std::fmt::Display for Path {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for (i, part) in self.0.iter().enumerate() {
             match part {
-                Part::Field(name) if i == 0 => f.write_str(name)?,
-                Part::Field(name) => write!(f, ".{name}")?,
+                Part::Field(field) if i == 0 => f.write_str(field.name())?,
+                Part::Field(field) => write!(f, ".{}", field.name())?,
+                Part::Oneof(name) if i == 0 => f.write_str(name)?,
+                Part::Oneof(name) => write!(f, ".{name}")?,
                 Part::Index(index) => write!(f, "[{index}]")?,
                 Part::Key(key) => write!(f, "[{key}]")?,
             }
