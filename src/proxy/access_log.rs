@@ -21,6 +21,7 @@ use http::{HeaderMap, Method, Uri, Version};
 
 use super::filters::DynamicMetadata;
 use super::response_flags::ResponseFlags;
+use super::stream_info::FilterState;
 use crate::config::access_log::{AccessLogFilter, LogFormat};
 use crate::telemetry::WorkerLineBuffer;
 
@@ -78,6 +79,9 @@ pub struct PendingLog {
     pub upstream_cluster: Option<String>,
     pub route_name: Option<String>,
     pub metadata: Option<DynamicMetadata>,
+    /// The request's filter state as the filters left it, then its connection's (for
+    /// `%FILTER_STATE(…)%`), when either has any.
+    pub filter_state: Option<FilterState>,
     /// From the start to the end of the request (Envoy's last downstream byte received).
     pub request_duration: Option<Duration>,
     /// From the start to the upstream's response head (none for a local reply).
@@ -118,6 +122,7 @@ impl PendingLog {
             upstream_cluster: None,
             route_name: None,
             metadata: None,
+            filter_state: None,
             request_duration: None,
             response_duration: None,
             bytes_sent: 0,

@@ -350,6 +350,19 @@ async fn decode_filters(
             span.set(tag);
         }
     }
+    if let Some(log) = pending.as_mut() {
+        // `%FILTER_STATE(…)%`: the request's objects, then its connection's beneath them, as
+        // Envoy's stream info finds a connection's objects through the request's.
+        let request = decoded.parts.extensions.get::<StreamState>().map(|s| &s.filter_state);
+        let connection = exchange.connection.stream.as_deref().map(|s| &s.filter_state);
+        if request.is_some_and(|s| !s.is_empty()) || connection.is_some_and(|s| !s.is_empty()) {
+            let mut state = request.cloned().unwrap_or_default();
+            if let Some(connection) = connection {
+                state.extend_absent(connection.clone());
+            }
+            log.filter_state = Some(state);
+        }
+    }
     if !metadata.0.is_empty() {
         // The access log, and the router of a forwarded request (an ORIGINAL_DST cluster's
         // `metadata_key` reads it): copied only when both want it.

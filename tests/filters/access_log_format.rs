@@ -65,7 +65,8 @@ const ISTIO_JSON: &[(&str, &str)] = &[
 
 const CUSTOM: &str = "%REQ(X-MISSING?USER-AGENT):6% %START_TIME(%Y-%m-%dT%H:%M:%S.%3fZ)% \
 %DYNAMIC_METADATA(envoy.common:access_log_hint)% %ROUTE_NAME% %RESPONSE_FLAGS_LONG% %REQUEST_DURATION% \
-%RESPONSE_DURATION% %UPSTREAM_CLUSTER% %REQ(:PATH):4% %%done\\n";
+%RESPONSE_DURATION% %UPSTREAM_CLUSTER% %REQ(:PATH):4% %FILTER_STATE(test.path:PLAIN)% %FILTER_STATE(test.path)% \
+%FILTER_STATE(test.absent:PLAIN)% %%done\\n";
 
 /// The formats, by the name of their file.
 const FORMATS: [&str; 4] = ["default", "istio-text", "istio-json", "custom"];
@@ -150,6 +151,13 @@ static_resources:
                 match: {{ prefix: "/down" }}
                 route: {{ cluster: dead }}
           http_filters:
+          - name: path_as_filter_state
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.set_filter_state.v3.Config
+              on_request_headers:
+              - object_key: test.path
+                factory_key: envoy.string
+                format_string: {{ text_format_source: {{ inline_string: "%REQ(:PATH)%" }} }}
           - name: envoy.filters.http.rbac
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC
@@ -279,8 +287,9 @@ fn text_norms(format: &str) -> Vec<Norm> {
             Time, Same, Same, Same, Same, Same, Same, Same, Same, Number, Number, Same, Same, Present, Same, Same,
             Same, Ignored, Port, Port, Same, Same,
         ],
-        // ua(6) time metadata route flags request-duration response-duration cluster path(4) %done
-        "custom" => vec![Same, Time, Same, Same, Same, Number, Number, Same, Same, Same],
+        // ua(6) time metadata route flags request-duration response-duration cluster path(4)
+        // filter-state(plain) filter-state(typed) filter-state(absent) %done
+        "custom" => vec![Same, Time, Same, Same, Same, Number, Number, Same, Same, Same, Same, Same, Same],
         other => panic!("{other}"),
     }
 }
@@ -350,8 +359,10 @@ async fn lines_match_envoy_field_by_field() {
     let custom = &outrider[3];
     assert_eq!(normalised("custom", &custom[0])[0].1, "-");
     assert!(custom[3].starts_with("diff-c "), "{}", custom[3]);
-    assert!(custom[0].contains(" true ok - ") && custom[0].ends_with(" backend /ok/ %done"), "{}", custom[0]);
-    assert!(custom[1].contains(" false - NoRouteFound ") && custom[1].contains(" - - /now %done"), "{}", custom[1]);
+    // The request's path as a filter state object, as text and as a JSON string.
+    let ok = " backend /ok/ /ok/a?x=1 \"/ok/a?x=1\" - %done";
+    assert!(custom[0].contains(" true ok - ") && custom[0].ends_with(ok), "{}", custom[0]);
+    assert!(custom[1].contains(" false - NoRouteFound ") && custom[1].contains(" - - /now "), "{}", custom[1]);
     assert!(custom[2].contains(" false down NoHealthyUpstream "), "{}", custom[2]);
     let json: serde_json::Value = serde_json::from_str(&outrider[2][3]).unwrap();
     assert_eq!(json["response_code"], 200);

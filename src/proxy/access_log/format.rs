@@ -10,7 +10,7 @@ use std::io::Write as _;
 
 use super::{PendingLog, protocol, time};
 use crate::config::access_log::LogFormat;
-use crate::config::format::{Command, JsonField, Piece};
+use crate::config::format::{Command, FilterStateForm, JsonField, Piece};
 
 /// One command's value.
 #[derive(Debug)]
@@ -222,9 +222,16 @@ fn value<'a>(command: &'a Command, record: &'a PendingLog, out: &mut Vec<u8>) ->
                 metadata.and_then(|m| m.get(namespace, path)).map_or(Value::Missing, Value::Json)
             }
         }
-        // The access log's record does not keep the request's filter state: missing, as
-        // Envoy prints an absent object.
-        Command::FilterState { .. } => Value::Missing,
+        // Outrider's objects are text: PLAIN is the text, TYPED its serialised form (a JSON
+        // string). An object without fields has no FIELD (the peer objects' fields are
+        // span tags', not here): missing, as Envoy prints an absent object or field.
+        Command::FilterState { key, form } => match (record.filter_state.as_ref().and_then(|s| s.get(key)), form) {
+            (Some(text), FilterStateForm::Plain) => Value::Text(Cow::Borrowed(text)),
+            (Some(text), FilterStateForm::Typed) => {
+                Value::Text(Cow::Owned(serde_json::Value::String(text.to_owned()).to_string()))
+            }
+            _ => Value::Missing,
+        },
         Command::Constant(value) => optional(value.as_deref()),
     })
 }
@@ -274,6 +281,24 @@ mod tests {
         let mut out = Vec::new();
         write(format, &record(), &mut out);
         String::from_utf8(out).unwrap_or_default()
+    }
+
+    #[test]
+    fn filter_state_objects_as_text_and_as_json() {
+        use crate::proxy::stream_info::SharedWithUpstream;
+        let pieces = parse("%FILTER_STATE(io.istio.peer_principal:PLAIN)% %FILTER_STATE(io.istio.peer_principal)% %FILTER_STATE(absent:PLAIN)% %FILTER_STATE(io.istio.peer_principal:FIELD:app)%\n")
+            .unwrap_or_default();
+        let text = LogFormat::Text { pieces, omit_empty: false };
+        let mut log = record();
+        let mut out = Vec::new();
+        write(&text, &log, &mut out);
+        assert_eq!(String::from_utf8_lossy(&out), "- - - -\n", "a record without filter state");
+        let mut state = crate::proxy::stream_info::FilterState::default();
+        state.set("io.istio.peer_principal".into(), "spiffe://a/b".into(), SharedWithUpstream::None);
+        log.filter_state = Some(state);
+        let mut out = Vec::new();
+        write(&text, &log, &mut out);
+        assert_eq!(String::from_utf8_lossy(&out), "spiffe://a/b \"spiffe://a/b\" - -\n");
     }
 
     #[test]
