@@ -175,6 +175,18 @@ def http2_options():
     }}
 
 
+def static_cluster(name, host_port, **fields):
+    """A STATIC cluster `name` of one endpoint at `host_port`, with more of its `fields`."""
+    return {
+        "name": name,
+        "type": "STATIC",
+        "connectTimeout": "5s",
+        "loadAssignment": {"clusterName": name, "endpoints": [
+            {"lbEndpoints": [{"endpoint": {"address": address(*host_port)}}]}]},
+        **fields,
+    }
+
+
 def client(certs):
     """ztunnel's part: each connection to CLIENT tunnelled to the waypoint as
     `CONNECT <vip>`, over mutual TLS as `sleep`."""
@@ -194,18 +206,15 @@ def client(certs):
                     },
                 }]}],
             }],
-            "clusters": [{
-                "name": "waypoint",
-                "type": "STATIC",
-                "connectTimeout": "5s",
-                "typedExtensionProtocolOptions": http2_options(),
-                "loadAssignment": {"clusterName": "waypoint", "endpoints": [
-                    {"lbEndpoints": [{"endpoint": {"address": address(*WAYPOINT)}}]}]},
-                "transportSocket": {"name": "tls", "typedConfig": {
+            "clusters": [static_cluster(
+                "waypoint",
+                WAYPOINT,
+                typedExtensionProtocolOptions=http2_options(),
+                transportSocket={"name": "tls", "typedConfig": {
                     "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
                     "commonTlsContext": tls_context(certs, "sleep", spiffe("waypoint")),
                 }},
-            }],
+            )],
         },
     }
 
@@ -243,13 +252,7 @@ def backend(certs):
                     }},
                 }],
             }],
-            "clusters": [{
-                "name": "nginx",
-                "type": "STATIC",
-                "connectTimeout": "5s",
-                "loadAssignment": {"clusterName": "nginx", "endpoints": [
-                    {"lbEndpoints": [{"endpoint": {"address": address(*NGINX)}}]}]},
-            }],
+            "clusters": [static_cluster("nginx", NGINX)],
         },
     }
 

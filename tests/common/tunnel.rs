@@ -130,3 +130,29 @@ pub const MAIN_INTERNAL_CLUSTER: &str = r#"
         transport_socket:
           name: raw_buffer
           typed_config: { "@type": type.googleapis.com/envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer }"#;
+
+/// Where a proxy's HBONE certificate chain, key and trusted root are (files).
+pub struct Certificates {
+    pub chain: String,
+    pub key: String,
+    pub root: String,
+}
+
+impl Certificates {
+    /// The `common_tls_context` of a TLS context whose other fields are `depth` spaces deep:
+    /// this pair and root, TLS 1.3 and `h2`, the peer's URI SAN matched by `san_matcher`.
+    pub fn tls(&self, depth: usize, san_matcher: &str) -> String {
+        let text = format!(
+            r#"
+          common_tls_context:
+            tls_params: {{ tls_minimum_protocol_version: TLSv1_3, tls_maximum_protocol_version: TLSv1_3 }}
+            alpn_protocols: [h2]
+            tls_certificates: [{{ certificate_chain: {{ filename: "{}" }}, private_key: {{ filename: "{}" }} }}]
+            validation_context:
+              trusted_ca: {{ filename: "{}" }}
+              match_typed_subject_alt_names: [{{ san_type: URI, matcher: {san_matcher} }}]"#,
+            self.chain, self.key, self.root
+        );
+        text.replace("\n          ", &format!("\n{}", " ".repeat(depth)))
+    }
+}

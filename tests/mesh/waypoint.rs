@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::common::differential::{on_loopback, tcp_proxy_listener};
 use crate::common::skip::skipped;
+use crate::common::tunnel::Certificates;
 use crate::netns::kubernetes::{Cluster, NODE_NAME, wait_for};
 use crate::tls_support::pki::{Ca, spiffe};
 
@@ -108,25 +110,16 @@ spec:
 }
 
 /// The HBONE client's bootstrap: `CLIENT` tunnelled as `CONNECT <echo>` to the waypoint's
-/// 15008, presenting `chain`/`key`, trusting `root`, the waypoint's certificate required to
-/// name its service account.
-/// and `CLIENT_DIRECT` as `CONNECT <echo pod>:5678` to the pod's 15008, whose certificate
-/// must name echo's account.
-fn hbone_client(echo: &str, waypoint: &str, echo_pod: &str, chain: &str, key: &str, root: &str) -> String {
+/// 15008, and `CLIENT_DIRECT` as `CONNECT <echo pod>:5678` to the pod's 15008, presenting
+/// `certificates`; each peer's certificate is required to name its service account.
+fn hbone_client(echo: &str, waypoint: &str, echo_pod: &str, certificates: &Certificates) -> String {
     let listener = |name: &str, address: &str, cluster: &str, authority: &str| {
-        let (host, port) = address.split_once(':').unwrap();
-        format!(
-            r#"
-  - name: {name}
-    address: {{ socket_address: {{ address: {host}, port_value: {port} }} }}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.tcp_proxy
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
-          stat_prefix: {name}
-          cluster: {cluster}
-          tunneling_config: {{ hostname: "{authority}" }}"#
+        let port = address.rsplit_once(':').and_then(|(_, p)| p.parse().ok()).unwrap();
+        tcp_proxy_listener(
+            name,
+            &on_loopback(port),
+            cluster,
+            &format!("\n          tunneling_config: {{ hostname: \"{authority}\" }}"),
         )
     };
     let cluster = |name: &str, address: &str, account: &str| {
@@ -145,15 +138,8 @@ fn hbone_client(echo: &str, waypoint: &str, echo_pod: &str, chain: &str, key: &s
     transport_socket:
       name: envoy.transport_sockets.tls
       typed_config:
-        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
-        common_tls_context:
-          tls_params: {{ tls_minimum_protocol_version: TLSv1_3, tls_maximum_protocol_version: TLSv1_3 }}
-          alpn_protocols: [h2]
-          tls_certificates: [{{ certificate_chain: {{ filename: "{chain}" }}, private_key: {{ filename: "{key}" }} }}]
-          validation_context:
-            trusted_ca: {{ filename: "{root}" }}
-            match_typed_subject_alt_names: [{{ san_type: URI, matcher: {{ exact: "{id}" }} }}]"#,
-            id = spiffe_of(account),
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext{}"#,
+            certificates.tls(8, &format!("{{ exact: \"{}\" }}", spiffe(account)))
         )
     };
     format!(
@@ -166,25 +152,15 @@ fn hbone_client(echo: &str, waypoint: &str, echo_pod: &str, chain: &str, key: &s
     )
 }
 
-fn spiffe_of(account: &str) -> String {
-    format!("spiffe://cluster.local/ns/default/sa/{account}")
-}
-
-/// Whether every pod matching `selector` in `default` is Ready (and there is one).
+/// Whether there is a pod matching `selector` in `default` and every one is Ready.
 fn ready(cluster: &Cluster, selector: &str) -> bool {
-    let pods = cluster.get(&["pods", "-n", "default", "-l", selector]);
-    let items = pods["items"].as_array().cloned().unwrap_or_default();
-    !items.is_empty()
-        && items.iter().all(|p| {
-            let conditions = p["status"]["conditions"].as_array();
-            conditions.is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
-        })
+    let pods = cluster.pods_matching("default", selector);
+    !pods.is_empty() && pods.iter().all(|(_, ready)| *ready)
 }
 
 /// The name of the first pod matching `selector` in `default`.
 fn pod_name(cluster: &Cluster, selector: &str) -> String {
-    let pods = cluster.get(&["pods", "-n", "default", "-l", selector]);
-    pods["items"][0]["metadata"]["name"].as_str().unwrap_or_default().to_owned()
+    cluster.pods_matching("default", selector).into_iter().next().map(|(name, _)| name).unwrap_or_default()
 }
 
 /// What the echo application answered to `GET path` through the HBONE client.
@@ -256,12 +232,14 @@ fn istiod_makes_an_outrider_waypoint_that_routes_and_authorizes_for_the_service_
         std::fs::write(&path, text).unwrap();
         path.display().to_string()
     };
-    let chain = write("sleep-chain.pem", &format!("{}{}", leaf.cert_pem, read("ca-cert.pem")));
-    let key = write("sleep-key.pem", &leaf.key_pem);
-    let root = write("mesh-root.pem", &cluster.mesh_root.clone());
+    let certificates = Certificates {
+        chain: write("sleep-chain.pem", &format!("{}{}", leaf.cert_pem, read("ca-cert.pem"))),
+        key: write("sleep-key.pem", &leaf.key_pem),
+        root: write("mesh-root.pem", &cluster.mesh_root.clone()),
+    };
     let echo = cluster.cluster_ip("default", "echo");
     let (_, echo_pod) = cluster.kubelet.pod("default", &pod_name(&cluster, "app=echo")).unwrap();
-    let bootstrap = write("hbone-client.yaml", &hbone_client(&echo, &waypoint_ip, &echo_pod, &chain, &key, &root));
+    let bootstrap = write("hbone-client.yaml", &hbone_client(&echo, &waypoint_ip, &echo_pod, &certificates));
     let outrider = cluster.path("outrider");
     cluster.spawn("hbone-client", &outrider, &["-c", &bootstrap], &[]);
     crate::netns::wait_for_listener(&cluster.node, CLIENT);

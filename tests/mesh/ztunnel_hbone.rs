@@ -27,7 +27,7 @@ use crate::common;
 use crate::netns::{self, CLIENT_V4, Lab, POD_V4, in_netns, serve, wait_for_listener};
 use crate::tls_support::pki;
 use common::differential::{INTERNAL, INTERNAL_LISTENER_EXTENSION, on_loopback, static_cluster, tcp_proxy_listener};
-use common::tunnel::{MAIN_INTERNAL_CLUSTER, connect_originate_cluster, connect_terminate_at};
+use common::tunnel::{Certificates, MAIN_INTERNAL_CLUSTER, connect_originate_cluster, connect_terminate_at};
 
 /// The pod where ztunnel serves the ambient workload `ambient` (the lab's "client" side).
 const AMBIENT: &str = CLIENT_V4;
@@ -88,32 +88,6 @@ fn ztunnel_config() -> String {
         allow("sidecar-to-open", "sidecar", OPEN),
         allow("nobody-to-private", "nobody", PRIVATE),
     )
-}
-
-/// Where the sidecar's certificate, key and trusted root are.
-struct Certificates {
-    chain: String,
-    key: String,
-    root: String,
-}
-
-impl Certificates {
-    /// The `common_tls_context` of a TLS context whose other fields are `depth` spaces deep:
-    /// this pair and root, TLS 1.3 and `h2`, the peer's URI SAN matched by `san_matcher`.
-    fn tls(&self, depth: usize, san_matcher: &str) -> String {
-        let text = format!(
-            r#"
-          common_tls_context:
-            tls_params: {{ tls_minimum_protocol_version: TLSv1_3, tls_maximum_protocol_version: TLSv1_3 }}
-            alpn_protocols: [h2]
-            tls_certificates: [{{ certificate_chain: {{ filename: "{}" }}, private_key: {{ filename: "{}" }} }}]
-            validation_context:
-              trusted_ca: {{ filename: "{}" }}
-              match_typed_subject_alt_names: [{{ san_type: URI, matcher: {san_matcher} }}]"#,
-            self.chain, self.key, self.root
-        );
-        text.replace("\n          ", &format!("\n{}", " ".repeat(depth)))
-    }
 }
 
 /// An outbound cluster whose one endpoint is the internal listener `originate`, carrying the

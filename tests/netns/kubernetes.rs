@@ -512,7 +512,12 @@ webhooks:
     /// The pods of `namespace` whose labels include `app=<app>`, by name, with whether they
     /// are ready and not being deleted.
     pub fn pods(&self, namespace: &str, app: &str) -> Vec<(String, bool)> {
-        let pods = self.get(&["pods", "-n", namespace, "-l", &format!("app={app}")]);
+        self.pods_matching(namespace, &format!("app={app}"))
+    }
+
+    /// [`pods`](Self::pods) whose labels match `selector` (`kubectl -l`).
+    pub fn pods_matching(&self, namespace: &str, selector: &str) -> Vec<(String, bool)> {
+        let pods = self.get(&["pods", "-n", namespace, "-l", selector]);
         pods["items"]
             .as_array()
             .map(Vec::as_slice)

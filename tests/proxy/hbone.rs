@@ -197,6 +197,16 @@ fn outbound(port: u16, terminate: u16, passthrough: bool) -> (String, String) {
     (listeners, clusters)
 }
 
+/// What comes back for `hello` sent on a new connection to each proxy of `pair`, by proxy.
+async fn echoes_of(pair: &Pair) -> Vec<(&'static str, String)> {
+    let mut seen = Vec::new();
+    for (who, port) in pair.ports() {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        seen.push((who, echo_round(&mut stream, b"hello").await));
+    }
+    seen
+}
+
 #[tokio::test]
 async fn an_endpoints_metadata_names_the_destination_of_its_tunnel() {
     let apps = (echo_server("a:").await, echo_server("b:").await);
@@ -207,10 +217,8 @@ async fn an_endpoints_metadata_names_the_destination_of_its_tunnel() {
             inbound(terminate, apps, &listeners, &clusters)
         })
         .await;
-        let mut seen = Vec::new();
-        for (who, port) in pair.ports() {
-            let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-            let echoed = echo_round(&mut stream, b"hello").await;
+        let seen = echoes_of(&pair).await;
+        for (who, echoed) in &seen {
             if passthrough {
                 // Outbound HBONE to the application on PORT_B, through the same proxy's
                 // inbound HBONE.
@@ -220,9 +228,8 @@ async fn an_endpoints_metadata_names_the_destination_of_its_tunnel() {
                 // the ORIGINAL_DST cluster has no host, and nothing reaches an application.
                 assert!(!echoed.contains(':'), "{who}: {echoed}");
             }
-            seen.push(echoed);
         }
-        if let [envoy, outrider] = seen.as_slice() {
+        if let [(_, envoy), (_, outrider)] = seen.as_slice() {
             assert_eq!(envoy, outrider, "Envoy and Outrider differ (passthrough {passthrough})");
         }
         pair.outrider.stop();
@@ -302,16 +309,13 @@ async fn a_filter_state_object_is_the_tunnels_authority() {
             inbound(terminate, apps, &listeners, &clusters)
         })
         .await;
-        let mut seen = Vec::new();
-        for (who, port) in pair.ports() {
-            let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-            let echoed = echo_round(&mut stream, b"hello").await;
+        let seen = echoes_of(&pair).await;
+        for (who, echoed) in &seen {
             // The terminating side restores the CONNECT's authority as the destination, whose
             // port picks the application.
             assert_eq!(echoed, expected, "{who}");
-            seen.push(echoed);
         }
-        if let [envoy, outrider] = seen.as_slice() {
+        if let [(_, envoy), (_, outrider)] = seen.as_slice() {
             assert_eq!(envoy, outrider, "Envoy and Outrider differ");
         }
         pair.outrider.stop();
